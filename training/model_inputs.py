@@ -1,0 +1,31 @@
+"""Turns cached CLIP conditionings into the extra inputs a ComfyUI model takes (`c_crossattn`,
+`y`, …) through the model's own `extra_conds`, as ComfyUI's sampler does, once per sample."""
+import torch
+
+
+def _on_device(cond, device):
+    value = cond.cond
+    if isinstance(value, torch.Tensor):
+        return cond._copy_with(value.to(device, copy=True))  # a copy also leaves inference mode
+    if isinstance(value, list):
+        return cond._copy_with([v.to(device, copy=True) if isinstance(v, torch.Tensor) else v for v in value])
+    return cond
+
+
+def model_inputs(base_model, conditioning, latent, device):
+    """{name: ComfyUI cond object} for one sample; `latent` is (C, h, w) in model space."""
+    cond, options = conditioning[0]
+    params = dict(options)
+    params.update(cross_attn=cond, noise=latent[None], device=device, prompt_type="positive",
+                  width=params.get("width", latent.shape[-1] * 8), height=params.get("height", latent.shape[-2] * 8))
+    conds = base_model.extra_conds(**params)
+    return {name: _on_device(c.process_cond(batch_size=1, area=None, device=device), device)
+            for name, c in conds.items()}
+
+
+def batch_inputs(per_sample):
+    """Keyword arguments for `apply_model` from the inputs of the samples of one batch."""
+    first, rest = per_sample[0], per_sample[1:]
+    if not rest:
+        return {name: c.cond for name, c in first.items()}
+    return {name: c.concat([other[name] for other in rest]) for name, c in first.items()}
