@@ -8,7 +8,7 @@ import comfy.sd
 import comfy.supported_models
 import comfy.taesd.taesd
 
-from eridiffusion.training.errors import EriDiffusionError
+from ..training.errors import EriDiffusionError
 
 TINY_ARCHITECTURES = ("sd15", "sdxl")
 
@@ -49,7 +49,9 @@ HEADS = {"num_heads": -1, "num_head_channels": 16}
 def init_weights(module: torch.nn.Module, generator: torch.Generator) -> None:
     """Fill every parameter from `generator`: ComfyUI's ops skip reset_parameters, so freshly built
     layers hold uninitialised memory. Values are drawn on the CPU in float32 and copied in, so a
-    seed gives the same weights on any device."""
+    seed gives the same weights on any device. Matrices get std 1/sqrt(fan_in) so activations keep
+    their scale through the network: a tiny model that carries signal learns in a few hundred
+    CPU steps, which the training tests rely on."""
     with torch.no_grad():
         for sub in module.modules():
             is_norm = isinstance(sub, (torch.nn.GroupNorm, torch.nn.LayerNorm))
@@ -59,7 +61,8 @@ def init_weights(module: torch.nn.Module, generator: torch.Generator) -> None:
                 if is_norm and name == "weight":
                     value = torch.ones(p.shape)
                 elif p.dim() >= 2:
-                    value = torch.empty(p.shape).normal_(0.0, 0.02, generator=generator)
+                    fan_in = p[0].numel()
+                    value = torch.empty(p.shape).normal_(0.0, fan_in ** -0.5, generator=generator)
                 else:
                     value = torch.empty(p.shape).normal_(0.0, 0.01, generator=generator)
                 p.copy_(value)

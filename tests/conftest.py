@@ -23,3 +23,83 @@ def datasets_dir():
     path = runtime.shared_datasets()
     assert os.path.isdir(os.path.join(path, "dreambooth_dog")), f"real photos missing under {path}"
     return path
+
+
+TRAINING_IMAGES = 4
+TRAINING_RESOLUTION = 128
+
+
+@pytest.fixture(scope="session")
+def dog_dataset(datasets_dir):
+    from eridiffusion.training.dataset import load_dataset
+    return load_dataset(os.path.join(datasets_dir, "dreambooth_dog"))
+
+
+def _train_tiny(arch, dataset, output_dir):
+    """A tiny ComfyUI stack of `arch`, its 4-image training data and a finished training run,
+    plus the base model's output on a fixed probe input taken before training."""
+    import torch
+    from eridiffusion.demo.tiny_models import build_tiny
+    from eridiffusion.training.adapters import AdapterSpec
+    from eridiffusion.training.config import TrainConfig
+    from eridiffusion.training.latent_cache import build_training_data
+    from eridiffusion.training.trainer import train_lora
+
+    model, clip, vae = build_tiny(arch, seed=0)
+    with torch.inference_mode():  # as ComfyUI runs nodes
+        data = build_training_data(dataset, vae, clip, TRAINING_RESOLUTION, os.path.join(output_dir, "cache"))
+    data.samples = data.samples[:TRAINING_IMAGES]
+    probe = ProbeInput.of(model, data)
+    before = probe.output(model)
+    config = TrainConfig(steps=200, learning_rate=3e-3, dtype="fp32", seed=0, log_every=20,
+                         adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"), run_name=f"test_{arch}")
+    with torch.inference_mode(False):
+        result = train_lora(model, data, config, os.path.join(output_dir, f"run_{arch}"))
+    return {"model": model, "clip": clip, "vae": vae, "data": data, "config": config, "result": result,
+            "probe": probe, "base_output_before": before}
+
+
+class ProbeInput:
+    """A fixed noisy latent, sigma and conditioning to compare model outputs exactly."""
+
+    def __init__(self, x, sigma, inputs):
+        self.x, self.sigma, self.inputs = x, sigma, inputs
+
+    @classmethod
+    def of(cls, model, data):
+        import torch
+        from eridiffusion.training.model_inputs import batch_inputs, model_inputs
+        base = model.model
+        latent = base.process_latent_in(data.samples[0].latent[None].float())
+        inputs = batch_inputs([model_inputs(base, data.samples[0].conditionings[0], latent[0], "cpu")])
+        noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(7))
+        sigma = base.model_sampling.sigma(torch.tensor([400.0]))
+        return cls(latent + noise * sigma, sigma, inputs)
+
+    def output(self, patcher):
+        import comfy.model_management
+        import torch
+        with torch.inference_mode():
+            comfy.model_management.load_models_gpu([patcher], force_full_load=True)
+            return patcher.model.apply_model(self.x, self.sigma, **self.inputs).clone()
+
+
+_TRAINED = {}
+
+
+@pytest.fixture(params=["sd15", "sdxl"])
+def trained(request, dog_dataset, tmp_path_factory):
+    """One training run per architecture for the whole session (the runs take ~10 s each)."""
+    arch = request.param
+    if arch not in _TRAINED:
+        _TRAINED[arch] = _train_tiny(arch, dog_dataset, str(tmp_path_factory.mktemp(f"trained_{arch}")))
+    return _TRAINED[arch]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Unload ComfyUI's models while its modules still exist (its finalizers fail at interpreter exit)."""
+    import gc
+    import comfy.model_management
+    comfy.model_management.unload_all_models()
+    _TRAINED.clear()
+    gc.collect()

@@ -1,8 +1,20 @@
 """The loss curve as a picture: raw losses faint, an exponential moving average on top."""
+from dataclasses import dataclass
+
 import numpy as np
 from PIL import Image, ImageDraw
 
 WIDTH, HEIGHT, MARGIN = 640, 360, 48
+
+
+@dataclass(frozen=True)
+class LossHistory:
+    """A finished run's losses (LoRATrainer's LOSS output)."""
+    losses: tuple
+    eval_loss_before: float
+    eval_loss_after: float
+    seconds_per_step: float
+    run_dir: str
 
 
 def smoothed(values, weight=0.9):
@@ -42,8 +54,7 @@ def draw_loss_plot(losses, title="training loss"):
     return image
 
 
-def plot_as_image_tensor(losses):
-    """The plot as a ComfyUI IMAGE batch (1, H, W, 3) in [0, 1]."""
+def as_image_tensor(picture):
+    """A PIL picture as a ComfyUI IMAGE batch (1, H, W, 3) in [0, 1]."""
     import torch
-    array = np.asarray(draw_loss_plot(losses), dtype=np.float32) / 255.0
-    return torch.from_numpy(array)[None]
+    return torch.from_numpy(np.asarray(picture.convert("RGB"), dtype=np.float32) / 255.0)[None]

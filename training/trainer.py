@@ -178,92 +178,97 @@ def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks
     optimizer = make_optimizer(config, list(adapters.parameters()), device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(config))
 
-    eval_before = evaluation_loss(patcher, data, config)
-    comfy.model_management.load_models_gpu([patcher], force_full_load=True)
-    objective = Objective(base.model_sampling)
-    prepared = _PreparedData(base, data, device)
-    batches = BatchSampler(data, config.batch_size, config.seed)
-    choice = torch.Generator().manual_seed(config.seed + 1)          # captions and dropout, CPU side
-    noise_gen = torch.Generator(device=device).manual_seed(config.seed + 2)
-    transformer_options = patcher.model_options.get("transformer_options", {})
-    losses_on_device = torch.zeros(config.steps, device=device)
-    losses, checkpoints, sample_paths, samples = [], [], [], None
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    # The clone's injections touch the shared modules while it is loaded: always hand it back.
+    try:
+        eval_before = evaluation_loss(patcher, data, config)
+        comfy.model_management.load_models_gpu([patcher], force_full_load=True)
+        objective = Objective(base.model_sampling)
+        prepared = _PreparedData(base, data, device)
+        batches = BatchSampler(data, config.batch_size, config.seed)
+        choice = torch.Generator().manual_seed(config.seed + 1)          # captions and dropout, CPU side
+        noise_gen = torch.Generator(device=device).manual_seed(config.seed + 2)
+        transformer_options = patcher.model_options.get("transformer_options", {})
+        losses_on_device = torch.zeros(config.steps, device=device)
+        losses, checkpoints, sample_paths, samples = [], [], [], None
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
 
-    def save_checkpoint(step):
-        lora = export_lora(adapters, prefixes, _metadata(base, config, data, step))
-        path = os.path.join(run_dir, "checkpoints", f"{config.run_name}_step{step:06d}.safetensors")
-        checkpoints.append(lora.save(path, dtype="fp32", overwrite=True))
+        def save_checkpoint(step):
+            lora = export_lora(adapters, prefixes, _metadata(base, config, data, step))
+            path = os.path.join(run_dir, "checkpoints", f"{config.run_name}_step{step:06d}.safetensors")
+            checkpoints.append(lora.save(path, dtype="fp32", overwrite=True))
 
-    # --- loop
-    started, timed_from = time.perf_counter(), None
-    logged = 0
-    for step in range(config.steps):
-        if hooks.check_cancel is not None:
-            hooks.check_cancel()
-        step_loss = torch.zeros((), device=device)
-        for _ in range(config.grad_accum):
-            indices = batches.next()
-            x0 = torch.stack([prepared.latents[i] for i in indices])
-            chosen = []
-            for i in indices:
-                if data.caption_dropout > 0 and float(torch.rand((), generator=choice)) < data.caption_dropout:
-                    chosen.append(prepared.empty_inputs[i])
-                else:
-                    variants = prepared.inputs[i]
-                    chosen.append(variants[int(torch.randint(len(variants), (), generator=choice))])
-            noise = torch.randn(x0.shape, generator=noise_gen, device=device, dtype=x0.dtype)
-            sigma = objective.sample_sigmas(len(indices), noise_gen, device)
-            x_t = objective.noisy_latent(x0, noise, sigma)
-            denoised = _prediction(base, transformer_options, x_t, sigma, batch_inputs(chosen), config.torch_dtype)
-            loss = objective.loss(denoised, x0, sigma).mean() / config.grad_accum
-            loss.backward()
-            step_loss += loss.detach()
-        if config.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(adapters.parameters(), config.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses_on_device[step] = step_loss
+        # --- loop
+        started, timed_from = time.perf_counter(), None
+        logged = 0
+        for step in range(config.steps):
+            if hooks.check_cancel is not None:
+                hooks.check_cancel()
+            step_loss = torch.zeros((), device=device)
+            for _ in range(config.grad_accum):
+                indices = batches.next()
+                x0 = torch.stack([prepared.latents[i] for i in indices])
+                chosen = []
+                for i in indices:
+                    if data.caption_dropout > 0 and float(torch.rand((), generator=choice)) < data.caption_dropout:
+                        chosen.append(prepared.empty_inputs[i])
+                    else:
+                        variants = prepared.inputs[i]
+                        chosen.append(variants[int(torch.randint(len(variants), (), generator=choice))])
+                noise = torch.randn(x0.shape, generator=noise_gen, device=device, dtype=x0.dtype)
+                sigma = objective.sample_sigmas(len(indices), noise_gen, device)
+                x_t = objective.noisy_latent(x0, noise, sigma)
+                denoised = _prediction(base, transformer_options, x_t, sigma, batch_inputs(chosen), config.torch_dtype)
+                loss = objective.loss(denoised, x0, sigma).mean() / config.grad_accum
+                loss.backward()
+                step_loss += loss.detach()
+            if config.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(adapters.parameters(), config.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses_on_device[step] = step_loss
 
-        done = step + 1
-        if done % config.log_every == 0 or done == config.steps:
-            new = losses_on_device[logged:done].tolist()  # the one device sync of a logging step
-            losses += new
-            logged = done
-            if timed_from is None:
-                timed_from = (done, time.perf_counter())
-            _write_loss_log(run_dir, losses)
+            done = step + 1
+            if done % config.log_every == 0 or done == config.steps:
+                new = losses_on_device[logged:done].tolist()  # the one device sync of a logging step
+                losses += new
+                logged = done
+                if timed_from is None:
+                    timed_from = (done, time.perf_counter())
+                _write_loss_log(run_dir, losses)
+            else:
+                new = None
+            if hooks.on_progress is not None:
+                hooks.on_progress(done, config.steps, new, {"lr": scheduler.get_last_lr()[0]})
+            if config.save_every and done % config.save_every == 0 and done < config.steps:
+                save_checkpoint(done)
+            if sample_settings is not None and (done % sample_settings.every == 0 or done == config.steps):
+                samples, paths = render_samples(patcher, sample_settings, done, os.path.join(run_dir, "samples"))
+                sample_paths += paths
+                if hooks.on_samples is not None:
+                    hooks.on_samples(done, samples, paths)
+
+        finished = time.perf_counter()
+        if timed_from is not None and config.steps > timed_from[0]:
+            seconds_per_step = (finished - timed_from[1]) / (config.steps - timed_from[0])
         else:
-            new = None
-        if hooks.on_progress is not None:
-            hooks.on_progress(done, config.steps, new, {"lr": scheduler.get_last_lr()[0]})
-        if config.save_every and done % config.save_every == 0 and done < config.steps:
-            save_checkpoint(done)
-        if sample_settings is not None and (done % sample_settings.every == 0 or done == config.steps):
-            samples, paths = render_samples(patcher, sample_settings, done, os.path.join(run_dir, "samples"))
-            sample_paths += paths
-            if hooks.on_samples is not None:
-                hooks.on_samples(done, samples, paths)
+            seconds_per_step = (finished - started) / config.steps
+        peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
+        save_checkpoint(config.steps)
 
-    finished = time.perf_counter()
-    if timed_from is not None and config.steps > timed_from[0]:
-        seconds_per_step = (finished - timed_from[1]) / (config.steps - timed_from[0])
-    else:
-        seconds_per_step = (finished - started) / config.steps
-    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
-    save_checkpoint(config.steps)
-
-    # --- evaluation and the result: the trained adapters on a fresh clone of the input
-    adapters.requires_grad_(False)
-    eval_after = evaluation_loss(patcher, data, config)
-    _unload(patcher)
+        # --- evaluation and the result: the trained adapters on a fresh clone of the input
+        adapters.requires_grad_(False)
+        eval_after = evaluation_loss(patcher, data, config)
+    finally:
+        _unload(patcher)
     result_patcher = model_patcher.clone()
     adapters.attach_to(result_patcher)
     lora = export_lora(adapters, prefixes, _metadata(base, config, data, config.steps))
-    return TrainResult(result_patcher, lora, losses, eval_before, eval_after, seconds_per_step, run_dir,
-                       checkpoints, samples, sample_paths, peak)
+    result = TrainResult(result_patcher, lora, losses, eval_before, eval_after, seconds_per_step, run_dir,
+                         checkpoints, samples, sample_paths, peak)
+    _write_json(os.path.join(run_dir, "summary.json"), _summary(result, config))
+    return result
 
 
 def _metadata(base, config, data, steps):
@@ -277,8 +282,19 @@ def _metadata(base, config, data, steps):
     }
 
 
-def _write_loss_log(run_dir, losses):
+def _summary(result, config):
+    return {"steps": config.steps, "eval_loss_before": result.eval_loss_before,
+            "eval_loss_after": result.eval_loss_after, "first_loss": result.losses[0], "last_loss": result.losses[-1],
+            "seconds_per_step": result.seconds_per_step, "peak_memory_gib": result.peak_memory_gib,
+            "checkpoints": result.checkpoints, "samples": result.sample_paths, "config": config.as_dict()}
+
+
+def _write_json(path, value):
     def write(tmp):
         with open(tmp, "w") as f:
-            json.dump({"loss": losses}, f)
-    write_atomic(os.path.join(run_dir, "loss.json"), write, overwrite=True)
+            json.dump(value, f, indent=1)
+    write_atomic(path, write, overwrite=True)
+
+
+def _write_loss_log(run_dir, losses):
+    _write_json(os.path.join(run_dir, "loss.json"), {"loss": losses})

@@ -1,0 +1,114 @@
+"""Running ComfyUI workflows headless: load EriDiffusion into the host as ComfyUI does, turn a
+UI-format workflow (what the browser saves) into an API prompt, and run it through ComfyUI's
+own PromptExecutor."""
+import asyncio
+import copy
+import uuid
+
+from .runtime import ROOT
+
+WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
+
+
+def load_extension():
+    """ComfyUI's built-in extra nodes (its own trainer among them), then EriDiffusion through
+    ComfyUI's custom-node loader, as a server start does. Once per process."""
+    import nodes
+    if "EriDiffusion_LoRATrainer" not in nodes.NODE_CLASS_MAPPINGS:
+        asyncio.run(nodes.init_extra_nodes(init_custom_nodes=False, init_api_nodes=False))
+        if not asyncio.run(nodes.load_custom_node(ROOT)):
+            raise RuntimeError(f"ComfyUI could not load {ROOT} as a custom node; see the log above.")
+    return nodes.NODE_CLASS_MAPPINGS
+
+
+def _is_widget(spec):
+    kind = spec[0]
+    return isinstance(kind, list) or kind in WIDGET_TYPES
+
+
+def _has_control_widget(name, spec):
+    """The browser adds a 'control after generate' value after seed-like INT widgets."""
+    options = spec[1] if len(spec) > 1 else {}
+    return spec[0] == "INT" and options.get("control_after_generate", name in ("seed", "noise_seed"))
+
+
+def widget_inputs(class_type):
+    """[(input name, spec)] of a node's widget inputs in the order the browser lays them out."""
+    import nodes
+    definition = nodes.NODE_CLASS_MAPPINGS[class_type].INPUT_TYPES()
+    ordered = list(definition.get("required", {}).items()) + list(definition.get("optional", {}).items())
+    return [(name, spec) for name, spec in ordered if _is_widget(spec)]
+
+
+def ui_to_api(workflow):
+    """The API prompt of a UI-format workflow (muted and bypassed nodes left out)."""
+    links = {link[0]: link for link in workflow["links"]}
+    prompt = {}
+    for node in workflow["nodes"]:
+        if node.get("mode", 0) != 0:
+            continue
+        inputs = {}
+        values = list(node.get("widgets_values", []))
+        for name, spec in widget_inputs(node["type"]):
+            if not values:
+                break
+            inputs[name] = values.pop(0)
+            if _has_control_widget(name, spec) and values:
+                values.pop(0)
+        for socket in node.get("inputs", []):
+            if socket.get("link") is not None:
+                _, from_node, from_slot, _, _, _ = links[socket["link"]]
+                inputs[socket["name"]] = [str(from_node), from_slot]
+        prompt[str(node["id"])] = {"class_type": node["type"], "inputs": inputs}
+    return prompt
+
+
+def substitute(prompt, replacements=None, overrides=None):
+    """A copy of `prompt` with node types swapped ({old type: (new type, inputs)}) and widget
+    values changed ({node type: {input: value}})."""
+    prompt = copy.deepcopy(prompt)
+    for node in prompt.values():
+        if replacements and node["class_type"] in replacements:
+            node["class_type"], node["inputs"] = replacements[node["class_type"]]
+            node["inputs"] = dict(node["inputs"])
+        for name, value in (overrides or {}).get(node["class_type"], {}).items():
+            node["inputs"][name] = value
+    return prompt
+
+
+class HeadlessServer:
+    """What PromptExecutor needs of ComfyUI's web server when none runs: it keeps the events."""
+
+    def __init__(self):
+        self.client_id = None
+        self.last_node_id = None
+        self.last_prompt_id = None
+        self.events = []
+
+    def send_sync(self, event, data, sid=None):
+        self.events.append((event, data))
+
+    def queue_updated(self):
+        pass
+
+
+def run_prompt(prompt):
+    """Validate and execute `prompt` with ComfyUI's executor; returns (executor, server)."""
+    import execution
+    prompt_id = str(uuid.uuid4())
+    valid = asyncio.run(execution.validate_prompt(prompt_id, prompt, None))
+    if not valid[0]:
+        raise RuntimeError(f"ComfyUI rejected the prompt: {valid[1]} {valid[3]}")
+    server = HeadlessServer()
+    executor = execution.PromptExecutor(server, cache_type=execution.CacheType.CLASSIC,
+                                        cache_args={"lru": 0, "ram": 0})
+    executor.execute(prompt, prompt_id, {"client_id": "headless"}, valid[2])  # events go to a client only
+    return executor, server
+
+
+def execution_error(executor):
+    """The exception message ComfyUI recorded for a failed run, or None."""
+    for kind, data in executor.status_messages:
+        if kind == "execution_error":
+            return f"{data.get('node_type')}: {data.get('exception_message')}"
+    return None

@@ -1,0 +1,45 @@
+"""CacheLatents: DATASET + VAE + CLIP → TRAINING_DATA, encoded once and kept on disk."""
+import os
+
+import folder_paths
+from comfy.utils import ProgressBar
+from comfy_api.latest import io
+
+from ..training.latent_cache import build_training_data
+from .types import CATEGORY, Dataset, TrainingData
+
+
+def default_cache_folder():
+    return os.path.join(folder_paths.get_output_directory(), "eridiffusion_cache")
+
+
+class CacheLatents(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="EriDiffusion_CacheLatents",
+            display_name="CacheLatents",
+            category=CATEGORY,
+            description="Encodes every image with the graph's VAE and every caption with its CLIP, once.",
+            inputs=[
+                Dataset.Input("dataset", tooltip="From LoadDataset."),
+                io.Vae.Input("vae", tooltip="The VAE of the model you train (encodes the images)."),
+                io.Clip.Input("clip", tooltip="The text encoder of the model you train (encodes the captions)."),
+                io.Int.Input("resolution", default=1024, min=64, max=4096, step=64,
+                             tooltip="Training area is about resolution²; images go to aspect-ratio buckets."),
+                io.Int.Input("shuffle_variants", default=4, min=1, max=32,
+                             tooltip="With tag shuffling: how many shuffled captions to encode per image."),
+                io.String.Input("cache_folder", default="",
+                                tooltip="Where encodings are kept; empty: output/eridiffusion_cache."),
+            ],
+            outputs=[TrainingData.Output(display_name="training_data", tooltip="Latents and conditionings.")],
+            hidden=[io.Hidden.unique_id],
+        )
+
+    @classmethod
+    def execute(cls, dataset, vae, clip, resolution, shuffle_variants, cache_folder):
+        progress = ProgressBar(len(dataset.records), node_id=cls.hidden.unique_id)
+        data = build_training_data(dataset, vae, clip, resolution, cache_folder.strip() or default_cache_folder(),
+                                   shuffle_variants=shuffle_variants,
+                                   progress=lambda done, total: progress.update_absolute(done, total))
+        return io.NodeOutput(data)

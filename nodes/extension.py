@@ -1,0 +1,17 @@
+"""The list of nodes ComfyUI registers for EriDiffusion."""
+from comfy_api.latest import ComfyExtension
+
+from .cache_node import CacheLatents
+from .dataset_node import LoadDataset
+from .demo_model_node import TinyDemoModel
+from .loss_graph_node import LossGraph
+from .sampling_node import SampleDuringTraining
+from .save_node import SaveLoRA
+from .trainer_node import LoRATrainer
+
+NODES = [LoadDataset, CacheLatents, LoRATrainer, SampleDuringTraining, SaveLoRA, LossGraph, TinyDemoModel]
+
+
+class EriDiffusionExtension(ComfyExtension):
+    async def get_node_list(self):
+        return list(NODES)

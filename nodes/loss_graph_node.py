@@ -1,0 +1,32 @@
+"""LossGraph: LOSS → IMAGE of the loss curve (raw and smoothed), also saved beside the run."""
+import os
+
+from comfy_api.latest import io, ui
+
+from ..training.atomic_file import write_atomic
+from ..training.loss_plot import as_image_tensor, draw_loss_plot
+from .types import CATEGORY, Loss
+
+
+class LossGraph(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="EriDiffusion_LossGraph",
+            display_name="LossGraph",
+            category=CATEGORY,
+            description="Plots the training loss, raw and smoothed.",
+            is_output_node=True,
+            inputs=[Loss.Input("loss", tooltip="From LoRATrainer.")],
+            outputs=[io.Image.Output(display_name="image", tooltip="The plot.")],
+        )
+
+    @classmethod
+    def execute(cls, loss):
+        title = (f"loss (eval {loss.eval_loss_before:.4g} -> {loss.eval_loss_after:.4g}, "
+                 f"{loss.seconds_per_step:.3g} s/step)")
+        picture = draw_loss_plot(list(loss.losses), title=title)
+        write_atomic(os.path.join(loss.run_dir, "loss.png"), lambda tmp: picture.save(tmp, format="PNG"),
+                     overwrite=True)
+        image = as_image_tensor(picture)
+        return io.NodeOutput(image, ui=ui.PreviewImage(image, cls=cls))

@@ -1,0 +1,10 @@
+"""The socket types EriDiffusion's nodes pass between each other (prefixed: other packs use plain names)."""
+from comfy_api.latest import io
+
+Dataset = io.Custom("ERI_DATASET")
+TrainingData = io.Custom("ERI_TRAINING_DATA")
+SampleConfig = io.Custom("ERI_SAMPLE_CONFIG")
+LoRA = io.Custom("ERI_LORA")
+Loss = io.Custom("ERI_LOSS")
+
+CATEGORY = "EriDiffusion"

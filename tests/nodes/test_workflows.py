@@ -1,0 +1,108 @@
+"""The example workflows and bad inputs, run headless through ComfyUI's own executor."""
+import json
+import os
+import shutil
+
+import folder_paths
+import pytest
+
+from eridiffusion.demo.example_workflows import EXAMPLES, FOLDER, render_examples
+from eridiffusion.demo.run_demo import demo_prompt
+from eridiffusion.demo.workflow import execution_error, load_extension, run_prompt, substitute
+
+NODE_IDS = {"EriDiffusion_LoadDataset", "EriDiffusion_CacheLatents", "EriDiffusion_LoRATrainer",
+            "EriDiffusion_SampleDuringTraining", "EriDiffusion_SaveLoRA", "EriDiffusion_LossGraph",
+            "EriDiffusion_TinyDemoModel"}
+
+
+@pytest.fixture(scope="module")
+def registered():
+    return load_extension()
+
+
+def tree(path):
+    return sorted(os.path.relpath(os.path.join(d, f), path) for d, _, files in os.walk(path) for f in files)
+
+
+def test_comfyui_custom_node_loader_registers_every_node_under_a_prefixed_id(registered):
+    import nodes
+    assert NODE_IDS <= set(registered)
+    assert nodes.NODE_DISPLAY_NAME_MAPPINGS["EriDiffusion_LoRATrainer"] == "LoRATrainer"
+    assert registered["SaveLoRA"] is not registered["EriDiffusion_SaveLoRA"]  # the host's own node is untouched
+
+
+def test_every_input_has_a_tooltip(registered):
+    for node_id in NODE_IDS:
+        definition = registered[node_id].INPUT_TYPES()
+        for group in ("required", "optional"):
+            for name, spec in definition.get(group, {}).items():
+                assert spec[1].get("tooltip"), f"{node_id}.{name} has no tooltip"
+
+
+def test_committed_example_workflows_match_the_node_definitions(registered):
+    for name, text in render_examples().items():
+        with open(os.path.join(FOLDER, name)) as f:
+            assert f.read() == text, f"{name} is stale: run `python -m demo.example_workflows`"
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_example_workflow_runs_headless_and_its_lora_loads_in_loraloader(example, registered, datasets_dir,
+                                                                         comfy_dirs, caplog):
+    prompt = demo_prompt(None, 12, os.path.join(datasets_dir, "dreambooth_dog"), example=example, size=128)
+    prompt = substitute(prompt, overrides={
+        "EriDiffusion_SampleDuringTraining": {"every": 6, "steps": 2},
+        "EriDiffusion_SaveLoRA": {"filename_prefix": f"workflow/{example[:-5]}"},
+        "KSampler": {"steps": 2}})
+    executor, server = run_prompt(prompt)
+    assert executor.success, execution_error(executor)
+    name = os.path.join("workflow", f"{example[:-5]}.safetensors")
+    assert name in folder_paths.get_filename_list("loras")
+    run_dirs = [d for d in os.listdir(comfy_dirs["output"]) if d.startswith("sks_dog")]
+    run_dir = os.path.join(comfy_dirs["output"], sorted(run_dirs)[-1])
+    assert {"loss.png", "loss.json", "summary.json"} <= set(os.listdir(run_dir))
+    assert sorted(os.listdir(os.path.join(run_dir, "samples"))) == [
+        "step_12_0.png", "step_12_1.png", "step_6_0.png", "step_6_1.png"]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        assert json.load(f)["steps"] == 12
+    # stock LoraLoader node on the same tiny model: every key matches
+    import nodes
+    from eridiffusion.demo.tiny_models import build_tiny
+    model, clip, _ = build_tiny(example.split("_")[0], seed=0)
+    caplog.clear()
+    nodes.LoraLoader().load_lora(model, clip, name, 1.0, 1.0)
+    assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
+    assert any(event == "executed" for event, _ in server.events)
+
+
+def bad_dataset(datasets_dir, tmp_path, case):
+    folder = tmp_path / "bad"
+    shutil.copytree(os.path.join(datasets_dir, "dreambooth_dog"), folder)
+    if case == "missing folder":
+        shutil.rmtree(folder)
+        return folder, "bad"
+    if case == "corrupt image":
+        (folder / "02.jpg").write_bytes((folder / "02.jpg").read_bytes()[:2000])
+        return folder, "02.jpg"
+    if case == "missing caption":
+        (folder / "03.txt").unlink()
+        return folder, "03.jpg"
+    if case == "non-image file":
+        (folder / "notes.pdf").write_bytes(b"%PDF-1.4")
+        return folder, "notes.pdf"
+    if case == "caption without image":
+        (folder / "04.jpg").unlink()
+        return folder, "04.txt"
+    raise ValueError(case)
+
+
+@pytest.mark.parametrize("case", ["missing folder", "corrupt image", "missing caption", "non-image file",
+                                  "caption without image"])
+def test_bad_dataset_stops_the_workflow_with_an_error_naming_the_file_and_writes_nothing(
+        case, registered, datasets_dir, comfy_dirs, tmp_path):
+    folder, named = bad_dataset(datasets_dir, tmp_path, case)
+    before = (tree(comfy_dirs["output"]), tree(comfy_dirs["loras"]))
+    executor, _ = run_prompt(demo_prompt(None, 5, str(folder), example="sd15_lora.json", size=128))
+    assert not executor.success
+    message = execution_error(executor)
+    assert message.startswith("EriDiffusion_LoadDataset") and named in message, message
+    assert (tree(comfy_dirs["output"]), tree(comfy_dirs["loras"])) == before

@@ -1,0 +1,112 @@
+"""Training tiny ComfyUI SD1.5 and SDXL models on real photos: learning, the saved file in stock
+ComfyUI, and the input model left alone."""
+import logging
+import os
+
+import comfy.model_management
+import comfy.sd
+import comfy.utils
+import pytest
+import safetensors
+import torch
+
+from eridiffusion.training.adapters import AdapterSpec
+from eridiffusion.training.config import TrainConfig
+from eridiffusion.training.trainer import TrainingHooks, train_lora
+
+
+def load_with_stock_comfyui(model, path, strength, caplog):
+    """ComfyUI's own LoRA loading path (what LoraLoader does), collecting its key warnings."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        patched, _ = comfy.sd.load_lora_for_models(model, None, comfy.utils.load_torch_file(path), strength, 0)
+    unmatched = [r.getMessage() for r in caplog.records
+                 if "lora key not loaded" in r.getMessage() or "NOT LOADED" in r.getMessage()]
+    return patched, unmatched
+
+
+def relative_error(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+def test_evaluation_loss_drops_at_least_30_percent(trained):
+    result = trained["result"]
+    assert result.eval_loss_after < 0.7 * result.eval_loss_before, (result.eval_loss_before, result.eval_loss_after)
+
+
+def test_training_loss_is_recorded_for_every_step(trained):
+    result = trained["result"]
+    assert len(result.losses) == trained["config"].steps
+    assert all(torch.isfinite(torch.tensor(result.losses)))
+
+
+def test_saved_file_loads_in_stock_comfyui_with_no_unmatched_key(trained, tmp_path, caplog):
+    path = trained["result"].lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
+    _, unmatched = load_with_stock_comfyui(trained["model"], path, 1.0, caplog)
+    assert unmatched == []
+    with safetensors.safe_open(path, "pt") as f:
+        keys = list(f.keys())
+        metadata = f.metadata()
+    layers = len(trained["result"].lora.tensors) // 3
+    assert len(keys) == 3 * layers and layers > 50
+    assert metadata["architecture"] == type(trained["model"].model.model_config).__name__
+    assert metadata["steps"] == "200" and metadata["eridiffusion_rank"] == "8"
+    assert metadata["dataset_hash"] == trained["data"].dataset_fingerprint
+
+
+def test_stock_comfyui_patched_output_equals_trainer_model_output(trained, tmp_path, caplog):
+    path = trained["result"].lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
+    patched, _ = load_with_stock_comfyui(trained["model"], path, 1.0, caplog)
+    probe = trained["probe"]
+    trainer_output = probe.output(trained["result"].patcher)
+    assert relative_error(probe.output(patched), trainer_output) < 1e-4
+    # and the LoRA does something: the trained model differs from the base
+    assert relative_error(trainer_output, trained["base_output_before"]) > 1e-2
+
+
+def test_strength_zero_equals_the_base_model(trained, tmp_path, caplog):
+    path = trained["result"].lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
+    patched, _ = load_with_stock_comfyui(trained["model"], path, 0.0, caplog)
+    assert relative_error(trained["probe"].output(patched), trained["base_output_before"]) < 1e-6
+
+
+def test_input_model_output_is_bit_identical_after_training(trained):
+    # the trained MODEL was used in the tests above; the input MODEL must not have changed
+    probe = trained["probe"]
+    probe.output(trained["result"].patcher)
+    assert torch.equal(probe.output(trained["model"]), trained["base_output_before"])
+
+
+def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained, tmp_path, caplog):
+    model = trained["model"]
+    config = TrainConfig(steps=50, learning_rate=1e-3, dtype="fp32", save_every=2, log_every=1,
+                         adapter=AdapterSpec(rank=4, alpha=4.0), run_name="cancelled")
+    seen = []
+
+    def on_progress(step, total, losses, stats):
+        seen.append(step)
+        if step == 5:
+            comfy.model_management.interrupt_current_processing(True)  # what ComfyUI's Cancel does
+
+    hooks = TrainingHooks(on_progress=on_progress,
+                          check_cancel=comfy.model_management.throw_exception_if_processing_interrupted)
+    try:
+        with torch.inference_mode(False), pytest.raises(comfy.model_management.InterruptProcessingException):
+            train_lora(model, trained["data"], config, str(tmp_path), hooks=hooks)
+    finally:
+        comfy.model_management.interrupt_current_processing(False)
+    assert seen == [1, 2, 3, 4, 5]
+    checkpoints = sorted(os.listdir(tmp_path / "checkpoints"))
+    assert checkpoints == ["cancelled_step000002.safetensors", "cancelled_step000004.safetensors"]
+    _, unmatched = load_with_stock_comfyui(model, str(tmp_path / "checkpoints" / checkpoints[-1]), 1.0, caplog)
+    assert unmatched == []
+    # the cancelled run's clone is gone: the input model computes exactly what it did before
+    assert torch.equal(trained["probe"].output(model), trained["base_output_before"])
+
+
+def test_adamw8bit_on_cpu_is_refused_before_training(trained, tmp_path):
+    from eridiffusion.training.errors import EriDiffusionError
+    config = TrainConfig(steps=5, optimizer="AdamW8bit", dtype="fp32", run_name="eightbit")
+    with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="AdamW8bit.*CUDA"):
+        train_lora(trained["model"], trained["data"], config, str(tmp_path))
+    assert not os.path.exists(tmp_path / "checkpoints")
