@@ -84,4 +84,6 @@ class LoRATrainer(io.ComfyNode):
         history = LossHistory(tuple(result.losses), result.eval_loss_before, result.eval_loss_after,
                               result.seconds_per_step, os.path.abspath(run_dir))
         samples = result.samples if result.samples is not None else torch.zeros(1, 64, 64, 3)
-        return io.NodeOutput(result.patcher, result.lora, history, samples)
+        summary = (f"{steps} steps, {result.seconds_per_step:.3g} s/step; evaluation loss "
+                   f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}; files in {run_dir}")
+        return io.NodeOutput(result.patcher, result.lora, history, samples, ui={"text": [summary]})

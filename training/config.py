@@ -30,9 +30,10 @@ class TrainConfig:
     run_name: str = "eridiffusion_lora"
     log_every: int = 10                 # steps between loss read-backs (each one is a device sync)
     eval_timesteps: int = 8             # fixed (noise, timestep) pairs per image for the evaluation loss
+    eval_images: int = 8                # the first N images make the evaluation set
 
     def __post_init__(self):
-        positive = ("steps", "batch_size", "grad_accum", "log_every", "eval_timesteps")
+        positive = ("steps", "batch_size", "grad_accum", "log_every", "eval_timesteps", "eval_images")
         for name in positive:
             if getattr(self, name) < 1:
                 raise EriDiffusionError(f"{name} must be at least 1 (got {getattr(self, name)}).")

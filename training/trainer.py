@@ -110,9 +110,9 @@ class BatchSampler:
 class _PreparedData:
     """Latents (model space) and model inputs of every sample, on the training device."""
 
-    def __init__(self, base_model, data, device):
+    def __init__(self, base_model, data, device, limit=None):
         self.latents, self.inputs, self.empty_inputs = [], [], []
-        for sample in data.samples:
+        for sample in data.samples[:limit]:
             latent = base_model.process_latent_in(sample.latent[None].float()).to(device, copy=True)[0]
             self.latents.append(latent)
             self.inputs.append([model_inputs(base_model, c, latent, device) for c in sample.conditionings])
@@ -131,7 +131,7 @@ def evaluation_loss(patcher, data, config, seed=1234):
     device = patcher.load_device
     comfy.model_management.load_models_gpu([patcher], force_full_load=True)
     objective = Objective(base.model_sampling)
-    prepared = _PreparedData(base, data, device)
+    prepared = _PreparedData(base, data, device, limit=config.eval_images)
     ms = base.model_sampling
     t_lo, t_hi = float(ms.timestep(ms.sigma_min.reshape(1))), float(ms.timestep(ms.sigma_max.reshape(1)))
     fractions = (torch.arange(config.eval_timesteps, dtype=torch.float32) + 0.5) / config.eval_timesteps
@@ -177,6 +177,8 @@ def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks
     device = patcher.load_device
     optimizer = make_optimizer(config, list(adapters.parameters()), device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(config))
+    # fp16 gradients underflow without loss scaling; bf16 and fp32 need none (the scaler is then a no-op).
+    scaler = torch.amp.GradScaler(device.type, enabled=config.dtype == "fp16" and device.type == "cuda")
 
     # The clone's injections touch the shared modules while it is loaded: always hand it back.
     try:
@@ -220,11 +222,13 @@ def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks
                 x_t = objective.noisy_latent(x0, noise, sigma)
                 denoised = _prediction(base, transformer_options, x_t, sigma, batch_inputs(chosen), config.torch_dtype)
                 loss = objective.loss(denoised, x0, sigma).mean() / config.grad_accum
-                loss.backward()
+                scaler.scale(loss).backward()
                 step_loss += loss.detach()
+            scaler.unscale_(optimizer)
             if config.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(adapters.parameters(), config.max_grad_norm)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             losses_on_device[step] = step_loss
