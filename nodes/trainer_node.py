@@ -7,11 +7,12 @@ import torch
 from comfy.utils import ProgressBar
 from comfy_api.latest import io
 
-from ..training.adapters import TARGET_PRESETS, AdapterSpec
-from ..training.config import DTYPES, LR_SCHEDULES, OPTIMIZERS, TrainConfig
+from ..training.adapters import ALGORITHMS, TARGET_PRESETS, AdapterSpec
+from ..training.config import DTYPES, LR_SCHEDULES, TrainConfig
+from ..training.optimizers import OPTIMIZERS
 from ..training.loss_plot import LossHistory
 from ..training.trainer import TrainingHooks, train_lora, unique_run_dir
-from .types import CATEGORY, LoRA, Loss, SampleConfig, TrainingData
+from .types import CATEGORY, LoRA, Loss, Resume, SampleConfig, TrainingData
 
 
 class LoRATrainer(io.ComfyNode):
@@ -28,13 +29,26 @@ class LoRATrainer(io.ComfyNode):
                 io.Int.Input("steps", default=500, min=1, max=1000000, tooltip="Optimizer steps."),
                 io.Float.Input("learning_rate", default=1e-4, min=1e-7, max=0.1, step=1e-6,
                                tooltip="Peak learning rate of the adapter."),
-                io.Int.Input("rank", default=16, min=1, max=256, tooltip="LoRA rank (size of the adapter)."),
+                io.Combo.Input("algorithm", options=list(ALGORITHMS), default="lora",
+                               tooltip="lora; dora (LoRA + learned magnitude); lokr (Kronecker); loha (Hadamard)."),
+                io.Int.Input("rank", default=16, min=1, max=256, tooltip="Adapter rank (its size)."),
                 io.Float.Input("alpha", default=16.0, min=0.01, max=1024.0, step=0.5,
-                               tooltip="LoRA alpha; the adapter is scaled by alpha / rank."),
+                               tooltip="The adapter is scaled by alpha / rank (LoKr with full factors: 1)."),
+                io.Int.Input("conv_rank", default=0, min=0, max=256,
+                             tooltip="> 0 also adapts the UNet's resnet convolutions (LoCon) at this rank."),
+                io.Float.Input("conv_alpha", default=1.0, min=0.01, max=1024.0, step=0.5,
+                               tooltip="Alpha of the conv adapters."),
+                io.Int.Input("lokr_factor", default=-1, min=-1, max=64,
+                             tooltip="LoKr only: Kronecker factor (-1: as balanced as the layer allows)."),
+                io.Boolean.Input("lokr_full_rank", default=False,
+                                 tooltip="LoKr only: keep both Kronecker factors whole (no low-rank split)."),
                 io.Int.Input("batch_size", default=1, min=1, max=64, tooltip="Images per micro-batch (same bucket)."),
                 io.Int.Input("grad_accum", default=1, min=1, max=256, tooltip="Micro-batches per optimizer step."),
                 io.Combo.Input("optimizer", options=list(OPTIMIZERS), default="AdamW",
-                               tooltip="AdamW8bit (bitsandbytes) saves memory and needs a CUDA GPU."),
+                               tooltip="8-bit and paged variants (bitsandbytes) save memory; Prodigy sets its own "
+                                       "step size (use learning_rate 1.0). Checked on your device before training."),
+                io.Float.Input("text_encoder_lr", default=0.0, min=0.0, max=1.0, step=1e-6,
+                               tooltip="> 0 also trains the text encoder(s) at this learning rate (connect clip)."),
                 io.Combo.Input("lr_schedule", options=list(LR_SCHEDULES), default="constant",
                                tooltip="Learning rate after warmup: constant, or cosine decay to zero."),
                 io.Int.Input("warmup_steps", default=0, min=0, max=100000, tooltip="Steps of linear warmup."),
@@ -48,9 +62,15 @@ class LoRATrainer(io.ComfyNode):
                                tooltip="attention: q/k/v/out projections; all-linear: every linear layer."),
                 io.Int.Input("save_every", default=0, min=0, max=1000000,
                              tooltip="Write a checkpoint to output/<run_name>/checkpoints every N steps (0: at the end only)."),
+                io.Int.Input("keep_last", default=0, min=0, max=1000,
+                             tooltip="Keep only the newest N periodic checkpoints (0: keep all)."),
                 io.String.Input("run_name", default="eridiffusion_lora",
                                 tooltip="Folder under ComfyUI's output for checkpoints, samples and the loss log."),
                 SampleConfig.Input("sample_config", optional=True, tooltip="From SampleDuringTraining (optional)."),
+                io.Clip.Input("clip", optional=True,
+                              tooltip="The graph's CLIP: needed to train the text encoder (text_encoder_lr > 0)."),
+                Resume.Input("resume", optional=True,
+                             tooltip="From LoadLoRAForTraining: continue that run (same settings) or that LoRA."),
             ],
             outputs=[
                 io.Model.Output(display_name="model", tooltip="A copy of the input model with the trained LoRA."),
@@ -58,20 +78,24 @@ class LoRATrainer(io.ComfyNode):
                 Loss.Output(display_name="loss", tooltip="Loss history; connect to LossGraph."),
                 io.Image.Output(display_name="samples",
                                 tooltip="Latest sample grid (a black 64×64 image without a sample_config)."),
+                io.Clip.Output(display_name="clip",
+                               tooltip="A copy of the input CLIP with the trained text-encoder adapter (else the input)."),
             ],
             hidden=[io.Hidden.unique_id],
         )
 
     @classmethod
-    def execute(cls, model, training_data, steps, learning_rate, rank, alpha, batch_size, grad_accum, optimizer,
-                lr_schedule, warmup_steps, seed, dtype, gradient_checkpointing, targets, save_every, run_name,
-                sample_config=None):
-        config = TrainConfig(steps=steps, learning_rate=learning_rate,
-                             adapter=AdapterSpec(rank=rank, alpha=alpha, targets=targets), batch_size=batch_size,
-                             grad_accum=grad_accum, optimizer=optimizer, lr_schedule=lr_schedule,
-                             warmup_steps=warmup_steps, seed=seed, dtype=dtype,
+    def execute(cls, model, training_data, steps, learning_rate, algorithm, rank, alpha, conv_rank, conv_alpha,
+                lokr_factor, lokr_full_rank, batch_size, grad_accum, optimizer, text_encoder_lr, lr_schedule,
+                warmup_steps, seed, dtype, gradient_checkpointing, targets, save_every, keep_last, run_name,
+                sample_config=None, clip=None, resume=None):
+        adapter = AdapterSpec(algorithm=algorithm, rank=rank, alpha=alpha, targets=targets, conv_rank=conv_rank,
+                              conv_alpha=conv_alpha, lokr_factor=lokr_factor, lokr_full_rank=lokr_full_rank)
+        config = TrainConfig(steps=steps, learning_rate=learning_rate, text_encoder_lr=text_encoder_lr,
+                             adapter=adapter, batch_size=batch_size, grad_accum=grad_accum, optimizer=optimizer,
+                             lr_schedule=lr_schedule, warmup_steps=warmup_steps, seed=seed, dtype=dtype,
                              gradient_checkpointing=gradient_checkpointing, save_every=save_every,
-                             run_name=run_name.strip())
+                             keep_last=keep_last, run_name=run_name.strip())
         progress = ProgressBar(steps, node_id=cls.hidden.unique_id)
         hooks = TrainingHooks(
             on_progress=lambda step, total, losses, stats: progress.update_absolute(step, total),
@@ -80,10 +104,12 @@ class LoRATrainer(io.ComfyNode):
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)
         # ComfyUI runs nodes under inference_mode; training needs autograd.
         with torch.inference_mode(False), torch.enable_grad():
-            result = train_lora(model, training_data, config, run_dir, sample_settings=sample_config, hooks=hooks)
+            result = train_lora(model, training_data, config, run_dir, sample_settings=sample_config, hooks=hooks,
+                                clip=clip, resume=resume)
         history = LossHistory(tuple(result.losses), result.eval_loss_before, result.eval_loss_after,
                               result.seconds_per_step, os.path.abspath(run_dir))
         samples = result.samples if result.samples is not None else torch.zeros(1, 64, 64, 3)
         summary = (f"{steps} steps, {result.seconds_per_step:.3g} s/step; evaluation loss "
                    f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}; files in {run_dir}")
-        return io.NodeOutput(result.patcher, result.lora, history, samples, ui={"text": [summary]})
+        out_clip = result.clip if result.clip is not None else clip
+        return io.NodeOutput(result.patcher, result.lora, history, samples, out_clip, ui={"text": [summary]})

@@ -6,5 +6,6 @@ TrainingData = io.Custom("ERI_TRAINING_DATA")
 SampleConfig = io.Custom("ERI_SAMPLE_CONFIG")
 LoRA = io.Custom("ERI_LORA")
 Loss = io.Custom("ERI_LOSS")
+Resume = io.Custom("ERI_RESUME")
 
 CATEGORY = "EriDiffusion"

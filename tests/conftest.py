@@ -35,9 +35,10 @@ def dog_dataset(datasets_dir):
     return load_dataset(os.path.join(datasets_dir, "dreambooth_dog"))
 
 
-def _train_tiny(arch, dataset, output_dir):
-    """A tiny ComfyUI stack of `arch`, its 4-image training data and a finished training run,
-    plus the base model's output on a fixed probe input taken before training."""
+def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
+    """A tiny ComfyUI stack of `arch`, its 4-image training data and a finished training run of
+    `algorithm` (plus LoCon convs when conv_rank > 0), and the base model's output on a fixed
+    probe input taken before training."""
     import torch
     from eridiffusion.demo.tiny_models import build_tiny
     from eridiffusion.training.adapters import AdapterSpec
@@ -51,10 +52,12 @@ def _train_tiny(arch, dataset, output_dir):
     data.samples = data.samples[:TRAINING_IMAGES]
     probe = ProbeInput.of(model, data)
     before = probe.output(model)
-    config = TrainConfig(steps=200, learning_rate=3e-3, dtype="fp32", seed=0, log_every=20,
-                         adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"), run_name=f"test_{arch}")
+    adapter = AdapterSpec(algorithm=algorithm, rank=8, alpha=8.0, targets="all-linear", conv_rank=conv_rank,
+                          conv_alpha=float(conv_rank or 1))
+    config = TrainConfig(steps=200, learning_rate=3e-3, dtype="fp32", seed=0, log_every=20, adapter=adapter,
+                         run_name=f"test_{arch}_{algorithm}_{conv_rank}")
     with torch.inference_mode(False):
-        result = train_lora(model, data, config, os.path.join(output_dir, f"run_{arch}"))
+        result = train_lora(model, data, config, os.path.join(output_dir, "run"))
     return {"model": model, "clip": clip, "vae": vae, "data": data, "config": config, "result": result,
             "probe": probe, "base_output_before": before}
 
@@ -85,15 +88,28 @@ class ProbeInput:
 
 
 _TRAINED = {}
+TRAINED_CASES = [(arch, algorithm, conv) for arch in ("sd15", "sdxl") for algorithm in ("lora", "dora", "lokr", "loha")
+                 for conv in (0, 8)]
 
 
-@pytest.fixture(params=["sd15", "sdxl"])
+def trained_run(case, dataset, tmp_path_factory):
+    """One training run per case for the whole session (each takes 15-30 s on 2 CPU cores)."""
+    if case not in _TRAINED:
+        folder = str(tmp_path_factory.mktemp("trained_" + "_".join(map(str, case))))
+        _TRAINED[case] = _train_tiny(*case, dataset, folder)
+    return _TRAINED[case]
+
+
+@pytest.fixture(params=TRAINED_CASES, ids=lambda case: "-".join(map(str, case)))
 def trained(request, dog_dataset, tmp_path_factory):
-    """One training run per architecture for the whole session (the runs take ~10 s each)."""
-    arch = request.param
-    if arch not in _TRAINED:
-        _TRAINED[arch] = _train_tiny(arch, dog_dataset, str(tmp_path_factory.mktemp(f"trained_{arch}")))
-    return _TRAINED[arch]
+    """Every architecture x algorithm x {linear only, with conv} trained on 4 real photos."""
+    return trained_run(request.param, dog_dataset, tmp_path_factory)
+
+
+@pytest.fixture(params=[("sd15", "lora", 0), ("sdxl", "lora", 0)], ids=["sd15", "sdxl"])
+def trained_lora(request, dog_dataset, tmp_path_factory):
+    """The plain LoRA runs: for tests of the loop itself rather than of an algorithm."""
+    return trained_run(request.param, dog_dataset, tmp_path_factory)
 
 
 def pytest_sessionfinish(session, exitstatus):

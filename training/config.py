@@ -5,9 +5,9 @@ import torch
 
 from .adapters import AdapterSpec
 from .errors import EriDiffusionError
+from .optimizers import OPTIMIZERS
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-OPTIMIZERS = ("AdamW", "AdamW8bit")
 LR_SCHEDULES = ("constant", "cosine")
 
 
@@ -15,6 +15,7 @@ LR_SCHEDULES = ("constant", "cosine")
 class TrainConfig:
     steps: int = 500
     learning_rate: float = 1e-4
+    text_encoder_lr: float = 0.0        # > 0 also trains the text encoder(s), at this learning rate
     adapter: AdapterSpec = AdapterSpec()
     batch_size: int = 1
     grad_accum: int = 1
@@ -27,6 +28,7 @@ class TrainConfig:
     dtype: str = "bf16"                 # compute dtype of the frozen model; adapters keep fp32 masters
     gradient_checkpointing: bool = False
     save_every: int = 0                 # 0: save only at the end
+    keep_last: int = 0                  # keep only the newest N periodic checkpoints (0: all)
     run_name: str = "eridiffusion_lora"
     log_every: int = 10                 # steps between loss read-backs (each one is a device sync)
     eval_timesteps: int = 8             # fixed (noise, timestep) pairs per image for the evaluation loss
@@ -37,16 +39,19 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise EriDiffusionError(f"{name} must be at least 1 (got {getattr(self, name)}).")
-        if not 0 < self.learning_rate < 1:
-            raise EriDiffusionError(f"learning_rate {self.learning_rate} is outside (0, 1); LoRA uses ~1e-4.")
+        if not 0 < self.learning_rate <= 10:
+            raise EriDiffusionError(f"learning_rate {self.learning_rate} is outside (0, 10]; LoRA uses ~1e-4 "
+                                    "(Prodigy: 1.0).")
         if self.optimizer not in OPTIMIZERS:
             raise EriDiffusionError(f"optimizer '{self.optimizer}' unknown; choose one of {OPTIMIZERS}.")
         if self.lr_schedule not in LR_SCHEDULES:
             raise EriDiffusionError(f"lr_schedule '{self.lr_schedule}' unknown; choose one of {LR_SCHEDULES}.")
         if self.dtype not in DTYPES:
             raise EriDiffusionError(f"dtype '{self.dtype}' unknown; choose one of {tuple(DTYPES)}.")
-        if self.warmup_steps < 0 or self.save_every < 0 or self.weight_decay < 0 or self.max_grad_norm < 0:
-            raise EriDiffusionError("warmup_steps, save_every, weight_decay and max_grad_norm cannot be negative.")
+        if min(self.warmup_steps, self.save_every, self.keep_last, self.weight_decay, self.max_grad_norm,
+               self.text_encoder_lr) < 0:
+            raise EriDiffusionError("warmup_steps, save_every, keep_last, weight_decay, max_grad_norm and "
+                                    "text_encoder_lr cannot be negative.")
         if not self.run_name or any(c in self.run_name for c in "/\\") or self.run_name.startswith("."):
             raise EriDiffusionError(f"run_name '{self.run_name}' must be a plain folder name (no slashes, "
                                     "not starting with a dot).")

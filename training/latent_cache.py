@@ -32,6 +32,7 @@ class TrainingSample:
     latent: torch.Tensor              # (C, h, w), VAE space, CPU
     conditionings: list               # ComfyUI conditionings, one per caption variant
     bucket: tuple                     # (width, height) in pixels
+    captions: tuple = ()              # the caption variants' texts (text-encoder training encodes them live)
 
 
 @dataclass
@@ -171,7 +172,8 @@ def build_training_data(dataset, vae, clip, resolution, cache_folder, shuffle_va
     for index, record in enumerate(dataset.records):
         latent, bucket = cache.latent(record.path, resolution)
         texts = caption_variants(record.caption, options, variants_wanted, seed + index)
-        samples.append(TrainingSample(record.path, latent, [cache.conditioning(t) for t in texts], bucket))
+        samples.append(TrainingSample(record.path, latent, [cache.conditioning(t) for t in texts], bucket,
+                                      tuple(texts)))
         if progress is not None:
             progress(index + 1, len(dataset.records))
     empty = cache.conditioning("")

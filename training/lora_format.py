@@ -1,5 +1,6 @@
 """ComfyUI's LoRA file format: which key names address which weights, the tensors and
 metadata of a saved adapter, and writing the .safetensors file."""
+import dataclasses
 import json
 from dataclasses import dataclass, field
 
@@ -33,6 +34,21 @@ def loadable_weight_keys(base_model):
     return prefixes
 
 
+def loadable_clip_keys(cond_stage_model):
+    """{CLIP weight key: key prefix in a LoRA file} for the text-encoder weights ComfyUI's
+    LoraLoader addresses: kohya's `lora_te_…` (SD1.x), `lora_te1_…`/`lora_te2_…` (SDXL), else the
+    generic `text_encoders.…`."""
+    key_map = comfy.lora.model_lora_keys_clip(cond_stage_model, {})
+    two_encoders = any(k.startswith("clip_g.") for k in cond_stage_model.state_dict())
+    preferred = ("lora_te1_", "lora_te2_") if two_encoders else ("lora_te_",)
+    prefixes = {}
+    for lora_key, weight_key in key_map.items():
+        if lora_key.startswith(preferred) or (lora_key.startswith("text_encoders.") and weight_key not in prefixes):
+            if weight_key not in prefixes or not prefixes[weight_key].startswith(preferred):
+                prefixes[weight_key] = lora_key
+    return prefixes
+
+
 @dataclass
 class TrainedLoRA:
     """What SaveLoRA writes: tensors under ComfyUI's names (fp32, CPU) and the metadata."""
@@ -48,18 +64,24 @@ class TrainedLoRA:
                             overwrite=overwrite)
 
 
-def export_lora(adapter_set, prefixes, metadata):
-    """Collect an AdapterSet's tensors under the file prefixes of its layers."""
+def export_lora(adapter_set, prefixes, metadata, text_encoder=None):
+    """Collect an AdapterSet's tensors under the file prefixes of its layers; `text_encoder` is
+    an optional (AdapterSet, prefixes) pair of text-encoder adapters saved in the same file."""
     tensors = {}
-    for layer, adapter in adapter_set.items():
-        prefix = prefixes[f"{layer}.weight"]
-        for name, tensor in adapter.comfy_tensors().items():
-            tensors[f"{prefix}.{name}"] = tensor.detach().to("cpu", torch.float32).clone()
+    for adapters, names in [(adapter_set, prefixes)] + ([text_encoder] if text_encoder else []):
+        for layer, adapter in adapters.items():
+            prefix = names[f"{layer}.weight"]
+            for name, tensor in adapter.comfy_tensors().items():
+                tensors[f"{prefix}.{name}"] = tensor.detach().to("cpu", torch.float32).clone()
     spec = adapter_set.spec
     meta = {
-        "ss_network_module": "networks.lora",  # kohya's keys, read by tools that list LoRA info
+        # kohya's keys, read by tools that list LoRA info
+        "ss_network_module": "networks.lora" if spec.algorithm == "lora" else "lycoris.kohya",
         "ss_network_dim": str(spec.rank),
         "ss_network_alpha": str(spec.alpha),
+        "ss_network_args": json.dumps({"algo": spec.algorithm, "conv_dim": spec.conv_rank,
+                                       "conv_alpha": spec.conv_alpha, "factor": spec.lokr_factor}),
+        "eridiffusion_adapter_spec": json.dumps(dataclasses.asdict(spec)),
         "eridiffusion_adapter": spec.algorithm,
         "eridiffusion_rank": str(spec.rank),
         "eridiffusion_alpha": str(spec.alpha),

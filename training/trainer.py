@@ -1,9 +1,10 @@
 """The training loop: setup, loop, evaluation, checkpoints — in that order, top to bottom.
 
-Works on a ComfyUI ModelPatcher and the TrainingData of CacheLatents. The input patcher is
-never changed: training happens on a clone with adapters injected in bypass form, and the
-result is another clone of the input with the trained adapters attached.
+Works on a ComfyUI ModelPatcher (and optionally its CLIP) and the TrainingData of CacheLatents.
+The inputs are never changed: training happens on clones with adapters injected in bypass
+form, and the results are other clones of the inputs with the trained adapters attached.
 """
+import hashlib
 import json
 import math
 import os
@@ -13,9 +14,8 @@ from typing import Callable, Optional
 
 import torch
 
-import comfy.model_management
-
 from .. import __version__
+from . import model_loading
 from .adapters import attach_adapters
 from .atomic_file import write_atomic
 from .autograd_weights import frozen_weights_injection
@@ -24,7 +24,10 @@ from .errors import EriDiffusionError
 from .lora_format import export_lora, loadable_weight_keys
 from .model_inputs import batch_inputs, model_inputs
 from .objective import Objective
+from .optimizers import check_optimizer_runs, make_optimizer
+from .resume import adapters_from_tensors, save_state, state_path
 from .sample_render import render_samples
+from .text_encoder import TextEncoderTraining, parameter_groups
 
 
 @dataclass
@@ -46,8 +49,10 @@ class TrainResult:
     run_dir: str
     checkpoints: list = field(default_factory=list)
     samples: Optional[torch.Tensor] = None
+    adapters: object = None          # the trained AdapterSet (attached to `patcher`)
     sample_paths: list = field(default_factory=list)
     peak_memory_gib: float = 0.0
+    clip: object = None              # a clone of the input CLIP with its trained adapters, if trained
 
 
 def unique_run_dir(parent, name):
@@ -58,17 +63,6 @@ def unique_run_dir(parent, name):
         candidate = os.path.join(parent, f"{name}_{n}")
     os.makedirs(candidate, exist_ok=True)
     return candidate
-
-
-def make_optimizer(config, params, device):
-    if config.optimizer == "AdamW8bit":
-        if device.type != "cuda":
-            raise EriDiffusionError("optimizer AdamW8bit (bitsandbytes) needs a CUDA GPU; this run is on "
-                                    f"{device.type}. Choose AdamW.")
-        import bitsandbytes
-        return bitsandbytes.optim.AdamW8bit(params, lr=config.learning_rate, weight_decay=config.weight_decay)
-    return torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
-                             fused=device.type == "cuda")
 
 
 def lr_factor(config):
@@ -106,17 +100,38 @@ class BatchSampler:
             self._refill()
         return self.pending.pop()
 
+    def state(self):
+        return {"generator": self.generator.get_state(), "pending": [list(b) for b in self.pending]}
 
-class _PreparedData:
-    """Latents (model space) and model inputs of every sample, on the training device."""
+    def load_state(self, state):
+        self.generator.set_state(state["generator"])
+        self.pending = [list(b) for b in state["pending"]]
 
-    def __init__(self, base_model, data, device, limit=None):
-        self.latents, self.inputs, self.empty_inputs = [], [], []
+
+class PreparedData:
+    """Latents (model space) and, unless captions are encoded live, model inputs of every
+    sample, on the training device."""
+
+    def __init__(self, base_model, data, device, limit=None, cached_inputs=True):
+        self.base_model, self.device = base_model, device
+        self.latents, self.inputs, self.empty_inputs, self.captions = [], [], [], []
         for sample in data.samples[:limit]:
             latent = base_model.process_latent_in(sample.latent[None].float()).to(device, copy=True)[0]
             self.latents.append(latent)
-            self.inputs.append([model_inputs(base_model, c, latent, device) for c in sample.conditionings])
-            self.empty_inputs.append(model_inputs(base_model, data.empty_conditioning, latent, device))
+            self.captions.append(list(sample.captions))
+            if cached_inputs:
+                self.inputs.append([model_inputs(base_model, c, latent, device) for c in sample.conditionings])
+                self.empty_inputs.append(model_inputs(base_model, data.empty_conditioning, latent, device))
+
+    def variants(self, index):
+        return len(self.captions[index])
+
+    def inputs_for(self, index, variant, text_encoder=None):
+        """Model inputs of sample `index` with caption `variant` (None: the empty caption)."""
+        if text_encoder is None:
+            return self.empty_inputs[index] if variant is None else self.inputs[index][variant]
+        text = "" if variant is None else self.captions[index][variant]
+        return model_inputs(self.base_model, text_encoder.conditioning(text), self.latents[index], self.device)
 
 
 def _prediction(base_model, transformer_options, x_t, sigma, inputs, dtype):
@@ -124,26 +139,27 @@ def _prediction(base_model, transformer_options, x_t, sigma, inputs, dtype):
         return base_model.apply_model(x_t, sigma, transformer_options=dict(transformer_options), **inputs)
 
 
-def evaluation_loss(patcher, data, config, seed=1234):
+def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
     """Mean native-parameterization loss over fixed (noise, timestep) pairs per image: the same
     numbers before and after training, so the drop measures what was learned."""
     base = patcher.model
     device = patcher.load_device
-    comfy.model_management.load_models_gpu([patcher], force_full_load=True)
     objective = Objective(base.model_sampling)
-    prepared = _PreparedData(base, data, device, limit=config.eval_images)
-    ms = base.model_sampling
-    t_lo, t_hi = float(ms.timestep(ms.sigma_min.reshape(1))), float(ms.timestep(ms.sigma_max.reshape(1)))
-    fractions = (torch.arange(config.eval_timesteps, dtype=torch.float32) + 0.5) / config.eval_timesteps
-    sigmas = ms.sigma(t_lo + fractions * (t_hi - t_lo)).float().to(device)
-    generator = torch.Generator().manual_seed(seed)
-    total, count = 0.0, 0
     with torch.no_grad():
-        for latent, inputs in zip(prepared.latents, prepared.inputs):
+        prepared = PreparedData(base, data, device, limit=config.eval_images, cached_inputs=text_encoder is None)
+        ms = base.model_sampling
+        t_lo, t_hi = float(ms.timestep(ms.sigma_min.reshape(1))), float(ms.timestep(ms.sigma_max.reshape(1)))
+        fractions = (torch.arange(config.eval_timesteps, dtype=torch.float32) + 0.5) / config.eval_timesteps
+        sigmas = ms.sigma(t_lo + fractions * (t_hi - t_lo)).float().to(device)
+        generator = torch.Generator().manual_seed(seed)
+        total, count = 0.0, 0
+        for index, latent in enumerate(prepared.latents):
+            inputs = prepared.inputs_for(index, 0, text_encoder)
+            model_loading.load(patcher)  # (again, after the text encoder took the device)
             x0 = latent[None].expand(len(sigmas), *latent.shape)
             noise = torch.randn(x0.shape, generator=generator).to(device)
             x_t = objective.noisy_latent(x0, noise, sigmas)
-            batch = batch_inputs([inputs[0]] * len(sigmas))
+            batch = batch_inputs([inputs] * len(sigmas))
             denoised = _prediction(base, patcher.model_options.get("transformer_options", {}), x_t, sigmas,
                                    batch, config.torch_dtype)
             total += float(objective.loss(denoised, x0, sigmas).sum())
@@ -151,104 +167,174 @@ def evaluation_loss(patcher, data, config, seed=1234):
     return total / count
 
 
-def _unload(patcher):
-    """Hand the training clone back to ComfyUI's memory manager so its injections come off."""
-    for loaded in list(comfy.model_management.current_loaded_models):
-        if loaded.model is patcher:
-            loaded.model_unload()
-            comfy.model_management.current_loaded_models.remove(loaded)
+class TrainingRun:
+    """One run's moving parts, built in __init__ (nothing trained yet) and driven by train()."""
 
+    def __init__(self, model_patcher, data, config, run_dir, clip=None, resume=None):
+        if not data.samples:
+            raise EriDiffusionError("TRAINING_DATA holds no samples; check the LoadDataset folder.")
+        if config.text_encoder_lr > 0 and clip is None:
+            raise EriDiffusionError("text_encoder_lr > 0 trains the text encoder: connect the graph's CLIP to "
+                                    "LoRATrainer's clip input (or set text_encoder_lr to 0).")
+        self.model_patcher, self.data, self.config, self.run_dir = model_patcher, data, config, run_dir
+        self.base = model_patcher.model
+        self.prefixes = loadable_weight_keys(self.base)
+        self.patcher = model_patcher.clone()
+        self.device = self.patcher.load_device
+        check_optimizer_runs(config.optimizer, self.device)  # before any heavy work
 
-def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks=None):
-    hooks = hooks or TrainingHooks()
-    if not data.samples:
-        raise EriDiffusionError("TRAINING_DATA holds no samples; check the LoadDataset folder.")
-    base = model_patcher.model
-    prefixes = loadable_weight_keys(base)
+        # a clone with autograd-safe weights, adapters (fresh or from the resume file), checkpointing
+        if self.base.get_dtype() != config.torch_dtype:
+            self.patcher.set_model_compute_dtype(config.torch_dtype)
+        frozen_weights_injection(self.patcher)
+        spec = resume.spec if resume is not None else config.adapter
+        if resume is None:
+            self.adapters = attach_adapters(self.patcher, spec, self.prefixes.keys(), seed=config.seed)
+        else:
+            self.adapters, used = adapters_from_tensors(self.patcher.model, resume.tensors, spec, self.prefixes,
+                                                        resume.path)
+            self.adapters.to(self.device).attach_to(self.patcher)
+        if config.gradient_checkpointing:
+            checkpointing_injection(self.patcher)
+        self.text_encoder = None
+        if config.text_encoder_lr > 0:
+            self.text_encoder = TextEncoderTraining(clip, spec, config.seed,
+                                                    resume.tensors if resume is not None else None,
+                                                    resume.path if resume is not None else None)
+        if resume is not None:
+            te_used = self.text_encoder.used_keys if self.text_encoder else set()
+            unused = sorted(set(resume.tensors) - used - te_used)
+            if unused:
+                raise EriDiffusionError(f"{resume.path} has weights this run would drop (e.g. {unused[0]}): "
+                                        "text-encoder weights need a CLIP and text_encoder_lr > 0; others belong "
+                                        "to another model.")
 
-    # --- setup: a clone with autograd-safe weights, adapters, optional checkpointing
-    patcher = model_patcher.clone()
-    if base.get_dtype() != config.torch_dtype:
-        patcher.set_model_compute_dtype(config.torch_dtype)
-    frozen_weights_injection(patcher)
-    adapters = attach_adapters(patcher, config.adapter, prefixes.keys(), seed=config.seed)
-    if config.gradient_checkpointing:
-        checkpointing_injection(patcher)
-    device = patcher.load_device
-    optimizer = make_optimizer(config, list(adapters.parameters()), device)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(config))
-    # fp16 gradients underflow without loss scaling; bf16 and fp32 need none (the scaler is then a no-op).
-    scaler = torch.amp.GradScaler(device.type, enabled=config.dtype == "fp16" and device.type == "cuda")
+        groups = parameter_groups(self.adapters, config.learning_rate, self.text_encoder, config.text_encoder_lr)
+        self.optimizer = make_optimizer(config.optimizer, groups, config.learning_rate, config.weight_decay,
+                                        self.device)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(config))
+        # fp16 gradients underflow without loss scaling; bf16 and fp32 need none (the scaler is then a no-op).
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.dtype == "fp16"
+                                           and self.device.type == "cuda")
+        self.batches = BatchSampler(data, config.batch_size, config.seed)
+        self.choice = torch.Generator().manual_seed(config.seed + 1)          # captions and dropout, CPU side
+        self.noise_gen = torch.Generator(device=self.device).manual_seed(config.seed + 2)
+        self.start_step, self.losses, self.eval_before = 0, [], None
+        self.checkpoints = []
+        if resume is not None and resume.state is not None:
+            self._load_state(resume.state, resume.path)
 
-    # The clone's injections touch the shared modules while it is loaded: always hand it back.
-    try:
-        eval_before = evaluation_loss(patcher, data, config)
-        comfy.model_management.load_models_gpu([patcher], force_full_load=True)
-        objective = Objective(base.model_sampling)
-        prepared = _PreparedData(base, data, device)
-        batches = BatchSampler(data, config.batch_size, config.seed)
-        choice = torch.Generator().manual_seed(config.seed + 1)          # captions and dropout, CPU side
-        noise_gen = torch.Generator(device=device).manual_seed(config.seed + 2)
-        transformer_options = patcher.model_options.get("transformer_options", {})
+    # --- the training state that makes a resumed run continue exactly
+    def _state(self, step):
+        return {"step": step, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(), "batches": self.batches.state(),
+                "choice": self.choice.get_state(), "noise": self.noise_gen.get_state(),
+                "losses": list(self.losses), "eval_loss_before": self.eval_before,
+                "config_fingerprint": config_fingerprint(self.config), "config": self.config.as_dict()}
+
+    def _load_state(self, state, path):
+        if state["config_fingerprint"] != config_fingerprint(self.config):
+            changed = sorted(k for k, v in resumable_settings(self.config).items()
+                             if state["config"].get(k) != v)
+            raise EriDiffusionError(f"{state_path(path)} was written with other settings ({', '.join(changed)} "
+                                    "differ); use the same settings to resume, or start a new run.")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.batches.load_state(state["batches"])
+        self.choice.set_state(state["choice"])
+        self.noise_gen.set_state(state["noise"].to(self.noise_gen.get_state().device))
+        self.start_step, self.losses = state["step"], list(state["losses"])
+        self.eval_before = state["eval_loss_before"]
+
+    def _export(self, step):
+        text_encoder = (self.text_encoder.adapters, self.text_encoder.prefixes) if self.text_encoder else None
+        return export_lora(self.adapters, self.prefixes, _metadata(self.base, self.config, self.data, step),
+                           text_encoder=text_encoder)
+
+    def save_checkpoint(self, step):
+        path = os.path.join(self.run_dir, "checkpoints", f"{self.config.run_name}_step{step:06d}.safetensors")
+        save_state(path, self._state(step))
+        self.checkpoints.append(self._export(step).save(path, dtype="fp32", overwrite=True))
+        keep = self.config.keep_last
+        if keep and len(self.checkpoints) > keep:
+            for old in self.checkpoints[:-keep]:
+                for file in (old, state_path(old)):
+                    if os.path.exists(file):
+                        os.remove(file)
+            self.checkpoints = self.checkpoints[-keep:]
+
+    # --- one optimizer step
+    def _micro_batch(self, prepared, objective, transformer_options):
+        indices = self.batches.next()
+        x0 = torch.stack([prepared.latents[i] for i in indices])
+        chosen = []
+        for i in indices:
+            dropped = self.data.caption_dropout > 0 and \
+                float(torch.rand((), generator=self.choice)) < self.data.caption_dropout
+            variant = None if dropped else int(torch.randint(prepared.variants(i), (), generator=self.choice))
+            chosen.append(prepared.inputs_for(i, variant, self.text_encoder))
+        noise = torch.randn(x0.shape, generator=self.noise_gen, device=self.device, dtype=x0.dtype)
+        sigma = objective.sample_sigmas(len(indices), self.noise_gen, self.device)
+        x_t = objective.noisy_latent(x0, noise, sigma)
+        if self.text_encoder is not None:
+            model_loading.load(self.patcher)  # encoding loaded the CLIP; the model must be loaded to run
+        denoised = _prediction(self.base, transformer_options, x_t, sigma, batch_inputs(chosen),
+                               self.config.torch_dtype)
+        return objective.loss(denoised, x0, sigma).mean() / self.config.grad_accum
+
+    def _trained_parameters(self):
+        params = list(self.adapters.parameters())
+        return params + (list(self.text_encoder.adapters.parameters()) if self.text_encoder else [])
+
+    def train(self, sample_settings, hooks):
+        config, device = self.config, self.device
+        if self.eval_before is None:
+            self.eval_before = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
+        model_loading.load(self.patcher)
+        objective = Objective(self.base.model_sampling)
+        prepared = PreparedData(self.base, self.data, device, cached_inputs=self.text_encoder is None)
+        transformer_options = self.patcher.model_options.get("transformer_options", {})
         losses_on_device = torch.zeros(config.steps, device=device)
-        losses, checkpoints, sample_paths, samples = [], [], [], None
+        samples, sample_paths = None, []
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
 
-        def save_checkpoint(step):
-            lora = export_lora(adapters, prefixes, _metadata(base, config, data, step))
-            path = os.path.join(run_dir, "checkpoints", f"{config.run_name}_step{step:06d}.safetensors")
-            checkpoints.append(lora.save(path, dtype="fp32", overwrite=True))
-
-        # --- loop
-        started, timed_from = time.perf_counter(), None
-        logged = 0
-        for step in range(config.steps):
+        started, timed_from, logged = time.perf_counter(), None, self.start_step
+        for step in range(self.start_step, config.steps):
             if hooks.check_cancel is not None:
                 hooks.check_cancel()
             step_loss = torch.zeros((), device=device)
             for _ in range(config.grad_accum):
-                indices = batches.next()
-                x0 = torch.stack([prepared.latents[i] for i in indices])
-                chosen = []
-                for i in indices:
-                    if data.caption_dropout > 0 and float(torch.rand((), generator=choice)) < data.caption_dropout:
-                        chosen.append(prepared.empty_inputs[i])
-                    else:
-                        variants = prepared.inputs[i]
-                        chosen.append(variants[int(torch.randint(len(variants), (), generator=choice))])
-                noise = torch.randn(x0.shape, generator=noise_gen, device=device, dtype=x0.dtype)
-                sigma = objective.sample_sigmas(len(indices), noise_gen, device)
-                x_t = objective.noisy_latent(x0, noise, sigma)
-                denoised = _prediction(base, transformer_options, x_t, sigma, batch_inputs(chosen), config.torch_dtype)
-                loss = objective.loss(denoised, x0, sigma).mean() / config.grad_accum
-                scaler.scale(loss).backward()
+                loss = self._micro_batch(prepared, objective, transformer_options)
+                self.scaler.scale(loss).backward()
                 step_loss += loss.detach()
-            scaler.unscale_(optimizer)
+            self.scaler.unscale_(self.optimizer)
             if config.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(adapters.parameters(), config.max_grad_norm)
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+                torch.nn.utils.clip_grad_norm_(self._trained_parameters(), config.max_grad_norm)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
             losses_on_device[step] = step_loss
 
             done = step + 1
-            if done % config.log_every == 0 or done == config.steps:
+            checkpoint_due = config.save_every and done % config.save_every == 0 and done < config.steps
+            new = None
+            if done % config.log_every == 0 or done == config.steps or checkpoint_due:
                 new = losses_on_device[logged:done].tolist()  # the one device sync of a logging step
-                losses += new
+                self.losses += new
                 logged = done
                 if timed_from is None:
                     timed_from = (done, time.perf_counter())
-                _write_loss_log(run_dir, losses)
-            else:
-                new = None
+                _write_json(os.path.join(self.run_dir, "loss.json"), {"loss": self.losses})
             if hooks.on_progress is not None:
-                hooks.on_progress(done, config.steps, new, {"lr": scheduler.get_last_lr()[0]})
-            if config.save_every and done % config.save_every == 0 and done < config.steps:
-                save_checkpoint(done)
+                hooks.on_progress(done, config.steps, new, {"lr": self.scheduler.get_last_lr()[0]})
+            if checkpoint_due:
+                self.save_checkpoint(done)
             if sample_settings is not None and (done % sample_settings.every == 0 or done == config.steps):
-                samples, paths = render_samples(patcher, sample_settings, done, os.path.join(run_dir, "samples"))
+                samples, paths = render_samples(self.patcher, sample_settings, done,
+                                                os.path.join(self.run_dir, "samples"))
                 sample_paths += paths
                 if hooks.on_samples is not None:
                     hooks.on_samples(done, samples, paths)
@@ -257,20 +343,46 @@ def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks
         if timed_from is not None and config.steps > timed_from[0]:
             seconds_per_step = (finished - timed_from[1]) / (config.steps - timed_from[0])
         else:
-            seconds_per_step = (finished - started) / config.steps
+            seconds_per_step = (finished - started) / max(1, config.steps - self.start_step)
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
-        save_checkpoint(config.steps)
+        self.save_checkpoint(config.steps)
 
-        # --- evaluation and the result: the trained adapters on a fresh clone of the input
-        adapters.requires_grad_(False)
-        eval_after = evaluation_loss(patcher, data, config)
+        self.adapters.requires_grad_(False)
+        eval_after = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
+        return TrainResult(None, self._export(config.steps), self.losses, self.eval_before, eval_after,
+                           seconds_per_step, self.run_dir, list(self.checkpoints), samples, self.adapters,
+                           sample_paths, peak)
+
+    def release(self):
+        """Hand the training clones back to ComfyUI so their injections come off the shared modules."""
+        model_loading.unload(self.patcher)
+        if self.text_encoder is not None:
+            self.text_encoder.unload()
+
+
+def resumable_settings(config):
+    """The settings a resumed run must share with the run that wrote the state."""
+    values = config.as_dict()
+    for free in ("steps", "run_name", "save_every", "keep_last", "log_every", "eval_timesteps", "eval_images"):
+        values.pop(free)
+    return values
+
+
+def config_fingerprint(config):
+    return hashlib.sha256(json.dumps(resumable_settings(config), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks=None, clip=None, resume=None):
+    """Train, save checkpoints to run_dir, and return the trained MODEL (and CLIP) clones and LoRA."""
+    run = TrainingRun(model_patcher, data, config, run_dir, clip=clip, resume=resume)
+    try:
+        result = run.train(sample_settings, hooks or TrainingHooks())
     finally:
-        _unload(patcher)
-    result_patcher = model_patcher.clone()
-    adapters.attach_to(result_patcher)
-    lora = export_lora(adapters, prefixes, _metadata(base, config, data, config.steps))
-    result = TrainResult(result_patcher, lora, losses, eval_before, eval_after, seconds_per_step, run_dir,
-                         checkpoints, samples, sample_paths, peak)
+        run.release()
+    result.patcher = model_patcher.clone()
+    run.adapters.attach_to(result.patcher)
+    if run.text_encoder is not None:
+        result.clip = run.text_encoder.result_clip(clip)
     _write_json(os.path.join(run_dir, "summary.json"), _summary(result, config))
     return result
 
@@ -298,7 +410,3 @@ def _write_json(path, value):
         with open(tmp, "w") as f:
             json.dump(value, f, indent=1)
     write_atomic(path, write, overwrite=True)
-
-
-def _write_loss_log(run_dir, losses):
-    _write_json(os.path.join(run_dir, "loss.json"), {"loss": losses})

@@ -47,18 +47,24 @@ def test_saved_file_loads_in_stock_comfyui_with_no_unmatched_key(trained, tmp_pa
     with safetensors.safe_open(path, "pt") as f:
         keys = list(f.keys())
         metadata = f.metadata()
-    layers = len(trained["result"].lora.tensors) // 3
-    assert len(keys) == 3 * layers and layers > 50
+    layers = {k.rsplit(".", 2)[0] if k.endswith(".weight") else k.rsplit(".", 1)[0] for k in keys}
+    assert len(layers) > 50
     assert metadata["architecture"] == type(trained["model"].model.model_config).__name__
     assert metadata["steps"] == "200" and metadata["eridiffusion_rank"] == "8"
+    assert metadata["eridiffusion_adapter"] == trained["config"].adapter.algorithm
     assert metadata["dataset_hash"] == trained["data"].dataset_fingerprint
 
 
-def test_stock_comfyui_patched_output_equals_trainer_model_output(trained, tmp_path, caplog):
+@pytest.mark.parametrize("strength", [1.0, 0.5])
+def test_stock_comfyui_patched_output_equals_trainer_model_output(trained, strength, tmp_path, caplog):
     path = trained["result"].lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
-    patched, _ = load_with_stock_comfyui(trained["model"], path, 1.0, caplog)
+    patched, _ = load_with_stock_comfyui(trained["model"], path, strength, caplog)
     probe = trained["probe"]
-    trainer_output = probe.output(trained["result"].patcher)
+    trained["result"].adapters.set_multiplier(strength)  # LoraLoader's strength on the trainer's MODEL
+    try:
+        trainer_output = probe.output(trained["result"].patcher)
+    finally:
+        trained["result"].adapters.set_multiplier(1.0)
     assert relative_error(probe.output(patched), trainer_output) < 1e-4
     # and the LoRA does something: the trained model differs from the base
     assert relative_error(trainer_output, trained["base_output_before"]) > 1e-2
@@ -77,7 +83,8 @@ def test_input_model_output_is_bit_identical_after_training(trained):
     assert torch.equal(probe.output(trained["model"]), trained["base_output_before"])
 
 
-def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained, tmp_path, caplog):
+def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained_lora, tmp_path, caplog):
+    trained = trained_lora
     model = trained["model"]
     config = TrainConfig(steps=50, learning_rate=1e-3, dtype="fp32", save_every=2, log_every=1,
                          adapter=AdapterSpec(rank=4, alpha=4.0), run_name="cancelled")
@@ -102,11 +109,3 @@ def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained, 
     assert unmatched == []
     # the cancelled run's clone is gone: the input model computes exactly what it did before
     assert torch.equal(trained["probe"].output(model), trained["base_output_before"])
-
-
-def test_adamw8bit_on_cpu_is_refused_before_training(trained, tmp_path):
-    from eridiffusion.training.errors import EriDiffusionError
-    config = TrainConfig(steps=5, optimizer="AdamW8bit", dtype="fp32", run_name="eightbit")
-    with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="AdamW8bit.*CUDA"):
-        train_lora(trained["model"], trained["data"], config, str(tmp_path))
-    assert not os.path.exists(tmp_path / "checkpoints")

@@ -1,5 +1,5 @@
-"""Trainable adapters and how they attach to a ComfyUI model without touching its weights."""
-from .lora import LoRAModule
-from .attach import AdapterSet, AdapterSpec, attach_adapters, TARGET_PRESETS
+"""Trainable adapters (one module per algorithm) and how they attach to a ComfyUI model
+without touching its weights."""
+from .attach import ALGORITHMS, TARGET_PRESETS, AdapterSet, AdapterSpec, attach_adapters
 
-__all__ = ["LoRAModule", "AdapterSet", "AdapterSpec", "attach_adapters", "TARGET_PRESETS"]
+__all__ = ["ALGORITHMS", "TARGET_PRESETS", "AdapterSet", "AdapterSpec", "attach_adapters"]

@@ -3,7 +3,8 @@
 The adapters are hooked in through ComfyUI's own injection mechanism
 (`ModelPatcher.set_injections`): the layer's forward is wrapped when ComfyUI patches the
 model for use and unwrapped when it unpatches it, so the shared modules and their weights
-are never changed and other branches of the graph see the plain model.
+are never changed and other branches of the graph see the plain model. The same works for a
+CLIP's patcher (text-encoder adapters).
 """
 import itertools
 from dataclasses import dataclass
@@ -13,25 +14,41 @@ import torch
 import comfy.patcher_extension
 
 from ..errors import EriDiffusionError
-from .lora import LoRAModule
+from .base import layer_kind
+from .dora import DoRA
+from .loha import LoHa
+from .lokr import LoKr
+from .lora import LoRA
 
+ALGORITHMS = {"lora": LoRA, "dora": DoRA, "lokr": LoKr, "loha": LoHa}
 _INJECTION_IDS = itertools.count()
+
+
+def _inside(name, modules_by_name, words, depth):
+    """Whether one of the `depth` nearest ancestors of `name` has a class name containing a word."""
+    parts = name.split(".")
+    for up in range(1, depth + 1):
+        parent = modules_by_name.get(".".join(parts[:-up]))
+        if parent is not None and any(w in type(parent).__name__.lower() for w in words):
+            return True
+    return False
 
 
 def _is_attention_linear(name, module, modules_by_name):
     """A linear layer inside an attention block (q/k/v/out projections and their kin)."""
-    parts = name.split(".")
-    for depth in (1, 2):  # to_q's parent is the attention module; to_out.0's grandparent is
-        parent = modules_by_name.get(".".join(parts[:-depth]))
-        if parent is not None and "attention" in type(parent).__name__.lower():
-            return True
-    return False
+    # to_q's parent is the attention module; to_out.0's grandparent is
+    return _inside(name, modules_by_name, ("attention",), 2)
 
 
 TARGET_PRESETS = {
     "attention": _is_attention_linear,
     "all-linear": lambda name, module, modules_by_name: True,
 }
+
+
+def _is_resnet_conv(name, module, modules_by_name):
+    """A convolution of a UNet resnet block or a down/upsampler: what LoCon adapts."""
+    return _inside(name, modules_by_name, ("resblock", "downsample", "upsample"), 2)
 
 
 @dataclass(frozen=True)
@@ -41,39 +58,55 @@ class AdapterSpec:
     rank: int = 16
     alpha: float = 16.0
     targets: str = "attention"
+    conv_rank: int = 0            # > 0: also adapt the resnet convolutions (LoCon), at this rank
+    conv_alpha: float = 1.0
+    lokr_factor: int = -1         # LoKr's Kronecker split; -1 picks the most balanced one
+    lokr_full_rank: bool = False  # LoKr without decomposing the second factor
 
     def __post_init__(self):
-        if self.algorithm != "lora":
-            raise EriDiffusionError(f"adapter algorithm '{self.algorithm}' is not available; use 'lora'.")
-        if self.rank < 1:
-            raise EriDiffusionError(f"rank must be at least 1 (got {self.rank}).")
-        if self.alpha <= 0:
-            raise EriDiffusionError(f"alpha must be positive (got {self.alpha}); alpha = rank gives scale 1.")
+        if self.algorithm not in ALGORITHMS:
+            raise EriDiffusionError(f"adapter algorithm '{self.algorithm}' unknown; choose one of {sorted(ALGORITHMS)}.")
+        if self.rank < 1 or self.conv_rank < 0:
+            raise EriDiffusionError(f"rank must be at least 1 and conv_rank at least 0 (got {self.rank}, {self.conv_rank}).")
+        if self.alpha <= 0 or self.conv_alpha <= 0:
+            raise EriDiffusionError(f"alpha and conv_alpha must be positive (got {self.alpha}, {self.conv_alpha}); "
+                                    "alpha = rank gives scale 1.")
         if self.targets not in TARGET_PRESETS:
             raise EriDiffusionError(f"targets '{self.targets}' unknown; choose one of {sorted(TARGET_PRESETS)}.")
 
+    def build(self, layer, seed):
+        """A fresh adapter for `layer` (linear or conv)."""
+        conv = layer_kind(layer) == "conv"
+        return ALGORITHMS[self.algorithm](layer, self.conv_rank if conv else self.rank,
+                                          self.conv_alpha if conv else self.alpha, seed=seed,
+                                          factor=self.lokr_factor, full_rank=self.lokr_full_rank)
 
-def target_layers(base_model, spec, allowed_keys):
-    """(name, module) of every linear layer of the diffusion model the spec targets, named as in
-    the BaseModel's state dict (`diffusion_model.…`). `allowed_keys` are the weight keys a saved
-    file can address in ComfyUI; layers outside it would make an unloadable file."""
-    modules_by_name = dict(base_model.named_modules())
+
+def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
+    """(name, module) of every layer under `prefix` that `spec` targets, named as in `root`'s state
+    dict. `allowed_keys` are the weight keys a saved file can address in ComfyUI; layers outside
+    it would make an unloadable file."""
+    modules_by_name = dict(root.named_modules())
     wanted = TARGET_PRESETS[spec.targets]
     layers = []
     for name, module in modules_by_name.items():
-        if not name.startswith("diffusion_model.") or not isinstance(module, torch.nn.Linear):
+        if not name.startswith(prefix) or f"{name}.weight" not in allowed_keys:
             continue
-        if f"{name}.weight" in allowed_keys and wanted(name, module, modules_by_name):
+        kind = layer_kind(module)
+        if kind == "linear" and wanted(name, module, modules_by_name):
+            layers.append((name, module))
+        elif kind == "conv" and spec.conv_rank > 0 and isinstance(module, torch.nn.Conv2d) \
+                and _is_resnet_conv(name, module, modules_by_name):
             layers.append((name, module))
     if not layers:
-        raise EriDiffusionError(f"targets '{spec.targets}' matched no layer of {type(base_model).__name__}; "
+        raise EriDiffusionError(f"targets '{spec.targets}' matched no layer of {type(root).__name__}; "
                                 "try 'all-linear'.")
     return layers
 
 
 class _BypassForward:
-    """Stands in for a layer's forward while adapters are injected: base output plus each
-    adapter's term. One per layer, so several adapter sets can stack and leave in any order."""
+    """Stands in for a layer's forward while adapters are injected: each adapter wraps the
+    forward below it. One per layer, so several adapter sets can stack and leave in any order."""
 
     def __init__(self, module):
         self.own_forward = module.__dict__.get("forward")  # an instance-level forward to restore
@@ -81,10 +114,11 @@ class _BypassForward:
         self.adapters = []
 
     def __call__(self, x, *args, **kwargs):
-        out = self.base(x, *args, **kwargs)
+        def forward(inp):
+            return self.base(inp, *args, **kwargs)
         for adapter in self.adapters:
-            out = out + adapter(x).to(out.dtype)
-        return out
+            forward = (lambda a, below: (lambda inp: a(inp, below)))(adapter, forward)
+        return forward(x)
 
 
 def _inject(module, adapter):
@@ -109,7 +143,7 @@ def _eject(module, adapter):
 
 
 class AdapterSet(torch.nn.Module):
-    """The adapters of one training run, keyed by layer name (`diffusion_model.…`)."""
+    """The adapters of one training run, keyed by layer name as in the patched model's state dict."""
 
     def __init__(self, spec, adapters):
         super().__init__()
@@ -121,6 +155,10 @@ class AdapterSet(torch.nn.Module):
 
     def items(self):
         return ((n, self.by_layer[n.replace(".", "/")]) for n in self.layer_names)
+
+    def set_multiplier(self, multiplier):
+        for _, adapter in self.items():
+            adapter.multiplier = multiplier
 
     def attach_to(self, patcher):
         """Register the bypass injection on `patcher` (a clone); active whenever ComfyUI patches it."""
@@ -140,13 +178,10 @@ class AdapterSet(torch.nn.Module):
         return patcher
 
 
-def attach_adapters(patcher, spec, allowed_keys, seed=0):
+def attach_adapters(patcher, spec, allowed_keys, seed=0, prefix="diffusion_model."):
     """Create fresh adapters for the layers `spec` targets and attach them to `patcher`."""
-    generator = torch.Generator().manual_seed(seed)
-    adapters = {}
-    for name, module in target_layers(patcher.model, spec, allowed_keys):
-        adapters[name] = LoRAModule(module.in_features, module.out_features, spec.rank, spec.alpha,
-                                    generator=generator)
+    adapters = {name: spec.build(module, seed * 100003 + index)
+                for index, (name, module) in enumerate(target_layers(patcher.model, spec, allowed_keys, prefix))}
     adapter_set = AdapterSet(spec, adapters).to(patcher.load_device)
     adapter_set.attach_to(patcher)
     return adapter_set

@@ -1,0 +1,50 @@
+"""Trainable parameter counts of each adapter algorithm at rank 16 on full-size SDXL, computed
+from shapes (the model is built on torch's meta device: no weights, no GPU; the adapters are
+real). Prints one `RESULT {json}` line (LyCORIS logs to stdout too).
+
+    python -m bench.adapter_sizes
+"""
+import json
+import tempfile
+
+SDXL_UNET = {"use_checkpoint": False, "image_size": 32, "out_channels": 4, "use_spatial_transformer": True,
+             "legacy": False, "num_classes": "sequential", "adm_in_channels": 2816, "in_channels": 4,
+             "model_channels": 320, "num_res_blocks": [2, 2, 2], "transformer_depth": [0, 0, 2, 2, 10, 10],
+             "channel_mult": [1, 2, 4], "transformer_depth_middle": 10, "use_linear_in_transformer": True,
+             "context_dim": 2048, "num_head_channels": 64, "transformer_depth_output": [0, 0, 0, 2, 2, 2, 10, 10, 10],
+             "use_temporal_attention": False, "use_temporal_resblock": False}
+
+
+def main():
+    from demo.runtime import start_host
+    start_host(tempfile.mkdtemp(prefix="eridiffusion-sizes-"))
+    import comfy.model_patcher
+    import comfy.supported_models
+    import torch
+    from eridiffusion.training.adapters import AdapterSpec, attach_adapters
+    from eridiffusion.training.lora_format import loadable_weight_keys
+
+    config = comfy.supported_models.SDXL(dict(SDXL_UNET))
+    config.set_inference_dtype(torch.bfloat16, None)
+    model = config.get_model({}, device="meta")
+    patcher = comfy.model_patcher.ModelPatcher(model, load_device=torch.device("meta"),
+                                               offload_device=torch.device("meta"))
+    keys = loadable_weight_keys(model).keys()
+    rows = []
+    cases = [("lora", {}), ("dora", {}), ("loha", {}), ("lokr", {}), ("lokr", {"lokr_full_rank": True})]
+    for algorithm, extra in cases:
+        for targets in ("attention", "all-linear"):
+            for conv_rank in (0, 16):
+                spec = AdapterSpec(algorithm=algorithm, rank=16, alpha=16.0, targets=targets, conv_rank=conv_rank,
+                                   conv_alpha=16.0, **extra)
+                adapters = attach_adapters(patcher.clone(), spec, keys)  # adapters on the CPU, model on meta
+                rows.append({"algorithm": algorithm + (" (full rank)" if extra else ""), "targets": targets,
+                             "conv_rank": conv_rank, "layers": len(adapters.layer_names),
+                             "parameters": sum(p.numel() for p in adapters.parameters())})
+    print("RESULT", json.dumps({"model": "SDXL (full size, meta device)", "rank": 16,
+                                "base_parameters": sum(p.numel() for p in model.diffusion_model.parameters()),
+                                "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""LoadLoRAForTraining: a saved checkpoint (and its training state) → RESUME for LoRATrainer."""
+import os
+
+import folder_paths
+from comfy_api.latest import io
+
+from ..training.resume import load_resume_point, state_path
+from .types import CATEGORY, Resume
+
+
+def resolve_checkpoint(path):
+    """An absolute path as given; a relative one in ComfyUI's output folder, else in models/loras."""
+    path = os.path.expanduser(path.strip())
+    if os.path.isabs(path):
+        return path
+    for folder in (folder_paths.get_output_directory(), *folder_paths.get_folder_paths("loras")):
+        candidate = os.path.join(folder, path)
+        if os.path.exists(candidate):
+            return candidate
+    return os.path.join(folder_paths.get_output_directory(), path)
+
+
+class LoadLoRAForTraining(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="EriDiffusion_LoadLoRAForTraining",
+            display_name="LoadLoRAForTraining",
+            category=CATEGORY,
+            description="Continue a run from one of its checkpoints, or keep training any LoRA/DoRA file.",
+            inputs=[
+                io.String.Input("path", default="eridiffusion_lora/checkpoints/eridiffusion_lora_step000500.safetensors",
+                                tooltip="A .safetensors checkpoint; relative paths look in ComfyUI's output "
+                                        "folder, then in models/loras. Its .state.pt beside it makes the "
+                                        "continuation exact."),
+            ],
+            outputs=[Resume.Output(display_name="resume", tooltip="Connect to LoRATrainer's resume input.")],
+        )
+
+    @classmethod
+    def execute(cls, path):
+        point = load_resume_point(resolve_checkpoint(path))
+        found = "with" if point.state is not None else "without"
+        return io.NodeOutput(point, ui={"text": [f"{point.spec.algorithm} rank {point.spec.rank}, {found} "
+                                                 f"training state ({os.path.basename(state_path(point.path))})"]})

@@ -1,0 +1,83 @@
+"""The shape every adapter has: a small module that, given a layer's input and the frozen
+layer itself, returns the adapted output; plus its tensors under ComfyUI's file names.
+
+LoRA, LoHa and LoKr wrap LyCORIS modules (their parameterization is the one ComfyUI applies
+when it loads `lora_*`, `hada_*` and `lokr_*` keys); only LyCORIS's bypass term is used, so the
+layer is never rebuilt and LyCORIS never hooks into the model.
+"""
+import torch
+
+
+class Adapter(torch.nn.Module):
+    """Base of all adapters. `multiplier` plays the role of LoraLoader's strength."""
+
+    algorithm = ""
+
+    def __init__(self):
+        super().__init__()
+        self.multiplier = 1.0
+
+    def forward(self, x, base):
+        """The layer's output with this adapter applied; `base` computes the frozen layer."""
+        raise NotImplementedError
+
+    def comfy_tensors(self):
+        raise NotImplementedError
+
+    def load_comfy_tensors(self, tensors):
+        """Set this adapter from tensors read back from a saved file (names as comfy_tensors)."""
+        own = self.comfy_tensors()
+        missing = sorted(set(own) - set(tensors))
+        if missing:
+            raise KeyError(f"missing {missing}")
+        with torch.no_grad():
+            for name, target in self._named_targets().items():
+                target.copy_(tensors[name].to(target.dtype).reshape(target.shape))
+
+
+class LycorisAdapter(Adapter):
+    """An additive adapter built on a LyCORIS module: output = base(x) + multiplier · Δ(x)."""
+
+    def __init__(self, lycoris_module):
+        super().__init__()
+        self.lycoris = lycoris_module
+
+    def delta(self, x, scale=1.0):
+        return self.lycoris.bypass_forward_diff(x, scale=scale)
+
+    def forward(self, x, base):
+        return base(x) + self.delta(x, self.multiplier)
+
+    def comfy_tensors(self):
+        return {name: t.detach() for name, t in self.lycoris.custom_state_dict().items()}
+
+    def _named_targets(self):
+        targets = {}
+        for name in self.lycoris.custom_state_dict():
+            obj = self.lycoris
+            for part in name.split("."):
+                obj = getattr(obj, part)
+            targets[name] = obj
+        return targets
+
+
+def seeded(seed):
+    """Run a block with torch's global RNG seeded and restored afterwards: LyCORIS draws its
+    initial values from the global generator, and a run's seed must fix them."""
+    class _Seeded:
+        def __enter__(self):
+            self.fork = torch.random.fork_rng(devices=[])
+            self.fork.__enter__()
+            torch.manual_seed(seed)
+
+        def __exit__(self, *exc):
+            return self.fork.__exit__(*exc)
+    return _Seeded()
+
+
+def layer_kind(layer):
+    if isinstance(layer, torch.nn.Linear):
+        return "linear"
+    if isinstance(layer, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+        return "conv"
+    return None

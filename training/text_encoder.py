@@ -1,0 +1,61 @@
+"""Training adapters on a CLIP's text encoder(s) next to the diffusion model's.
+
+The CLIP is cloned and the adapters injected into the clone's patcher, as for the MODEL:
+the input CLIP keeps encoding exactly as before. Captions are encoded every step (with
+gradients), through the same `encode_from_tokens_scheduled` CLIPTextEncode uses.
+"""
+from . import model_loading
+from .adapters import attach_adapters
+from .autograd_inplace import OutOfPlaceAugmentedAssignments
+from .autograd_weights import frozen_weights_injection
+from .lora_format import loadable_clip_keys
+from .resume import adapters_from_tensors
+
+
+def text_encoder_layers(prefixes):
+    """The weights of the transformer layers (attention and MLP), which kohya-style text-encoder
+    LoRAs adapt; embeddings and projections stay frozen."""
+    return {k for k in prefixes if ".encoder.layers." in k}
+
+
+class TextEncoderTraining:
+    """`tensors`/`path`: a resume file whose text-encoder weights the adapters start from."""
+
+    def __init__(self, clip, spec, seed, tensors=None, path=None):
+        self.clip = clip.clone()
+        self.prefixes = loadable_clip_keys(self.clip.cond_stage_model)
+        frozen_weights_injection(self.clip.patcher)
+        layers = text_encoder_layers(self.prefixes)
+        self.used_keys = set()
+        if tensors is None:
+            self.adapters = attach_adapters(self.clip.patcher, spec, layers, seed=seed + 7919, prefix="")
+        else:
+            allowed = {k: v for k, v in self.prefixes.items() if k in layers}
+            self.adapters, self.used_keys = adapters_from_tensors(self.clip.patcher.model, tensors, spec, allowed, path)
+            self.adapters.to(self.clip.patcher.load_device).attach_to(self.clip.patcher)
+        self.tokens = {}
+
+    def conditioning(self, text):
+        """ComfyUI conditioning of `text` through the adapted encoder, with gradients."""
+        if text not in self.tokens:
+            self.tokens[text] = self.clip.tokenize(text)
+        with OutOfPlaceAugmentedAssignments():  # CLIP's layers add their residuals in place
+            return self.clip.encode_from_tokens_scheduled(self.tokens[text], show_pbar=False)
+
+    def result_clip(self, clip):
+        """A clone of the input CLIP with the trained adapters attached."""
+        self.adapters.requires_grad_(False)
+        out = clip.clone()
+        self.adapters.attach_to(out.patcher)
+        return out
+
+    def unload(self):
+        model_loading.unload(self.clip.patcher)
+
+
+def parameter_groups(unet_adapters, learning_rate, text_encoder=None, text_encoder_lr=None):
+    groups = [{"params": list(unet_adapters.parameters()), "lr": learning_rate}]
+    if text_encoder is not None:
+        groups.append({"params": list(text_encoder.adapters.parameters()), "lr": text_encoder_lr})
+    return groups
+
