@@ -39,11 +39,15 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise EriDiffusionError(f"{name} must be at least 1 (got {getattr(self, name)}).")
-        if not 0 < self.learning_rate <= 10:
-            raise EriDiffusionError(f"learning_rate {self.learning_rate} is outside (0, 10]; LoRA uses ~1e-4 "
-                                    "(Prodigy: 1.0).")
         if self.optimizer not in OPTIMIZERS:
             raise EriDiffusionError(f"optimizer '{self.optimizer}' unknown; choose one of {OPTIMIZERS}.")
+        top = 10.0 if self.optimizer == "Prodigy" else 1.0  # Prodigy's lr multiplies its own estimate
+        if not 0 < self.learning_rate <= top:
+            raise EriDiffusionError(f"learning_rate {self.learning_rate} is outside (0, {top:g}]; LoRA uses ~1e-4 "
+                                    "(Prodigy: 1.0).")
+        if self.optimizer == "Prodigy" and self.text_encoder_lr not in (0.0, self.learning_rate):
+            raise EriDiffusionError("Prodigy needs one learning rate for all adapters: set text_encoder_lr to "
+                                    f"{self.learning_rate:g} (the learning_rate) or 0.")
         if self.lr_schedule not in LR_SCHEDULES:
             raise EriDiffusionError(f"lr_schedule '{self.lr_schedule}' unknown; choose one of {LR_SCHEDULES}.")
         if self.dtype not in DTYPES:

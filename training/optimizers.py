@@ -28,8 +28,8 @@ def make_optimizer(name, params, lr, weight_decay, device):
     if name == "Prodigy":
         # Prodigy estimates the step size itself and lr multiplies that estimate: LoRA runs pass lr=1.0.
         # safeguard_warmup and use_bias_correction are what kohya's docs advise for Prodigy with a warmup.
-        # It estimates one step size for all groups, so it refuses (at its first step) groups whose
-        # lr differ other than by being 0: say so now, with the fix.
+        # It estimates one step size for all groups and fails at its first step when their non-zero
+        # lrs differ: refuse that now, with the fix.
         params = list(params)
         rates = {group.get("lr", lr) if isinstance(group, dict) else lr for group in params} - {0}
         if len(rates) > 1:
