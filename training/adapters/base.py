@@ -5,7 +5,15 @@ LoRA, LoHa and LoKr wrap LyCORIS modules (their parameterization is the one Comf
 when it loads `lora_*`, `hada_*` and `lokr_*` keys); only LyCORIS's bypass term is used, so the
 layer is never rebuilt and LyCORIS never hooks into the model.
 """
+import os
+
 import torch
+
+# LyCORIS picks fused Triton kernels (and torch.compile) per call on CUDA unless told otherwise.
+# On an H100 with full-size SDXL that "auto" choice ran a training step in 1.28 s against 0.62 s
+# for plain eager ops (bench/results/2026-11-23_train_speed_h100.json), so eager is the default
+# here; setting LYCORIS_KERNEL_BACKEND yourself still wins.
+os.environ.setdefault("LYCORIS_KERNEL_BACKEND", "torch")
 
 
 class Adapter(torch.nn.Module):
