@@ -1,6 +1,8 @@
 """The list of nodes ComfyUI registers for EriDiffusion."""
 from comfy_api.latest import ComfyExtension
 
+from . import progress
+
 from .cache_node import CacheLatents
 from .dataset_node import LoadDataset
 from .demo_model_node import TinyDemoModel
@@ -16,4 +18,6 @@ NODES = [LoadDataset, CacheLatents, LoRATrainer, SampleDuringTraining, SaveLoRA,
 
 class EriDiffusionExtension(ComfyExtension):
     async def get_node_list(self):
+        # ComfyUI 0.3.75 never calls on_load; every version calls this, before its web app starts.
+        progress.register_routes_once()
         return list(NODES)

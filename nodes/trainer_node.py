@@ -6,13 +6,34 @@ import folder_paths
 import torch
 from comfy.utils import ProgressBar
 from comfy_api.latest import io
+from comfy_execution.utils import get_executing_context
 
 from ..training.adapters import ALGORITHMS, TARGET_PRESETS, AdapterSpec
 from ..training.config import DTYPES, LR_SCHEDULES, TrainConfig
 from ..training.optimizers import OPTIMIZERS
 from ..training.loss_plot import LossHistory
 from ..training.trainer import TrainingHooks, train_lora, unique_run_dir
+from .progress import ProgressReporter, clear_stop, server_sender, stop_requested
 from .types import CATEGORY, LoRA, Loss, Resume, SampleConfig, TrainingData
+
+
+def live_hooks(node_id, steps, run_dir):
+    """The node's view of a run: ComfyUI's progress bar, live events for the page, its Cancel
+    (raises) and the page's Stop & save (ends at the next step boundary and saves)."""
+    context = get_executing_context()
+    prompt_id = context.prompt_id if context is not None else "headless"
+    bar = ProgressBar(steps, node_id=node_id)
+    reporter = ProgressReporter(server_sender(), node_id, prompt_id, run_dir)
+
+    def on_progress(step, total, losses, stats):
+        bar.update_absolute(step, total)
+        reporter.on_progress(step, total, losses, stats)
+
+    clear_stop(prompt_id, node_id)
+    return TrainingHooks(on_progress=on_progress,
+                         check_cancel=comfy.model_management.throw_exception_if_processing_interrupted,
+                         should_stop=lambda: stop_requested(prompt_id, node_id),
+                         on_samples=lambda step, grid, paths: reporter.on_samples(step, paths))
 
 
 class LoRATrainer(io.ComfyNode):
@@ -96,12 +117,8 @@ class LoRATrainer(io.ComfyNode):
                              lr_schedule=lr_schedule, warmup_steps=warmup_steps, seed=seed, dtype=dtype,
                              gradient_checkpointing=gradient_checkpointing, save_every=save_every,
                              keep_last=keep_last, run_name=run_name.strip())
-        progress = ProgressBar(steps, node_id=cls.hidden.unique_id)
-        hooks = TrainingHooks(
-            on_progress=lambda step, total, losses, stats: progress.update_absolute(step, total),
-            check_cancel=comfy.model_management.throw_exception_if_processing_interrupted,
-        )
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)
+        hooks = live_hooks(cls.hidden.unique_id, steps, run_dir)
         # ComfyUI runs nodes under inference_mode; training needs autograd.
         with torch.inference_mode(False), torch.enable_grad():
             result = train_lora(model, training_data, config, run_dir, sample_settings=sample_config, hooks=hooks,
@@ -109,7 +126,7 @@ class LoRATrainer(io.ComfyNode):
         history = LossHistory(tuple(result.losses), result.eval_loss_before, result.eval_loss_after,
                               result.seconds_per_step, os.path.abspath(run_dir))
         samples = result.samples if result.samples is not None else torch.zeros(1, 64, 64, 3)
-        summary = (f"{steps} steps, {result.seconds_per_step:.3g} s/step; evaluation loss "
+        summary = (f"{len(result.losses)} steps, {result.seconds_per_step:.3g} s/step; evaluation loss "
                    f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}; files in {run_dir}")
         out_clip = result.clip if result.clip is not None else clip
         return io.NodeOutput(result.patcher, result.lora, history, samples, out_clip, ui={"text": [summary]})

@@ -35,6 +35,7 @@ class TrainingHooks:
     """How a caller watches and steers a run; every hook is optional."""
     on_progress: Optional[Callable] = None    # (step, total, new_losses or None, stats dict)
     check_cancel: Optional[Callable] = None   # raises to stop the run (ComfyUI's cancel)
+    should_stop: Optional[Callable] = None    # True: end at this step boundary, save, return the result
     on_samples: Optional[Callable] = None     # (step, grid IMAGE, paths)
 
 
@@ -301,6 +302,7 @@ class TrainingRun:
             torch.cuda.reset_peak_memory_stats(device)
 
         started, timed_from, logged = time.perf_counter(), None, self.start_step
+        done = self.start_step
         for step in range(self.start_step, config.steps):
             if hooks.check_cancel is not None:
                 hooks.check_cancel()
@@ -319,9 +321,11 @@ class TrainingRun:
             losses_on_device[step] = step_loss
 
             done = step + 1
-            checkpoint_due = config.save_every and done % config.save_every == 0 and done < config.steps
+            stopping = hooks.should_stop is not None and done < config.steps and hooks.should_stop()
+            last = done == config.steps or stopping
+            checkpoint_due = config.save_every and done % config.save_every == 0 and not last
             new = None
-            if done % config.log_every == 0 or done == config.steps or checkpoint_due:
+            if done % config.log_every == 0 or last or checkpoint_due:
                 new = losses_on_device[logged:done].tolist()  # the one device sync of a logging step
                 self.losses += new
                 logged = done
@@ -329,27 +333,32 @@ class TrainingRun:
                     timed_from = (done, time.perf_counter())
                 _write_json(os.path.join(self.run_dir, "loss.json"), {"loss": self.losses})
             if hooks.on_progress is not None:
-                hooks.on_progress(done, config.steps, new, {"lr": self.scheduler.get_last_lr()[0]})
+                stats = {"lr": self.scheduler.get_last_lr()[0]}
+                if device.type == "cuda":  # allocator bookkeeping: no device sync
+                    stats["peak_vram_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+                hooks.on_progress(done, config.steps, new, stats)
             if checkpoint_due:
                 self.save_checkpoint(done)
-            if sample_settings is not None and (done % sample_settings.every == 0 or done == config.steps):
+            if sample_settings is not None and (done % sample_settings.every == 0 or last):
                 samples, paths = render_samples(self.patcher, sample_settings, done,
                                                 os.path.join(self.run_dir, "samples"))
                 sample_paths += paths
                 if hooks.on_samples is not None:
                     hooks.on_samples(done, samples, paths)
+            if stopping:
+                break
 
         finished = time.perf_counter()
-        if timed_from is not None and config.steps > timed_from[0]:
-            seconds_per_step = (finished - timed_from[1]) / (config.steps - timed_from[0])
+        if timed_from is not None and done > timed_from[0]:
+            seconds_per_step = (finished - timed_from[1]) / (done - timed_from[0])
         else:
-            seconds_per_step = (finished - started) / max(1, config.steps - self.start_step)
+            seconds_per_step = (finished - started) / max(1, done - self.start_step)
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
-        self.save_checkpoint(config.steps)
+        self.save_checkpoint(done)
 
         self.adapters.requires_grad_(False)
         eval_after = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
-        return TrainResult(None, self._export(config.steps), self.losses, self.eval_before, eval_after,
+        return TrainResult(None, self._export(done), self.losses, self.eval_before, eval_after,
                            seconds_per_step, self.run_dir, list(self.checkpoints), samples, self.adapters,
                            sample_paths, peak)
 
@@ -399,7 +408,7 @@ def _metadata(base, config, data, steps):
 
 
 def _summary(result, config):
-    return {"steps": config.steps, "eval_loss_before": result.eval_loss_before,
+    return {"steps": len(result.losses), "planned_steps": config.steps, "eval_loss_before": result.eval_loss_before,
             "eval_loss_after": result.eval_loss_after, "first_loss": result.losses[0], "last_loss": result.losses[-1],
             "seconds_per_step": result.seconds_per_step, "peak_memory_gib": result.peak_memory_gib,
             "checkpoints": result.checkpoints, "samples": result.sample_paths, "config": config.as_dict()}
