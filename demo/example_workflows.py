@@ -20,17 +20,20 @@ class Node:
     title: str = ""
 
 
-def training_graph(checkpoint, resolution, prompt, sample_prompts):
-    """Checkpoint → dataset → cache → trainer (with samples) → KSampler test image, SaveLoRA, LossGraph."""
+def training_graph(checkpoint, resolution, prompt, sample_prompts, loader=None, trainer=None, sampling=None):
+    """Checkpoint → dataset → cache → trainer (with samples) → KSampler test image, SaveLoRA, LossGraph.
+    `loader` replaces the checkpoint loader (same MODEL, CLIP, VAE outputs); `trainer` and
+    `sampling` override widget values of the trainer and of the samplers."""
+    trainer, sampling = trainer or {}, sampling or {}
     return [
-        Node(1, "CheckpointLoaderSimple", (40, 60), {"ckpt_name": checkpoint}),
+        loader or Node(1, "CheckpointLoaderSimple", (40, 60), {"ckpt_name": checkpoint}),
         Node(2, "EriDiffusion_LoadDataset", (40, 260), {"folder": "dreambooth_dog", "trigger_word": "sks"}),
         Node(3, "EriDiffusion_CacheLatents", (420, 260), {"resolution": resolution},
              {"dataset": (2, 0), "vae": (1, 2), "clip": (1, 1)}),
         Node(4, "EriDiffusion_SampleDuringTraining", (420, 520),
-             {"prompts": sample_prompts, "width": resolution, "height": resolution},
+             {"prompts": sample_prompts, "width": resolution, "height": resolution, **sampling},
              {"clip": (1, 1), "vae": (1, 2)}),
-        Node(5, "EriDiffusion_LoRATrainer", (820, 60), {"run_name": "sks_dog"},
+        Node(5, "EriDiffusion_LoRATrainer", (820, 60), {"run_name": "sks_dog", **trainer},
              {"model": (1, 0), "training_data": (3, 0), "sample_config": (4, 0)}),
         Node(6, "EriDiffusion_SaveLoRA", (1220, 60), {"filename_prefix": "eridiffusion/sks_dog"}, {"lora": (5, 1)}),
         Node(7, "EriDiffusion_LossGraph", (1220, 200), {}, {"loss": (5, 2)}),
@@ -38,7 +41,7 @@ def training_graph(checkpoint, resolution, prompt, sample_prompts):
         Node(9, "CLIPTextEncode", (820, 700), {"text": prompt}, {"clip": (1, 1)}, title="Positive"),
         Node(10, "CLIPTextEncode", (820, 900), {"text": "blurry, low quality"}, {"clip": (1, 1)}, title="Negative"),
         Node(11, "EmptyLatentImage", (820, 1100), {"width": resolution, "height": resolution, "batch_size": 1}),
-        Node(12, "KSampler", (1220, 700), {"seed": 42, "steps": 25, "cfg": 7.0},
+        Node(12, "KSampler", (1220, 700), {"seed": 42, "steps": sampling.get("steps", 25), "cfg": sampling.get("cfg", 7.0)},
              {"model": (5, 0), "positive": (9, 0), "negative": (10, 0), "latent_image": (11, 0)}),
         Node(13, "VAEDecode", (1600, 700), {}, {"samples": (12, 0), "vae": (1, 2)}),
         Node(14, "SaveImage", (1840, 700), {"filename_prefix": "eridiffusion/sks_dog"}, {"images": (13, 0)}),
@@ -52,6 +55,15 @@ EXAMPLES = {
     "sd15_lora.json": lambda: training_graph("v1-5-pruned-emaonly.safetensors", 512,
                                              "a photo of sks dog wearing a red scarf, in the snow",
                                              "a photo of sks dog\na photo of sks dog on the beach"),
+    # Runs anywhere in about a minute on a CPU: a tiny random-weight SDXL (it draws noise), the
+    # settings of the README's demo.
+    "tiny_demo_lora.json": lambda: training_graph(
+        None, 256, "a photo of sks dog wearing a red scarf, in the snow",
+        "a photo of sks dog\na photo of sks dog on the beach",
+        loader=Node(1, "EriDiffusion_TinyDemoModel", (40, 60), {"architecture": "sdxl"}),
+        trainer={"steps": 200, "learning_rate": 3e-3, "dtype": "fp32", "targets": "all-linear", "rank": 8,
+                 "alpha": 8.0, "gradient_checkpointing": False},
+        sampling={"steps": 8, "cfg": 4.0, "every": 40}),
 }
 
 

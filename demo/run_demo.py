@@ -37,7 +37,7 @@ def demo_prompt(ckpt, steps, dataset_dir, example="sdxl_lora.json", size=256):
             "EriDiffusion_LoadDataset": {"folder": dataset_dir},
             "EriDiffusion_LoRATrainer": {"steps": steps or 500},
         })
-    architecture = example.split("_")[0]
+    architecture = "sdxl" if example.startswith("tiny") else example.split("_")[0]
     return substitute(
         prompt,
         replacements={"CheckpointLoaderSimple": ("EriDiffusion_TinyDemoModel",
