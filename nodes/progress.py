@@ -89,13 +89,19 @@ class ProgressReporter:
 
 
 def loss_history(run):
-    """The loss.json of output/<run>, for a reopened page to redraw its chart."""
+    """The loss.json of output/<run> and its sample images, for a reopened page to redraw its panel."""
     output = os.path.realpath(folder_paths.get_output_directory())
     path = os.path.realpath(os.path.join(output, run, "loss.json"))
     if os.path.commonpath([output, path]) != output or not os.path.isfile(path):
         return None
     with open(path) as f:
-        return json.load(f)
+        history = json.load(f)
+    samples = os.path.join(os.path.dirname(path), "samples")
+    names = sorted(os.listdir(samples), key=lambda n: os.path.getmtime(os.path.join(samples, n))) \
+        if os.path.isdir(samples) else []
+    history["samples"] = [{"filename": n, "subfolder": os.path.relpath(samples, output), "type": "output"}
+                          for n in names if n.endswith(".png")]
+    return history
 
 
 _registered = []

@@ -96,7 +96,9 @@ class TrainerPanel {
     if (!run || this.losses.length) return;
     const response = await api.fetchApi(`/eridiffusion/loss?run=${encodeURIComponent(run)}`);
     if (!response.ok) return;
-    this.losses = (await response.json()).loss ?? [];
+    const history = await response.json();
+    this.losses = history.loss ?? [];
+    for (const sample of history.samples ?? []) this.addSample(sample);
     this.text.textContent = `${this.losses.length} steps (${run})`;
     this.draw();
   }

@@ -131,5 +131,5 @@ def test_loss_route_serves_a_runs_history_and_nothing_outside_output(stack, comf
                 answers.append((response.status, await response.json()))
             return answers
     (status, body), (outside, _) = asyncio.run(get("history_run", "../../etc"))
-    assert status == 200 and body["loss"] == pytest.approx(result.losses)
+    assert status == 200 and body["loss"] == pytest.approx(result.losses) and body["samples"] == []
     assert outside == 404

@@ -112,6 +112,7 @@ def test_panel_shows_progress_samples_and_stops_and_saves(comfy_server):
         page.evaluate("workflow => window.app.loadGraphData(workflow)", saved)
         page.wait_for_function("window.app.graph.getNodeById(5).eridiffusionPanel.losses.length > 0")
         restored = page.evaluate("window.app.graph.getNodeById(5).eridiffusionPanel.losses.length")
+        restored_samples = page.evaluate("window.app.graph.getNodeById(5).eridiffusionPanel.samples.children.length")
         page.screenshot(path=os.path.join(ARTIFACTS, "live_panel_reopened.png"))
         browser.close()
     rate = (len(times) - 1) / ((times[-1] - times[0]) / 1000) if len(times) > 1 else 0.0
@@ -122,6 +123,6 @@ def test_panel_shows_progress_samples_and_stops_and_saves(comfy_server):
         summary = json.load(f)
     assert summary["steps"] < summary["planned_steps"] == 200
     assert "ETA" in first_text and first_text != later_text
-    assert points >= 10 and restored == summary["steps"]
+    assert points >= 10 and restored == summary["steps"] and restored_samples >= 2
     assert 0 < rate <= 4.5  # throttled to four a second
     assert [e for e in errors if ours(e, url)] == []
