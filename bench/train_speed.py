@@ -8,7 +8,11 @@ torch.cuda.max_memory_allocated over the training steps. Prints one `RESULT {jso
 experiment and writes $OUT/train_speed.json.
 
     COMFYUI_PATH=... PLAN=ours_sdxl_ckpt,builtin_sdxl_ckpt python bench/train_speed.py
-Experiments: ours_<model>_<ckpt|nockpt>[_alllinear], builtin_<model>_<ckpt|nockpt>; model: sdxl.
+Experiments: builtin_<model>_<ckpt|nockpt>, and ours_<model>_<ckpt|nockpt> with flags: _graphs (CUDA
+graphs on; else off), _alllinear (targets; else attention for SDXL, the family default for Flux),
+_fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
+torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _adamw8bit, _compile
+(torch_compile); model: sdxl, flux.
 """
 import gc
 import json
@@ -22,7 +26,7 @@ import types
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.full_size import SDXL_UNET  # noqa: E402
+from bench.full_size import FLUX_DEV, SDXL_UNET  # noqa: E402
 
 
 
@@ -45,44 +49,62 @@ def stub_pyav():
             sys.modules[f"av.{sub}"] = module
 
 
-def build_sdxl():
+def build(model_name, weight_dtype_name="bf16", on_cpu=False):
+    """Full-size SDXL or Flux-dev from ComfyUI's own classes, random weights (the baseline's init,
+    so both trainers see the same kind of weights), built on the GPU; `on_cpu` moves them to CPU
+    memory afterwards (for partial loading)."""
     import comfy.model_management as mm
     import comfy.model_patcher
     import comfy.supported_models
     import torch
-    config = comfy.supported_models.SDXL(dict(SDXL_UNET))
-    config.set_inference_dtype(torch.bfloat16, None)
+    if model_name == "sdxl":
+        config = comfy.supported_models.SDXL(dict(SDXL_UNET))
+    else:
+        config = comfy.supported_models.Flux(dict(FLUX_DEV))
+    weight_dtype = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[weight_dtype_name]
+    config.set_inference_dtype(weight_dtype, None if weight_dtype == torch.bfloat16 else torch.bfloat16)
     device = mm.get_torch_device()
     model = config.get_model({}, device=device)
     generator = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():  # the baseline's init, so both trainers see the same kind of weights
+    with torch.no_grad():
         for name, p in model.named_parameters():
+            value = torch.empty(p.shape, device=device, dtype=torch.bfloat16)
             if p.dim() >= 2:
-                p.normal_(0, 0.02, generator=generator)
+                value.normal_(0, 0.02, generator=generator)
             elif "norm" in name and name.endswith("weight"):
-                p.fill_(1.0)
+                value.fill_(1.0)
             else:
-                p.normal_(0, 0.01, generator=generator)
+                value.normal_(0, 0.01, generator=generator)
+            p.copy_(value)
     model.eval()
+    if on_cpu:
+        model.to("cpu")
+        torch.cuda.empty_cache()
     return comfy.model_patcher.ModelPatcher(model, load_device=device, offload_device=torch.device("cpu"))
 
 
-def random_data(images=4, resolution=1024):
+# (latent channels, text tokens, text width, pooled width) as each model's text encoders give them
+SHAPES = {"sdxl": (4, 77, 2048, 1280), "flux": (16, 512, 4096, 768)}
+
+
+def random_data(model_name, images=4, resolution=1024):
     import torch
     from eridiffusion.training.latent_cache import TrainingData, TrainingSample
+    channels, tokens, width, pooled = SHAPES[model_name]
     generator = torch.Generator().manual_seed(1)
     side = resolution // 8
     samples = []
     for i in range(images):
-        cond = [[torch.randn(1, 77, 2048, generator=generator) * 0.5,
-                 {"pooled_output": torch.randn(1, 1280, generator=generator) * 0.5}]]
-        samples.append(TrainingSample(f"random_{i}", torch.randn(4, side, side, generator=generator), [cond],
+        cond = [[torch.randn(1, tokens, width, generator=generator) * 0.5,
+                 {"pooled_output": torch.randn(1, pooled, generator=generator) * 0.5}]]
+        samples.append(TrainingSample(f"random_{i}", torch.randn(channels, side, side, generator=generator), [cond],
                                       (resolution, resolution), ("random",)))
-    empty = [[torch.zeros(1, 77, 2048), {"pooled_output": torch.zeros(1, 1280)}]]
+    empty = [[torch.zeros(1, tokens, width), {"pooled_output": torch.zeros(1, pooled)}]]
     return TrainingData(samples, empty, 0.0, 1, resolution, "random")
 
 
-def ours(patcher, checkpointing, targets, steps=14, warmup=4):
+def ours(patcher, model_name, checkpointing, targets, cuda_graphs=False, optimizer="AdamW", weights_vram_gib=0.0,
+         torch_compile=False, steps=14, warmup=4):
     import torch
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.config import TrainConfig
@@ -107,22 +129,25 @@ def ours(patcher, checkpointing, targets, steps=14, warmup=4):
                 f.write(table)
 
     config = TrainConfig(steps=steps, learning_rate=1e-4, dtype="bf16", gradient_checkpointing=checkpointing,
+                         cuda_graphs="on" if cuda_graphs else "off", optimizer=optimizer,
+                         weights_vram_gib=weights_vram_gib, torch_compile=torch_compile,
                          adapter=AdapterSpec(rank=16, alpha=16.0, targets=targets), log_every=steps,
                          eval_images=1, eval_timesteps=1, run_name="bench")
     with torch.inference_mode(False):
-        result = train_lora(patcher, random_data(), config, tempfile.mkdtemp(), hooks=TrainingHooks(on_progress))
+        result = train_lora(patcher, random_data(model_name), config, tempfile.mkdtemp(),
+                            hooks=TrainingHooks(on_progress))
     torch.cuda.synchronize()
     times = [a.elapsed_time(b) / 1000 for a, b in zip(events[warmup:], events[warmup + 1:])]
     return {"s_per_step": statistics.median(times), "steps_timed": len(times), "peak_GiB": result.peak_memory_gib,
-            "loss_first_last": [result.losses[0], result.losses[-1]],
+            "loss_first_last": [result.losses[0], result.losses[-1]], "losses": result.losses,
             "trainable_parameters": sum(p.numel() for p in result.adapters.parameters())}
 
 
-def builtin(patcher, checkpointing, short=3, long=13):
+def builtin(patcher, model_name, checkpointing, short=3, long=13):
     """ComfyUI's TrainLoraNode exactly as the published baseline ran it."""
     import torch
     import comfy_extras.nodes_train as nodes_train
-    data = random_data()
+    data = random_data(model_name)
 
     def run(steps):
         torch.cuda.synchronize()
@@ -130,6 +155,8 @@ def builtin(patcher, checkpointing, short=3, long=13):
         started = time.perf_counter()
         latents = [{"samples": s.latent[None].to(torch.bfloat16)} for s in data.samples]
         cond = data.samples[0].conditionings[0]
+        if model_name == "flux":
+            cond = [[cond[0][0], dict(cond[0][1], guidance=1.0)]]
         nodes_train.TrainLoraNode.execute(
             model=[patcher], latents=latents, positive=[cond], batch_size=[1], steps=[steps],
             grad_accumulation_steps=[1], learning_rate=[1e-4], rank=[16], optimizer=["AdamW"], loss_function=["MSE"],
@@ -150,16 +177,26 @@ def main():
     import torch
     plan = [p for p in os.environ.get("PLAN", "ours_sdxl_ckpt,builtin_sdxl_ckpt").split(",") if p]
     results = []
+    total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
     for item in plan:
         parts = item.split("_")
         kind, model_name, checkpointing = parts[0], parts[1], parts[2] == "ckpt"
+        cap = next((float(p[3:]) for p in parts if p.startswith("cap")), None)
+        stream = next((float(p[6:]) for p in parts if p.startswith("stream")), 0.0)
         started = time.time()
         try:
-            patcher = build_sdxl()
+            patcher = build(model_name, "fp8" if "fp8" in parts else "bf16", on_cpu=stream > 0)
+            torch.cuda.reset_peak_memory_stats()
+            if cap:
+                torch.cuda.set_per_process_memory_fraction(cap / total_gib)
             if kind == "ours":
-                r = ours(patcher, checkpointing, "all-linear" if "alllinear" in parts else "attention")
+                targets = "all-linear" if "alllinear" in parts else ("attention" if model_name == "sdxl" else "auto")
+                r = ours(patcher, model_name, checkpointing, targets, cuda_graphs="graphs" in parts,
+                         optimizer="AdamW8bit" if "adamw8bit" in parts else "AdamW", weights_vram_gib=stream,
+                         torch_compile="compile" in parts)
             else:
-                r = builtin(patcher, checkpointing)
+                r = builtin(patcher, model_name, checkpointing, *((2, 6) if model_name == "flux" else ()))
+            r["memory_cap_GiB"] = cap
         except Exception as error:  # one failure must not hide the other figures
             import traceback
             traceback.print_exc()
@@ -167,7 +204,10 @@ def main():
         r.update({"exp": item, "model": model_name, "grad_ckpt": checkpointing, "wall_s": round(time.time() - started, 1)})
         results.append(r)
         print("RESULT", json.dumps(r), flush=True)
+        torch.cuda.set_per_process_memory_fraction(1.0)
         patcher = None
+        import comfy.model_management
+        comfy.model_management.unload_all_models()
         gc.collect()
         torch.cuda.empty_cache()
     import subprocess
@@ -177,7 +217,8 @@ def main():
                "commit": commit or os.environ.get("COMMIT", ""), "resolution": 1024, "rank": 16, "results": results}
     by = {r["exp"]: r for r in results}
     for name, r in by.items():
-        other = by.get(name.replace("ours_", "builtin_").replace("_alllinear", ""))
+        base = "_".join(item for item in name.split("_")[:3])
+        other = by.get(base.replace("ours_", "builtin_"))
         if name.startswith("ours_") and other and "s_per_step" in r and "s_per_step" in other:
             r["speedup_vs_builtin"] = other["s_per_step"] / r["s_per_step"]
     with open(os.path.join(os.environ.get("OUT", "/tmp"), "train_speed.json"), "w") as f:

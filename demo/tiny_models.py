@@ -1,5 +1,9 @@
-"""Tiny random-init SD1.5 and SDXL stacks (UNet, CLIP, VAE) built from ComfyUI's own classes, for
-the tests and the CPU demo where no weights can be downloaded. Import after runtime.start_host()."""
+"""Tiny random-init model stacks (diffusion model, text encoders, VAE) built from ComfyUI's own
+classes, for the tests and the CPU demo where no weights can be downloaded: SD1.5 and SDXL here,
+the other families in tiny_flux, tiny_dit and tiny_video. Import after runtime.start_host()."""
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 
 import comfy.model_management as mm
@@ -18,6 +22,7 @@ TINY_ARCHITECTURES = ("sd15", "sdxl")
 # so the pooled output is hidden_size wide.
 CLIP_L = {"hidden_size": 32, "intermediate_size": 128, "num_attention_heads": 2, "num_hidden_layers": 3}
 CLIP_G = {"hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4, "num_hidden_layers": 3}
+TINY_CLIPS = {"clip_l_model_config": CLIP_L, "clip_g_model_config": CLIP_G}
 
 # SDXL's adm vector: clip_g's pooled output, then 6 Timestep(256) embeddings of
 # height, width, crop_h, crop_w, target_height, target_width (model_base.SDXL.encode_adm).
@@ -68,9 +73,11 @@ def init_weights(module: torch.nn.Module, generator: torch.Generator) -> None:
                 p.copy_(value)
 
 
-def _diffusion_model(model_config, generator):
-    model_config.unet_config.update(HEADS)
-    model_config.set_inference_dtype(torch.float32, None)
+def diffusion_model(model_config, generator, weight_dtype=torch.float32):
+    """ComfyUI's model for `model_config` (a comfy.supported_models instance), random init, weights
+    stored in `weight_dtype` (float8_e4m3fn: as UNETLoader's weight_dtype gives them, computed in
+    float32 through ComfyUI's manual-cast layers)."""
+    model_config.set_inference_dtype(weight_dtype, None if weight_dtype == torch.float32 else torch.float32)
     model = model_config.get_model({})
     init_weights(model, generator)
     model.eval()
@@ -78,38 +85,42 @@ def _diffusion_model(model_config, generator):
                                             offload_device=mm.unet_offload_device())
 
 
-def _clip(model_config, generator):
-    # comfy.sd.CLIP passes model_options down to SDClipModel, which merges "<name>_model_config"
-    # over its JSON config: the stock SD1/SDXL clip classes, only smaller. float32 because
-    # ComfyUI's default text-encoder dtype is float16, even on the CPU.
-    model_options = {"dtype": torch.float32, "clip_l_model_config": CLIP_L, "clip_g_model_config": CLIP_G}
-    clip = comfy.sd.CLIP(target=model_config.clip_target(), model_options=model_options)
+def text_encoder(clip_target, generator, model_options, tokenizer_data=None):
+    """ComfyUI's CLIP object for `clip_target`, float32, random init. `model_options` may hold
+    "<model_name>_model_config" dicts that SDClipModel merges over each encoder's JSON config;
+    `tokenizer_data` is what a checkpoint would carry for its tokenizer (Gemma's "spiece_model")."""
+    # float32 because ComfyUI's default text-encoder dtype is float16, even on the CPU.
+    clip = comfy.sd.CLIP(target=clip_target, model_options={"dtype": torch.float32, **model_options},
+                         tokenizer_data=tokenizer_data or {})
     init_weights(clip.cond_stage_model, generator)
     return clip
 
 
-def _vae(model_config, generator):
-    taesd = comfy.taesd.taesd.TAESD(latent_channels=4)
+def taesd_vae(latent_channels, latent_format, generator):
+    """A random TAESD with `latent_channels` channels and the scale of `latent_format` (8x)."""
+    taesd = comfy.taesd.taesd.TAESD(latent_channels=latent_channels)
     init_weights(taesd, generator)
     sd = taesd.state_dict()
-    # Same scale as nodes.VAELoader gives the real taesd/taesdxl, so after the model's
-    # process_latent_in the UNet sees the TAESD encoder's own output.
-    sd["vae_scale"] = torch.tensor(model_config.latent_format.scale_factor)
-    sd["vae_shift"] = torch.tensor(0.0)
+    # Same scale as nodes.VAELoader gives the real taesd/taesdxl/taesd3/taef1, so after the
+    # model's process_latent_in the diffusion model sees the TAESD encoder's own output.
+    sd["vae_scale"] = torch.tensor(latent_format.scale_factor)
+    sd["vae_shift"] = torch.tensor(getattr(latent_format, "shift_factor", 0.0))
     return comfy.sd.VAE(sd=sd)
 
 
-def _stack(model_config, seed):
+def _stack(model_config, seed, weight_dtype=torch.float32):
     generator = torch.Generator().manual_seed(seed)
-    model = _diffusion_model(model_config, generator)
-    clip = _clip(model_config, generator)
-    vae = _vae(model_config, generator)
+    model_config.unet_config.update(HEADS)
+    model = diffusion_model(model_config, generator, weight_dtype)
+    clip = text_encoder(model_config.clip_target(), generator, TINY_CLIPS)
+    vae = taesd_vae(4, model_config.latent_format, generator)
     return model, clip, vae
 
 
-def tiny_sd15(seed: int = 0) -> tuple[comfy.model_patcher.ModelPatcher, comfy.sd.CLIP, comfy.sd.VAE]:
+def tiny_sd15(seed: int = 0, weight_dtype=torch.float32) -> tuple[comfy.model_patcher.ModelPatcher, comfy.sd.CLIP,
+                                                                   comfy.sd.VAE]:
     """A random SD1.5 stack: ComfyUI's SD15 UNet, SD1 clip_l text encoder and a 4-channel TAESD."""
-    return _stack(comfy.supported_models.SD15(SD15_UNET), seed)
+    return _stack(comfy.supported_models.SD15(SD15_UNET), seed, weight_dtype)
 
 
 def tiny_sdxl(seed: int = 0) -> tuple[comfy.model_patcher.ModelPatcher, comfy.sd.CLIP, comfy.sd.VAE]:
@@ -117,9 +128,27 @@ def tiny_sdxl(seed: int = 0) -> tuple[comfy.model_patcher.ModelPatcher, comfy.sd
     return _stack(comfy.supported_models.SDXL(SDXL_UNET), seed)
 
 
+@dataclass(frozen=True)
+class TinyFamily:
+    """How to build one family's tiny stack, and the short run that shows it learns."""
+    build: Callable              # seed -> (ModelPatcher, CLIP, VAE)
+    steps: int = 200
+    learning_rate: float = 3e-3
+    resolution: int = 128        # training and sampling size in pixels
+    video_frames: int = 0        # > 0: a video model, trained on clips of this many frames
+    sample_size: tuple = (96, 64)  # width, height of the test renders: not square, so a swapped axis shows
+
+
+TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15), "sdxl": TinyFamily(tiny_sdxl)}
+
+from . import tiny_dit, tiny_flux, tiny_video  # noqa: E402  (they use the helpers above)
+
+for _module in (tiny_flux, tiny_dit, tiny_video):
+    TINY_FAMILIES.update(_module.FAMILIES)
+
+
 def build_tiny(arch: str, seed: int = 0):
-    """tiny_sd15 or tiny_sdxl by name ("sd15", "sdxl")."""
-    builders = {"sd15": tiny_sd15, "sdxl": tiny_sdxl}
-    if arch not in builders:
-        raise EriDiffusionError(f"unknown tiny architecture {arch!r}: use one of {TINY_ARCHITECTURES}")
-    return builders[arch](seed)
+    """The tiny stack of a family by name ("sd15", "sdxl", "flux_dev", …; see TINY_FAMILIES)."""
+    if arch not in TINY_FAMILIES:
+        raise EriDiffusionError(f"unknown tiny architecture {arch!r}: use one of {sorted(TINY_FAMILIES)}")
+    return TINY_FAMILIES[arch].build(seed)

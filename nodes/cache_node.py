@@ -20,13 +20,16 @@ class CacheLatents(io.ComfyNode):
             node_id="EriDiffusion_CacheLatents",
             display_name="CacheLatents",
             category=CATEGORY,
-            description="Encodes every image with the graph's VAE and every caption with its CLIP, once.",
+            description="Encodes every image, clip and reference image with the graph's VAE and every caption "
+                        "with its CLIP, once.",
             inputs=[
                 Dataset.Input("dataset", tooltip="From LoadDataset."),
-                io.Vae.Input("vae", tooltip="The VAE of the model you train (encodes the images)."),
+                io.Vae.Input("vae", tooltip="The VAE of the model you train (encodes the images; clips need a "
+                                            "video model's VAE)."),
                 io.Clip.Input("clip", tooltip="The text encoder of the model you train (encodes the captions)."),
                 io.Int.Input("resolution", default=1024, min=64, max=4096, step=64,
-                             tooltip="Training area is about resolution²; images go to aspect-ratio buckets."),
+                             tooltip="Training area is about resolution² (per frame for clips); images and clips "
+                                     "go to aspect-ratio buckets, reference images to their target's."),
                 io.Int.Input("shuffle_variants", default=4, min=1, max=32,
                              tooltip="With tag shuffling: how many shuffled captions to encode per image."),
                 io.String.Input("cache_folder", default="",

@@ -35,16 +35,21 @@ class SampleDuringTraining(io.ComfyNode):
                                tooltip="ComfyUI scheduler."),
                 io.Int.Input("width", default=1024, min=64, max=4096, step=8, tooltip="Sample width in pixels."),
                 io.Int.Input("height", default=1024, min=64, max=4096, step=8, tooltip="Sample height in pixels."),
+                io.Int.Input("frames", default=1, min=1, max=1024, optional=True,
+                             tooltip="Video models: frames per sample, saved as an animated WebP beside the "
+                                     "first frame's PNG (Wan/HunyuanVideo take 4k+1, LTX-Video 8k+1). Image "
+                                     "models render one image whatever this says."),
             ],
             outputs=[SampleConfig.Output(display_name="sample_config", tooltip="Connect to LoRATrainer.")],
         )
 
     @classmethod
-    def execute(cls, clip, vae, prompts, every, seed, steps, cfg, sampler_name, scheduler, width, height):
+    def execute(cls, clip, vae, prompts, every, seed, steps, cfg, sampler_name, scheduler, width, height, frames=1):
         lines = tuple(line.strip() for line in prompts.splitlines() if line.strip())
         if not lines:
             raise EriDiffusionError("SampleDuringTraining: prompts is empty; write one prompt per line.")
         settings = SampleSettings(prompts=lines, positives=tuple(encode(clip, p) for p in lines),
                                   negative=encode(clip, ""), vae=vae, every=every, seed=seed, steps=steps, cfg=cfg,
-                                  sampler=sampler_name, scheduler=scheduler, width=width, height=height)
+                                  sampler=sampler_name, scheduler=scheduler, width=width, height=height,
+                                  frames=frames)
         return io.NodeOutput(settings)

@@ -10,13 +10,13 @@ from comfy_api.latest import io
 from comfy_execution.utils import get_executing_context
 
 from ..training.atomic_file import write_json_atomic
-from ..training.adapters import ALGORITHMS, TARGET_PRESETS, AdapterSpec
-from ..training.config import DTYPES, LR_SCHEDULES, TrainConfig
+from ..training.adapters import ALGORITHMS, AUTO_TARGETS, TARGET_PRESETS, AdapterSpec
+from ..training.config import CUDA_GRAPHS, DTYPES, LR_SCHEDULES, TrainConfig
 from ..training.optimizers import OPTIMIZERS
 from ..training.loss_plot import LossHistory
 from ..training.trainer import TrainingHooks, train_lora, unique_run_dir
 from .progress import ProgressReporter, clear_stop, server_sender, stop_requested
-from .types import CATEGORY, LoRA, Loss, Resume, SampleConfig, TrainingData
+from .types import CATEGORY, LoRA, Loss, Objective, Resume, SampleConfig, TrainingData
 
 
 def live_hooks(node_id, steps, run_dir):
@@ -49,6 +49,14 @@ def save_workflow(extra_pnginfo, node_id, run_dir):
         if str(node.get("id")) == str(node_id):
             node.setdefault("properties", {})["eridiffusion_run"] = os.path.basename(run_dir)
     write_json_atomic(os.path.join(run_dir, "workflow.json"), workflow)
+
+
+def objective_fields(objective):
+    """TrainConfig fields from a TrainingObjective node's output (none: the family defaults)."""
+    if objective is None:
+        return {}
+    return {"objective": objective.spec, "guidance": objective.guidance,
+            "bypass_guidance_embedding": objective.bypass_guidance_embedding}
 
 
 class LoRATrainer(io.ComfyNode):
@@ -94,8 +102,22 @@ class LoRATrainer(io.ComfyNode):
                                tooltip="Compute dtype of the frozen model; adapters keep fp32 master weights."),
                 io.Boolean.Input("gradient_checkpointing", default=True,
                                  tooltip="Recompute block activations in backward: much less memory, somewhat slower."),
-                io.Combo.Input("targets", options=list(TARGET_PRESETS), default="attention",
-                               tooltip="attention: q/k/v/out projections; all-linear: every linear layer."),
+                io.Float.Input("weights_vram_gib", default=0.0, min=0.0, max=1024.0, step=0.5,
+                               tooltip="0: the whole model on the GPU. > 0: keep at most this many GiB of its "
+                                       "weights there and stream the rest from CPU memory every step (ComfyUI's "
+                                       "partial loading; needs gradient_checkpointing; slower, for small GPUs)."),
+                io.Boolean.Input("torch_compile", default=False,
+                                 tooltip="torch.compile (inductor) each block of the model: blocks of one kind "
+                                         "share a compiled graph. Faster GPU kernels after a one-time compile."),
+                io.Combo.Input("cuda_graphs", options=list(CUDA_GRAPHS), default="auto",
+                               tooltip="Replay each step from a CUDA graph: on a fast GPU several times faster "
+                                       "(the step is launch-bound otherwise). auto: on for CUDA without text-encoder "
+                                       "training and with plain tensor inputs; each image size/prompt length "
+                                       "is captured once (a few seconds)."),
+                io.Combo.Input("targets", options=[AUTO_TARGETS] + list(TARGET_PRESETS), default=AUTO_TARGETS,
+                               tooltip="auto: the model family's default (UNets: attention; transformers: blocks). "
+                                       "attention: q/k/v/out projections; blocks: every linear layer of the "
+                                       "transformer blocks; all-linear: every linear layer."),
                 io.Int.Input("save_every", default=0, min=0, max=1000000,
                              tooltip="Write a checkpoint to output/<run_name>/checkpoints every N steps (0: at the end only)."),
                 io.Int.Input("keep_last", default=0, min=0, max=1000,
@@ -107,6 +129,9 @@ class LoRATrainer(io.ComfyNode):
                               tooltip="The graph's CLIP: needed to train the text encoder (text_encoder_lr > 0)."),
                 Resume.Input("resume", optional=True,
                              tooltip="From LoadLoRAForTraining: continue that run (same settings) or that LoRA."),
+                Objective.Input("objective", optional=True,
+                                tooltip="From TrainingObjective (optional): timestep sampling, loss weighting, "
+                                        "noise offset, guidance. Without it: the model family's defaults."),
             ],
             outputs=[
                 io.Model.Output(display_name="model", tooltip="A copy of the input model with the trained LoRA."),
@@ -123,15 +148,17 @@ class LoRATrainer(io.ComfyNode):
     @classmethod
     def execute(cls, model, training_data, steps, learning_rate, algorithm, rank, alpha, conv_rank, conv_alpha,
                 lokr_factor, lokr_full_rank, batch_size, grad_accum, optimizer, text_encoder_lr, lr_schedule,
-                warmup_steps, seed, dtype, gradient_checkpointing, targets, save_every, keep_last, run_name,
-                sample_config=None, clip=None, resume=None):
+                warmup_steps, seed, dtype, gradient_checkpointing, weights_vram_gib, torch_compile, cuda_graphs,
+                targets, save_every, keep_last, run_name, sample_config=None, clip=None, resume=None, objective=None):
         adapter = AdapterSpec(algorithm=algorithm, rank=rank, alpha=alpha, targets=targets, conv_rank=conv_rank,
                               conv_alpha=conv_alpha, lokr_factor=lokr_factor, lokr_full_rank=lokr_full_rank)
         config = TrainConfig(steps=steps, learning_rate=learning_rate, text_encoder_lr=text_encoder_lr,
                              adapter=adapter, batch_size=batch_size, grad_accum=grad_accum, optimizer=optimizer,
                              lr_schedule=lr_schedule, warmup_steps=warmup_steps, seed=seed, dtype=dtype,
-                             gradient_checkpointing=gradient_checkpointing, save_every=save_every,
-                             keep_last=keep_last, run_name=run_name.strip())
+                             gradient_checkpointing=gradient_checkpointing, weights_vram_gib=weights_vram_gib,
+                             torch_compile=torch_compile, cuda_graphs=cuda_graphs,
+                             save_every=save_every, keep_last=keep_last, run_name=run_name.strip(),
+                             **objective_fields(objective))
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)
         save_workflow(cls.hidden.extra_pnginfo, cls.hidden.unique_id, run_dir)
         hooks = live_hooks(cls.hidden.unique_id, steps, run_dir)
@@ -142,7 +169,8 @@ class LoRATrainer(io.ComfyNode):
         history = LossHistory(tuple(result.losses), result.eval_loss_before, result.eval_loss_after,
                               result.seconds_per_step, os.path.abspath(run_dir))
         samples = result.samples if result.samples is not None else torch.zeros(1, 64, 64, 3)
-        summary = (f"{len(result.losses)} steps, {result.seconds_per_step:.3g} s/step; evaluation loss "
+        memory = f", peak VRAM {result.peak_memory_gib:.1f} GiB" if result.peak_memory_gib else ""
+        summary = (f"{len(result.losses)} steps, {result.seconds_per_step:.3g} s/step{memory}; evaluation loss "
                    f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}; files in {run_dir}")
         out_clip = result.clip if result.clip is not None else clip
         return io.NodeOutput(result.patcher, result.lora, history, samples, out_clip, ui={"text": [summary]})

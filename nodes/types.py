@@ -7,5 +7,6 @@ SampleConfig = io.Custom("ERI_SAMPLE_CONFIG")
 LoRA = io.Custom("ERI_LORA")
 Loss = io.Custom("ERI_LOSS")
 Resume = io.Custom("ERI_RESUME")
+Objective = io.Custom("ERI_OBJECTIVE")
 
 CATEGORY = "EriDiffusion"

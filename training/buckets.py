@@ -31,17 +31,23 @@ def fit_to_bucket(image, bucket):
     """Resize `image` (LANCZOS) to the smallest size covering `bucket`, then center-crop to it.
     Returns the cropped image and the crop box (left, top, right, bottom) in resized-image pixels,
     which SDXL-style models take as crop conditioning."""
+    resized_size, box = crop_to_bucket(image.size, bucket)
+    if resized_size != image.size:
+        image = image.resize(resized_size, Image.Resampling.LANCZOS)
+    return image.crop(box), box
+
+
+def crop_to_bucket(size, bucket):
+    """(resized size, crop box) that fit_to_bucket uses for an image of `size` (width, height):
+    known without decoding, so a clip's cache key needs none of its frames."""
     bucket_width, bucket_height = bucket
-    width, height = image.size
+    width, height = size
     scale = max(bucket_width / width, bucket_height / height)
     # max() guards against rounding leaving the resized side one pixel short of the bucket.
     resized_size = (max(bucket_width, round(width * scale)), max(bucket_height, round(height * scale)))
-    if resized_size != image.size:
-        image = image.resize(resized_size, Image.Resampling.LANCZOS)
     left = (resized_size[0] - bucket_width) // 2
     top = (resized_size[1] - bucket_height) // 2
-    box = (left, top, left + bucket_width, top + bucket_height)
-    return image.crop(box), box
+    return resized_size, (left, top, left + bucket_width, top + bucket_height)
 
 
 @functools.lru_cache(maxsize=64)

@@ -4,9 +4,14 @@ Each block of the model's top-level block lists (UNet resnets and transformers, 
 recomputes its activations in backward instead of storing them. Installed through
 ComfyUI's injection mechanism, so the shared modules are restored when the clone unpatches.
 """
+import contextlib
+
 import comfy.patcher_extension
 import torch
 import torch.utils.checkpoint
+
+from .autograd_inplace import OutOfPlaceAugmentedAssignments
+from .autograd_saved import saved_activations_copied
 
 INJECTION_KEY = "eridiffusion_gradient_checkpointing"
 
@@ -25,23 +30,39 @@ def checkpoint_blocks(diffusion_model):
 
 
 class _CheckpointedForward:
-    def __init__(self, module):
+    def __init__(self, module, copy_saved):
         self.own_forward = module.__dict__.get("forward")
         self.base = module.forward
+        self.copy_saved = copy_saved
 
     def __call__(self, *args, **kwargs):
         if not torch.is_grad_enabled():
             return self.base(*args, **kwargs)
-        return torch.utils.checkpoint.checkpoint(self.base, *args, use_reentrant=False, **kwargs)
+        # No RNG stash: ComfyUI's diffusion models draw no random numbers in forward (no dropout
+        # in use), and reading the CUDA RNG state is not allowed inside a CUDA graph capture.
+        return torch.utils.checkpoint.checkpoint(self._run, *args, use_reentrant=False, preserve_rng_state=False,
+                                                 **kwargs)
+
+    def _run(self, *args, **kwargs):
+        # Blocks that add residuals in place (Flux: `img += ...`) would overwrite their own inputs,
+        # so the recomputation in backward would start from the wrong values, silently; the
+        # recomputation runs outside the forward's context, hence entering it here.
+        # The same holds for the saved-activation copies some families need (autograd_saved.py).
+        with OutOfPlaceAugmentedAssignments(), \
+                (saved_activations_copied() if self.copy_saved else contextlib.nullcontext()):
+            return self.base(*args, **kwargs)
 
 
-def checkpointing_injection(patcher):
+def checkpointing_injection(patcher, copy_saved=False):
+    """Checkpoint the blocks of `patcher`'s model whenever it is patched; `copy_saved`: the
+    recomputed blocks also save copies of their activations (families whose forward writes in
+    place into saved tensors)."""
     blocks = checkpoint_blocks(patcher.model.diffusion_model)
 
     def inject(model_patcher):
         for block in blocks:
             if not isinstance(block.__dict__.get("forward"), _CheckpointedForward):
-                block.forward = _CheckpointedForward(block)
+                block.forward = _CheckpointedForward(block, copy_saved)
 
     def eject(model_patcher):
         for block in blocks:

@@ -5,10 +5,12 @@ import torch
 
 from .adapters import AdapterSpec
 from .errors import EriDiffusionError
+from .objective import ObjectiveSpec
 from .optimizers import OPTIMIZERS
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 LR_SCHEDULES = ("constant", "cosine")
+CUDA_GRAPHS = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,9 @@ class TrainConfig:
     learning_rate: float = 1e-4
     text_encoder_lr: float = 0.0        # > 0 also trains the text encoder(s), at this learning rate
     adapter: AdapterSpec = AdapterSpec()
+    objective: ObjectiveSpec = ObjectiveSpec()  # timestep sampling ("auto": the family's), loss weighting, noise offset
+    guidance: float = -1.0              # guidance input of guidance-distilled models; < 0: the family's default
+    bypass_guidance_embedding: bool = False  # train with the guidance embedding skipped (no guidance input)
     batch_size: int = 1
     grad_accum: int = 1
     optimizer: str = "AdamW"
@@ -27,6 +32,11 @@ class TrainConfig:
     seed: int = 0
     dtype: str = "bf16"                 # compute dtype of the frozen model; adapters keep fp32 masters
     gradient_checkpointing: bool = False
+    weights_vram_gib: float = 0.0       # > 0: keep at most this much of the frozen weights on the device and
+                                        # stream the rest from CPU memory each step (needs gradient_checkpointing)
+    torch_compile: bool = False         # torch.compile each block of the diffusion model (inductor)
+    cuda_graphs: str = "auto"           # replay each micro-batch's forward+backward from a CUDA graph:
+                                        # on, off, or auto (on for CUDA devices without text-encoder training)
     save_every: int = 0                 # 0: save only at the end
     keep_last: int = 0                  # keep only the newest N periodic checkpoints (0: all)
     run_name: str = "eridiffusion_lora"
@@ -50,6 +60,14 @@ class TrainConfig:
                                     f"{self.learning_rate:g} (the learning_rate) or 0.")
         if self.lr_schedule not in LR_SCHEDULES:
             raise EriDiffusionError(f"lr_schedule '{self.lr_schedule}' unknown; choose one of {LR_SCHEDULES}.")
+        if self.weights_vram_gib < 0:
+            raise EriDiffusionError("weights_vram_gib cannot be negative (0: the whole model on the device).")
+        if self.weights_vram_gib > 0 and not self.gradient_checkpointing:
+            raise EriDiffusionError("weights_vram_gib > 0 streams weights block by block, which only saves memory with "
+                                    "gradient_checkpointing on (else backward keeps every streamed weight): turn "
+                                    "gradient_checkpointing on.")
+        if self.cuda_graphs not in CUDA_GRAPHS:
+            raise EriDiffusionError(f"cuda_graphs '{self.cuda_graphs}' unknown; choose one of {CUDA_GRAPHS}.")
         if self.dtype not in DTYPES:
             raise EriDiffusionError(f"dtype '{self.dtype}' unknown; choose one of {tuple(DTYPES)}.")
         if min(self.warmup_steps, self.save_every, self.keep_last, self.weight_decay, self.max_grad_norm,
@@ -66,6 +84,9 @@ class TrainConfig:
 
     def as_dict(self):
         """Plain values for metadata and the run's config file."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "adapter"}
-        out["adapter"] = {f.name: getattr(self.adapter, f.name) for f in fields(self.adapter)}
+        nested = ("adapter", "objective")
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in nested}
+        for name in nested:
+            value = getattr(self, name)
+            out[name] = {f.name: getattr(value, f.name) for f in fields(value)}
         return out

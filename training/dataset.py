@@ -1,5 +1,6 @@
-"""Reads a training folder (images with caption files, or a metadata.jsonl) into a checked,
-fingerprinted Dataset, and opens its images as RGB."""
+"""Reads a training folder (images, video clips and frame folders with caption files, or a
+metadata.jsonl; optionally a control/ folder of edit references) into a checked, fingerprinted
+Dataset, and opens its images as RGB."""
 import hashlib
 import json
 import os
@@ -9,13 +10,19 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageOps
 
+from .clips import VIDEO_EXTENSIONS, VideoOptions, frame_folder_files, is_clip_file, read_clip
 from .errors import EriDiffusionError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 METADATA_FILE = "metadata.jsonl"
 MISSING_CAPTION_MODES = ("error", "trigger_word")
+# Edit-pair datasets (Flux Kontext, Qwen-Image Edit): a subfolder of this name holds, for each
+# target image, the reference image it was edited from under the same stem (ai-toolkit's and
+# musubi-tuner's control images).
+REFERENCE_FOLDERS = ("control", "reference")
 
 _SUPPORTED = ", ".join(ext[1:] for ext in IMAGE_EXTENSIONS)
+_SUPPORTED_CLIPS = ", ".join(ext[1:] for ext in VIDEO_EXTENSIONS)
 # Modes Pillow gives 16-bit grayscale PNGs; its own convert() clips them to 8 bits instead of scaling.
 _WIDE_GRAY_MODES = ("I", "I;16", "I;16L", "I;16B", "I;16N")
 
@@ -48,6 +55,8 @@ class ImageRecord:
     caption: str  # after trigger-word processing
     width: int  # after EXIF orientation
     height: int
+    clip: bool = False  # a video clip file or a frame folder rather than a still image
+    reference: str = ""  # edit pairs: the reference (control) image this target was made from
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,11 @@ class Dataset:
     records: tuple[ImageRecord, ...]
     captions: CaptionOptions
     repeats: int
+    video: VideoOptions = VideoOptions()  # how clips are sampled (unused without clips)
+
+    @property
+    def has_clips(self):
+        return any(record.clip for record in self.records)
 
     def __post_init__(self):
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
@@ -63,29 +77,36 @@ class Dataset:
                                     "set how many times each image is seen per epoch (1 for once).")
 
     def fingerprint(self):
-        """sha256 hex over every image's relative path, file bytes and caption, and the caption
-        options; the same data gives the same value wherever the folder lives and however the
-        records are ordered. Reads the files now, so an image edited since loading changes it."""
+        """sha256 hex over every image's (clip's) relative path, bytes, caption and reference image,
+        the caption options and, with clips, the frame sampling; the same data gives the same value
+        wherever the folder lives and however the records are ordered. Reads the files now, so an
+        image edited since loading changes it."""
         digest = hashlib.sha256()
-        digest.update(json.dumps({
-            "trigger_word": self.captions.trigger_word, "dropout_rate": self.captions.dropout_rate,
-            "shuffle_tags": self.captions.shuffle_tags, "keep_tags": self.captions.keep_tags,
-        }, sort_keys=True).encode())
+        options = {"trigger_word": self.captions.trigger_word, "dropout_rate": self.captions.dropout_rate,
+                   "shuffle_tags": self.captions.shuffle_tags, "keep_tags": self.captions.keep_tags}
+        if self.has_clips:  # only then: image-only datasets keep the fingerprint they always had
+            options.update(frames=self.video.frames, fps=self.video.fps)
+        digest.update(json.dumps(options, sort_keys=True).encode())
         named = sorted(((os.path.relpath(record.path, self.folder).replace(os.sep, "/"), record)
                         for record in self.records), key=lambda pair: pair[0])
         for name, record in named:
             digest.update(_length_prefixed(name.encode()))
-            digest.update(_file_sha256(record.path))
+            digest.update(media_sha256(record.path))
             digest.update(_length_prefixed(record.caption.encode()))
+            if record.reference:
+                digest.update(b"reference" + _file_sha256(record.reference))
         return digest.hexdigest()
 
 
 def load_dataset(folder, caption_ext=".txt", trigger_word="", missing_caption="error", caption_dropout=0.0,
-                 shuffle_tags=False, keep_tags=1, repeats=1, min_side=64):
-    """Scan `folder` (not its subfolders), pair each image with its caption, decode every image
-    once to prove it is readable, and return the records sorted by file name."""
+                 shuffle_tags=False, keep_tags=1, repeats=1, min_side=64, frames=17, fps=16.0):
+    """Scan `folder`, pair each image, clip (mp4, webm, mov, gif) and frame folder (a subfolder of
+    numbered images: one clip) with its caption and, when a control/ (or reference/) subfolder
+    exists, with its reference image; decode every image and the `frames` frames at `fps` of every
+    clip once to prove they are readable, and return the records sorted by name."""
     options = CaptionOptions(trigger_word=trigger_word, dropout_rate=caption_dropout,
                              shuffle_tags=shuffle_tags, keep_tags=keep_tags)
+    video = VideoOptions(frames=frames, fps=fps)
     if missing_caption not in MISSING_CAPTION_MODES:
         raise EriDiffusionError(f"missing_caption {missing_caption!r} is not one of "
                                 f"{', '.join(MISSING_CAPTION_MODES)}; pick one of those.")
@@ -105,14 +126,15 @@ def load_dataset(folder, caption_ext=".txt", trigger_word="", missing_caption="e
                                 "that holds the training images.")
     folder = os.path.abspath(folder)
 
-    images, caption_files, has_metadata = _scan(folder, caption_ext)
+    images, caption_files, has_metadata, reference_folder = _scan(folder, caption_ext)
     if has_metadata:
         captions = _read_metadata(folder, images)
     else:
         captions = _read_caption_files(folder, images, caption_files, caption_ext)
     if not images:
-        raise EriDiffusionError(f"no images in {folder}; supported: {_SUPPORTED}. Put the training "
-                                "images directly in this folder (subfolders are not read).")
+        raise EriDiffusionError(f"no images in {folder}; supported: {_SUPPORTED} images, {_SUPPORTED_CLIPS} "
+                                "clips and frame folders. Put the training images directly in this folder.")
+    references = _references(folder, reference_folder, images) if reference_folder else {}
 
     records = []
     for name in sorted(images):
@@ -120,19 +142,21 @@ def load_dataset(folder, caption_ext=".txt", trigger_word="", missing_caption="e
         caption = captions.get(name, "")
         if not caption:
             if missing_caption == "error":
-                stem = os.path.splitext(os.path.basename(name))[0]
+                stem = _stem(folder, name)
                 where = (f"add a line for it to {METADATA_FILE}" if has_metadata
                          else f"write {stem}{caption_ext} beside it")
-                raise EriDiffusionError(f"{path} has no caption; {where}, or set missing_caption to "
+                what = " (a frame folder, read as one clip)" if os.path.isdir(path) else ""
+                raise EriDiffusionError(f"{path}{what} has no caption; {where}, or set missing_caption to "
                                         "'trigger_word' to caption it with the trigger word.")
             caption = trigger_word
-        width, height = open_image_rgb(path).size
+        clip = os.path.isdir(path) or is_clip_file(name)
+        width, height = (read_clip(path, video)[0] if clip else open_image_rgb(path)).size
         if min(width, height) < min_side:
             raise EriDiffusionError(f"{path} is {width}x{height}, smaller than min_side={min_side} on "
                                     "its short side; remove it, upscale it, or lower min_side.")
         records.append(ImageRecord(path=path, caption=_with_trigger(caption, trigger_word),
-                                   width=width, height=height))
-    return Dataset(folder=folder, records=tuple(records), captions=options, repeats=repeats)
+                                   width=width, height=height, clip=clip, reference=references.get(name, "")))
+    return Dataset(folder=folder, records=tuple(records), captions=options, repeats=repeats, video=video)
 
 
 def open_image_rgb(path):
@@ -197,25 +221,41 @@ def _normalize_caption_ext(caption_ext):
     if len(ext) < 2 or "/" in ext or "\\" in ext:
         raise EriDiffusionError(f"caption extension {caption_ext!r} is not a file extension; "
                                 "give one such as '.txt' or 'caption'.")
-    if ext.lower() in IMAGE_EXTENSIONS:
-        raise EriDiffusionError(f"caption extension {caption_ext!r} is an image extension; "
+    if ext.lower() in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS:
+        kind = "an image" if ext.lower() in IMAGE_EXTENSIONS else "a clip"
+        raise EriDiffusionError(f"caption extension {caption_ext!r} is {kind} extension; "
                                 "give the extension of the caption text files, such as '.txt'.")
     return ext
 
 
 def _scan(folder, caption_ext):
-    """Image names, {stem: caption file name}, and whether metadata.jsonl is present; any other
-    visible file is an error so nothing the user meant to train on is skipped silently."""
-    images, caption_files, has_metadata = [], {}, False
+    """Image, clip and frame-folder names, {stem: caption file name}, whether metadata.jsonl is
+    present, and the reference folder's name (or None); any other visible file is an error so
+    nothing the user meant to train on is skipped silently."""
+    images, frame_folders, caption_files, has_metadata, reference_folder = [], [], {}, False, None
+    loose_folders = {}  # subfolders holding other things than frames: clips only when captioned
     with os.scandir(folder) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
             name = entry.name
-            if name.startswith(".") or entry.is_dir():
+            if name.startswith("."):
                 continue
+            if entry.is_dir():
+                if name.lower() in REFERENCE_FOLDERS:
+                    if reference_folder is not None:
+                        raise EriDiffusionError(f"{folder} has both {reference_folder}/ and {name}/ reference "
+                                                "folders; keep the reference images in one of them.")
+                    reference_folder = name
+                    continue
+                frames, others = frame_folder_files(entry.path)
+                if frames and not others:
+                    frame_folders.append(name)  # one clip
+                elif frames:
+                    loose_folders[name] = others[0]
+                continue  # other subfolders are not read (rejects, backups)
             lowered = name.lower()
             if name == METADATA_FILE:
                 has_metadata = True
-            elif os.path.splitext(lowered)[1] in IMAGE_EXTENSIONS:
+            elif os.path.splitext(lowered)[1] in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS:
                 images.append(name)
             elif lowered.endswith(caption_ext.lower()) and len(name) > len(caption_ext):
                 stem = name[:-len(caption_ext)]
@@ -229,15 +269,21 @@ def _scan(folder, caption_ext):
                                         "text); convert it to that or to one caption file per image.")
             else:
                 raise EriDiffusionError(f"{os.path.join(folder, name)} is not an image EriDiffusion reads "
-                                        f"(supported: {_SUPPORTED}); move it out of the folder or convert "
-                                        "it to png/jpg/webp.")
-    return images, caption_files, has_metadata
+                                        f"(supported: {_SUPPORTED}, clips: {_SUPPORTED_CLIPS}); move it out of "
+                                        "the folder or convert it to png/jpg/webp.")
+    if not has_metadata:  # metadata.jsonl names the folders it wants
+        images += frame_folders
+    for name, stray in loose_folders.items():
+        if name in caption_files:  # captioned, so meant as a clip
+            raise EriDiffusionError(f"{os.path.join(folder, name, stray)} is not a frame of the frame folder "
+                                    f"{os.path.join(folder, name)} ({_SUPPORTED} images only); move it out.")
+    return images, caption_files, has_metadata, reference_folder
 
 
 def _read_caption_files(folder, images, caption_files, caption_ext):
     by_stem = {}
     for name in images:
-        stem = os.path.splitext(name)[0]
+        stem = _stem(folder, name)
         if stem in by_stem:
             raise EriDiffusionError(f"{os.path.join(folder, by_stem[stem])} and {os.path.join(folder, name)} "
                                     f"share the name '{stem}', so {stem}{caption_ext} would caption both; "
@@ -246,8 +292,8 @@ def _read_caption_files(folder, images, caption_files, caption_ext):
     for stem, caption_name in caption_files.items():
         if stem not in by_stem:
             raise EriDiffusionError(f"{os.path.join(folder, caption_name)} has no image beside it "
-                                    f"(expected {stem}.png, .jpg or .webp); add the image or delete "
-                                    "the caption file.")
+                                    f"(expected {stem}.png, .jpg or .webp, a {stem}.mp4 clip or a {stem}/ "
+                                    "frame folder); add the image or delete the caption file.")
     captions = {}
     for stem, caption_name in caption_files.items():
         path = os.path.join(folder, caption_name)
@@ -291,10 +337,12 @@ def _read_metadata(folder, images):
         if os.path.isabs(name) or name.startswith("../") or name == "..":
             raise EriDiffusionError(f"{where} names {entry['file_name']}, outside the dataset folder; "
                                     "give a path relative to the folder holding metadata.jsonl.")
-        if os.path.splitext(name.lower())[1] not in IMAGE_EXTENSIONS:
+        is_frame_folder = os.path.isdir(os.path.join(folder, name))
+        if os.path.splitext(name.lower())[1] not in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS and not is_frame_folder:
             raise EriDiffusionError(f"{where} names {entry['file_name']}, which is not a {_SUPPORTED} "
-                                    "image; convert it or remove the line.")
-        if not os.path.isfile(os.path.join(folder, name)):
+                                    f"image, a {_SUPPORTED_CLIPS} clip or a frame folder; convert it or "
+                                    "remove the line.")
+        if not is_frame_folder and not os.path.isfile(os.path.join(folder, name)):
             raise EriDiffusionError(f"{where} names {entry['file_name']}, which is not in {folder}; "
                                     "add the image or remove the line.")
         if name in first_line:
@@ -307,12 +355,66 @@ def _read_metadata(folder, images):
     return captions
 
 
+def _references(folder, reference_folder, images):
+    """{target name: path of its reference image} from the reference folder, which must hold exactly
+    one image per target, under the target's stem (a target in a subfolder: the same subfolder)."""
+    where = os.path.join(folder, reference_folder)
+    by_stem = {}
+    for root, _, files in os.walk(where):
+        for file in sorted(files):
+            if file.startswith("."):
+                continue
+            path = os.path.join(root, file)
+            if os.path.splitext(file.lower())[1] not in IMAGE_EXTENSIONS:
+                raise EriDiffusionError(f"{path} is not a reference image EriDiffusion reads (supported: "
+                                        f"{_SUPPORTED}); move it out of {where} or convert it.")
+            stem = os.path.splitext(os.path.relpath(path, where).replace(os.sep, "/"))[0]
+            if stem in by_stem:
+                raise EriDiffusionError(f"{by_stem[stem]} and {path} are both references for '{stem}'; "
+                                        "keep one of them.")
+            by_stem[stem] = path
+    references = {}
+    for name in images:
+        path = os.path.join(folder, name)
+        stem = os.path.splitext(name)[0]
+        if os.path.isdir(path) or is_clip_file(name):
+            raise EriDiffusionError(f"{path} is a clip, but {where} makes this an edit-pair dataset of still "
+                                    "images; move the clip to its own dataset folder.")
+        if stem not in by_stem:
+            raise EriDiffusionError(f"{path} has no reference image: put the image it was edited from in "
+                                    f"{where} as {stem}.png (or .jpg/.webp), or move {name} out of the dataset.")
+        references[name] = by_stem.pop(stem)
+    if by_stem:
+        stem, path = min(by_stem.items())
+        raise EriDiffusionError(f"{path} is a reference for '{stem}', but the dataset has no image {stem}; "
+                                f"add the target image beside {where} or delete the reference.")
+    for path in references.values():
+        open_image_rgb(path)  # proves it is readable now rather than at caching time
+    return references
+
+
+def _stem(folder, name):
+    """The name a caption file takes after: a file's name less its extension, a frame folder's name."""
+    return name if os.path.isdir(os.path.join(folder, name)) else os.path.splitext(name)[0]
+
+
 def _with_trigger(caption, trigger_word):
     if not trigger_word:
         return caption
     if re.search(rf"(?<!\w){re.escape(trigger_word)}(?!\w)", caption, flags=re.IGNORECASE):
         return caption
     return f"{trigger_word}, {caption}"
+
+
+def media_sha256(path):
+    """sha256 digest of an image's or clip's bytes, or of a frame folder's frame names and bytes in order."""
+    if not os.path.isdir(path):
+        return _file_sha256(path)
+    digest = hashlib.sha256()
+    for name in frame_folder_files(path)[0]:
+        digest.update(_length_prefixed(name.encode()))
+        digest.update(_file_sha256(os.path.join(path, name)))
+    return digest.digest()
 
 
 def _file_sha256(path):

@@ -1,6 +1,7 @@
-"""Encode a dataset once: latents through the graph's VAE, captions through its CLIP, kept on
-disk under keys that change whenever anything that shapes them changes (image bytes, crop,
-bucket, caption text, the VAE's and CLIP's weights), so a second run encodes nothing."""
+"""Encode a dataset once: latents of images, clips and edit references through the graph's VAE,
+captions through its CLIP, kept on disk under keys that change whenever anything that shapes them
+changes (file bytes, frame sampling, crop, bucket, caption text, the VAE's and CLIP's weights), so
+a second run encodes nothing."""
 import hashlib
 import json
 import logging
@@ -12,8 +13,10 @@ import safetensors.torch
 import torch
 
 from .atomic_file import write_atomic
-from .buckets import bucket_for, fit_to_bucket
-from .dataset import caption_variants, open_image_rgb
+from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
+from .clips import check_frames_for_vae, read_clip
+from .dataset import caption_variants, media_sha256, open_image_rgb
+from .errors import EriDiffusionError
 
 CACHE_FORMAT = 1  # bump when the stored content changes meaning
 
@@ -29,10 +32,12 @@ class CacheStats:
 @dataclass
 class TrainingSample:
     source: str
-    latent: torch.Tensor              # (C, h, w), VAE space, CPU
+    latent: torch.Tensor              # (C, h, w), or (C, t, h, w) from a video VAE; VAE space, CPU
     conditionings: list               # ComfyUI conditionings, one per caption variant
     bucket: tuple                     # (width, height) in pixels
     captions: tuple = ()              # the caption variants' texts (text-encoder training encodes them live)
+    frames: int = 1                   # pixel frames the latent encodes (clips: the dataset's frame count)
+    reference_latents: tuple = ()     # edit pairs: (C, h, w) latents of the reference images, VAE space
 
 
 @dataclass
@@ -47,10 +52,11 @@ class TrainingData:
     stats: CacheStats = field(default_factory=CacheStats)
 
     def buckets(self):
-        """{bucket: [sample indices]}, each index listed `repeats` times."""
+        """{(frames, width, height): [sample indices]}, each index listed `repeats` times: samples
+        of one group have latents of one shape, so they batch."""
         groups = {}
         for index, sample in enumerate(self.samples):
-            groups.setdefault(sample.bucket, []).extend([index] * self.repeats)
+            groups.setdefault((sample.frames, *sample.bucket), []).extend([index] * self.repeats)
         return groups
 
 
@@ -102,22 +108,38 @@ class LatentCache:
         key = hashlib.sha256(json.dumps([CACHE_FORMAT, *parts]).encode()).hexdigest()
         return os.path.join(self.folder, kind, f"{key}.safetensors")
 
-    def latent(self, image_path, resolution):
-        """(latent (C,h,w), bucket) of one image, encoded or read back."""
+    def latent(self, image_path, resolution, bucket=None):
+        """(latent (C,h,w), bucket) of one image, encoded or read back; in its aspect-ratio bucket
+        at `resolution`, or in `bucket` (width, height) when given (a reference fits its target's)."""
         with open(image_path, "rb") as f:
             image_digest = hashlib.sha256(f.read()).hexdigest()
         image = open_image_rgb(image_path)
-        bucket = bucket_for(image.width, image.height, resolution)
+        bucket = bucket or bucket_for(image.width, image.height, resolution)
         fitted, crop = fit_to_bucket(image, bucket)
         path = self._path("latents", image_digest, list(bucket), list(crop), self.vae_id)
+        return self._encoded(path, lambda: [fitted]), bucket
+
+    def clip_latent(self, record, resolution, video):
+        """(latent (C,t,h,w), bucket) of one clip (file or frame folder) sampled by `video`
+        (VideoOptions), encoded or read back; every frame gets the same resize and center crop."""
+        bucket = bucket_for(record.width, record.height, resolution)
+        crop = crop_to_bucket((record.width, record.height), bucket)[1]
+        path = self._path("latents", "clip", media_sha256(record.path).hex(), video.frames, video.fps,
+                          list(bucket), list(crop), self.vae_id)
+        return self._encoded(path, lambda: [fit_to_bucket(frame, bucket)[0]
+                                            for frame in read_clip(record.path, video)]), bucket
+
+    def _encoded(self, path, frames):
+        """The latent stored at `path`, or the VAE's encoding of the PIL images `frames()`
+        (one image, or the frames of a clip) written there."""
         if os.path.exists(path):
             self.stats.latents_loaded += 1
-            return safetensors.torch.load_file(path)["latent"], bucket
-        pixels = torch.from_numpy(np.asarray(fitted, dtype=np.float32) / 255.0)[None]
+            return safetensors.torch.load_file(path)["latent"]
+        pixels = torch.from_numpy(np.stack([np.asarray(frame, dtype=np.float32) for frame in frames()]) / 255.0)
         latent = self.vae.encode(pixels)[0].to("cpu", torch.float32).contiguous()
         self.stats.latents_encoded += 1
         write_atomic(path, lambda tmp: safetensors.torch.save_file({"latent": latent}, tmp), overwrite=True)
-        return latent, bucket
+        return latent
 
     def conditioning(self, text):
         """ComfyUI conditioning of `text`, as CLIPTextEncode makes it, encoded or read back."""
@@ -163,17 +185,35 @@ def _read_conditioning(path):
     return conditioning
 
 
+def check_vae_takes_clips(dataset, vae):
+    """Refuse clips a VAE cannot encode: an image VAE, or a frame count off the VAE's k*n+1 rule."""
+    if not dataset.has_clips:
+        return
+    if getattr(vae, "latent_dim", 2) != 3:
+        raise EriDiffusionError(f"{dataset.folder} holds video clips, but this VAE encodes still images; "
+                                "connect the VAE of a video model (Wan, HunyuanVideo, LTX-Video) to CacheLatents "
+                                "or remove the clips.")
+    temporal = vae.temporal_compression_decode() or 1
+    check_frames_for_vae(dataset.video.frames, temporal, f"dataset {dataset.folder}")
+
+
 def build_training_data(dataset, vae, clip, resolution, cache_folder, shuffle_variants=4, seed=0, progress=None):
-    """Encode (or read back) every image and caption variant of `dataset` at `resolution`."""
+    """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
+    `resolution`; clips are sampled as the dataset says (its frames and fps)."""
+    check_vae_takes_clips(dataset, vae)
     cache = LatentCache(cache_folder, vae, clip)
     options = dataset.captions
     variants_wanted = shuffle_variants if options.shuffle_tags else 1
     samples = []
     for index, record in enumerate(dataset.records):
-        latent, bucket = cache.latent(record.path, resolution)
+        if record.clip:
+            latent, bucket = cache.clip_latent(record, resolution, dataset.video)
+        else:
+            latent, bucket = cache.latent(record.path, resolution)
+        references = (cache.latent(record.reference, resolution, bucket)[0],) if record.reference else ()
         texts = caption_variants(record.caption, options, variants_wanted, seed + index)
         samples.append(TrainingSample(record.path, latent, [cache.conditioning(t) for t in texts], bucket,
-                                      tuple(texts)))
+                                      tuple(texts), dataset.video.frames if record.clip else 1, references))
         if progress is not None:
             progress(index + 1, len(dataset.records))
     empty = cache.conditioning("")

@@ -12,12 +12,20 @@ def _on_device(cond, device):
     return cond
 
 
-def model_inputs(base_model, conditioning, latent, device):
-    """{name: ComfyUI cond object} for one sample; `latent` is (C, h, w) in model space."""
+def model_inputs(base_model, conditioning, latent, device, pixel_size=None, defaults=None, reference_latents=()):
+    """{name: ComfyUI cond object} for one sample; `latent` is (C, h, w) or (C, t, h, w) in model
+    space, `pixel_size` the (width, height) of the image it encodes (default: 8x the latent),
+    `defaults` conditioning options used where the conditioning has none (e.g. guidance),
+    `reference_latents` the sample's edit references (VAE space), which reach any model whose
+    extra_conds reads "reference_latents" (Flux Kontext, Flux.2, Qwen-Image Edit)."""
     cond, options = conditioning[0]
-    params = dict(options)
+    params = dict(defaults or {})
+    params.update(options)
+    if reference_latents:  # edit models, as ComfyUI's ReferenceLatent node appends them (VAE space, batch 1)
+        params["reference_latents"] = list(params.get("reference_latents", [])) + [r[None] for r in reference_latents]
+    width, height = pixel_size or (latent.shape[-1] * 8, latent.shape[-2] * 8)
     params.update(cross_attn=cond, noise=latent[None], device=device, prompt_type="positive",
-                  width=params.get("width", latent.shape[-1] * 8), height=params.get("height", latent.shape[-2] * 8))
+                  width=params.get("width", width), height=params.get("height", height))
     conds = base_model.extra_conds(**params)
     return {name: _on_device(c.process_cond(batch_size=1, area=None, device=device), device)
             for name, c in conds.items()}

@@ -2,8 +2,23 @@
 import comfy.model_management
 
 
-def load(patcher):
-    comfy.model_management.load_models_gpu([patcher], force_full_load=True)
+def load(patcher, weights_vram_gib=0.0):
+    """Load `patcher` on its device: whole, or with at most `weights_vram_gib` of its weights
+    resident and the rest streamed from CPU memory layer by layer as its forward needs them
+    (ComfyUI's partial "lowvram" loading, with its async offload streams)."""
+    mm = comfy.model_management
+    if not weights_vram_gib:
+        mm.load_models_gpu([patcher], force_full_load=True)
+        return
+    if any(loaded.model is patcher for loaded in mm.current_loaded_models):
+        return
+    # ComfyUI sizes a partial load from the device's free memory, which knows nothing of a
+    # per-process memory cap; so the budget goes to its LoadedModel directly.
+    budget = int(weights_vram_gib * 2**30)
+    mm.free_memory(budget, patcher.load_device)
+    loaded = mm.LoadedModel(patcher)
+    loaded.model_load(lowvram_model_memory=budget)
+    mm.current_loaded_models.insert(0, loaded)
 
 
 def unload(patcher):

@@ -1,25 +1,120 @@
-"""The training objective, derived from the model's own ComfyUI `model_sampling`.
+"""The training objective, derived from the model's own ComfyUI `model_sampling`: which noise
+levels are drawn, the noisy input, the target and the loss weighting.
 
 ComfyUI's `apply_model` returns the denoised estimate x̂0 = skip(σ)·x_t + c(σ)·output, with
 `output` the network's native prediction (ε, v, flow velocity, …). Dividing the x0 error by
 c(σ) gives the error in that native parameterization, so one formula serves every
 prediction type, and the target T satisfies calculate_denoised(σ, T, x_t) == x0.
 """
+import math
+from dataclasses import dataclass
+
 import torch
+
+import comfy.model_sampling
+
+from .errors import EriDiffusionError
+
+TIMESTEP_SAMPLINGS = ("auto", "uniform", "logit_normal", "sigmoid", "shift")
+LOSS_WEIGHTINGS = ("none", "min_snr")
+
+# Flux's resolution-dependent shift: mu grows linearly with the number of image tokens,
+# from 0.5 at 256 tokens to 1.15 at 4096 (diffusers' FlowMatch scheduler, kohya's flux_shift).
+_FLUX_SHIFT_POINTS = ((256, 0.5), (4096, 1.15))
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """How noise levels are drawn and the loss weighted. "auto" takes the family's default."""
+    timestep_sampling: str = "auto"
+    logit_mean: float = 0.0       # logit_normal: mean of logit(t)
+    logit_std: float = 1.0        # logit_normal: std of logit(t)
+    sigmoid_scale: float = 1.0    # sigmoid and shift: t = sigmoid(scale · N(0, 1))
+    shift: float = 0.0            # shift: σ = s·t / (1 + (s-1)·t); 0 = s from the image size, as Flux does
+    loss_weighting: str = "none"  # min_snr: min(SNR, γ)/SNR for ε, min(SNR, γ)/(SNR+1) for v models
+    min_snr_gamma: float = 5.0
+    noise_offset: float = 0.0     # adds offset · N(0, 1) per sample and channel to the noise
+
+    def __post_init__(self):
+        if self.timestep_sampling not in TIMESTEP_SAMPLINGS:
+            raise EriDiffusionError(f"timestep_sampling '{self.timestep_sampling}' unknown; choose one of "
+                                    f"{TIMESTEP_SAMPLINGS}.")
+        if self.loss_weighting not in LOSS_WEIGHTINGS:
+            raise EriDiffusionError(f"loss_weighting '{self.loss_weighting}' unknown; choose one of {LOSS_WEIGHTINGS}.")
+        if self.logit_std <= 0 or self.sigmoid_scale <= 0 or self.min_snr_gamma <= 0:
+            raise EriDiffusionError("logit_std, sigmoid_scale and min_snr_gamma must be positive.")
+        if self.shift < 0 or self.noise_offset < 0:
+            raise EriDiffusionError("shift and noise_offset cannot be negative (shift 0 = resolution-dependent).")
+
+
+def is_flow(model_sampling):
+    """Rectified flow (x_t = (1-σ)·x0 + σ·ε, σ in [0, 1]): SD3, Flux, Wan, …"""
+    return isinstance(model_sampling, comfy.model_sampling.CONST)
+
+
+def resolution_shift(tokens):
+    """Flux's shift factor exp(mu) for an image of `tokens` patches."""
+    (x1, y1), (x2, y2) = _FLUX_SHIFT_POINTS
+    mu = y1 + (tokens - x1) * (y2 - y1) / (x2 - x1)
+    return math.exp(mu)
+
+
+def shifted(t, shift):
+    """σ = s·t / (1 + (s-1)·t): more weight on high noise for s > 1 (SD3's time shift)."""
+    return shift * t / (1 + (shift - 1) * t)
+
+
+def sample_fractions(spec, batch, generator, tokens=None):
+    """Draw `batch` values in (0, 1) from the spec's distribution, on the generator's device: the
+    flow time σ for flow models, the fraction of the discrete schedule for ε/v models."""
+    kind = spec.timestep_sampling
+    if kind == "uniform":
+        return torch.rand(batch, generator=generator, device=generator.device)
+    z = torch.randn(batch, generator=generator, device=generator.device)
+    if kind == "logit_normal":
+        return torch.sigmoid(spec.logit_mean + spec.logit_std * z)
+    t = torch.sigmoid(spec.sigmoid_scale * z)
+    if kind == "sigmoid":
+        return t
+    if kind == "shift":
+        if spec.shift == 0 and tokens is None:
+            raise EriDiffusionError("resolution-dependent shift needs the image's token count.")
+        return shifted(t, spec.shift if spec.shift > 0 else resolution_shift(tokens))
+    raise EriDiffusionError(f"timestep_sampling '{kind}' must be resolved to a family default before training.")
 
 
 class Objective:
-    def __init__(self, model_sampling):
-        self.model_sampling = model_sampling
+    def __init__(self, model_sampling, spec=ObjectiveSpec(timestep_sampling="uniform")):
+        self.model_sampling, self.spec = model_sampling, spec
+        self.flow = is_flow(model_sampling)
+        if spec.timestep_sampling == "shift" and not self.flow:
+            raise EriDiffusionError("timestep_sampling 'shift' is for flow models (SD3, Flux, Wan, …); this model "
+                                    "predicts ε or v: use uniform, logit_normal or sigmoid.")
+        if spec.loss_weighting == "min_snr" and not isinstance(
+                model_sampling, (comfy.model_sampling.EPS, comfy.model_sampling.V_PREDICTION)):
+            raise EriDiffusionError("loss_weighting 'min_snr' is for ε and v-prediction models; flow models "
+                                    "shape the loss through timestep_sampling instead (set loss_weighting to none).")
 
-    def sample_sigmas(self, batch, generator, device):
-        """Timesteps uniform over the model's own schedule (discrete t for ε/v models, flow time
-        for rectified flow), returned as sigmas."""
+    def sample_sigmas(self, batch, generator, device, tokens=None):
+        """Noise levels for one batch, as sigmas in ComfyUI's convention for this model."""
         ms = self.model_sampling
+        # all on the schedule's device, with tensor bounds: no device→host sync in the step
+        home = ms.sigma_min.device
+        u = sample_fractions(self.spec, batch, generator, tokens).float().to(home)
+        if self.flow:
+            # σ is the flow time itself, kept inside the model's own schedule range
+            return torch.minimum(torch.maximum(u, ms.sigma_min.float()), ms.sigma_max.float()).to(device)
         t_lo = ms.timestep(ms.sigma_min.reshape(1)).float()
         t_hi = ms.timestep(ms.sigma_max.reshape(1)).float()
-        u = torch.rand(batch, generator=generator, device=generator.device)
-        return ms.sigma((t_lo + u.to(t_lo.device) * (t_hi - t_lo))).to(device, torch.float32)
+        return ms.sigma(t_lo + u * (t_hi - t_lo)).to(device, torch.float32)
+
+    def noise(self, shape, generator, device):
+        """Gaussian noise, plus the spec's offset noise (one value per sample and channel)."""
+        noise = torch.randn(shape, generator=generator, device=device)
+        if self.spec.noise_offset > 0:
+            offset = torch.randn(shape[:2] + (1,) * (len(shape) - 2), generator=generator, device=device)
+            noise = noise + self.spec.noise_offset * offset
+        return noise
 
     def noisy_latent(self, x0, noise, sigma):
         """x_t in ComfyUI's convention for this model (the input `apply_model` expects)."""
@@ -35,7 +130,17 @@ class Objective:
         skip = self.model_sampling.calculate_denoised(sigma, torch.zeros_like(x_t), x_t)
         return (x0 - skip) / self._output_scale(sigma, x0.ndim)
 
+    def weights(self, sigma):
+        """Per-sample loss weights, shape (batch,): ones, or min-SNR-γ (SNR = 1/σ² in ComfyUI's σ)."""
+        if self.spec.loss_weighting == "none":
+            return torch.ones_like(sigma, dtype=torch.float32)
+        snr = 1.0 / sigma.float().square()
+        clipped = snr.clamp(max=self.spec.min_snr_gamma)
+        if isinstance(self.model_sampling, comfy.model_sampling.V_PREDICTION):
+            return clipped / (snr + 1)
+        return clipped / snr
+
     def loss(self, denoised, x0, sigma):
-        """Per-sample mean squared error in the native parameterization, shape (batch,)."""
+        """Per-sample weighted mean squared error in the native parameterization, shape (batch,)."""
         error = (denoised.float() - x0.float()) / self._output_scale(sigma, x0.ndim)
-        return error.square().flatten(1).mean(dim=1)
+        return error.square().flatten(1).mean(dim=1) * self.weights(sigma)

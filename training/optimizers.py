@@ -21,7 +21,9 @@ def make_optimizer(name, params, lr, weight_decay, device):
     """The optimizer `name` over `params`; optional libraries are imported only when chosen."""
     device = torch.device(device)
     if name == "AdamW":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=device.type == "cuda")
+        # fused: one kernel for all parameters, and its step counters stay on the device (the
+        # foreach path reads each one back to the host every step)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=device.type in ("cuda", "cpu"))
     if name in _BITSANDBYTES:
         import bitsandbytes
         return getattr(bitsandbytes.optim, name)(params, lr=lr, weight_decay=weight_decay)

@@ -27,29 +27,60 @@ class SampleSettings:
     scheduler: str
     width: int
     height: int
+    frames: int = 1                # video models: frames per sample
+
+
+def empty_latent(model, vae, width, height, frames=1):
+    """The zero latent ComfyUI's EmptyLatentImage (or a video model's EmptyLatent node) makes for
+    `model`: its latent channels, the VAE's spatial (and temporal) compression."""
+    fmt = model.latent_format
+    ratio = vae.spacial_compression_encode()
+    shape = (1, fmt.latent_channels)
+    if fmt.latent_dimensions == 3:
+        shape += ((frames - 1) // (vae.temporal_compression_decode() or 1) + 1,)
+    return torch.zeros(shape + (height // ratio, width // ratio))
+
+
+SAMPLE_FPS = 16  # playback rate of video samples (Wan's rate; a preview, not the model's exact fps)
 
 
 def render_samples(patcher, settings, step, samples_dir):
-    """Render every prompt on `patcher`; save step_<N>_<k>.png; return (grid IMAGE, paths)."""
+    """Render every prompt on `patcher`; save step_<N>_<k>.png (video: its first frame, and all
+    frames as step_<N>_<k>.webp); return (grid IMAGE of first frames, paths: png, or webp for video)."""
     images, paths = [], []
     with torch.no_grad():
         for k, positive in enumerate(settings.positives):
-            empty = torch.zeros(1, 4, settings.height // 8, settings.width // 8)
-            latent = comfy.sample.fix_empty_latent_channels(patcher, empty)
+            latent = empty_latent(patcher.model, settings.vae, settings.width, settings.height, settings.frames)
             noise = comfy.sample.prepare_noise(latent, settings.seed + k)
             samples = comfy.sample.sample(patcher, noise, settings.steps, settings.cfg, settings.sampler,
                                           settings.scheduler, positive, settings.negative, latent,
                                           seed=settings.seed + k, disable_pbar=True)
             decoded = settings.vae.decode(samples)
-            image = decoded.reshape(-1, *decoded.shape[-3:])[:1, ..., :3]  # video VAEs add a frame axis
+            frames = decoded.reshape(-1, *decoded.shape[-3:])[..., :3]  # video VAEs add a frame axis
+            image = frames[:1]
             images.append(image.float().clamp(0, 1).cpu())
-            paths.append(_save_png(image[0], os.path.join(samples_dir, f"step_{step}_{k}.png")))
+            path = _save_png(image[0], os.path.join(samples_dir, f"step_{step}_{k}.png"))
+            if len(frames) > 1:  # a video: the animation beside its first frame, and shown instead of it
+                path = _save_animation(frames, os.path.join(samples_dir, f"step_{step}_{k}.webp"))
+            paths.append(path)
     return image_grid(images), paths
 
 
+def _to_uint8(image):
+    return (image.float().clamp(0, 1).cpu().numpy() * 255).round().astype(np.uint8)
+
+
 def _save_png(image, path):
-    pixels = (image.float().clamp(0, 1).cpu().numpy() * 255).round().astype(np.uint8)
+    pixels = _to_uint8(image)
     return write_atomic(path, lambda tmp: Image.fromarray(pixels).save(tmp, format="PNG"), overwrite=True)
+
+
+def _save_animation(frames, path):
+    """(T,H,W,3) frames as a looping lossless animated WebP at SAMPLE_FPS."""
+    pictures = [Image.fromarray(pixels) for pixels in _to_uint8(frames)]
+    return write_atomic(path, lambda tmp: pictures[0].save(tmp, format="WEBP", save_all=True, append_images=pictures[1:],
+                                                          duration=round(1000 / SAMPLE_FPS), loop=0, lossless=True),
+                        overwrite=True)
 
 
 def image_grid(images):

@@ -4,6 +4,8 @@ The CLIP is cloned and the adapters injected into the clone's patcher, as for th
 the input CLIP keeps encoding exactly as before. Captions are encoded every step (with
 gradients), through the same `encode_from_tokens_scheduled` CLIPTextEncode uses.
 """
+import dataclasses
+
 from . import model_loading
 from .adapters import attach_adapters
 from .autograd_inplace import OutOfPlaceAugmentedAssignments
@@ -22,6 +24,8 @@ class TextEncoderTraining:
     """`tensors`/`path`: a resume file whose text-encoder weights the adapters start from."""
 
     def __init__(self, clip, spec, seed, tensors=None, path=None):
+        if spec.targets == "blocks":  # the layers are already restricted to the encoder's blocks
+            spec = dataclasses.replace(spec, targets="all-linear")
         self.clip = clip.clone()
         self.prefixes = loadable_clip_keys(self.clip.cond_stage_model)
         frozen_weights_injection(self.clip.patcher)

@@ -4,23 +4,32 @@ Works on a ComfyUI ModelPatcher (and optionally its CLIP) and the TrainingData o
 The inputs are never changed: training happens on clones with adapters injected in bypass
 form, and the results are other clones of the inputs with the trained adapters attached.
 """
+import contextlib
+import dataclasses
 import hashlib
 import json
 import math
 import os
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+import comfy.patcher_extension
 import torch
 
 from .. import __version__
 from . import model_loading
 from .adapters import attach_adapters
 from .atomic_file import write_json_atomic
+from .autograd_inplace import OutOfPlaceAugmentedAssignments
+from .autograd_saved import saved_activations_copied
 from .autograd_weights import frozen_weights_injection
 from .checkpointing import checkpointing_injection
+from .compile_blocks import compile_blocks_injection
+from .cuda_graphs import GraphedLoss
 from .errors import EriDiffusionError
+from .families import family_of, resolve_objective, resolve_targets
 from .lora_format import export_lora, loadable_weight_keys
 from .model_inputs import batch_inputs, model_inputs
 from .objective import Objective
@@ -79,22 +88,23 @@ def lr_factor(config):
 
 
 class BatchSampler:
-    """Random batches that never mix buckets; reshuffled each epoch, from a seeded CPU generator."""
+    """Random batches that never mix buckets; reshuffled each epoch. Host-side randomness is
+    Python's (not tensors), so choosing a batch never touches the device."""
 
     def __init__(self, data, batch_size, seed):
         self.groups = list(data.buckets().values())
         self.batch_size = batch_size
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = random.Random(seed)
         self.pending = []
 
     def _refill(self):
         batches = []
         for indices in self.groups:
-            order = torch.randperm(len(indices), generator=self.generator).tolist()
-            shuffled = [indices[i] for i in order]
+            shuffled = list(indices)
+            self.generator.shuffle(shuffled)
             batches += [shuffled[i:i + self.batch_size] for i in range(0, len(shuffled), self.batch_size)]
-        order = torch.randperm(len(batches), generator=self.generator).tolist()
-        self.pending = [batches[i] for i in order]
+        self.generator.shuffle(batches)
+        self.pending = batches
 
     def next(self):
         if not self.pending:
@@ -102,10 +112,10 @@ class BatchSampler:
         return self.pending.pop()
 
     def state(self):
-        return {"generator": self.generator.get_state(), "pending": [list(b) for b in self.pending]}
+        return {"generator": self.generator.getstate(), "pending": [list(b) for b in self.pending]}
 
     def load_state(self, state):
-        self.generator.set_state(state["generator"])
+        self.generator.setstate(state["generator"])
         self.pending = [list(b) for b in state["pending"]]
 
 
@@ -113,16 +123,21 @@ class PreparedData:
     """Latents (model space) and, unless captions are encoded live, model inputs of every
     sample, on the training device."""
 
-    def __init__(self, base_model, data, device, limit=None, cached_inputs=True):
-        self.base_model, self.device = base_model, device
-        self.latents, self.inputs, self.empty_inputs, self.captions = [], [], [], []
+    def __init__(self, base_model, data, device, limit=None, cached_inputs=True, options=None):
+        self.base_model, self.device, self.options = base_model, device, options or {}
+        self.latents, self.inputs, self.empty_inputs, self.captions, self.sizes = [], [], [], [], []
+        self.references = []  # edit pairs: each sample's reference latents (VAE space)
         for sample in data.samples[:limit]:
             latent = base_model.process_latent_in(sample.latent[None].float()).to(device, copy=True)[0]
             self.latents.append(latent)
             self.captions.append(list(sample.captions))
+            self.sizes.append(sample.bucket)
+            self.references.append(sample.reference_latents)
             if cached_inputs:
-                self.inputs.append([model_inputs(base_model, c, latent, device) for c in sample.conditionings])
-                self.empty_inputs.append(model_inputs(base_model, data.empty_conditioning, latent, device))
+                self.inputs.append([model_inputs(base_model, c, latent, device, sample.bucket, self.options,
+                                                 sample.reference_latents) for c in sample.conditionings])
+                self.empty_inputs.append(model_inputs(base_model, data.empty_conditioning, latent, device,
+                                                      sample.bucket, self.options, sample.reference_latents))
 
     def variants(self, index):
         return len(self.captions[index])
@@ -132,11 +147,46 @@ class PreparedData:
         if text_encoder is None:
             return self.empty_inputs[index] if variant is None else self.inputs[index][variant]
         text = "" if variant is None else self.captions[index][variant]
-        return model_inputs(self.base_model, text_encoder.conditioning(text), self.latents[index], self.device)
+        return model_inputs(self.base_model, text_encoder.conditioning(text), self.latents[index], self.device,
+                            self.sizes[index], self.options, self.references[index])
 
 
-def _prediction(base_model, transformer_options, x_t, sigma, inputs, dtype):
-    with torch.autocast(x_t.device.type, dtype=dtype, enabled=dtype != torch.float32):
+def transformer_options_of(patcher):
+    """The transformer_options a forward of `patcher` runs with: its model options' and, as
+    ComfyUI's sampler adds them (sampler_helpers.prepare_model_patcher), the patcher's wrappers
+    and callbacks (torch.compile, other nodes' model wrappers)."""
+    options = dict(patcher.model_options.get("transformer_options", {}))
+    for name, extra in (("wrappers", patcher.wrappers), ("callbacks", patcher.callbacks)):
+        options[name] = comfy.patcher_extension.merge_nested_dicts(dict(options.get(name, {})), extra)
+    return options
+
+
+def conditioning_options(config, family):
+    """Inputs the trainer adds to every conditioning, as ComfyUI's nodes would (FluxGuidance…):
+    the guidance value of guidance-distilled models, or None, which skips their guidance embedding.
+    Without a value from the config or the family, the model's own ComfyUI default applies."""
+    if config.bypass_guidance_embedding:
+        return {"guidance": None}
+    guidance = config.guidance if config.guidance >= 0 else family.guidance
+    return {} if guidance is None else {"guidance": guidance}
+
+
+def token_count(latent, diffusion_model, default_patch):
+    """Tokens of a (B, C, [T,] h, w) latent as the model patchifies it: Flux's shift input. The
+    spatial patch is the model's own `patch_size` where it has one (int or (t, h, w))."""
+    patch = getattr(diffusion_model, "patch_size", None) or default_patch
+    if isinstance(patch, (tuple, list)):
+        patch = patch[-1]
+    frames = latent.shape[2] if latent.ndim == 5 else 1
+    return frames * (latent.shape[-2] // patch) * (latent.shape[-1] // patch)
+
+
+def _prediction(base_model, transformer_options, x_t, sigma, inputs, dtype, cast_cache=True, copy_saved=False):
+    # out-of-place residual adds: Flux/MMDiT blocks write `x += ...` into tensors autograd saved.
+    # (A CUDA graph capture needs autocast's cast cache off: cached casts would outlive the capture.)
+    with torch.autocast(x_t.device.type, dtype=dtype, enabled=dtype != torch.float32, cache_enabled=cast_cache), \
+            OutOfPlaceAugmentedAssignments(), \
+            (saved_activations_copied() if copy_saved else contextlib.nullcontext()):
         return base_model.apply_model(x_t, sigma, transformer_options=dict(transformer_options), **inputs)
 
 
@@ -147,7 +197,8 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
     device = patcher.load_device
     objective = Objective(base.model_sampling)
     with torch.no_grad():
-        prepared = PreparedData(base, data, device, limit=config.eval_images, cached_inputs=text_encoder is None)
+        prepared = PreparedData(base, data, device, limit=config.eval_images, cached_inputs=text_encoder is None,
+                                options=conditioning_options(config, family_of(base)))
         ms = base.model_sampling
         t_lo, t_hi = float(ms.timestep(ms.sigma_min.reshape(1))), float(ms.timestep(ms.sigma_max.reshape(1)))
         fractions = (torch.arange(config.eval_timesteps, dtype=torch.float32) + 0.5) / config.eval_timesteps
@@ -156,12 +207,12 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
         total, count = 0.0, 0
         for index, latent in enumerate(prepared.latents):
             inputs = prepared.inputs_for(index, 0, text_encoder)
-            model_loading.load(patcher)  # (again, after the text encoder took the device)
+            model_loading.load(patcher, config.weights_vram_gib)  # (again, after the text encoder took the device)
             x0 = latent[None].expand(len(sigmas), *latent.shape)
             noise = torch.randn(x0.shape, generator=generator).to(device)
             x_t = objective.noisy_latent(x0, noise, sigmas)
             batch = batch_inputs([inputs] * len(sigmas))
-            denoised = _prediction(base, patcher.model_options.get("transformer_options", {}), x_t, sigmas,
+            denoised = _prediction(base, transformer_options_of(patcher), x_t, sigmas,
                                    batch, config.torch_dtype)
             total += float(objective.loss(denoised, x0, sigmas).sum())
             count += len(sigmas)
@@ -188,15 +239,20 @@ class TrainingRun:
         if self.base.get_dtype() != config.torch_dtype:
             self.patcher.set_model_compute_dtype(config.torch_dtype)
         frozen_weights_injection(self.patcher)
+        self.family = family_of(self.base)
         spec = resume.spec if resume is not None else config.adapter
+        spec = dataclasses.replace(spec, targets=resolve_targets(spec.targets, self.family))
+        self.objective = Objective(self.base.model_sampling, resolve_objective(config.objective, self.family))
         if resume is None:
             self.adapters = attach_adapters(self.patcher, spec, self.prefixes.keys(), seed=config.seed)
         else:
             self.adapters, used = adapters_from_tensors(self.patcher.model, resume.tensors, spec, self.prefixes,
                                                         resume.path)
             self.adapters.to(self.device).attach_to(self.patcher)
+        if config.torch_compile:
+            compile_blocks_injection(self.patcher)
         if config.gradient_checkpointing:
-            checkpointing_injection(self.patcher)
+            checkpointing_injection(self.patcher, copy_saved=self.family.copies_saved_activations)
         self.text_encoder = None
         if config.text_encoder_lr > 0:
             self.text_encoder = TextEncoderTraining(clip, spec, config.seed,
@@ -218,7 +274,7 @@ class TrainingRun:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.dtype == "fp16"
                                            and self.device.type == "cuda")
         self.batches = BatchSampler(data, config.batch_size, config.seed)
-        self.choice = torch.Generator().manual_seed(config.seed + 1)          # captions and dropout, CPU side
+        self.choice = random.Random(config.seed + 1)          # captions and dropout, host side
         self.noise_gen = torch.Generator(device=self.device).manual_seed(config.seed + 2)
         self.start_step, self.losses, self.eval_before = 0, [], None
         self.checkpoints = []
@@ -229,7 +285,7 @@ class TrainingRun:
     def _state(self, step):
         return {"step": step, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "batches": self.batches.state(),
-                "choice": self.choice.get_state(), "noise": self.noise_gen.get_state(),
+                "choice": self.choice.getstate(), "noise": self.noise_gen.get_state(),
                 "losses": list(self.losses), "eval_loss_before": self.eval_before,
                 "config_fingerprint": config_fingerprint(self.config), "config": self.config.as_dict()}
 
@@ -243,7 +299,7 @@ class TrainingRun:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.batches.load_state(state["batches"])
-        self.choice.set_state(state["choice"])
+        self.choice.setstate(state["choice"])
         self.noise_gen.set_state(state["noise"].to(self.noise_gen.get_state().device))
         self.start_step, self.losses = state["step"], list(state["losses"])
         self.eval_before = state["eval_loss_before"]
@@ -272,17 +328,47 @@ class TrainingRun:
         chosen = []
         for i in indices:
             dropped = self.data.caption_dropout > 0 and \
-                float(torch.rand((), generator=self.choice)) < self.data.caption_dropout
-            variant = None if dropped else int(torch.randint(prepared.variants(i), (), generator=self.choice))
+                self.choice.random() < self.data.caption_dropout
+            variant = None if dropped else self.choice.randrange(prepared.variants(i))
             chosen.append(prepared.inputs_for(i, variant, self.text_encoder))
-        noise = torch.randn(x0.shape, generator=self.noise_gen, device=self.device, dtype=x0.dtype)
-        sigma = objective.sample_sigmas(len(indices), self.noise_gen, self.device)
+        noise = objective.noise(x0.shape, self.noise_gen, self.device).to(x0.dtype)
+        sigma = objective.sample_sigmas(len(indices), self.noise_gen, self.device,
+                                        tokens=token_count(x0, self.base.diffusion_model,
+                                                                      self.family.latent_patch))
         x_t = objective.noisy_latent(x0, noise, sigma)
         if self.text_encoder is not None:
-            model_loading.load(self.patcher)  # encoding loaded the CLIP; the model must be loaded to run
-        denoised = _prediction(self.base, transformer_options, x_t, sigma, batch_inputs(chosen),
-                               self.config.torch_dtype)
+            model_loading.load(self.patcher, self.config.weights_vram_gib)  # encoding loaded the CLIP
+        inputs = batch_inputs(chosen)
+        loss = self.graphed(x_t, sigma, x0, inputs) if self.graphed is not None else None
+        if loss is not None:
+            return loss / self.config.grad_accum
+        denoised = _prediction(self.base, transformer_options, x_t, sigma, inputs, self.config.torch_dtype,
+                               copy_saved=self.family.copies_saved_activations)
         return objective.loss(denoised, x0, sigma).mean() / self.config.grad_accum
+
+    def _graphed_loss(self, objective, transformer_options):
+        """The micro-batch loss as CUDA graphs (config.cuda_graphs), else None."""
+        setting = self.config.cuda_graphs
+        streamed = self.config.weights_vram_gib > 0
+        if setting == "off" or (setting == "auto" and (self.device.type != "cuda" or self.text_encoder is not None
+                                                       or streamed)):
+            return None
+        if streamed:
+            raise EriDiffusionError("cuda_graphs cannot replay weights streamed from CPU memory (weights_vram_gib > 0): "
+                                    "set cuda_graphs to auto or off, or weights_vram_gib to 0.")
+        if self.device.type != "cuda":
+            raise EriDiffusionError(f"cuda_graphs needs a CUDA device; this model trains on {self.device}. "
+                                    "Turn cuda_graphs off.")
+        if self.text_encoder is not None:
+            raise EriDiffusionError("cuda_graphs cannot hold the text encoder's live encoding: set text_encoder_lr "
+                                    "to 0 or turn cuda_graphs off.")
+        dtype = self.config.torch_dtype
+
+        def loss(x_t, sigma, x0, inputs):
+            denoised = _prediction(self.base, transformer_options, x_t, sigma, inputs, dtype, cast_cache=False,
+                                   copy_saved=self.family.copies_saved_activations)
+            return objective.loss(denoised, x0, sigma).mean()
+        return GraphedLoss(loss, self.adapters, strict=setting == "on")
 
     def _trained_parameters(self):
         params = list(self.adapters.parameters())
@@ -292,10 +378,12 @@ class TrainingRun:
         config, device = self.config, self.device
         if self.eval_before is None:
             self.eval_before = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
-        model_loading.load(self.patcher)
-        objective = Objective(self.base.model_sampling)
-        prepared = PreparedData(self.base, self.data, device, cached_inputs=self.text_encoder is None)
-        transformer_options = self.patcher.model_options.get("transformer_options", {})
+        model_loading.load(self.patcher, config.weights_vram_gib)
+        objective = self.objective
+        prepared = PreparedData(self.base, self.data, device, cached_inputs=self.text_encoder is None,
+                                options=conditioning_options(config, self.family))
+        transformer_options = transformer_options_of(self.patcher)
+        self.graphed = self._graphed_loss(objective, transformer_options)
         losses_on_device = torch.zeros(config.steps, device=device)
         samples, sample_paths = None, []
         if device.type == "cuda":
@@ -372,7 +460,8 @@ class TrainingRun:
 def resumable_settings(config):
     """The settings a resumed run must share with the run that wrote the state."""
     values = config.as_dict()
-    for free in ("steps", "run_name", "save_every", "keep_last", "log_every", "eval_timesteps", "eval_images"):
+    for free in ("steps", "run_name", "save_every", "keep_last", "log_every", "eval_timesteps", "eval_images",
+                 "cuda_graphs", "weights_vram_gib", "torch_compile"):
         values.pop(free)
     return values
 

@@ -73,7 +73,7 @@ def test_saved_file_reproduces_the_bypass_model_in_stock_comfyui(algorithm, conv
 
 
 def test_lokr_full_rank_keeps_both_kronecker_factors_whole(sd15):
-    spec = AdapterSpec(algorithm="lokr", rank=4, alpha=4.0, lokr_full_rank=True)
+    spec = AdapterSpec(algorithm="lokr", rank=4, alpha=4.0, targets="attention", lokr_full_rank=True)
     adapters = attach_adapters(sd15.clone(), spec, loadable_weight_keys(sd15.model).keys())
     names = {k for _, a in adapters.items() for k in a.comfy_tensors()}
     assert names == {"lokr_w1", "lokr_w2", "alpha"}

@@ -5,7 +5,7 @@ import os
 import pytest
 from PIL import Image
 
-from eridiffusion.training.buckets import bucket_for, bucket_sizes, fit_to_bucket
+from eridiffusion.training.buckets import bucket_for, bucket_sizes, crop_to_bucket, fit_to_bucket
 from eridiffusion.training.errors import EriDiffusionError
 
 
@@ -133,3 +133,11 @@ def test_fit_to_bucket_keeps_an_exact_size_image_untouched(photo):
     fitted, box = fit_to_bucket(photo.crop((0, 0, 640, 384)), (640, 384))
     assert box == (0, 0, 640, 384)
     assert list(fitted.get_flattened_data()) == list(photo.crop((0, 0, 640, 384)).get_flattened_data())
+
+
+@pytest.mark.parametrize("size, bucket", [((192, 144), (128, 128)), ((781, 781), (192, 64)), ((100, 300), (64, 256))])
+def test_crop_to_bucket_gives_the_box_fit_to_bucket_crops_without_decoding(size, bucket):
+    image = Image.new("RGB", size)
+    fitted, box = fit_to_bucket(image, bucket)
+    assert crop_to_bucket(size, bucket)[1] == box
+    assert fitted.size == bucket

@@ -1,5 +1,5 @@
 """Trainable adapters (one module per algorithm) and how they attach to a ComfyUI model
 without touching its weights."""
-from .attach import ALGORITHMS, TARGET_PRESETS, AdapterSet, AdapterSpec, attach_adapters
+from .attach import ALGORITHMS, AUTO_TARGETS, TARGET_PRESETS, AdapterSet, AdapterSpec, attach_adapters
 
-__all__ = ["ALGORITHMS", "TARGET_PRESETS", "AdapterSet", "AdapterSpec", "attach_adapters"]
+__all__ = ["ALGORITHMS", "AUTO_TARGETS", "TARGET_PRESETS", "AdapterSet", "AdapterSpec", "attach_adapters"]

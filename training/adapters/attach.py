@@ -40,10 +40,19 @@ def _is_attention_linear(name, module, modules_by_name):
     return _inside(name, modules_by_name, ("attention",), 2)
 
 
+def _is_block_linear(name, module, modules_by_name):
+    """A linear layer of one of the model's repeated blocks (the entries of a top-level
+    ModuleList: double_blocks, layers, transformer_blocks, …), not an embedder or final layer."""
+    parts = name.split(".")
+    return len(parts) > 3 and isinstance(modules_by_name.get(".".join(parts[:2])), torch.nn.ModuleList)
+
+
 TARGET_PRESETS = {
     "attention": _is_attention_linear,
+    "blocks": _is_block_linear,
     "all-linear": lambda name, module, modules_by_name: True,
 }
+AUTO_TARGETS = "auto"  # the model family's default preset (training/families.py)
 
 
 def _is_resnet_conv(name, module, modules_by_name):
@@ -57,7 +66,7 @@ class AdapterSpec:
     algorithm: str = "lora"
     rank: int = 16
     alpha: float = 16.0
-    targets: str = "attention"
+    targets: str = "auto"          # a TARGET_PRESETS name, or "auto": the model family's default
     conv_rank: int = 0            # > 0: also adapt the resnet convolutions (LoCon), at this rank
     conv_alpha: float = 1.0
     lokr_factor: int = -1         # LoKr's Kronecker split; -1 picks the most balanced one
@@ -71,8 +80,9 @@ class AdapterSpec:
         if self.alpha <= 0 or self.conv_alpha <= 0:
             raise EriDiffusionError(f"alpha and conv_alpha must be positive (got {self.alpha}, {self.conv_alpha}); "
                                     "alpha = rank gives scale 1.")
-        if self.targets not in TARGET_PRESETS:
-            raise EriDiffusionError(f"targets '{self.targets}' unknown; choose one of {sorted(TARGET_PRESETS)}.")
+        if self.targets not in TARGET_PRESETS and self.targets != AUTO_TARGETS:
+            raise EriDiffusionError(f"targets '{self.targets}' unknown; choose one of "
+                                    f"{sorted(TARGET_PRESETS) + [AUTO_TARGETS]}.")
 
     def build(self, layer, seed):
         """A fresh adapter for `layer` (linear or conv)."""
@@ -86,6 +96,8 @@ def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
     """(name, module) of every layer under `prefix` that `spec` targets, named as in `root`'s state
     dict. `allowed_keys` are the weight keys a saved file can address in ComfyUI; layers outside
     it would make an unloadable file."""
+    if spec.targets not in TARGET_PRESETS:
+        raise EriDiffusionError(f"targets '{spec.targets}' must be resolved to a preset before attaching adapters.")
     modules_by_name = dict(root.named_modules())
     wanted = TARGET_PRESETS[spec.targets]
     layers = []

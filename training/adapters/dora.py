@@ -33,6 +33,15 @@ class DoRA(Adapter):
             norms = _column_sq_norms(layer.weight.detach().float().flatten(1), self.in_channels).sqrt()
         shape = (1, self.in_channels) + (1,) * (layer.weight.dim() - 2)
         self.magnitude = torch.nn.Parameter(norms.reshape(shape).to(layer.weight.device))
+        self._base_sq = (None, None)  # (weight storage, ‖W‖² per column): W is frozen, so computed once
+
+    def _base_column_sq_norms(self, weight):
+        key, value = self._base_sq
+        if key != (weight.data_ptr(), weight.device):
+            with torch.no_grad():
+                value = _column_sq_norms(weight.float(), self.in_channels)
+            self._base_sq = ((weight.data_ptr(), weight.device), value)
+        return value
 
     def column_norms(self):
         """‖W + ΔW‖ per input column, without building ΔW."""
@@ -41,7 +50,7 @@ class DoRA(Adapter):
         down = self.lycoris.lora_down.weight.flatten(1).float()    # (r, in·k)
         scale = self.lycoris.scale
         r = down.shape[0]
-        base_sq = _column_sq_norms(weight.float(), self.in_channels)
+        base_sq = self._base_column_sq_norms(weight)
         up_t_w = (up.t().to(weight.dtype) @ weight).float()        # (r, in·k)
         cross = (down * up_t_w).reshape(r, self.in_channels, -1).sum(dim=(0, 2))
         gram = up.t() @ up                                           # (r, r)

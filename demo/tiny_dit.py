@@ -1,0 +1,258 @@
+"""Tiny random-init DiT stacks (HiDream, Lumina2, Z-Image, Qwen-Image, OmniGen2, HunyuanImage 2.1,
+AuraFlow, PixArt) built from ComfyUI's own classes; see tiny_models.
+
+Each diffusion model is ComfyUI's model_detection config for the family with widths and depths cut
+down; block names (and so LoRA keys) are the real ones. Text encoders are the family's own
+comfy.text_encoders classes, shrunk through "<name>_model_config" model options; vocabularies stay
+real because ComfyUI's shipped tokenizers feed them."""
+import os
+
+import torch
+
+import comfy.ldm.wan.vae
+import comfy.sd
+import comfy.supported_models
+import comfy.supported_models_base
+import comfy.text_encoders.aura_t5
+import comfy.text_encoders.hidream
+import comfy.text_encoders.qwen_vl
+
+from .tiny_models import CLIP_G, CLIP_L, TinyFamily, diffusion_model, init_weights, taesd_vae, text_encoder
+
+# Llama-style encoders (llama.py configs): head_dim is a class constant of each config (128, Gemma2
+# 256), so only the head counts, widths and depths shrink. Three layers: Gemma2 and Qwen3 read the
+# penultimate one (layer_idx=-2) and SDClipModel asserts abs(layer_idx) < num_layers.
+LLAMA_TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
+              "num_attention_heads": 1, "num_key_value_heads": 1}
+# T5 encoders (t5_config_*.json): real 32128 vocabulary, two narrow blocks.
+T5_TINY = {"d_model": 32, "d_kv": 16, "num_heads": 2, "d_ff": 64, "num_layers": 2}
+
+
+def _build(model_config, clip_target, te_options, latent_channels, seed, tokenizer_data=None):
+    generator = torch.Generator().manual_seed(seed)
+    model = diffusion_model(model_config, generator)
+    clip = text_encoder(clip_target, generator, te_options, tokenizer_data)
+    vae = taesd_vae(latent_channels, model_config.latent_format, generator)
+    return model, clip, vae
+
+
+# HiDream-I1 (model_detection "caption_projection.0.linear.weight"): 2 double + 2 single MoE blocks
+# instead of 16 + 32. llama_layers picks, per block, which Llama layer's hidden states it reads;
+# caption_channels are [T5 width, Llama width]; text_emb_dim is the clip_l + clip_g pooled width.
+HIDREAM_DIT = {"image_model": "hidream", "attention_head_dim": 16, "axes_dims_rope": [8, 4, 4],
+               "caption_channels": [T5_TINY["d_model"], LLAMA_TINY["hidden_size"]], "max_resolution": [128, 128],
+               "in_channels": 16, "llama_layers": [0, 1, 1, 1], "num_attention_heads": 2,
+               "num_routed_experts": 4, "num_activated_experts": 2, "num_layers": 2, "num_single_layers": 2,
+               "out_channels": 16, "patch_size": 2,
+               "text_emb_dim": CLIP_L["hidden_size"] + CLIP_G["hidden_size"]}
+
+
+def tiny_hidream(seed: int = 0):
+    """HiDream: ComfyUI's HiDream DiT, its four encoders (clip_l, clip_g, t5xxl, Llama 3.1) and a
+    16-channel TAESD (the real VAE is Flux's)."""
+    model_config = comfy.supported_models.HiDream(dict(HIDREAM_DIT))
+    # supported_models.HiDream has no clip_target; comfy.sd builds this one when given all four files.
+    clip_target = comfy.supported_models_base.ClipTarget(comfy.text_encoders.hidream.HiDreamTokenizer,
+                                                         comfy.text_encoders.hidream.hidream_clip())
+    te_options = {"clip_l_model_config": CLIP_L, "clip_g_model_config": CLIP_G,
+                  "t5xxl_model_config": T5_TINY, "llama_model_config": LLAMA_TINY}
+    return _build(model_config, clip_target, te_options, 16, seed)
+
+
+# Lumina Image 2.0 (model_detection "cap_embedder.1.weight", dim 2304): 2 layers instead of 26, two
+# heads of 24 (real: 24 of 96, 8 kv heads) split in three equal rope axes as the real ones; the
+# refiners stay 2 deep.
+LUMINA2_DIT = {"image_model": "lumina2", "patch_size": 2, "in_channels": 16, "dim": 48,
+               "cap_feat_dim": LLAMA_TINY["hidden_size"], "n_layers": 2, "qk_norm": True, "n_heads": 2,
+               "n_kv_heads": 1, "axes_dims": [8, 8, 8], "axes_lens": [300, 512, 512], "rope_theta": 10000.0,
+               "ffn_dim_multiplier": 4.0}
+
+
+def _gemma_tokenizer_data():
+    # Gemma's sentencepiece model is not shipped with ComfyUI: it travels inside the Gemma checkpoint
+    # as "spiece_model". The tiny stack borrows the sentencepiece model ComfyUI does ship (pile-T5's,
+    # 32000 pieces, all valid ids of Gemma's 256000-entry embedding); only the token ids differ.
+    path = os.path.join(os.path.dirname(comfy.text_encoders.aura_t5.__file__), "t5_pile_tokenizer", "tokenizer.model")
+    with open(path, "rb") as f:
+        return {"spiece_model": f.read()}
+
+
+def tiny_lumina2(seed: int = 0):
+    """Lumina Image 2.0: ComfyUI's NextDiT, the Gemma2-2B encoder and a 16-channel TAESD (the real
+    VAE is Flux's)."""
+    model_config = comfy.supported_models.Lumina2(dict(LUMINA2_DIT))
+    return _build(model_config, model_config.clip_target(), {"gemma2_2b_model_config": LLAMA_TINY}, 16, seed,
+                  _gemma_tokenizer_data())
+
+
+# Z-Image (Lumina2 layout at dim 3840): z_image_modulation, time_scale 1000 and rope theta 256 as
+# detected. The width cannot go below 256: the timestep embedding is 256 wide and the modulation
+# layers read min(dim, 256) of it. Two heads of the real 128 (real: 30) with the real rope axes; the
+# feed-forward is cut to 512 (ffn_dim_multiplier 0.5 instead of 8/3) to keep the run short.
+Z_IMAGE_DIT = {"image_model": "lumina2", "patch_size": 2, "in_channels": 16, "dim": 256,
+               "cap_feat_dim": LLAMA_TINY["hidden_size"], "n_layers": 2, "qk_norm": True, "n_heads": 2,
+               "n_kv_heads": 2, "axes_dims": [32, 48, 48], "axes_lens": [1536, 512, 512], "rope_theta": 256.0,
+               "ffn_dim_multiplier": 0.5, "z_image_modulation": True, "time_scale": 1000.0}
+
+
+def tiny_z_image(seed: int = 0):
+    """Z-Image: ComfyUI's NextDiT with Z-Image modulation, the Qwen3-4B encoder and a 16-channel
+    TAESD (the real VAE is Flux's)."""
+    model_config = comfy.supported_models.ZImage(dict(Z_IMAGE_DIT))
+    return _build(model_config, model_config.clip_target(), {"qwen3_4b_model_config": LLAMA_TINY}, 16, seed)
+
+
+def wan21_vae(generator, dim=8):
+    """ComfyUI's Wan 2.1 VAE (causal 3D, 16 channels, 8x spatial), `dim` base channels instead of 96,
+    random init: comfy.sd.VAE reads the width from the state dict."""
+    vae = comfy.ldm.wan.vae.WanVAE(dim=dim, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
+                                   temperal_downsample=[False, True, True], dropout=0.0)
+    init_weights(vae, generator)
+    with torch.no_grad():
+        for module in vae.modules():
+            if isinstance(module, comfy.ldm.wan.vae.RMS_norm):
+                module.gamma.fill_(1.0)  # a norm's scale, not a matrix, whatever its shape
+    return comfy.sd.VAE(sd=vae.state_dict())
+
+
+def qwen_vl_text_encoder(clip_target, generator, te_options):
+    """text_encoder() for the Qwen2.5-VL encoders, whose vision tower ComfyUI builds at its full size
+    (1280 wide, 32 blocks: 658 M parameters) whatever the language model's config. The tower only
+    reads image prompts (edit models), so it is left as zeros in a single shared element instead of
+    2.6 GB of random float32 (on a GPU, loading the CLIP would expand them); the language model is
+    random as usual."""
+    clip = comfy.sd.CLIP(target=clip_target, model_options={"dtype": torch.float32, **te_options})
+    towers = [(parent, name) for parent in clip.cond_stage_model.modules()
+              for name, child in parent.named_children()
+              if isinstance(child, comfy.text_encoders.qwen_vl.Qwen2VLVisionTransformer)]
+    detached = [(parent, name, getattr(parent, name)) for parent, name in towers]
+    for parent, name in towers:
+        delattr(parent, name)  # out of init_weights' reach
+    init_weights(clip.cond_stage_model, generator)
+    for parent, name, tower in detached:
+        for module in tower.modules():
+            for key, p in list(module.named_parameters(recurse=False)):
+                setattr(module, key, torch.nn.Parameter(torch.zeros((), dtype=p.dtype).expand(p.shape),
+                                                        requires_grad=False))
+        setattr(parent, name, tower)
+    return clip
+
+
+# Qwen-Image (model_detection "txt_norm.weight"): in_channels 64 (16 latent channels x 2x2 patch) as
+# detected, 2 blocks instead of 60, two heads of 32 (real: 24 of 128) with the real rope split
+# scaled down (4:14:14 for 16:56:56); joint_attention_dim is the tiny Qwen2.5-VL width.
+QWEN_IMAGE_DIT = {"image_model": "qwen_image", "in_channels": 64, "out_channels": 16, "num_layers": 2,
+                  "attention_head_dim": 32, "num_attention_heads": 2, "axes_dims_rope": [4, 14, 14],
+                  "joint_attention_dim": LLAMA_TINY["hidden_size"]}
+
+
+def tiny_qwen_image(seed: int = 0):
+    """Qwen-Image: ComfyUI's QwenImage DiT, the Qwen2.5-VL-7B encoder and its real VAE class, the
+    Wan 2.1 causal 3D VAE (5D latents, one frame per image), narrowed."""
+    generator = torch.Generator().manual_seed(seed)
+    model_config = comfy.supported_models.QwenImage(dict(QWEN_IMAGE_DIT))
+    model = diffusion_model(model_config, generator)
+    clip = qwen_vl_text_encoder(model_config.clip_target(), generator, {"qwen25_7b_model_config": LLAMA_TINY})
+    return model, clip, wan21_vae(generator)
+
+
+# OmniGen2 (model_detection "time_caption_embed.timestep_embedder.linear_1.bias"): 2 layers instead of
+# 32, two heads of 24 with one kv head (real: 21 of 120, 7 kv heads) and the real three equal rope
+# axes; refiners stay 2 deep; text_feat_dim is the tiny Qwen2.5-3B width.
+OMNIGEN2_DIT = {"image_model": "omnigen2", "axes_dim_rope": [8, 8, 8], "axes_lens": [1024, 1664, 1664],
+                "ffn_dim_multiplier": None, "hidden_size": 48, "in_channels": 16, "multiple_of": 256,
+                "norm_eps": 1e-05, "num_attention_heads": 2, "num_kv_heads": 1, "num_layers": 2,
+                "num_refiner_layers": 2, "out_channels": None, "patch_size": 2,
+                "text_feat_dim": LLAMA_TINY["hidden_size"], "timestep_scale": 1000.0}
+
+
+def tiny_omnigen2(seed: int = 0):
+    """OmniGen2: ComfyUI's OmniGen2 transformer, the Qwen2.5-VL-3B language model and a 16-channel
+    TAESD (the real VAE is Flux's)."""
+    model_config = comfy.supported_models.Omnigen2(dict(OMNIGEN2_DIT))
+    return _build(model_config, model_config.clip_target(), {"qwen25_3b_model_config": LLAMA_TINY}, 16, seed)
+
+
+# HunyuanImage 2.1 (model_detection "txt_in.individual_token_refiner...", 2D patch): the
+# HunyuanVideo transformer with 64 latent channels at patch 1x1, no vector_in, byT5 glyph mapper.
+# 2 double + 2 single blocks instead of 20 + 40, two heads of 32 (real: 28 of 128) with the real
+# two equal rope axes; context_in_dim is the tiny Qwen2.5-VL width.
+HUNYUAN_IMAGE21_DIT = {"image_model": "hunyuan_video", "in_channels": 64, "out_channels": 64, "patch_size": [1, 1],
+                       "vec_in_dim": None, "axes_dim": [16, 16], "meanflow": False,
+                       "context_in_dim": LLAMA_TINY["hidden_size"], "hidden_size": 64, "mlp_ratio": 4.0,
+                       "num_heads": 2, "depth": 2, "depth_single_blocks": 2, "theta": 256, "qkv_bias": True,
+                       "byt5": True, "guidance_embed": False, "use_cond_type_embedding": False,
+                       "vision_in_dim": None}
+# The glyph encoder keeps byT5-small's 1472 width: the DiT's byt5_in mapper reads 1472 features
+# whatever its config. ComfyUI builds it without a model_name, so SDClipModel looks its overrides
+# up under "_model_config".
+BYT5_TINY = {"d_kv": 16, "num_heads": 2, "d_ff": 64, "num_layers": 2}
+
+
+def tiny_hunyuan_image21(seed: int = 0):
+    """HunyuanImage 2.1: ComfyUI's HunyuanVideo transformer in its image form, the Qwen2.5-VL-7B
+    encoder (reading the third layer from the end, so four layers here) plus the byT5 glyph encoder,
+    and a 64-channel TAESD. The real VAE is a 32x-downsampling 64-channel autoencoder whose widths
+    ComfyUI fixes (no way to build it small); the TAESD has its channels and scale but downsamples
+    8x, so a 96x64 image is a 12x8 latent here instead of 3x2."""
+    generator = torch.Generator().manual_seed(seed)
+    model_config = comfy.supported_models.HunyuanImage21(dict(HUNYUAN_IMAGE21_DIT))
+    model = diffusion_model(model_config, generator)
+    te_options = {"qwen25_7b_model_config": {**LLAMA_TINY, "num_hidden_layers": 4}, "_model_config": BYT5_TINY}
+    clip = qwen_vl_text_encoder(model_config.clip_target(), generator, te_options)
+    return model, clip, taesd_vae(64, model_config.latent_format, generator)
+
+
+# AuraFlow (model_detection "double_layers.0.attn.w1q.weight"): 2 double + 2 single layers instead
+# of 4 + 32, two heads of 32 (real: 12 of 256); max_seq stays the real 32x32 patch grid (the
+# learned positional table), cond_seq_dim is the tiny pile-T5 width.
+AURAFLOW_DIT = {"max_seq": 1024, "cond_seq_dim": T5_TINY["d_model"], "n_double_layers": 2, "n_layers": 4,
+                "dim": 64, "n_heads": 2, "global_conddim": 64}
+
+
+def tiny_auraflow(seed: int = 0):
+    """AuraFlow: ComfyUI's AuraFlow MMDiT, the pile-T5-XL encoder and a 4-channel TAESD (the real VAE
+    is SDXL's)."""
+    model_config = comfy.supported_models.AuraFlow(dict(AURAFLOW_DIT))
+    return _build(model_config, model_config.clip_target(), {"pile_t5xl_model_config": T5_TINY}, 4, seed)
+
+
+# PixArt (model_detection "t_block.1.weight"): 2 blocks instead of 28, width 48 (real 1152; a
+# multiple of 3 because the micro-conditions are three hidden/3 embeddings) in two heads; the
+# 512px layout (input_size 64, pe_interpolation 1) and the real caption lengths, 120 tokens for
+# alpha and 300 for sigma; caption_channels is the tiny T5 width.
+PIXART_DIT = {"num_heads": 2, "patch_size": 2, "hidden_size": 48, "in_channels": 4, "depth": 2,
+              "input_size": 64, "pe_interpolation": 1, "caption_channels": T5_TINY["d_model"]}
+# ComfyUI's PixArtMS builds its sin-cos position table with base_size = round(mean latent side / 64)
+# * 64 // patch_size, which is 0 (ZeroDivisionError) for images under ~264 px a side on average,
+# whatever the config: the tiny PixArts train at 320 px and render 288x256 test samples.
+PIXART_SAMPLE_SIZE = (288, 256)
+PIXART_ALPHA_DIT = {**PIXART_DIT, "image_model": "pixart_alpha", "model_max_length": 120, "micro_condition": True}
+PIXART_SIGMA_DIT = {**PIXART_DIT, "image_model": "pixart_sigma", "model_max_length": 300, "micro_condition": False}
+
+
+def tiny_pixart_alpha(seed: int = 0):
+    """PixArt-alpha: ComfyUI's PixArtMS (with size and aspect micro-conditions), the T5-XXL encoder
+    and a 4-channel TAESD (the real VAE is SD1.5's)."""
+    model_config = comfy.supported_models.PixArtAlpha(dict(PIXART_ALPHA_DIT))
+    return _build(model_config, model_config.clip_target(), {"t5xxl_model_config": T5_TINY}, 4, seed)
+
+
+def tiny_pixart_sigma(seed: int = 0):
+    """PixArt-sigma: ComfyUI's PixArtMS, the T5-XXL encoder and a 4-channel TAESD (the real VAE is
+    SDXL's)."""
+    model_config = comfy.supported_models.PixArtSigma(dict(PIXART_SIGMA_DIT))
+    return _build(model_config, model_config.clip_target(), {"t5xxl_model_config": T5_TINY}, 4, seed)
+
+
+FAMILIES = {
+    "hidream": TinyFamily(tiny_hidream),
+    "lumina2": TinyFamily(tiny_lumina2),
+    "z_image": TinyFamily(tiny_z_image),
+    "qwen_image": TinyFamily(tiny_qwen_image),
+    "omnigen2": TinyFamily(tiny_omnigen2),
+    "hunyuan_image21": TinyFamily(tiny_hunyuan_image21),
+    "auraflow": TinyFamily(tiny_auraflow, steps=100),  # 256 pile-T5 tokens per prompt: slower steps
+    "pixart_alpha": TinyFamily(tiny_pixart_alpha, resolution=320, sample_size=PIXART_SAMPLE_SIZE),
+    "pixart_sigma": TinyFamily(tiny_pixart_sigma, resolution=320, sample_size=PIXART_SAMPLE_SIZE),
+}

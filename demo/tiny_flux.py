@@ -1,0 +1,186 @@
+"""Tiny random-init Flux-family and SD3 stacks (Flux.1 dev/schnell/Kontext, Flux.2, Chroma, SD3.5)
+built from ComfyUI's own classes; see tiny_models."""
+import os
+
+import torch
+
+import comfy.latent_formats
+import comfy.ldm.modules.diffusionmodules.mmdit
+import comfy.sd
+import comfy.sd1_clip
+import comfy.supported_models
+import comfy.supported_models_base
+import comfy.text_encoders.flux
+import comfy.text_encoders.sd3_clip
+from transformers import PreTrainedTokenizerFast
+
+from ..training.errors import EriDiffusionError
+from .runtime import ROOT
+from .tiny_models import CLIP_G, CLIP_L, TinyFamily, diffusion_model, taesd_vae, text_encoder
+
+# T5-XXL keeps its real vocabulary (ComfyUI's T5 tokenizer feeds it) and shrinks the rest.
+T5XXL = {"d_model": 32, "d_ff": 64, "num_heads": 2, "d_kv": 16, "num_layers": 2}
+
+# SD3's text encoder pads the clip_l+clip_g states to 4096 and joins T5's tokens to them
+# (sd3_clip.SD3ClipModel.encode_token_weights), so its T5 must be 4096 wide: one narrow layer.
+SD3_T5XXL = {"d_model": 4096, "d_ff": 32, "num_heads": 1, "d_kv": 16, "num_layers": 1}
+SD3_CONTEXT = 4096
+
+# Flux.2's text encoder stacks the hidden states after layers 10, 20 and 30 of Mistral Small 3
+# (flux.Mistral3_24BModel), so it keeps 30 layers, as ComfyUI's pruned FLUX.2 encoder does
+# (model_options "num_layers": 30). The vocabulary is that of ComfyUI's llama_tokenizer (Llama 3's
+# 128256 tokens and 3 added ones), which its tokenizer here gives.
+LLAMA3_VOCAB = 128259
+MISTRAL3 = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 1, "num_key_value_heads": 1,
+            "vocab_size": LLAMA3_VOCAB}
+MISTRAL3_LAYERS = 30
+FLUX2_CONTEXT = 3 * MISTRAL3["hidden_size"]
+
+# model_detection's configs with the widths cut down: 2 double + 2 single blocks, 64 wide, 2 heads.
+_FLUX_COMMON = {"in_channels": 16, "out_channels": 16, "patch_size": 2, "hidden_size": 64, "num_heads": 2,
+                "mlp_ratio": 4.0, "theta": 10000, "qkv_bias": True, "depth": 2, "depth_single_blocks": 2,
+                "axes_dim": [8, 12, 12], "context_in_dim": T5XXL["d_model"]}
+FLUX_DEV = {"image_model": "flux", **_FLUX_COMMON, "vec_in_dim": CLIP_L["hidden_size"], "guidance_embed": True}
+FLUX_SCHNELL = {**FLUX_DEV, "guidance_embed": False}
+# Chroma patchifies inside the model (in_channels 64 = 16 x 2 x 2) and modulates from its
+# distilled guidance approximator instead of a pooled text vector.
+CHROMA = {"image_model": "chroma", **_FLUX_COMMON, "in_channels": 64, "out_channels": 64,
+          "in_dim": 64, "out_dim": 64, "hidden_dim": 64, "n_layers": 2}
+# FLUX.2 [dev]: global modulation, SiLU-gated MLPs, no biases, 4 rope axes, guidance distilled.
+FLUX2 = {"image_model": "flux2", "hidden_size": 64, "num_heads": 2, "depth": 2, "depth_single_blocks": 2,
+         "axes_dim": [8, 8, 8, 8], "mlp_ratio": 3.0, "theta": 2000, "global_modulation": True, "vec_in_dim": None,
+         "mlp_silu_act": True, "qkv_bias": False, "ops_bias": False, "default_ref_method": "index",
+         "ref_index_scale": 10.0, "context_in_dim": FLUX2_CONTEXT, "guidance_embed": True}
+
+# SD3.5 Medium's MMDiT layout (model_detection: rms qk-norm, self-attention in the first x blocks,
+# pos_embed cropped from a max grid). MMDiT is 64 * depth wide with `depth` heads of 64.
+SD3_DEPTH = 2
+SD3_POS_EMBED_MAX = 32  # patches per side: 512 px
+SD3_MMDIT = {"in_channels": 16, "out_channels": 16, "patch_size": 2, "depth": SD3_DEPTH, "input_size": None,
+             "adm_in_channels": CLIP_L["hidden_size"] + CLIP_G["hidden_size"],
+             "context_embedder_config": {"target": "torch.nn.Linear",
+                                         "params": {"in_features": SD3_CONTEXT, "out_features": 64 * SD3_DEPTH}},
+             "num_patches": SD3_POS_EMBED_MAX ** 2, "pos_embed_max_size": SD3_POS_EMBED_MAX, "qk_norm": "rms",
+             "pos_embed_scaling_factor": None, "x_block_self_attn_layers": [0]}
+
+TAEF2_DIR = os.path.join(os.path.dirname(ROOT), "shared", "weights", "taef2")  # beside the checkout
+LLAMA_TOKENIZER_DIR = os.path.join(os.path.dirname(comfy.text_encoders.flux.__file__), "llama_tokenizer")
+
+
+def _checkpoint_with(*encoder_keys):
+    """A stand-in state dict holding just the keys by which a model config's clip_target() sees
+    which text encoders a checkpoint carries (the values only give their dtype)."""
+    return {f"text_encoders.{key}": torch.empty(0, dtype=torch.float32) for key in encoder_keys}
+
+
+def tiny_sd3(seed: int = 0):
+    """SD3.5 (Medium layout): ComfyUI's SD3 MMDiT, clip_l + clip_g + t5xxl, a 16-channel TAESD."""
+    generator = torch.Generator().manual_seed(seed)
+    config = comfy.supported_models.SD3(SD3_MMDIT)
+    model = diffusion_model(config, generator)
+    # pos_embed is a buffer the checkpoint fills with a 2-D sin-cos table; build that table here
+    dit = model.model.diffusion_model
+    table = comfy.ldm.modules.diffusionmodules.mmdit.get_2d_sincos_pos_embed_torch(
+        dit.hidden_size, SD3_POS_EMBED_MAX, SD3_POS_EMBED_MAX)
+    dit.pos_embed.copy_(table.reshape(dit.pos_embed.shape))
+    target = config.clip_target(_checkpoint_with("clip_l.transformer.text_model.final_layer_norm.weight",
+                                                 "clip_g.transformer.text_model.final_layer_norm.weight",
+                                                 "t5xxl.transformer.encoder.final_layer_norm.weight"))
+    clip = text_encoder(target, generator, {"clip_l_model_config": CLIP_L, "clip_g_model_config": CLIP_G,
+                                            "t5xxl_model_config": SD3_T5XXL})
+    return model, clip, taesd_vae(16, config.latent_format, generator)
+
+
+def _flux1(model_config, seed):
+    generator = torch.Generator().manual_seed(seed)
+    model = diffusion_model(model_config, generator)
+    clip = text_encoder(model_config.clip_target(), generator,
+                        {"clip_l_model_config": CLIP_L, "t5xxl_model_config": T5XXL})
+    return model, clip, taesd_vae(16, model_config.latent_format, generator)
+
+
+def tiny_flux_dev(seed: int = 0):
+    """FLUX.1 [dev] (also how Kontext loads): ComfyUI's Flux with guidance embedding, clip_l + t5xxl."""
+    return _flux1(comfy.supported_models.Flux(FLUX_DEV), seed)
+
+
+def tiny_flux_schnell(seed: int = 0):
+    """FLUX.1 [schnell]: ComfyUI's FluxSchnell (no guidance embedding, shift 1), clip_l + t5xxl."""
+    return _flux1(comfy.supported_models.FluxSchnell(FLUX_SCHNELL), seed)
+
+
+def tiny_chroma(seed: int = 0):
+    """Chroma: ComfyUI's Chroma DiT and its PixArt-style t5xxl text encoder, a 16-channel TAESD."""
+    generator = torch.Generator().manual_seed(seed)
+    config = comfy.supported_models.Chroma(CHROMA)
+    model = diffusion_model(config, generator)
+    clip = text_encoder(config.clip_target(), generator, {"t5xxl_model_config": T5XXL})
+    return model, clip, taesd_vae(16, config.latent_format, generator)
+
+
+class Llama3VocabMistral3Tokenizer(comfy.sd1_clip.SDTokenizer):
+    """flux.Mistral3Tokenizer's settings (no end token, left padding, no minimum length) on the
+    byte-level BPE vocabulary of Llama 3 that ComfyUI ships. The real one needs the 'tekken'
+    vocabulary stored in the FLUX.2 text-encoder file and the MistralConverter API of
+    transformers 4.x (5.x changed it), neither of which a test machine has."""
+
+    def __init__(self, embedding_directory=None, tokenizer_data={}):
+        # PreTrainedTokenizerFast reads tokenizer.json as it is; transformers 5's LlamaTokenizerFast
+        # rebuilds its pre-tokenizer and drops the spaces ("a photo" -> "aph", "oto").
+        super().__init__(LLAMA_TOKENIZER_DIR, embedding_directory=embedding_directory, pad_with_end=False,
+                         embedding_size=MISTRAL3["hidden_size"], embedding_key="mistral3_24b",
+                         tokenizer_class=PreTrainedTokenizerFast, has_end_token=False, pad_to_max_length=False,
+                         pad_token=128004, max_length=99999999, min_length=1, pad_left=True,
+                         tokenizer_data=tokenizer_data)
+
+
+class Flux2Tokenizer(comfy.text_encoders.flux.Flux2Tokenizer):
+    """ComfyUI's Flux2Tokenizer (its system-prompt template included), given the Llama 3 vocabulary
+    through the "<name>_tokenizer_class" option SD1Tokenizer reads from tokenizer_data."""
+
+    def __init__(self, embedding_directory=None, tokenizer_data={}):
+        vocabulary = {"mistral3_24b_tokenizer_class": Llama3VocabMistral3Tokenizer}
+        super().__init__(embedding_directory=embedding_directory, tokenizer_data={**tokenizer_data, **vocabulary})
+
+
+def taef2_vae():
+    """The real TAEF2 (FLUX.2 latent space) from /work/shared/weights, as ComfyUI's VAE loads it."""
+    sd = {}
+    for part in ("encoder", "decoder"):
+        path = os.path.join(TAEF2_DIR, f"taef2_{part}.pth")
+        if not os.path.exists(path):
+            raise EriDiffusionError(f"{path} is missing: the flux2 tiny stack needs the TAEF2 weights there.")
+        sd.update({f"taesd_{part}.{k}": v for k, v in torch.load(path, weights_only=True).items()})
+    return comfy.sd.VAE(sd=sd)
+
+
+def tiny_flux2(seed: int = 0):
+    """FLUX.2 [dev]: ComfyUI's Flux2 DiT, its Mistral-3 text encoder (Flux2TEModel) shrunk, the
+    real TAEF2 VAE."""
+    generator = torch.Generator().manual_seed(seed)
+    vae = taef2_vae()
+    # ComfyUI 0.3.75's TAESD gives TAEF2's 32 channels at 8x; the FLUX.2 VAE (and newer ComfyUI's
+    # TAESD) packs each 2x2 patch into 128 channels at 16x. The model patchifies what it gets:
+    # patch 2 over 32 channels is patch 1 over the packed 128, with the same weights and keys.
+    channels = vae.latent_channels
+    patch = 2 if channels * 4 == comfy.latent_formats.Flux2.latent_channels else 1
+    config = comfy.supported_models.Flux2({**FLUX2, "in_channels": channels, "out_channels": channels,
+                                           "patch_size": patch})
+    if config.latent_format.latent_channels != channels:
+        # so empty latents (fix_empty_latent_channels, the sampler) are made in TAEF2's 32 channels
+        config.latent_format.latent_channels = channels
+    model = diffusion_model(config, generator)
+    te = comfy.text_encoders.flux.flux2_te()
+    target = comfy.supported_models_base.ClipTarget(Flux2Tokenizer, te)
+    clip = text_encoder(target, generator, {"num_layers": MISTRAL3_LAYERS, "mistral3_24b_model_config": MISTRAL3})
+    return model, clip, vae
+
+
+FAMILIES = {
+    "sd3": TinyFamily(tiny_sd3, steps=100, learning_rate=3e-3, resolution=128),
+    "flux_dev": TinyFamily(tiny_flux_dev, steps=100, learning_rate=3e-3, resolution=128),
+    "flux_schnell": TinyFamily(tiny_flux_schnell, steps=100, learning_rate=3e-3, resolution=128),
+    "flux_kontext": TinyFamily(tiny_flux_dev, steps=100, learning_rate=3e-3, resolution=128),
+    "chroma": TinyFamily(tiny_chroma, steps=100, learning_rate=3e-3, resolution=128),
+    "flux2": TinyFamily(tiny_flux2, steps=100, learning_rate=3e-3, resolution=128),
+}

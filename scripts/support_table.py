@@ -1,0 +1,32 @@
+"""Rewrite the README's support table from training/families.py and the tiny families CI trains.
+
+    .venv/bin/python scripts/support_table.py
+"""
+import os
+import re
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from demo import runtime  # noqa: E402
+
+
+def main():
+    runtime.start_host(tempfile.mkdtemp(prefix="eridiffusion-table-"))
+    from eridiffusion.demo.tiny_models import TINY_FAMILIES
+    from eridiffusion.training.families import support_table
+    path = os.path.join(ROOT, "README.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    block = f"<!-- support-table:start -->\n{support_table(set(TINY_FAMILIES))}\n<!-- support-table:end -->"
+    text, count = re.subn(r"<!-- support-table:start -->.*?<!-- support-table:end -->", lambda _: block, text,
+                          flags=re.S)
+    if count != 1:
+        sys.exit("README.md lacks the support-table markers")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The model families EriDiffusion trains, keyed by ComfyUI's model config class, with each
+family's training defaults (adapter targets, timestep sampling) and where those come from."""
+from dataclasses import dataclass, replace
+
+import comfy.supported_models
+
+from .errors import EriDiffusionError
+from .objective import ObjectiveSpec
+
+# Adapter target presets (training/adapters/attach.py): UNets train their attention, as kohya's
+# default LoRA does; transformers train every linear layer of their repeated blocks, as
+# ai-toolkit and musubi-tuner do (embedders and the final layer stay frozen).
+UNET_TARGETS = "attention"
+DIT_TARGETS = "blocks"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str                       # as the README names it
+    config_classes: tuple           # comfy.supported_models class names that load as this family
+    targets: str                    # default adapter targets preset
+    sampling: ObjectiveSpec         # default timestep sampling
+    reference: str                  # whose trainer the default follows
+    tiny: tuple = ()                # demo/tiny_models TINY_FAMILIES names that CI trains
+    latent_patch: int = 2           # latent pixels per token side (for resolution-dependent shift)
+    prediction: str = "rectified flow"  # what the network predicts, as ComfyUI's model_sampling says
+    guidance: float = None          # guidance fed while training guidance-distilled models (None: the
+                                    # model's own ComfyUI default)
+    copies_saved_activations: bool = False  # ComfyUI's forward writes in place into saved tensors
+                                            # (training/autograd_saved.py)
+
+    def host_has(self):
+        return any(hasattr(comfy.supported_models, c) for c in self.config_classes)
+
+
+def _sampling(kind, **values):
+    return ObjectiveSpec(timestep_sampling=kind, **values)
+
+
+EPS_V = "ε / v (discrete)"
+UNIFORM = _sampling("uniform")
+LOGIT_NORMAL = _sampling("logit_normal", logit_mean=0.0, logit_std=1.0)
+FLUX_SHIFT = _sampling("shift", shift=0.0)    # sigmoid(N(0,1)) shifted by the image size (Flux's rule)
+
+
+def _shift(value):
+    return _sampling("shift", shift=value)
+
+
+FAMILIES = (
+    Family("SD 1.5", ("SD15",), UNET_TARGETS, UNIFORM, "kohya sd-scripts", ("sd15",),
+           prediction=EPS_V),
+    Family("SDXL", ("SDXL", "SSD1B", "Segmind_Vega", "KOALA_700M", "KOALA_1B"), UNET_TARGETS, UNIFORM,
+           "kohya sd-scripts", ("sdxl",), prediction=EPS_V),
+    Family("SD3 / SD3.5 (Medium, Large, Large Turbo)", ("SD3",), DIT_TARGETS, LOGIT_NORMAL,
+           "SD3 paper; diffusers' SD3 LoRA trainer", ("sd3",)),
+    # Flux.1 dev and HunyuanVideo are guidance-distilled; kohya, ai-toolkit and musubi-tuner train them
+    # with guidance 1.0.
+    Family("Flux.1 dev (and Flex-style variants)", ("Flux", "FluxInpaint"), DIT_TARGETS, FLUX_SHIFT,
+           "kohya sd-scripts `flux_shift`", ("flux_dev",), guidance=1.0),
+    Family("Flux.1 Kontext (edit pairs)", ("Flux",), DIT_TARGETS, FLUX_SHIFT, "kohya sd-scripts `flux_shift`",
+           ("flux_kontext",), guidance=1.0),
+    Family("Flux.1 schnell", ("FluxSchnell",), DIT_TARGETS, FLUX_SHIFT, "kohya sd-scripts `flux_shift`",
+           ("flux_schnell",)),
+    Family("Flux.2", ("Flux2",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (kohya `flux_shift`)", ("flux2",),
+           latent_patch=1),
+    Family("Chroma", ("Chroma",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (Chroma is a Flux.1-schnell derivative)",
+           ("chroma",)),
+    Family("HiDream-I1", ("HiDream",), DIT_TARGETS, _shift(3.0), "HiDream's own flow shift", ("hidream",)),
+    Family("Lumina Image 2.0", ("Lumina2",), DIT_TARGETS, _shift(6.0), "Lumina 2's own flow shift",
+           ("lumina2",)),
+    Family("Z-Image", ("ZImage",), DIT_TARGETS, _shift(3.0), "Z-Image's own flow shift", ("z_image",)),
+    Family("Qwen-Image", ("QwenImage",), DIT_TARGETS, _shift(2.2), "musubi-tuner", ("qwen_image",)),
+    Family("OmniGen2", ("Omnigen2",), DIT_TARGETS, LOGIT_NORMAL, "OmniGen2's own trainer",
+           ("omnigen2",)),
+    Family("HunyuanImage 2.1", ("HunyuanImage21",), DIT_TARGETS, _shift(5.0), "musubi-tuner",
+           ("hunyuan_image21",), latent_patch=1),
+    Family("AuraFlow", ("AuraFlow",), DIT_TARGETS, LOGIT_NORMAL, "SimpleTuner (as SD3)",
+           ("auraflow",)),
+    Family("PixArt-α / Σ", ("PixArtAlpha", "PixArtSigma"), DIT_TARGETS, UNIFORM, "PixArt's train scripts",
+           ("pixart_alpha", "pixart_sigma"), prediction=EPS_V),
+    Family("Wan 2.1 text-to-video (and Wan 2.2 14B)", ("WAN21_T2V",), DIT_TARGETS, _shift(3.0),
+           "musubi-tuner", ("wan21_t2v",)),
+    Family("Wan 2.1 VACE", ("WAN21_Vace",), DIT_TARGETS, _shift(3.0), "musubi-tuner", ("wan21_vace",)),
+    Family("Wan 2.2 TI2V 5B", ("WAN22_T2V",), DIT_TARGETS, _shift(3.0), "musubi-tuner", ("wan22_t2v",)),
+    Family("LTX-Video", ("LTXV",), DIT_TARGETS, FLUX_SHIFT,
+           "LTX-Video-Trainer (shifted logit-normal)", ("ltxv",), latent_patch=1,
+           copies_saved_activations=True),
+    Family("HunyuanVideo", ("HunyuanVideo",), DIT_TARGETS, _shift(7.0), "musubi-tuner",
+           ("hunyuan_video",), guidance=1.0),
+    Family("HunyuanVideo 1.5", ("HunyuanVideo15",), DIT_TARGETS, _shift(7.0), "musubi-tuner",
+           ("hunyuan_video15",), latent_patch=1),
+    # Upstream ComfyUI lacks these in 0.3.75: the row stays, and the error says so.
+    Family("Sana", ("Sana", "SanaMS"), DIT_TARGETS, FLUX_SHIFT, "—"),
+    Family("Kolors", ("Kolors",), UNET_TARGETS, UNIFORM, "—", prediction=EPS_V),
+)
+
+
+def family_of(base_model):
+    """The Family of a ComfyUI BaseModel, from its model config class."""
+    name = type(base_model.model_config).__name__
+    for family in FAMILIES:
+        if name in family.config_classes:
+            return family
+    supported = ", ".join(f.name for f in FAMILIES if f.host_has())
+    raise EriDiffusionError(f"EriDiffusion cannot train this model yet: ComfyUI loaded it as '{name}', which is not "
+                            f"one of the supported families ({supported}).")
+
+
+def family_named(name):
+    """The Family whose README name is `name`; a clear error where this ComfyUI lacks it."""
+    for family in FAMILIES:
+        if family.name == name:
+            if not family.host_has():
+                raise EriDiffusionError(f"{name} is not supported by this ComfyUI: it has no "
+                                        f"{'/'.join(family.config_classes)} model class. Update ComfyUI to a "
+                                        "version that loads it.")
+            return family
+    raise EriDiffusionError(f"unknown model family '{name}'; see the README's support table.")
+
+
+def resolve_objective(spec, family):
+    """`spec` with "auto" timestep sampling replaced by the family's default."""
+    if spec.timestep_sampling != "auto":
+        return spec
+    default = family.sampling
+    return replace(spec, timestep_sampling=default.timestep_sampling, logit_mean=default.logit_mean,
+                   logit_std=default.logit_std, sigmoid_scale=default.sigmoid_scale, shift=default.shift)
+
+
+def resolve_targets(targets, family):
+    """The adapter targets preset: the family's default for "auto"."""
+    return family.targets if targets == "auto" else targets
+
+
+def support_table(tested_names):
+    """The README's support table (markdown), `tested_names` being the tiny families CI trains."""
+    rows = ["| family | ComfyUI class | adapter targets (default) | objective | timestep default | training guidance "
+            "| tested in CI |",
+            "|---|---|---|---|---|---|---|"]
+    for f in FAMILIES:
+        if not f.host_has():
+            rows.append(f"| {f.name} | — | — | — | — | — | not supported by this ComfyUI |")
+            continue
+        ms = f.sampling
+        timestep = {"uniform": "uniform", "logit_normal": f"logit-normal({ms.logit_mean:g}, {ms.logit_std:g})",
+                    "shift": ("shift, resolution-dependent" if ms.shift == 0 else f"shift {ms.shift:g}")
+                    }[ms.timestep_sampling]
+        tested = "yes" if f.tiny and all(n in tested_names for n in f.tiny) else "no"
+        rows.append(f"| {f.name} | {', '.join(f.config_classes)} | {f.targets} | {f.prediction} | {timestep} "
+                    f"— {f.reference} | {'model default' if f.guidance is None else f'{f.guidance:g}'} | {tested} |")
+    return "\n".join(rows)
