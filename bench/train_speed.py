@@ -214,7 +214,7 @@ def main():
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     summary = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "commit": commit or os.environ.get("COMMIT", ""), "resolution": 1024, "rank": 16, "results": results}
+               "commit": os.environ.get("COMMIT") or commit, "resolution": 1024, "rank": 16, "results": results}
     by = {r["exp"]: r for r in results}
     for name, r in by.items():
         base = "_".join(item for item in name.split("_")[:3])
