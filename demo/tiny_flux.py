@@ -15,7 +15,7 @@ import comfy.text_encoders.sd3_clip
 from transformers import PreTrainedTokenizerFast
 
 from ..training.errors import EriDiffusionError
-from .runtime import ROOT
+from . import runtime
 from .tiny_models import CLIP_G, CLIP_L, TinyFamily, diffusion_model, taesd_vae, text_encoder
 
 # T5-XXL keeps its real vocabulary (ComfyUI's T5 tokenizer feeds it) and shrinks the rest.
@@ -63,7 +63,6 @@ SD3_MMDIT = {"in_channels": 16, "out_channels": 16, "patch_size": 2, "depth": SD
              "num_patches": SD3_POS_EMBED_MAX ** 2, "pos_embed_max_size": SD3_POS_EMBED_MAX, "qk_norm": "rms",
              "pos_embed_scaling_factor": None, "x_block_self_attn_layers": [0]}
 
-TAEF2_DIR = os.path.join(os.path.dirname(ROOT), "shared", "weights", "taef2")  # beside the checkout
 LLAMA_TOKENIZER_DIR = os.path.join(os.path.dirname(comfy.text_encoders.flux.__file__), "llama_tokenizer")
 
 
@@ -144,10 +143,10 @@ class Flux2Tokenizer(comfy.text_encoders.flux.Flux2Tokenizer):
 
 
 def taef2_vae():
-    """The real TAEF2 (FLUX.2 latent space) from /work/shared/weights, as ComfyUI's VAE loads it."""
+    """The real TAEF2 (FLUX.2 latent space), as ComfyUI's VAE loads it."""
     sd = {}
     for part in ("encoder", "decoder"):
-        path = os.path.join(TAEF2_DIR, f"taef2_{part}.pth")
+        path = os.path.join(runtime.taef2_weights(), f"taef2_{part}.pth")
         if not os.path.exists(path):
             raise EriDiffusionError(f"{path} is missing: the flux2 tiny stack needs the TAEF2 weights there.")
         sd.update({f"taesd_{part}.{k}": v for k, v in torch.load(path, weights_only=True).items()})
