@@ -4,7 +4,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 
 from eridiffusion import host
 

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from eridiffusion.demo.photo_clips import (CLIP_FRAMES, CLIP_SIZE, pan_and_zoom, write_frame_folder, write_gif,
+                                           write_video)
 from eridiffusion.training.clips import VideoOptions, check_frames_for_vae, read_clip
 from eridiffusion.training.dataset import load_dataset
 from eridiffusion.training.errors import EriDiffusionError
 
-from ..conftest import CLIP_FRAMES, CLIP_SIZE, pan_and_zoom, write_frame_folder, write_gif, write_video
+
 
 LEVEL_STEP = 5  # gray level between consecutive frames: far above codec error on flat frames
 

@@ -17,7 +17,7 @@ from eridiffusion.training.latent_cache import build_training_data
 from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 from eridiffusion.training.trainer import train_lora
 
-from ..conftest import write_video
+from eridiffusion.demo.photo_clips import write_video
 
 FAMILY = "flux_kontext"
 PAIRS = 4

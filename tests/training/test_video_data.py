@@ -16,7 +16,7 @@ from eridiffusion.training.dataset import load_dataset
 from eridiffusion.training.errors import EriDiffusionError
 from eridiffusion.training.latent_cache import build_training_data
 
-from ..conftest import CLIP_FRAMES
+from eridiffusion.demo.photo_clips import CLIP_FRAMES
 
 RESOLUTION = 64
 LATENT_FRAMES = (CLIP_FRAMES - 1) // 4 + 1  # the first frame alone, then groups of 4
