@@ -26,6 +26,15 @@ SAMPLINGS = {
 }
 
 
+def noisy_batch(objective, n, seed):
+    """(generator, x0, sigma, x_t, native target) of n random latents at sampled noise levels."""
+    generator = torch.Generator().manual_seed(seed)
+    x0, noise = torch.randn(n, 4, 8, 8, generator=generator), torch.randn(n, 4, 8, 8, generator=generator)
+    sigma = objective.sample_sigmas(n, generator, "cpu")
+    x_t = objective.noisy_latent(x0, noise, sigma)
+    return generator, x0, sigma, x_t, objective.native_target(x0, x_t, sigma)
+
+
 def test_eps_target_is_the_noise_and_flow_target_is_noise_minus_x0():
     generator = torch.Generator().manual_seed(1)
     x0, noise = torch.randn(3, 4, 8, 8, generator=generator), torch.randn(3, 4, 8, 8, generator=generator)
@@ -40,11 +49,7 @@ def test_eps_target_is_the_noise_and_flow_target_is_noise_minus_x0():
 def test_loss_is_native_mse_and_zero_for_a_perfect_prediction(name):
     ms = SAMPLINGS[name]()
     objective = Objective(ms)
-    generator = torch.Generator().manual_seed(2)
-    x0, noise = torch.randn(4, 4, 8, 8, generator=generator), torch.randn(4, 4, 8, 8, generator=generator)
-    sigma = objective.sample_sigmas(4, generator, "cpu")
-    x_t = objective.noisy_latent(x0, noise, sigma)
-    target = objective.native_target(x0, x_t, sigma)
+    generator, x0, sigma, x_t, target = noisy_batch(objective, 4, seed=2)
     prediction = target + 0.1 * torch.randn(target.shape, generator=generator)
     denoised = ms.calculate_denoised(sigma, prediction, x_t)
     loss = objective.loss(denoised, x0, sigma)
@@ -76,12 +81,7 @@ def all_model_samplings():
 @pytest.mark.parametrize("name", sorted(all_model_samplings()))
 def test_target_satisfies_calculate_denoised_for_every_comfyui_model_type(name):
     ms = all_model_samplings()[name]
-    objective = Objective(ms)
-    generator = torch.Generator().manual_seed(4)
-    x0, noise = torch.randn(8, 4, 8, 8, generator=generator), torch.randn(8, 4, 8, 8, generator=generator)
-    sigma = objective.sample_sigmas(8, generator, "cpu")
-    x_t = objective.noisy_latent(x0, noise, sigma)
-    target = objective.native_target(x0, x_t, sigma)
+    _, x0, sigma, x_t, target = noisy_batch(Objective(ms), 8, seed=4)
     torch.testing.assert_close(ms.calculate_denoised(sigma, target, x_t), x0, rtol=1e-4, atol=1e-4)
 
 
