@@ -7,6 +7,8 @@ them. Installed through ComfyUI's injection mechanism, so the shared modules are
 the clone unpatches.
 """
 import comfy.patcher_extension
+import torch
+import torch._dynamo
 
 from .checkpointing import checkpoint_blocks
 
@@ -15,6 +17,9 @@ INJECTION_KEY = "eridiffusion_compile_blocks"
 
 def compile_blocks_injection(patcher):
     blocks = checkpoint_blocks(patcher.model.diffusion_model)
+    # One compiled variant per block shape: a UNet has more shapes than dynamo's default limit of
+    # 8 per code object, beyond which it would silently run the remaining blocks eagerly.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(blocks))
 
     def inject(model_patcher):
         for block in blocks:
