@@ -205,6 +205,7 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
         sigmas = ms.sigma(t_lo + fractions * (t_hi - t_lo)).float().to(device)
         generator = torch.Generator().manual_seed(seed)
         total, count = 0.0, 0
+        transformer_options = transformer_options_of(patcher)
         for index, latent in enumerate(prepared.latents):
             inputs = prepared.inputs_for(index, 0, text_encoder)
             model_loading.load(patcher, config.weights_vram_gib)  # (again, after the text encoder took the device)
@@ -212,7 +213,7 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
             noise = torch.randn(x0.shape, generator=generator).to(device)
             x_t = objective.noisy_latent(x0, noise, sigmas)
             batch = batch_inputs([inputs] * len(sigmas))
-            denoised = _prediction(base, transformer_options_of(patcher), x_t, sigmas,
+            denoised = _prediction(base, transformer_options, x_t, sigmas,
                                    batch, config.torch_dtype)
             total += float(objective.loss(denoised, x0, sigmas).sum())
             count += len(sigmas)
