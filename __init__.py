@@ -1,13 +1,8 @@
-"""EriDiffusion: train LoRA-family adapters inside the ComfyUI graph.
-
-Importing this package touches nothing of ComfyUI; the host loads the nodes through
-`comfy_entrypoint` (ComfyUI's V3 extension API).
-"""
-__version__ = "0.1.0"
-
+"""EriDiffusion as a ComfyUI custom node: ComfyUI imports this folder and calls `comfy_entrypoint`
+(its V3 extension API). The code lives in the `eridiffusion` package beside this file."""
 WEB_DIRECTORY = "./web"
 
 
 async def comfy_entrypoint():
-    from .nodes.extension import EriDiffusionExtension
+    from .eridiffusion.nodes.extension import EriDiffusionExtension
     return EriDiffusionExtension()

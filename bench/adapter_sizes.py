@@ -12,7 +12,7 @@ from .full_size import SDXL_UNET
 
 
 def main():
-    from demo.runtime import start_host
+    from eridiffusion.runtime import start_host
     start_host(tempfile.mkdtemp(prefix="eridiffusion-sizes-"))
     import comfy.model_patcher
     import comfy.supported_models

@@ -15,10 +15,11 @@ sys.path.insert(0, ROOT)
 
 
 def main(names):
-    from demo import runtime
-    runtime.start_host(tempfile.mkdtemp(prefix="eridiffusion-families-"))
+    from eridiffusion.runtime import start_host
+    from tests.support.paths import shared_datasets
+    start_host(tempfile.mkdtemp(prefix="eridiffusion-families-"))
     import torch
-    from eridiffusion.demo.tiny_models import TINY_FAMILIES, build_tiny
+    from tests.support.tiny_models import TINY_FAMILIES, build_tiny
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.dataset import load_dataset
@@ -26,10 +27,10 @@ def main(names):
     from eridiffusion.training.latent_cache import build_training_data
     from eridiffusion.training.objective import ObjectiveSpec
     from eridiffusion.training.trainer import train_lora
-    from eridiffusion.demo.photo_clips import CLIP_FRAMES, write_dog_clips  # the clips the tests train on
+    from tests.support.photo_clips import CLIP_FRAMES, write_dog_clips  # the clips the tests train on
 
     work = tempfile.mkdtemp(prefix="eridiffusion-family-runs-")
-    photos = os.path.join(runtime.shared_datasets(), "dreambooth_dog")
+    photos = os.path.join(shared_datasets(), "dreambooth_dog")
     results = {}
     for name in names or sorted(TINY_FAMILIES):
         family = TINY_FAMILIES[name]

@@ -172,7 +172,7 @@ def builtin(patcher, model_name, checkpointing, short=3, long=13):
 
 def main():
     stub_pyav()
-    from demo.runtime import start_host
+    from eridiffusion.runtime import start_host
     start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
     import torch
     plan = [p for p in os.environ.get("PLAN", "ours_sdxl_ckpt,builtin_sdxl_ckpt").split(",") if p]

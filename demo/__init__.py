@@ -1,1 +1,1 @@
-"""The demo run and the tiny ComfyUI models it (and the tests) train on."""
+"""The demo: the example workflow trained on the DreamBooth dog photos (scripts/demo.sh)."""

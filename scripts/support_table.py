@@ -9,12 +9,12 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from demo import runtime  # noqa: E402
+from eridiffusion.runtime import start_host  # noqa: E402
 
 
 def main():
-    runtime.start_host(tempfile.mkdtemp(prefix="eridiffusion-table-"))
-    from eridiffusion.demo.tiny_models import TINY_FAMILIES
+    start_host(tempfile.mkdtemp(prefix="eridiffusion-table-"))
+    from tests.support.tiny_models import TINY_FAMILIES
     from eridiffusion.training.families import support_table
     path = os.path.join(ROOT, "README.md")
     with open(path, encoding="utf-8") as f:

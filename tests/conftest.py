@@ -5,10 +5,11 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from demo import runtime  # noqa: E402
+from eridiffusion.runtime import start_host  # noqa: E402
+from tests.support import paths  # noqa: E402
 
 _BASE = os.path.join(os.environ.get("PYTEST_TMPDIR", "/tmp"), f"eridiffusion-tests-{os.getpid()}")
-runtime.start_host(_BASE)
+start_host(_BASE)
 
 
 @pytest.fixture(scope="session")
@@ -20,7 +21,7 @@ def comfy_dirs():
 
 @pytest.fixture(scope="session")
 def datasets_dir():
-    path = runtime.shared_datasets()
+    path = paths.shared_datasets()
     assert os.path.isdir(os.path.join(path, "dreambooth_dog")), f"real photos missing under {path}"
     return path
 
@@ -40,7 +41,7 @@ def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
     `algorithm` (plus LoCon convs when conv_rank > 0), and the base model's output on a fixed
     probe input taken before training."""
     import torch
-    from eridiffusion.demo.tiny_models import build_tiny
+    from tests.support.tiny_models import build_tiny
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.latent_cache import build_training_data
@@ -129,7 +130,7 @@ def pytest_sessionfinish(session, exitstatus):
 def dog_clips(datasets_dir, tmp_path_factory):
     """A clip dataset from the DreamBooth photos (demo/photo_clips.py), loaded at CLIP_FRAMES frames
     and 16 fps."""
-    from eridiffusion.demo.photo_clips import CLIP_FRAMES, write_dog_clips
+    from tests.support.photo_clips import CLIP_FRAMES, write_dog_clips
     from eridiffusion.training.dataset import load_dataset
     folder = write_dog_clips(os.path.join(datasets_dir, "dreambooth_dog"), str(tmp_path_factory.mktemp("dog_clips")))
     return load_dataset(folder, frames=CLIP_FRAMES, fps=16.0)

@@ -33,10 +33,10 @@ def test_comfyui_path_that_is_not_comfyui_is_a_clear_error(tmp_path):
 
 def test_checkout_inside_custom_nodes_uses_that_comfyui(tmp_path):
     comfy = fake_comfyui(str(tmp_path / "ComfyUI"))
-    checkout = os.path.join(comfy, "custom_nodes", "any-folder-name")
-    os.makedirs(checkout)
-    shutil.copy(host.__file__, checkout)
-    out = run_host(os.path.join(checkout, "host.py"))
+    package = os.path.join(comfy, "custom_nodes", "any-folder-name", "eridiffusion")
+    os.makedirs(package)
+    shutil.copy(host.__file__, package)
+    out = run_host(os.path.join(package, "host.py"))
     assert out.returncode == 0 and out.stdout.strip() == comfy
 
 
@@ -53,5 +53,6 @@ def test_without_a_given_host_the_bundled_comfyui_0_3_75_is_used():
 
 def test_external_only_lookup_reports_absence_with_exit_3(tmp_path):
     # a copy outside any ComfyUI, with no COMFYUI_PATH: the bootstrap then installs the bundled host
-    shutil.copy(host.__file__, tmp_path)
-    assert run_host(str(tmp_path / "host.py"), None, "--external").returncode == 3
+    os.makedirs(tmp_path / "checkout" / "eridiffusion")
+    shutil.copy(host.__file__, tmp_path / "checkout" / "eridiffusion")
+    assert run_host(str(tmp_path / "checkout" / "eridiffusion" / "host.py"), None, "--external").returncode == 3

@@ -3,7 +3,7 @@ import os
 
 from eridiffusion.nodes.dataset_node import LoadDataset
 
-from eridiffusion.demo.photo_clips import CLIP_FRAMES
+from tests.support.photo_clips import CLIP_FRAMES
 
 
 def run(folder, frames=17, fps=16.0):

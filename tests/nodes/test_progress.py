@@ -8,7 +8,7 @@ import torch
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from eridiffusion.demo.tiny_models import build_tiny
+from tests.support.tiny_models import build_tiny
 from eridiffusion.nodes import progress
 from eridiffusion.nodes.trainer_node import live_hooks
 from eridiffusion.training.adapters import AdapterSpec

@@ -6,9 +6,9 @@ import shutil
 import folder_paths
 import pytest
 
-from eridiffusion.demo.example_workflows import EXAMPLES, FOLDER, render_examples
-from eridiffusion.demo.run_demo import demo_prompt
-from eridiffusion.demo.workflow import execution_error, load_extension, run_prompt, substitute
+from tests.support.example_workflows import EXAMPLES, FOLDER, render_examples
+from demo.run_demo import demo_prompt
+from tests.support.workflow import execution_error, load_extension, run_prompt, substitute
 
 NODE_IDS = {"EriDiffusion_LoadDataset", "EriDiffusion_CacheLatents", "EriDiffusion_LoRATrainer",
             "EriDiffusion_SampleDuringTraining", "EriDiffusion_SaveLoRA", "EriDiffusion_LossGraph",
@@ -42,7 +42,7 @@ def test_every_input_has_a_tooltip(registered):
 def test_committed_example_workflows_match_the_node_definitions(registered):
     for name, text in render_examples().items():
         with open(os.path.join(FOLDER, name)) as f:
-            assert f.read() == text, f"{name} is stale: run `python -m demo.example_workflows`"
+            assert f.read() == text, f"{name} is stale: run `python -m tests.support.example_workflows`"
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
@@ -66,7 +66,7 @@ def test_example_workflow_runs_headless_and_its_lora_loads_in_loraloader(example
         assert json.load(f)["steps"] == 12
     # stock LoraLoader node on the same tiny model: every key matches
     import nodes
-    from eridiffusion.demo.tiny_models import build_tiny
+    from tests.support.tiny_models import build_tiny
     model, clip, _ = build_tiny("sdxl" if example.startswith("tiny") else example.split("_")[0], seed=0)
     caplog.clear()
     nodes.LoraLoader().load_lora(model, clip, name, 1.0, 1.0)

@@ -8,7 +8,7 @@ import comfy.utils
 import pytest
 import torch
 
-from eridiffusion.demo.tiny_models import build_tiny
+from tests.support.tiny_models import build_tiny
 from eridiffusion.training.adapters import ALGORITHMS, AdapterSpec, attach_adapters
 from eridiffusion.training.adapters.attach import _BypassForward
 from eridiffusion.training.adapters.lora import LoRA

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eridiffusion.demo.photo_clips import (CLIP_FRAMES, CLIP_SIZE, pan_and_zoom, write_frame_folder, write_gif,
+from tests.support.photo_clips import (CLIP_FRAMES, CLIP_SIZE, pan_and_zoom, write_frame_folder, write_gif,
                                            write_video)
 from eridiffusion.training.clips import VideoOptions, check_frames_for_vae, read_clip
 from eridiffusion.training.dataset import load_dataset

@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from eridiffusion.demo.tiny_models import TINY_FAMILIES, build_tiny
+from tests.support.tiny_models import TINY_FAMILIES, build_tiny
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.dataset import load_dataset
@@ -17,7 +17,7 @@ from eridiffusion.training.latent_cache import build_training_data
 from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 from eridiffusion.training.trainer import train_lora
 
-from eridiffusion.demo.photo_clips import write_video
+from tests.support.photo_clips import write_video
 
 FAMILY = "flux_kontext"
 PAIRS = 4

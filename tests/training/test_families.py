@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from eridiffusion.demo.tiny_models import TINY_FAMILIES, build_tiny
+from tests.support.tiny_models import TINY_FAMILIES, build_tiny
 from eridiffusion.nodes.sampling_node import encode
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig

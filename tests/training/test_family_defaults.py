@@ -5,7 +5,7 @@ import re
 import comfy.supported_models
 import pytest
 
-from eridiffusion.demo.tiny_models import TINY_FAMILIES, build_tiny
+from tests.support.tiny_models import TINY_FAMILIES, build_tiny
 from eridiffusion.training.errors import EriDiffusionError
 from eridiffusion.training.families import (FAMILIES, family_named, family_of, resolve_objective, resolve_targets,
                                             support_table)

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from eridiffusion.demo.tiny_models import TINY_FAMILIES, build_tiny
+from tests.support.tiny_models import TINY_FAMILIES, build_tiny
 from eridiffusion.training import model_loading
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.autograd_inplace import OutOfPlaceAugmentedAssignments

@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from eridiffusion.demo.tiny_models import tiny_sd15
+from tests.support.tiny_models import tiny_sd15
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.latent_cache import build_training_data

@@ -5,7 +5,7 @@ import shutil
 import pytest
 import torch
 
-from eridiffusion.demo.tiny_models import build_tiny
+from tests.support.tiny_models import build_tiny
 from eridiffusion.training.dataset import load_dataset
 from eridiffusion.training.latent_cache import build_training_data
 

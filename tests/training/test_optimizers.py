@@ -21,7 +21,7 @@ NEEDS_CUDA = ("PagedAdamW", "PagedAdamW8bit")
 
 @pytest.fixture(scope="module")
 def tiny_sd15(dog_dataset, tmp_path_factory):
-    from eridiffusion.demo.tiny_models import build_tiny
+    from tests.support.tiny_models import build_tiny
     from eridiffusion.training.latent_cache import build_training_data
     model, clip, vae = build_tiny("sd15", seed=0)
     with torch.inference_mode():  # as ComfyUI runs nodes

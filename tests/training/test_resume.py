@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-from eridiffusion.demo.tiny_models import build_tiny
+from tests.support.tiny_models import build_tiny
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.errors import EriDiffusionError

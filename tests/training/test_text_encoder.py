@@ -7,7 +7,7 @@ import comfy.utils
 import pytest
 import torch
 
-from eridiffusion.demo.tiny_models import build_tiny
+from tests.support.tiny_models import build_tiny
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.latent_cache import build_training_data

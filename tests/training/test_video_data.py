@@ -8,15 +8,15 @@ import pytest
 import torch
 from PIL import Image
 
-from eridiffusion.demo.tiny_models import build_tiny
-from eridiffusion.demo.tiny_video_vae import tiny_wan_vae
+from tests.support.tiny_models import build_tiny
+from tests.support.tiny_video_vae import tiny_wan_vae
 from eridiffusion.training.buckets import fit_to_bucket
 from eridiffusion.training.clips import read_clip
 from eridiffusion.training.dataset import load_dataset
 from eridiffusion.training.errors import EriDiffusionError
 from eridiffusion.training.latent_cache import build_training_data
 
-from eridiffusion.demo.photo_clips import CLIP_FRAMES
+from tests.support.photo_clips import CLIP_FRAMES
 
 RESOLUTION = 64
 LATENT_FRAMES = (CLIP_FRAMES - 1) // 4 + 1  # the first frame alone, then groups of 4

@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 
 from eridiffusion import host
-from eridiffusion.demo.example_workflows import load_example
-from eridiffusion.demo.runtime import ROOT
+from tests.support.example_workflows import load_example
+from tests.support.paths import ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")

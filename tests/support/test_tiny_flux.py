@@ -19,8 +19,8 @@ import comfy.text_encoders.flux
 import comfy.text_encoders.pixart_t5
 import comfy.text_encoders.sd3_clip
 
-from eridiffusion.demo import tiny_models  # noqa: F401  (first: it imports tiny_flux at its end)
-from eridiffusion.demo import runtime, tiny_flux
+from tests.support import tiny_models  # noqa: F401  (first: it imports tiny_flux at its end)
+from tests.support import paths, tiny_flux
 from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 
 PROMPT = "a photo of sks dog"
@@ -141,7 +141,7 @@ def test_flux2_text_encoder_stacks_three_hidden_states():
 
 def test_flux2_vae_is_the_pretrained_taef2(datasets_dir):
     _, _, vae = _stack("flux2")
-    weights = torch.load(os.path.join(runtime.taef2_weights(), "taef2_decoder.pth"), weights_only=True)
+    weights = torch.load(os.path.join(paths.taef2_weights(), "taef2_decoder.pth"), weights_only=True)
     assert torch.equal(vae.first_stage_model.taesd_decoder[1].weight, weights["1.weight"])
     photo = _photo(datasets_dir, 256)
     with torch.inference_mode():

@@ -1,11 +1,11 @@
 """The example workflows in example_workflows/, generated from the host's node definitions so the
-widget order always matches the nodes. `python -m demo.example_workflows` (with the host started)
+widget order always matches the nodes. `python -m tests.support.example_workflows` (with the host started)
 rewrites the files; a test checks that the committed ones are current."""
 import json
 import os
 from dataclasses import dataclass, field
 
-from .runtime import ROOT
+from .paths import ROOT
 
 FOLDER = os.path.join(ROOT, "example_workflows")
 
@@ -134,7 +134,7 @@ def load_example(name):
 
 
 if __name__ == "__main__":
-    from .runtime import start_host
+    from eridiffusion.runtime import start_host
     import tempfile
     start_host(tempfile.mkdtemp(prefix="eridiffusion-workflows-"))
     from .workflow import load_extension

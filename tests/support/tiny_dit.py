@@ -17,7 +17,9 @@ import comfy.text_encoders.aura_t5
 import comfy.text_encoders.hidream
 import comfy.text_encoders.qwen_vl
 
-from .tiny_models import CLIP_G, CLIP_L, TinyFamily, diffusion_model, init_weights, taesd_vae, text_encoder
+from eridiffusion.tiny_models import CLIP_G, CLIP_L, diffusion_model, init_weights, taesd_vae, text_encoder
+
+from .tiny_models import TinyFamily
 
 # Llama-style encoders (llama.py configs): head_dim is a class constant of each config (128, Gemma2
 # 256), so only the head counts, widths and depths shrink. Three layers: Gemma2 and Qwen3 read the

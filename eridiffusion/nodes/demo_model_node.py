@@ -1,7 +1,7 @@
 """TinyDemoModel: a clearly labelled random-weight model for trying the graph without a checkpoint."""
 from comfy_api.latest import io
 
-from ..demo.tiny_models import TINY_ARCHITECTURES, build_tiny
+from ..tiny_models import TINY_BUILDERS, build_tiny_demo
 from .types import CATEGORY
 
 
@@ -15,7 +15,7 @@ class TinyDemoModel(io.ComfyNode):
             description="A tiny SD1.5- or SDXL-architecture MODEL, CLIP and VAE with random weights, built from "
                         "ComfyUI's own classes. It draws noise: it exists to test a training graph in seconds.",
             inputs=[
-                io.Combo.Input("architecture", options=list(TINY_ARCHITECTURES), default="sdxl",
+                io.Combo.Input("architecture", options=list(TINY_BUILDERS), default="sdxl",
                                tooltip="Which ComfyUI model class to shrink."),
                 io.Int.Input("seed", default=0, min=0, max=0xFFFFFFFF, control_after_generate=False,
                          tooltip="Seed of the random weights."),
@@ -26,4 +26,4 @@ class TinyDemoModel(io.ComfyNode):
 
     @classmethod
     def execute(cls, architecture, seed):
-        return io.NodeOutput(*build_tiny(architecture, seed))
+        return io.NodeOutput(*build_tiny_demo(architecture, seed))

@@ -13,7 +13,7 @@ import comfy.lora
 import comfy.model_management
 import comfy.supported_models
 
-from eridiffusion.demo import tiny_models, tiny_video  # noqa: F401 (tiny_models first: it imports tiny_video)
+from tests.support import tiny_models, tiny_video  # noqa: F401 (tiny_models first: it imports tiny_video)
 from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 
 SIZE = 128

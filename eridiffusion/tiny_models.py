@@ -1,9 +1,7 @@
-"""Tiny random-init model stacks (diffusion model, text encoders, VAE) built from ComfyUI's own
-classes, for the tests and the CPU demo where no weights can be downloaded: SD1.5 and SDXL here,
-the other families in tiny_flux, tiny_dit and tiny_video. Import after runtime.start_host()."""
-from dataclasses import dataclass
-from typing import Callable
-
+"""Tiny random-weight SD1.5 and SDXL stacks (diffusion model, text encoders, VAE) built from
+ComfyUI's own classes: the TinyDemoModel node, the demo and `model: tiny-sdxl` train on them where
+no checkpoint is at hand. The builders here are also how the tests shrink every other family.
+Import once ComfyUI is on sys.path."""
 import torch
 
 import comfy.model_management as mm
@@ -12,9 +10,7 @@ import comfy.sd
 import comfy.supported_models
 import comfy.taesd.taesd
 
-from ..training.errors import EriDiffusionError
-
-TINY_ARCHITECTURES = ("sd15", "sdxl")
+from .training.errors import EriDiffusionError
 
 # Text encoders keep the real vocabulary (ComfyUI's real tokenizers feed them) and shrink the rest.
 # Three layers, not two: SDXL reads the penultimate layer (layer_idx=-2) and SDClipModel asserts
@@ -128,27 +124,11 @@ def tiny_sdxl(seed: int = 0) -> tuple[comfy.model_patcher.ModelPatcher, comfy.sd
     return _stack(comfy.supported_models.SDXL(SDXL_UNET), seed)
 
 
-@dataclass(frozen=True)
-class TinyFamily:
-    """How to build one family's tiny stack, and the short run that shows it learns."""
-    build: Callable              # seed -> (ModelPatcher, CLIP, VAE)
-    steps: int = 200
-    learning_rate: float = 3e-3
-    resolution: int = 128        # training and sampling size in pixels
-    video_frames: int = 0        # > 0: a video model, trained on clips of this many frames
-    sample_size: tuple = (96, 64)  # width, height of the test renders: not square, so a swapped axis shows
+TINY_BUILDERS = {"sd15": tiny_sd15, "sdxl": tiny_sdxl}
 
 
-TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15), "sdxl": TinyFamily(tiny_sdxl)}
-
-from . import tiny_dit, tiny_flux, tiny_video  # noqa: E402  (they use the helpers above)
-
-for _module in (tiny_flux, tiny_dit, tiny_video):
-    TINY_FAMILIES.update(_module.FAMILIES)
-
-
-def build_tiny(arch: str, seed: int = 0):
-    """The tiny stack of a family by name ("sd15", "sdxl", "flux_dev", …; see TINY_FAMILIES)."""
-    if arch not in TINY_FAMILIES:
-        raise EriDiffusionError(f"unknown tiny architecture {arch!r}: use one of {sorted(TINY_FAMILIES)}")
-    return TINY_FAMILIES[arch].build(seed)
+def build_tiny_demo(arch: str, seed: int = 0):
+    """The tiny stack of `arch` ("sd15" or "sdxl")."""
+    if arch not in TINY_BUILDERS:
+        raise EriDiffusionError(f"unknown tiny architecture {arch!r}: use one of {sorted(TINY_BUILDERS)}")
+    return TINY_BUILDERS[arch](seed)

@@ -5,7 +5,7 @@ import asyncio
 import copy
 import uuid
 
-from .runtime import ROOT
+from .paths import ROOT
 
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
 

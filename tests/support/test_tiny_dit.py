@@ -36,8 +36,8 @@ import comfy.text_encoders.sd3_clip
 import comfy.text_encoders.t5
 import comfy.text_encoders.z_image
 
-from eridiffusion.demo import tiny_models  # first: it imports tiny_dit once its helpers exist
-from eridiffusion.demo.tiny_models import build_tiny
+from tests.support import tiny_models  # first: it imports tiny_dit once its helpers exist
+from tests.support.tiny_models import build_tiny
 from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 
 te = comfy.text_encoders

@@ -8,7 +8,8 @@ import importlib.util
 import os
 import sys
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# the checkout: this file sits in <checkout>/eridiffusion/
+CHECKOUT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class HostNotFound(RuntimeError):
@@ -21,7 +22,7 @@ def _is_comfyui(path):
 
 def enclosing_comfyui():
     """The ComfyUI folder when this checkout sits in ComfyUI/custom_nodes/<name>."""
-    parent = os.path.dirname(PACKAGE_DIR)
+    parent = os.path.dirname(CHECKOUT_DIR)
     if os.path.basename(parent) == "custom_nodes" and _is_comfyui(os.path.dirname(parent)):
         return os.path.dirname(parent)
     return None

@@ -24,7 +24,9 @@ import comfy.text_encoders.aura_t5
 import comfy.text_encoders.qwen_vl
 from comfy.ldm.models.autoencoder import AutoencoderKL, AutoencodingEngine
 
-from .tiny_models import CLIP_L, TinyFamily, diffusion_model, init_weights, text_encoder
+from eridiffusion.tiny_models import CLIP_L, diffusion_model, init_weights, text_encoder
+
+from .tiny_models import TinyFamily
 from .tiny_video_vae import tiny_wan_vae
 
 VIDEO_FRAMES = 9  # 4k+1 and 8k+1: one clip length every family's VAE accepts

@@ -14,9 +14,11 @@ import comfy.text_encoders.flux
 import comfy.text_encoders.sd3_clip
 from transformers import PreTrainedTokenizerFast
 
-from ..training.errors import EriDiffusionError
-from . import runtime
-from .tiny_models import CLIP_G, CLIP_L, TinyFamily, diffusion_model, taesd_vae, text_encoder
+from eridiffusion.training.errors import EriDiffusionError
+from .paths import taef2_weights
+from eridiffusion.tiny_models import CLIP_G, CLIP_L, diffusion_model, taesd_vae, text_encoder
+
+from .tiny_models import TinyFamily
 
 # T5-XXL keeps its real vocabulary (ComfyUI's T5 tokenizer feeds it) and shrinks the rest.
 T5XXL = {"d_model": 32, "d_ff": 64, "num_heads": 2, "d_kv": 16, "num_layers": 2}
@@ -146,7 +148,7 @@ def taef2_vae():
     """The real TAEF2 (FLUX.2 latent space), as ComfyUI's VAE loads it."""
     sd = {}
     for part in ("encoder", "decoder"):
-        path = os.path.join(runtime.taef2_weights(), f"taef2_{part}.pth")
+        path = os.path.join(taef2_weights(), f"taef2_{part}.pth")
         if not os.path.exists(path):
             raise EriDiffusionError(f"{path} is missing: the flux2 tiny stack needs the TAEF2 weights there.")
         sd.update({f"taesd_{part}.{k}": v for k, v in torch.load(path, weights_only=True).items()})

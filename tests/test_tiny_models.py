@@ -12,15 +12,16 @@ import comfy.model_patcher
 import comfy.sample
 import comfy.sd
 
-from eridiffusion.demo import tiny_models
+from eridiffusion import tiny_models
+from eridiffusion.tiny_models import TINY_BUILDERS
 from eridiffusion.training.errors import EriDiffusionError
 
 PROMPT = "a photo of sks dog"
 
 
-@pytest.fixture(scope="module", params=tiny_models.TINY_ARCHITECTURES)
+@pytest.fixture(scope="module", params=TINY_BUILDERS)
 def arch_stack(request):
-    return request.param, tiny_models.build_tiny(request.param, seed=0)
+    return request.param, tiny_models.build_tiny_demo(request.param, seed=0)
 
 
 def _photo(datasets_dir, name, size=128):
@@ -113,18 +114,18 @@ def test_norm_weights_are_one_and_all_parameters_finite(arch_stack):
                 assert 0.8 < p.std().item() * p[0].numel() ** 0.5 < 1.2
 
 
-@pytest.mark.parametrize("arch", tiny_models.TINY_ARCHITECTURES)
+@pytest.mark.parametrize("arch", TINY_BUILDERS)
 def test_same_seed_gives_bit_identical_weights(arch):
-    first = _state(*tiny_models.build_tiny(arch, seed=3))
-    second = _state(*tiny_models.build_tiny(arch, seed=3))
+    first = _state(*tiny_models.build_tiny_demo(arch, seed=3))
+    second = _state(*tiny_models.build_tiny_demo(arch, seed=3))
     assert first.keys() == second.keys()
     assert [k for k in first if not torch.equal(first[k], second[k])] == []
 
 
-@pytest.mark.parametrize("arch", tiny_models.TINY_ARCHITECTURES)
+@pytest.mark.parametrize("arch", TINY_BUILDERS)
 def test_different_seed_gives_different_weights(arch):
-    seed0 = _state(*tiny_models.build_tiny(arch, seed=0))
-    seed1 = _state(*tiny_models.build_tiny(arch, seed=1))
+    seed0 = _state(*tiny_models.build_tiny_demo(arch, seed=0))
+    seed1 = _state(*tiny_models.build_tiny_demo(arch, seed=1))
     # every randomly drawn tensor differs; only norm weights (all ones) and built-in scalars agree
     same = [k for k in seed0 if torch.equal(seed0[k], seed1[k])]
     assert all(seed0[k].dim() == 0 or torch.all(seed0[k] == 1) for k in same)
@@ -155,4 +156,4 @@ def test_ksampler_sampling_runs(arch_stack):
 
 def test_build_tiny_names_the_known_architectures_on_a_typo():
     with pytest.raises(EriDiffusionError, match="'sd21'.*sd15.*sdxl"):
-        tiny_models.build_tiny("sd21")
+        tiny_models.build_tiny_demo("sd21")

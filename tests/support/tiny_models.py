@@ -1,0 +1,34 @@
+"""The tiny stacks of every family the tests train (SD1.5 and SDXL from eridiffusion.tiny_models,
+the others from tiny_flux, tiny_dit and tiny_video), each with the short run that shows it learns.
+Import once ComfyUI is on sys.path."""
+from dataclasses import dataclass
+from typing import Callable
+
+from eridiffusion.tiny_models import tiny_sd15, tiny_sdxl
+from eridiffusion.training.errors import EriDiffusionError
+
+
+@dataclass(frozen=True)
+class TinyFamily:
+    """How to build one family's tiny stack, and the short run that shows it learns."""
+    build: Callable              # seed -> (ModelPatcher, CLIP, VAE)
+    steps: int = 200
+    learning_rate: float = 3e-3
+    resolution: int = 128        # training and sampling size in pixels
+    video_frames: int = 0        # > 0: a video model, trained on clips of this many frames
+    sample_size: tuple = (96, 64)  # width, height of the test renders: not square, so a swapped axis shows
+
+
+TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15), "sdxl": TinyFamily(tiny_sdxl)}
+
+from . import tiny_dit, tiny_flux, tiny_video  # noqa: E402  (they use the helpers above)
+
+for _module in (tiny_flux, tiny_dit, tiny_video):
+    TINY_FAMILIES.update(_module.FAMILIES)
+
+
+def build_tiny(arch: str, seed: int = 0):
+    """The tiny stack of a family by name ("sd15", "sdxl", "flux_dev", …; see TINY_FAMILIES)."""
+    if arch not in TINY_FAMILIES:
+        raise EriDiffusionError(f"unknown tiny architecture {arch!r}: use one of {sorted(TINY_FAMILIES)}")
+    return TINY_FAMILIES[arch].build(seed)
