@@ -19,6 +19,7 @@ import comfy.patcher_extension
 import torch
 
 from .. import __version__
+from ..comfy_compat import training_forward
 from . import model_loading
 from .adapters import attach_adapters
 from .atomic_file import write_json_atomic
@@ -396,10 +397,11 @@ class TrainingRun:
             if hooks.check_cancel is not None:
                 hooks.check_cancel()
             step_loss = torch.zeros((), device=device)
-            for _ in range(config.grad_accum):
-                loss = self._micro_batch(prepared, objective, transformer_options)
-                self.scaler.scale(loss).backward()
-                step_loss += loss.detach()
+            with training_forward():
+                for _ in range(config.grad_accum):
+                    loss = self._micro_batch(prepared, objective, transformer_options)
+                    self.scaler.scale(loss).backward()
+                    step_loss += loss.detach()
             self.scaler.unscale_(self.optimizer)
             if config.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self._trained_parameters(), config.max_grad_norm)

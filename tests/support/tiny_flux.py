@@ -18,6 +18,7 @@ from eridiffusion.training.errors import EriDiffusionError
 from .paths import taef2_weights
 from eridiffusion.tiny_models import CLIP_G, CLIP_L, diffusion_model, taesd_vae, text_encoder
 
+from .detected_configs import blocks, detected_model_config
 from .tiny_models import TinyFamily
 
 # T5-XXL keeps its real vocabulary (ComfyUI's T5 tokenizer feeds it) and shrinks the rest.
@@ -38,21 +39,28 @@ MISTRAL3 = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 1
 MISTRAL3_LAYERS = 30
 FLUX2_CONTEXT = 3 * MISTRAL3["hidden_size"]
 
-# model_detection's configs with the widths cut down: 2 double + 2 single blocks, 64 wide, 2 heads.
-_FLUX_COMMON = {"in_channels": 16, "out_channels": 16, "patch_size": 2, "hidden_size": 64, "num_heads": 2,
-                "mlp_ratio": 4.0, "theta": 10000, "qkv_bias": True, "depth": 2, "depth_single_blocks": 2,
-                "axes_dim": [8, 12, 12], "context_in_dim": T5XXL["d_model"]}
-FLUX_DEV = {"image_model": "flux", **_FLUX_COMMON, "vec_in_dim": CLIP_L["hidden_size"], "guidance_embed": True}
-FLUX_SCHNELL = {**FLUX_DEV, "guidance_embed": False}
+# The state-dict layouts ComfyUI's model detection reads (detected_configs): 2 double + 2 single
+# blocks, 64 wide; detection's full-size head count and rope axes are cut to 2 heads of 32.
+FLUX_WIDTH = 64
+_FLUX_BLOCKS = {"double_blocks.0.img_attn.norm.key_norm.scale": (FLUX_WIDTH // 2,),
+                **blocks("double_blocks", 2), **blocks("single_blocks", 2)}
+FLUX_DEV_LAYOUT = {**_FLUX_BLOCKS, "img_in.weight": (FLUX_WIDTH, 16 * 2 * 2),
+                   "txt_in.weight": (FLUX_WIDTH, T5XXL["d_model"]),
+                   "vector_in.in_layer.weight": (FLUX_WIDTH, CLIP_L["hidden_size"]),
+                   "guidance_in.in_layer.weight": (FLUX_WIDTH, 256)}
+FLUX_SCHNELL_LAYOUT = {k: v for k, v in FLUX_DEV_LAYOUT.items() if not k.startswith("guidance_in.")}
+FLUX_SHRINK = {"num_heads": 2, "axes_dim": [8, 12, 12]}
 # Chroma patchifies inside the model (in_channels 64 = 16 x 2 x 2) and modulates from its
-# distilled guidance approximator instead of a pooled text vector.
-CHROMA = {"image_model": "chroma", **_FLUX_COMMON, "in_channels": 64, "out_channels": 64,
-          "in_dim": 64, "out_dim": 64, "hidden_dim": 64, "n_layers": 2}
+# distilled guidance approximator (here 2 layers of 64 instead of 5 of 5120) instead of a pooled
+# text vector.
+CHROMA_LAYOUT = {**_FLUX_BLOCKS, "img_in.weight": (FLUX_WIDTH, 64), "txt_in.weight": (FLUX_WIDTH, T5XXL["d_model"]),
+                 "distilled_guidance_layer.norms.0.scale": (FLUX_WIDTH,)}
+CHROMA_SHRINK = {**FLUX_SHRINK, "out_dim": FLUX_WIDTH, "hidden_dim": FLUX_WIDTH, "n_layers": 2}
 # FLUX.2 [dev]: global modulation, SiLU-gated MLPs, no biases, 4 rope axes, guidance distilled.
-FLUX2 = {"image_model": "flux2", "hidden_size": 64, "num_heads": 2, "depth": 2, "depth_single_blocks": 2,
-         "axes_dim": [8, 8, 8, 8], "mlp_ratio": 3.0, "theta": 2000, "global_modulation": True, "vec_in_dim": None,
-         "mlp_silu_act": True, "qkv_bias": False, "ops_bias": False, "default_ref_method": "index",
-         "ref_index_scale": 10.0, "context_in_dim": FLUX2_CONTEXT, "guidance_embed": True}
+FLUX2_LAYOUT = {**_FLUX_BLOCKS, "double_stream_modulation_img.lin.weight": (6 * FLUX_WIDTH, FLUX_WIDTH),
+                "img_in.weight": (FLUX_WIDTH, 128), "txt_in.weight": (FLUX_WIDTH, FLUX2_CONTEXT),
+                "guidance_in.in_layer.weight": (FLUX_WIDTH, 256)}
+FLUX2_SHRINK = {"num_heads": 2, "axes_dim": [8, 8, 8, 8]}
 
 # SD3.5 Medium's MMDiT layout (model_detection: rms qk-norm, self-attention in the first x blocks,
 # pos_embed cropped from a max grid). MMDiT is 64 * depth wide with `depth` heads of 64.
@@ -102,18 +110,18 @@ def _flux1(model_config, seed):
 
 def tiny_flux_dev(seed: int = 0):
     """FLUX.1 [dev] (also how Kontext loads): ComfyUI's Flux with guidance embedding, clip_l + t5xxl."""
-    return _flux1(comfy.supported_models.Flux(FLUX_DEV), seed)
+    return _flux1(detected_model_config(FLUX_DEV_LAYOUT, FLUX_SHRINK, "Flux"), seed)
 
 
 def tiny_flux_schnell(seed: int = 0):
     """FLUX.1 [schnell]: ComfyUI's FluxSchnell (no guidance embedding, shift 1), clip_l + t5xxl."""
-    return _flux1(comfy.supported_models.FluxSchnell(FLUX_SCHNELL), seed)
+    return _flux1(detected_model_config(FLUX_SCHNELL_LAYOUT, FLUX_SHRINK, "FluxSchnell"), seed)
 
 
 def tiny_chroma(seed: int = 0):
     """Chroma: ComfyUI's Chroma DiT and its PixArt-style t5xxl text encoder, a 16-channel TAESD."""
     generator = torch.Generator().manual_seed(seed)
-    config = comfy.supported_models.Chroma(CHROMA)
+    config = detected_model_config(CHROMA_LAYOUT, CHROMA_SHRINK, "Chroma")
     model = diffusion_model(config, generator)
     clip = text_encoder(config.clip_target(), generator, {"t5xxl_model_config": T5XXL})
     return model, clip, taesd_vae(16, config.latent_format, generator)
@@ -165,8 +173,8 @@ def tiny_flux2(seed: int = 0):
     # patch 2 over 32 channels is patch 1 over the packed 128, with the same weights and keys.
     channels = vae.latent_channels
     patch = 2 if channels * 4 == comfy.latent_formats.Flux2.latent_channels else 1
-    config = comfy.supported_models.Flux2({**FLUX2, "in_channels": channels, "out_channels": channels,
-                                           "patch_size": patch})
+    config = detected_model_config(FLUX2_LAYOUT, {**FLUX2_SHRINK, "in_channels": channels, "out_channels": channels,
+                                                  "patch_size": patch}, "Flux2")
     if config.latent_format.latent_channels != channels:
         # so empty latents (fix_empty_latent_channels, the sampler) are made in TAEF2's 32 channels
         config.latent_format.latent_channels = channels

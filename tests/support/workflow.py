@@ -5,6 +5,8 @@ import asyncio
 import copy
 import uuid
 
+from eridiffusion.comfy_compat import prompt_executor
+
 from .paths import ROOT
 
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
@@ -100,8 +102,7 @@ def run_prompt(prompt):
     if not valid[0]:
         raise RuntimeError(f"ComfyUI rejected the prompt: {valid[1]} {valid[3]}")
     server = HeadlessServer()
-    executor = execution.PromptExecutor(server, cache_type=execution.CacheType.CLASSIC,
-                                        cache_args={"lru": 0, "ram": 0})
+    executor = prompt_executor(server)
     executor.execute(prompt, prompt_id, {"client_id": "headless"}, valid[2])  # events go to a client only
     return executor, server
 
