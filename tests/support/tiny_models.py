@@ -17,14 +17,33 @@ class TinyFamily:
     resolution: int = 128        # training and sampling size in pixels
     video_frames: int = 0        # > 0: a video model, trained on clips of this many frames
     sample_size: tuple = (96, 64)  # width, height of the test renders: not square, so a swapped axis shows
+    needs: tuple = ()            # comfy.supported_models classes the stack is built from, where older
+                                 # ComfyUI versions lack them
+
+    def missing_on_host(self):
+        """The classes of `needs` this ComfyUI lacks (its tests are skipped there, with that reason)."""
+        import comfy.supported_models
+        return [name for name in self.needs if not hasattr(comfy.supported_models, name)]
 
 
 TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15), "sdxl": TinyFamily(tiny_sdxl)}
 
-from . import tiny_dit, tiny_flux, tiny_video  # noqa: E402  (they use the helpers above)
+from . import tiny_dit, tiny_flux, tiny_recent_image, tiny_recent_video, tiny_video  # noqa: E402  (they use the helpers above)
 
-for _module in (tiny_flux, tiny_dit, tiny_video):
+for _module in (tiny_flux, tiny_dit, tiny_video, tiny_recent_image, tiny_recent_video):
     TINY_FAMILIES.update(_module.FAMILIES)
+
+
+def family_params(names):
+    """pytest parameters of tiny family `names`, each skipped on a ComfyUI that lacks its classes."""
+    import pytest
+    from eridiffusion.comfy_compat import host_version
+    params = []
+    for name in names:
+        missing = TINY_FAMILIES[name].missing_on_host()
+        reason = f"ComfyUI {host_version()} has no {', '.join(missing)} model class"
+        params.append(pytest.param(name, id=name, marks=pytest.mark.skipif(bool(missing), reason=reason)))
+    return params
 
 
 def build_tiny(arch: str, seed: int = 0):

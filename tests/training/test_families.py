@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.support.tiny_models import TINY_FAMILIES, build_tiny
+from tests.support.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from eridiffusion.nodes.sampling_node import encode
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
@@ -61,7 +61,7 @@ def _release_runs():
     gc.collect()
 
 
-@pytest.fixture(params=FAMILY_NAMES)
+@pytest.fixture(params=family_params(FAMILY_NAMES))
 def family_run(request, tmp_path_factory):
     """One short training run per family for the whole session."""
     if request.param not in _RUNS:
