@@ -6,6 +6,7 @@ Stdlib only: the bootstrap script runs it before anything else is installed.
 """
 import importlib.util
 import os
+import re
 import sys
 
 # the checkout: this file sits in <checkout>/eridiffusion/
@@ -52,6 +53,15 @@ def comfyui_path(allow_bundled=True):
     return path
 
 
+def version_of(path):
+    """The version of the ComfyUI at `path` ("0.28.0"), from its comfyui_version.py."""
+    with open(os.path.join(path, "comfyui_version.py"), encoding="utf-8") as f:
+        match = re.search(r'__version__\s*=\s*"([^"]+)"', f.read())
+    if match is None:
+        raise HostNotFound(f"{path}/comfyui_version.py names no version; is this a ComfyUI release?")
+    return match.group(1)
+
+
 def ensure_on_path():
     """Put the host first on sys.path and return its folder. Safe to call many times."""
     path = comfyui_path()
@@ -61,9 +71,11 @@ def ensure_on_path():
 
 
 if __name__ == "__main__":
-    # `python host.py` prints the host folder; `--external` ignores the bundled copy (bootstrap uses it).
+    # `python host.py` prints the host folder; `--external` ignores the bundled copy (bootstrap uses
+    # it); `--version` prints the host's version instead of its folder.
     try:
-        print(comfyui_path(allow_bundled="--external" not in sys.argv))
+        path = comfyui_path(allow_bundled="--external" not in sys.argv)
+        print(version_of(path) if "--version" in sys.argv else path)
     except HostNotFound as e:
         if "--external" in sys.argv:
             sys.exit(3)

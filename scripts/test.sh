@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Bootstraps .venv and the ComfyUI host, then runs the test suite (CPU only).
+# Bootstraps the venv and the ComfyUI host (scripts/bootstrap.sh), then runs the test suite (CPU only).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+venv=${ERIDIFFUSION_VENV:-$root/.venv}
 "$root/scripts/bootstrap.sh"
 # The browser test drives Debian's chromium (Playwright cannot download its own browser here).
 if ! command -v chromium >/dev/null 2>&1; then
@@ -12,4 +13,4 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "[test] chromium is missing: install Debian's chromium package, or the browser test fails" >&2
   fi
 fi
-cd "$root" && exec "$root/.venv/bin/python" -m pytest -q "$@"
+cd "$root" && exec "$venv/bin/python" -m pytest -q "$@"

@@ -1,0 +1,84 @@
+"""eridiffusion.comfy_compat on the running host: its executor runs prompts, its training switch is
+on exactly inside a training forward, and RoPE (plain or the host's fused kernels) has the exact
+gradient there."""
+import os
+
+import comfy.ldm.flux.math
+import comfy.model_management
+import folder_paths
+import pytest
+import torch
+
+from eridiffusion import comfy_compat
+from tests.support.workflow import execution_error, load_extension, run_prompt
+
+B, HEADS, TOKENS, DIM = 1, 2, 6, 8
+
+
+def reference_rope(x, freqs, split_half=False):
+    """Each pair of channels turned by its 2x2 matrix: adjacent pairs, or channel k with k + D/2."""
+    if split_half:
+        pairs = x.reshape(*x.shape[:-1], 2, -1).movedim(-2, -1).unsqueeze(-2)
+        out = freqs[..., 0] * pairs[..., 0] + freqs[..., 1] * pairs[..., 1]
+        return out.movedim(-1, -2).reshape(x.shape)
+    pairs = x.reshape(*x.shape[:-1], -1, 1, 2)
+    return (freqs[..., 0] * pairs[..., 0] + freqs[..., 1] * pairs[..., 1]).reshape(x.shape)
+
+
+def rope_inputs(dtype=torch.float64):
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(B, HEADS, TOKENS, DIM, generator=generator, dtype=dtype, requires_grad=True)
+    k = torch.randn(B, HEADS, TOKENS, DIM, generator=generator, dtype=dtype, requires_grad=True)
+    positions = torch.arange(TOKENS, dtype=torch.float64)[None]
+    freqs = comfy.ldm.flux.math.rope(positions, DIM, 10000)[:, None].to(dtype)  # (B, 1, L, D/2, 2, 2)
+    return q, k, freqs
+
+
+def gradients(outputs, inputs):
+    weights = [torch.linspace(-1, 1, o.numel(), dtype=o.dtype).reshape(o.shape) for o in outputs]
+    return torch.autograd.grad(sum((o * w).sum() for o, w in zip(outputs, weights)), inputs)
+
+
+def test_prompt_executor_runs_a_prompt_on_this_host():
+    load_extension()
+    prompt = {"1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+              "2": {"class_type": "SaveLatent", "inputs": {"samples": ["1", 0], "filename_prefix": "compat/probe"}}}
+    executor, _ = run_prompt(prompt)
+    assert executor.success, execution_error(executor)
+    assert os.listdir(os.path.join(folder_paths.get_output_directory(), "compat"))
+
+
+def test_training_forward_turns_the_hosts_training_switch_on_only_inside():
+    had_switch = hasattr(comfy.model_management, "in_training")
+    with comfy_compat.training_forward():
+        assert getattr(comfy.model_management, "in_training", True) is True
+    assert hasattr(comfy.model_management, "in_training") == had_switch
+    assert getattr(comfy.model_management, "in_training", False) is False
+
+
+def test_flux_rope_has_the_exact_gradient_inside_a_training_forward():
+    q, k, freqs = rope_inputs()
+    with comfy_compat.training_forward():
+        rotated = comfy.ldm.flux.math.apply_rope(q, k, freqs)
+        got = gradients(rotated, (q, k))
+    expected = gradients((reference_rope(q, freqs), reference_rope(k, freqs)), (q, k))
+    for g, e in zip(got, expected):
+        assert torch.allclose(g, e, atol=1e-12)
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.comfy_kitchen, "apply_rope1"),
+                    reason="this ComfyUI has no comfy_kitchen fused RoPE kernels")
+@pytest.mark.parametrize("op_name", ["apply_rope1", "apply_rope", "apply_rope_split_half1", "apply_rope_split_half"])
+def test_fused_rope_kernels_have_the_exact_gradient(op_name):
+    comfy_compat.register_fused_rope_backwards()
+    q, k, freqs = rope_inputs(torch.float32)  # the kernels take half and single precision
+    op = getattr(torch.ops.comfy_kitchen, op_name)
+    split_half = "split_half" in op_name
+    if op_name.endswith("1"):
+        got = gradients((op(q, freqs),), (q,))
+        expected = gradients((reference_rope(q, freqs, split_half),), (q,))
+    else:
+        got = gradients(op(q, k, freqs), (q, k))
+        expected = gradients((reference_rope(q, freqs, split_half), reference_rope(k, freqs, split_half)), (q, k))
+    for g, e in zip(got, expected):
+        assert torch.allclose(g, e, atol=1e-6)
