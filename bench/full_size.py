@@ -1,4 +1,4 @@
-"""Full-size architecture configs (ComfyUI's own unet_config for each model) for the benchmarks."""
+"""Full-size architectures for the benchmarks: SDXL's unet_config, and Flux.1 dev's state-dict layout."""
 
 SDXL_UNET = {"use_checkpoint": False, "image_size": 32, "out_channels": 4, "use_spatial_transformer": True,
              "legacy": False, "num_classes": "sequential", "adm_in_channels": 2816, "in_channels": 4,
@@ -7,6 +7,11 @@ SDXL_UNET = {"use_checkpoint": False, "image_size": 32, "out_channels": 4, "use_
              "context_dim": 2048, "num_head_channels": 64, "transformer_depth_output": [0, 0, 0, 2, 2, 2, 10, 10, 10],
              "use_temporal_attention": False, "use_temporal_resblock": False}
 
-FLUX_DEV = {"image_model": "flux", "in_channels": 16, "out_channels": 16, "vec_in_dim": 768, "context_in_dim": 4096,
-            "hidden_size": 3072, "mlp_ratio": 4.0, "num_heads": 24, "depth": 19, "depth_single_blocks": 38,
-            "axes_dim": [16, 56, 56], "theta": 10000, "qkv_bias": True, "guidance_embed": True, "patch_size": 2}
+# Flux.1 dev as a checkpoint's state dict shows it to ComfyUI's model detection (the config comes
+# from the running host's detection, so fields a newer ComfyUI adds are filled in by it):
+# 3072 wide, 19 double + 38 single blocks, T5-XXL and CLIP-L inputs, guidance embedding.
+FLUX_DEV_LAYOUT = {"double_blocks.0.img_attn.norm.key_norm.scale": (128,), "img_in.weight": (3072, 64),
+                   "txt_in.weight": (3072, 4096), "vector_in.in_layer.weight": (3072, 768),
+                   "guidance_in.in_layer.weight": (3072, 256),
+                   **{f"double_blocks.{i}.x": (1,) for i in range(19)},
+                   **{f"single_blocks.{i}.x": (1,) for i in range(38)}}

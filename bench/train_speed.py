@@ -1,5 +1,9 @@
 """EriDiffusion's trainer against ComfyUI's built-in TrainLoraNode, side by side in one process,
 on full-size architectures with random weights (nothing downloaded): 1024², batch 1, rank 16, bf16.
+The random weights are saved to a file once and every experiment loads them with ComfyUI's
+UNETLoader code (comfy.sd.load_diffusion_model), as a user's graph does; on a host with dynamic
+VRAM (ComfyUI 0.2x on NVIDIA) that is switched on as ComfyUI's server does by default
+(DYNAMIC_VRAM=0 turns it off).
 
 Ours is timed with CUDA events at each optimizer step (median over the steps after warm-up);
 the built-in, which offers no per-step hook, by the difference of a short and a long run (as
@@ -8,13 +12,17 @@ torch.cuda.max_memory_allocated over the training steps. Prints one `RESULT {jso
 experiment and writes $OUT/train_speed.json.
 
     COMFYUI_PATH=... PLAN=ours_sdxl_ckpt,builtin_sdxl_ckpt python bench/train_speed.py
-Experiments: builtin_<model>_<ckpt|nockpt>, and ours_<model>_<ckpt|nockpt> with flags: _graphs (CUDA
+Experiments: builtin_<model>_<ckpt|nockpt> with the built-in's own flags where the host has them:
+_bypass (bypass_mode), _qbwd (quantized_backward), _offload (offloading), _depthN (checkpoint_depth);
+and ours_<model>_<ckpt|nockpt> with flags: _graphs (CUDA
 graphs on; else off), _alllinear (targets; else attention for SDXL, the family default for Flux),
 _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _adamw8bit, _compile
 (torch_compile); model: sdxl, flux.
 """
 import gc
+import importlib.abc
+import importlib.machinery
 import json
 import os
 import statistics
@@ -26,61 +34,105 @@ import types
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.full_size import FLUX_DEV, SDXL_UNET  # noqa: E402
+from bench.full_size import FLUX_DEV_LAYOUT, SDXL_UNET  # noqa: E402
 
+
+
+class _PyAVStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Empty `av` modules: ComfyUI's API imports PyAV for video I/O, which no experiment here
+    touches, and the GPU image lacks it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "av" or name.startswith("av."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+
+        def stand_in(attribute):
+            if attribute.startswith("__"):
+                raise AttributeError(attribute)
+            return type(attribute, (), {})
+        module.__getattr__ = stand_in
+        return module
+
+    def exec_module(self, module):
+        pass
 
 
 def stub_pyav():
-    """ComfyUI's API module imports PyAV for video I/O, which no experiment here touches; the GPU
-    image lacks it."""
     try:
         import av  # noqa: F401
     except ImportError:
-        module = types.ModuleType("av")
-        module.__path__ = []
-
-        def stand_in(name):
-            if name.startswith("__"):
-                raise AttributeError(name)
-            return type(name, (), {})
-        module.__getattr__ = stand_in
-        sys.modules["av"] = module
-        for sub in ("container", "subtitles", "subtitles.stream", "audio", "video", "frame"):
-            sys.modules[f"av.{sub}"] = module
+        sys.meta_path.insert(0, _PyAVStandIn())
 
 
-def build(model_name, weight_dtype_name="bf16", on_cpu=False):
-    """Full-size SDXL or Flux-dev from ComfyUI's own classes, random weights (the baseline's init,
-    so both trainers see the same kind of weights), built on the GPU; `on_cpu` moves them to CPU
-    memory afterwards (for partial loading)."""
+def enable_dynamic_vram():
+    """ComfyUI 0.2x's server turns on dynamic VRAM on NVIDIA by default: loaders then give
+    ModelPatcherDynamic patchers. Returns whether it is on."""
     import comfy.model_management as mm
     import comfy.model_patcher
+    if os.environ.get("DYNAMIC_VRAM") == "0" or not hasattr(comfy.model_patcher, "ModelPatcherDynamic"):
+        return False
+    import comfy.memory_management
+    import comfy_aimdo.control
+    if not comfy_aimdo.control.init_devices([d.index for d in mm.get_all_torch_devices()]):
+        return False
+    comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
+    comfy.memory_management.aimdo_enabled = True
+    return True
+
+
+def model_config(model_name):
     import comfy.supported_models
-    import torch
     if model_name == "sdxl":
-        config = comfy.supported_models.SDXL(dict(SDXL_UNET))
-    else:
-        config = comfy.supported_models.Flux(dict(FLUX_DEV))
-    weight_dtype = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[weight_dtype_name]
-    config.set_inference_dtype(weight_dtype, None if weight_dtype == torch.bfloat16 else torch.bfloat16)
+        return comfy.supported_models.SDXL(dict(SDXL_UNET))
+    from tests.support.detected_configs import detected_model_config
+    return detected_model_config(FLUX_DEV_LAYOUT, expected_class="Flux")
+
+
+_saved = {}
+
+
+def weights_file(model_name):
+    """Full-size SDXL or Flux-dev from ComfyUI's own classes, random weights (the baseline's init,
+    so both trainers see the same kind of weights), built on the GPU and saved once as a bf16
+    diffusion-model file."""
+    if model_name in _saved:
+        return _saved[model_name]
+    import comfy.model_management as mm
+    import safetensors.torch
+    import torch
+    config = model_config(model_name)
+    config.set_inference_dtype(torch.bfloat16, None)
     device = mm.get_torch_device()
     model = config.get_model({}, device=device)
     generator = torch.Generator(device=device).manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            value = torch.empty(p.shape, device=device, dtype=torch.bfloat16)
             if p.dim() >= 2:
-                value.normal_(0, 0.02, generator=generator)
+                p.normal_(0, 0.02, generator=generator)
             elif "norm" in name and name.endswith("weight"):
-                value.fill_(1.0)
+                p.fill_(1.0)
             else:
-                value.normal_(0, 0.01, generator=generator)
-            p.copy_(value)
-    model.eval()
-    if on_cpu:
-        model.to("cpu")
-        torch.cuda.empty_cache()
-    return comfy.model_patcher.ModelPatcher(model, load_device=device, offload_device=torch.device("cpu"))
+                p.normal_(0, 0.01, generator=generator)
+    state = {k: v.to("cpu", torch.bfloat16).contiguous() for k, v in model.diffusion_model.state_dict().items()}
+    del model
+    torch.cuda.empty_cache()
+    path = os.path.join(tempfile.gettempdir(), f"eridiffusion_bench_{model_name}.safetensors")
+    safetensors.torch.save_file(state, path)
+    _saved[model_name] = path
+    return path
+
+
+def build(model_name, weight_dtype_name="bf16"):
+    """The model loaded from its file as UNETLoader loads it (weight_dtype fp8: float8_e4m3fn)."""
+    import comfy.sd
+    import torch
+    dtype = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[weight_dtype_name]
+    return comfy.sd.load_diffusion_model(weights_file(model_name), model_options={"dtype": dtype})
 
 
 # (latent channels, text tokens, text width, pooled width) as each model's text encoders give them
@@ -143,11 +195,20 @@ def ours(patcher, model_name, checkpointing, targets, cuda_graphs=False, optimiz
             "trainable_parameters": sum(p.numel() for p in result.adapters.parameters())}
 
 
-def builtin(patcher, model_name, checkpointing, short=3, long=13):
-    """ComfyUI's TrainLoraNode exactly as the published baseline ran it."""
+def builtin(patcher, model_name, checkpointing, options, short=3, long=13):
+    """ComfyUI's TrainLoraNode as the published baseline ran it, with the host's newer inputs
+    (`options`: bypass_mode, quantized_backward, offloading, checkpoint_depth) where it has them."""
+    import inspect
     import torch
     import comfy_extras.nodes_train as nodes_train
     data = random_data(model_name)
+    accepted = inspect.signature(nodes_train.TrainLoraNode.execute).parameters
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"this host's TrainLoraNode has no {unknown}")
+    newer = {"quantized_backward": False, "checkpoint_depth": 1, "offloading": False, "bucket_mode": False,
+             "bypass_mode": False}
+    extra = {k: [options.get(k, v)] for k, v in newer.items() if k in accepted}
 
     def run(steps):
         torch.cuda.synchronize()
@@ -161,13 +222,14 @@ def builtin(patcher, model_name, checkpointing, short=3, long=13):
             model=[patcher], latents=latents, positive=[cond], batch_size=[1], steps=[steps],
             grad_accumulation_steps=[1], learning_rate=[1e-4], rank=[16], optimizer=["AdamW"], loss_function=["MSE"],
             seed=[0], training_dtype=["bf16"], lora_dtype=["bf16"], algorithm=["LoRA"],
-            gradient_checkpointing=[checkpointing], existing_lora=["[None]"])
+            gradient_checkpointing=[checkpointing], existing_lora=["[None]"], **extra)
         torch.cuda.synchronize()
         return time.perf_counter() - started, torch.cuda.max_memory_allocated() / 2**30
 
     t_short, p_short = run(short)
     t_long, p_long = run(long)
-    return {"s_per_step": (t_long - t_short) / (long - short), "peak_GiB": max(p_short, p_long)}
+    return {"s_per_step": (t_long - t_short) / (long - short), "peak_GiB": max(p_short, p_long),
+            "options": {k: v[0] for k, v in extra.items()}}
 
 
 def main():
@@ -176,6 +238,8 @@ def main():
     start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
     import torch
     plan = [p for p in os.environ.get("PLAN", "ours_sdxl_ckpt,builtin_sdxl_ckpt").split(",") if p]
+    dynamic_vram = enable_dynamic_vram()
+    from eridiffusion.comfy_compat import host_version
     results = []
     total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
     for item in plan:
@@ -184,8 +248,9 @@ def main():
         cap = next((float(p[3:]) for p in parts if p.startswith("cap")), None)
         stream = next((float(p[6:]) for p in parts if p.startswith("stream")), 0.0)
         started = time.time()
+        patcher = None
         try:
-            patcher = build(model_name, "fp8" if "fp8" in parts else "bf16", on_cpu=stream > 0)
+            patcher = build(model_name, "fp8" if "fp8" in parts else "bf16")
             torch.cuda.reset_peak_memory_stats()
             if cap:
                 torch.cuda.set_per_process_memory_fraction(cap / total_gib)
@@ -195,15 +260,22 @@ def main():
                          optimizer="AdamW8bit" if "adamw8bit" in parts else "AdamW", weights_vram_gib=stream,
                          torch_compile="compile" in parts)
             else:
-                r = builtin(patcher, model_name, checkpointing, *((2, 6) if model_name == "flux" else ()))
+                options = {"bypass_mode": "bypass" in parts, "quantized_backward": "qbwd" in parts,
+                           "offloading": "offload" in parts}
+                options.update({"checkpoint_depth": int(p[5:]) for p in parts if p.startswith("depth")})
+                options = {k: v for k, v in options.items() if v}
+                r = builtin(patcher, model_name, checkpointing, options, *((1, 3) if model_name == "flux" else (2, 6)))
             r["memory_cap_GiB"] = cap
         except Exception as error:  # one failure must not hide the other figures
             import traceback
             traceback.print_exc()
             r = {"error": repr(error)[:300]}
-        r.update({"exp": item, "model": model_name, "grad_ckpt": checkpointing, "wall_s": round(time.time() - started, 1)})
+        r.update({"exp": item, "model": model_name, "grad_ckpt": checkpointing, "wall_s": round(time.time() - started, 1),
+                  "patcher": type(patcher).__name__})
         results.append(r)
         print("RESULT", json.dumps(r), flush=True)
+        with open(os.path.join(os.environ.get("OUT", "/tmp"), "train_speed_partial.json"), "w") as f:
+            json.dump(results, f, indent=1)
         torch.cuda.set_per_process_memory_fraction(1.0)
         patcher = None
         import comfy.model_management
@@ -214,13 +286,18 @@ def main():
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     summary = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "comfyui": host_version(), "dynamic_vram": dynamic_vram,
                "commit": os.environ.get("COMMIT") or commit, "resolution": 1024, "rank": 16, "results": results}
     by = {r["exp"]: r for r in results}
     for name, r in by.items():
         base = "_".join(item for item in name.split("_")[:3])
-        other = by.get(base.replace("ours_", "builtin_"))
-        if name.startswith("ours_") and other and "s_per_step" in r and "s_per_step" in other:
-            r["speedup_vs_builtin"] = other["s_per_step"] / r["s_per_step"]
+        builtins = [b for n, b in by.items() if (n == base.replace("ours_", "builtin_")
+                                                   or n.startswith(base.replace("ours_", "builtin_") + "_"))
+                    and "s_per_step" in b]
+        if name.startswith("ours_") and builtins and "s_per_step" in r:
+            best = min(builtins, key=lambda b: b["s_per_step"])  # the built-in at its best settings
+            r["best_builtin"] = best["exp"]
+            r["speedup_vs_builtin"] = best["s_per_step"] / r["s_per_step"]
     with open(os.path.join(os.environ.get("OUT", "/tmp"), "train_speed.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(json.dumps(summary, indent=1))

@@ -4,24 +4,27 @@ other module reaches these host internals through here (tests/test_comfy_compat.
 on every tested host)."""
 import contextlib
 import os
-import re
 
 import comfy.model_management
 import torch
+
+from . import host
 
 # comfy_kitchen's fused RoPE kernels (ComfyUI 0.2x+) are custom ops without a backward. Flux-style
 # models switch to plain torch while `in_training` is set; others (ERNIE-Image, JoyImage) always call
 # them. Rotating a pair by a 2x2 matrix has the transposed matrix as its input gradient.
 _ROPE_OPS = {"apply_rope1": 1, "apply_rope_split_half1": 1, "apply_rope": 2, "apply_rope_split_half": 2}
+# Its fused RMSNorm + RoPE kernels have no backward either, and Cosmos-Predict2's attention (Anima)
+# always calls them. Their backward is the vector-Jacobian product of comfy_kitchen's own eager
+# implementation of the same op, recomputed from the saved inputs.
+_RMS_ROPE_OPS = ("rms_rope1", "rms_rope_split_half1", "rms_rope", "rms_rope_split_half")
 _rope_backwards_registered = []
 
 
 def host_version():
-    """The host's version string ("0.3.75", "0.28.0"), read from its comfyui_version.py."""
+    """The running host's version string ("0.3.75", "0.28.0")."""
     import folder_paths
-    path = os.path.join(os.path.dirname(os.path.abspath(folder_paths.__file__)), "comfyui_version.py")
-    with open(path, encoding="utf-8") as f:
-        return re.search(r'__version__\s*=\s*"([^"]+)"', f.read()).group(1)
+    return host.version_of(os.path.dirname(os.path.abspath(folder_paths.__file__)))
 
 
 def prompt_executor(server):
@@ -67,9 +70,33 @@ def _backward_for(op_name, tensors):
     return backward, setup_context
 
 
+def _recomputed_backward_for(op_name):
+    from comfy_kitchen.backends.eager import rope as eager
+    reference = getattr(eager, op_name)
+
+    def setup_context(ctx, inputs, output):
+        ctx.inputs = inputs
+
+    def backward(ctx, *grads):
+        wanted = [i for i, x in enumerate(ctx.inputs) if isinstance(x, torch.Tensor) and ctx.needs_input_grad[i]]
+        with torch.enable_grad():
+            inputs = [x.detach().requires_grad_(i in wanted) if isinstance(x, torch.Tensor) else x
+                      for i, x in enumerate(ctx.inputs)]
+            outputs = reference(*inputs)
+            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+            pairs = [(out, grad) for out, grad in zip(outputs, grads) if grad is not None]
+            found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in wanted], [g for _, g in pairs],
+                                        allow_unused=True)
+        result = [None] * len(inputs)
+        for i, grad in zip(wanted, found):
+            result[i] = grad
+        return tuple(result)
+    return backward, setup_context
+
+
 def register_fused_rope_backwards():
-    """Give comfy_kitchen's RoPE ops their backward (once per process; nothing on hosts without
-    comfy_kitchen)."""
+    """Give comfy_kitchen's RoPE and RMSNorm + RoPE ops their backward (once per process; nothing
+    on hosts without comfy_kitchen)."""
     if _rope_backwards_registered:
         return
     _rope_backwards_registered.append(True)
@@ -78,3 +105,34 @@ def register_fused_rope_backwards():
             continue
         backward, setup_context = _backward_for(name, tensors)
         torch.library.register_autograd(f"comfy_kitchen::{name}", backward, setup_context=setup_context)
+    for name in _RMS_ROPE_OPS:
+        if not hasattr(torch.ops.comfy_kitchen, name):
+            continue
+        backward, setup_context = _recomputed_backward_for(name)
+        torch.library.register_autograd(f"comfy_kitchen::{name}", backward, setup_context=setup_context)
+
+
+def _trainable(obj, what):
+    """`obj.clone()` that training can load whole, with gradients. ComfyUI 0.2x's dynamic VRAM
+    (on by default on NVIDIA) gives loaded models a patcher that streams weights on demand and
+    cannot be loaded whole; ComfyUI's own trainer then reloads the model as a plain patcher through
+    the loader that made it, and so does this (`clone(disable_dynamic=True)`)."""
+    if not (hasattr(obj, "is_dynamic") and obj.is_dynamic()):
+        return obj.clone()
+    try:
+        return obj.clone(disable_dynamic=True)
+    except RuntimeError as error:
+        from .training.errors import EriDiffusionError
+        raise EriDiffusionError(f"this {what} uses ComfyUI's dynamic VRAM and was not made by one of ComfyUI's loaders, "
+                                f"so it cannot be reloaded for training ({error}). Load it with a loader node, or "
+                                "start ComfyUI with --disable-dynamic-vram.") from None
+
+
+def trainable_model_clone(patcher):
+    """A clone of a MODEL's patcher to train on (see _trainable)."""
+    return _trainable(patcher, "MODEL")
+
+
+def trainable_clip_clone(clip):
+    """A clone of a CLIP to train its text encoder (see _trainable)."""
+    return _trainable(clip, "CLIP")

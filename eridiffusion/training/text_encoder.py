@@ -6,6 +6,7 @@ gradients), through the same `encode_from_tokens_scheduled` CLIPTextEncode uses.
 """
 import dataclasses
 
+from ..comfy_compat import trainable_clip_clone
 from . import model_loading
 from .adapters import attach_adapters
 from .autograd_inplace import OutOfPlaceAugmentedAssignments
@@ -26,7 +27,8 @@ class TextEncoderTraining:
     def __init__(self, clip, spec, seed, tensors=None, path=None):
         if spec.targets == "blocks":  # the layers are already restricted to the encoder's blocks
             spec = dataclasses.replace(spec, targets="all-linear")
-        self.clip = clip.clone()
+        self.source = trainable_clip_clone(clip)  # the input CLIP as training sees it (see trainer.py)
+        self.clip = self.source.clone()
         self.prefixes = loadable_clip_keys(self.clip.cond_stage_model)
         frozen_weights_injection(self.clip.patcher)
         layers = text_encoder_layers(self.prefixes)
@@ -46,10 +48,10 @@ class TextEncoderTraining:
         with OutOfPlaceAugmentedAssignments():  # CLIP's layers add their residuals in place
             return self.clip.encode_from_tokens_scheduled(self.tokens[text], show_pbar=False)
 
-    def result_clip(self, clip):
+    def result_clip(self):
         """A clone of the input CLIP with the trained adapters attached."""
         self.adapters.requires_grad_(False)
-        out = clip.clone()
+        out = self.source.clone()
         self.adapters.attach_to(out.patcher)
         return out
 

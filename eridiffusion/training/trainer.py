@@ -19,7 +19,7 @@ import comfy.patcher_extension
 import torch
 
 from .. import __version__
-from ..comfy_compat import training_forward
+from ..comfy_compat import trainable_model_clone, training_forward
 from . import model_loading
 from .adapters import attach_adapters
 from .atomic_file import write_json_atomic
@@ -135,10 +135,14 @@ class PreparedData:
             self.sizes.append(sample.bucket)
             self.references.append(sample.reference_latents)
             if cached_inputs:
-                self.inputs.append([model_inputs(base_model, c, latent, device, sample.bucket, self.options,
-                                                 sample.reference_latents) for c in sample.conditionings])
-                self.empty_inputs.append(model_inputs(base_model, data.empty_conditioning, latent, device,
-                                                      sample.bucket, self.options, sample.reference_latents))
+                # Reused every step, so built without autograd: some extra_conds run model layers
+                # (LTX-2's text connectors), which may carry adapters; a graph through them would be
+                # freed by the first backward.
+                with torch.no_grad():
+                    self.inputs.append([model_inputs(base_model, c, latent, device, sample.bucket, self.options,
+                                                     sample.reference_latents) for c in sample.conditionings])
+                    self.empty_inputs.append(model_inputs(base_model, data.empty_conditioning, latent, device,
+                                                          sample.bucket, self.options, sample.reference_latents))
 
     def variants(self, index):
         return len(self.captions[index])
@@ -231,9 +235,12 @@ class TrainingRun:
             raise EriDiffusionError("text_encoder_lr > 0 trains the text encoder: connect the graph's CLIP to "
                                     "LoRATrainer's clip input (or set text_encoder_lr to 0).")
         self.model_patcher, self.data, self.config, self.run_dir = model_patcher, data, config, run_dir
-        self.base = model_patcher.model
+        # `source`: the input MODEL as training sees it (the same weights; reloaded as a plain
+        # patcher where ComfyUI's dynamic VRAM manages the input); `patcher`: the clone trained on.
+        self.source = trainable_model_clone(model_patcher)
+        self.patcher = self.source.clone()
+        self.base = self.patcher.model
         self.prefixes = loadable_weight_keys(self.base)
-        self.patcher = model_patcher.clone()
         self.device = self.patcher.load_device
         check_optimizer_runs(config.optimizer, self.device)  # before any heavy work
 
@@ -480,10 +487,10 @@ def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks
         result = run.train(sample_settings, hooks or TrainingHooks())
     finally:
         run.release()
-    result.patcher = model_patcher.clone()
+    result.patcher = run.source.clone()
     run.adapters.attach_to(result.patcher)
     if run.text_encoder is not None:
-        result.clip = run.text_encoder.result_clip(clip)
+        result.clip = run.text_encoder.result_clip()
     write_json_atomic(os.path.join(run_dir, "summary.json"), _summary(result, config))
     return result
 
