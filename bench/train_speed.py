@@ -6,8 +6,7 @@ VRAM (ComfyUI 0.2x on NVIDIA) that is switched on as ComfyUI's server does by de
 (DYNAMIC_VRAM=0 turns it off).
 
 Ours is timed with CUDA events at each optimizer step (median over the steps after warm-up);
-the built-in, which offers no per-step hook, by the difference of a short and a long run (as
-../shared/bench/comfy_builtin_baseline.py measured the published baseline). Peak memory is
+the built-in, which offers no per-step hook, with CUDA events at each of its optimizer's steps. Peak memory is
 torch.cuda.max_memory_allocated over the training steps. Prints one `RESULT {json}` line per
 experiment and writes $OUT/train_speed.json.
 
@@ -192,12 +191,27 @@ def ours(patcher, model_name, checkpointing, targets, cuda_graphs=False, optimiz
     times = [a.elapsed_time(b) / 1000 for a, b in zip(events[warmup:], events[warmup + 1:])]
     return {"s_per_step": statistics.median(times), "steps_timed": len(times), "peak_GiB": result.peak_memory_gib,
             "loss_first_last": [result.losses[0], result.losses[-1]], "losses": result.losses,
-            "trainable_parameters": sum(p.numel() for p in result.adapters.parameters())}
+            "trainable_parameters": sum(p.numel() for p in result.adapters.parameters()),
+            "result_model_samples": samples_finite(result.patcher, model_name)}
 
 
-def builtin(patcher, model_name, checkpointing, options, short=3, long=13):
+def samples_finite(patcher, model_name):
+    """Two sampler steps of the trained MODEL through ComfyUI's own sampling, as a KSampler
+    after the trainer runs them: whether the output is finite."""
+    import comfy.sample
+    import torch
+    channels, tokens, width, pooled = SHAPES[model_name]
+    cond = [[torch.randn(1, tokens, width) * 0.5, {"pooled_output": torch.randn(1, pooled) * 0.5}]]
+    latent = torch.zeros(1, channels, 128, 128)
+    noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(0))
+    out = comfy.sample.sample(patcher, noise, 2, 1.0, "euler", "simple", cond, cond, latent, disable_pbar=True, seed=0)
+    return bool(torch.isfinite(out).all())
+
+
+def builtin(patcher, model_name, checkpointing, options, steps=10, warmup=2):
     """ComfyUI's TrainLoraNode as the published baseline ran it, with the host's newer inputs
-    (`options`: bypass_mode, quantized_backward, offloading, checkpoint_depth) where it has them."""
+    (`options`: bypass_mode, quantized_backward, offloading, checkpoint_depth) where it has them;
+    the median step after `warmup` steps."""
     import inspect
     import torch
     import comfy_extras.nodes_train as nodes_train
@@ -210,30 +224,46 @@ def builtin(patcher, model_name, checkpointing, options, short=3, long=13):
              "bypass_mode": False}
     extra = {k: [options.get(k, v)] for k, v in newer.items() if k in accepted}
 
-    def run(steps):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        started = time.perf_counter()
-        latents = [{"samples": s.latent[None].to(torch.bfloat16)} for s in data.samples]
-        cond = data.samples[0].conditionings[0]
-        if model_name == "flux":
-            cond = [[cond[0][0], dict(cond[0][1], guidance=1.0)]]
+    # The node offers no per-step hook: its AdamW's step() is timed with CUDA events instead.
+    events = []
+    adamw_step = torch.optim.AdamW.step
+
+    def timed_step(self, *args, **kwargs):
+        out = adamw_step(self, *args, **kwargs)
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        events.append(event)
+        return out
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    latents = [{"samples": s.latent[None].to(torch.bfloat16)} for s in data.samples]
+    cond = data.samples[0].conditionings[0]
+    if model_name == "flux":
+        cond = [[cond[0][0], dict(cond[0][1], guidance=1.0)]]
+    torch.optim.AdamW.step = timed_step
+    try:
         nodes_train.TrainLoraNode.execute(
             model=[patcher], latents=latents, positive=[cond], batch_size=[1], steps=[steps],
             grad_accumulation_steps=[1], learning_rate=[1e-4], rank=[16], optimizer=["AdamW"], loss_function=["MSE"],
             seed=[0], training_dtype=["bf16"], lora_dtype=["bf16"], algorithm=["LoRA"],
             gradient_checkpointing=[checkpointing], existing_lora=["[None]"], **extra)
-        torch.cuda.synchronize()
-        return time.perf_counter() - started, torch.cuda.max_memory_allocated() / 2**30
-
-    t_short, p_short = run(short)
-    t_long, p_long = run(long)
-    return {"s_per_step": (t_long - t_short) / (long - short), "peak_GiB": max(p_short, p_long),
-            "options": {k: v[0] for k, v in extra.items()}}
+    finally:
+        torch.optim.AdamW.step = adamw_step
+    torch.cuda.synchronize()
+    times = [a.elapsed_time(b) / 1000 for a, b in zip(events[warmup:], events[warmup + 1:])]
+    return {"s_per_step": statistics.median(times), "steps_timed": len(times),
+            "peak_GiB": torch.cuda.max_memory_allocated() / 2**30, "options": {k: v[0] for k, v in extra.items()}}
 
 
 def main():
     stub_pyav()
+    if os.environ.get("DYNAMIC_VRAM") != "0":
+        try:
+            import comfy_aimdo.control  # before torch, as ComfyUI's main.py loads it
+            comfy_aimdo.control.init()
+        except ImportError:
+            pass
     from eridiffusion.runtime import start_host
     start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
     import torch
@@ -264,7 +294,7 @@ def main():
                            "offloading": "offload" in parts}
                 options.update({"checkpoint_depth": int(p[5:]) for p in parts if p.startswith("depth")})
                 options = {k: v for k, v in options.items() if v}
-                r = builtin(patcher, model_name, checkpointing, options, *((1, 3) if model_name == "flux" else (2, 6)))
+                r = builtin(patcher, model_name, checkpointing, options, *((5, 1) if model_name == "flux" else (10, 2)))
             r["memory_cap_GiB"] = cap
         except Exception as error:  # one failure must not hide the other figures
             import traceback
