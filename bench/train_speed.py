@@ -92,15 +92,13 @@ def model_config(model_name):
     return detected_model_config(FLUX_DEV_LAYOUT, expected_class="Flux")
 
 
-_saved = {}
-
-
 def weights_file(model_name):
     """Full-size SDXL or Flux-dev from ComfyUI's own classes, random weights (the baseline's init,
     so both trainers see the same kind of weights), built on the GPU and saved once as a bf16
-    diffusion-model file."""
-    if model_name in _saved:
-        return _saved[model_name]
+    diffusion-model file (once per machine: the same seed gives the same weights)."""
+    path = os.path.join(tempfile.gettempdir(), f"eridiffusion_bench_{model_name}.safetensors")
+    if os.path.exists(path):  # an earlier process of this machine saved the same weights
+        return path
     import comfy.model_management as mm
     import safetensors.torch
     import torch
@@ -120,9 +118,8 @@ def weights_file(model_name):
     state = {k: v.to("cpu", torch.bfloat16).contiguous() for k, v in model.diffusion_model.state_dict().items()}
     del model
     torch.cuda.empty_cache()
-    path = os.path.join(tempfile.gettempdir(), f"eridiffusion_bench_{model_name}.safetensors")
-    safetensors.torch.save_file(state, path)
-    _saved[model_name] = path
+    safetensors.torch.save_file(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
     return path
 
 
