@@ -90,6 +90,15 @@ FAMILIES = (
            ("hunyuan_video",), guidance=1.0),
     Family("HunyuanVideo 1.5", ("HunyuanVideo15",), DIT_TARGETS, _shift(7.0), "musubi-tuner",
            ("hunyuan_video15",), latent_patch=1),
+    # The image families ComfyUI 0.2x added. kohya's Anima trainer defaults to `sigmoid` sampling at scale 1,
+    # which is logit-normal(0, 1); LongCat-Image's pipeline shifts by the image size as Flux.1's does.
+    Family("Kandinsky 5.0 Image Lite", ("Kandinsky5Image",), DIT_TARGETS, _shift(3.0),
+           "Kandinsky 5 Image's own flow shift", ("kandinsky5_image",)),
+    Family("LongCat-Image", ("LongCatImage",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (kohya `flux_shift`)",
+           ("longcat_image",)),
+    Family("ERNIE-Image", ("ErnieImage",), DIT_TARGETS, _shift(3.0), "ERNIE-Image's own flow shift",
+           ("ernie_image",), latent_patch=1),
+    Family("Anima", ("Anima",), DIT_TARGETS, LOGIT_NORMAL, "kohya sd-scripts (`sigmoid`)", ("anima",)),
     # Upstream ComfyUI lacks these in 0.3.75: the row stays, and the error says so.
     Family("Sana", ("Sana", "SanaMS"), DIT_TARGETS, FLUX_SHIFT, "—"),
     Family("Kolors", ("Kolors",), UNET_TARGETS, UNIFORM, "—", prediction=EPS_V),
