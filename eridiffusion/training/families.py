@@ -90,6 +90,15 @@ FAMILIES = (
            ("hunyuan_video",), guidance=1.0),
     Family("HunyuanVideo 1.5", ("HunyuanVideo15",), DIT_TARGETS, _shift(7.0), "musubi-tuner",
            ("hunyuan_video15",), latent_patch=1),
+    # Kandinsky 5 samples with shift 10 (its own scheduler_scale, ComfyUI's sampling_settings);
+    # musubi-tuner's Kandinsky 5 recipe trains with shift 5.
+    Family("Kandinsky 5.0 Video (Lite, Pro)", ("Kandinsky5",), DIT_TARGETS, _shift(5.0), "musubi-tuner",
+           ("kandinsky5",)),
+    # LTX-2 is an audio-video model; ComfyUI runs it video-only when the latent is a plain video latent
+    # (no audio tokens: the audio stream and the audio-video cross-attention are skipped), which is how
+    # it trains here. Its blocks write in place into activations autograd saved, as LTX-Video's do.
+    Family("LTX-2 (video)", ("LTXAV",), DIT_TARGETS, FLUX_SHIFT, "LTX-2's ltx-trainer (shifted logit-normal)",
+           ("ltx2",), latent_patch=1, copies_saved_activations=True),
     # The image families ComfyUI 0.2x added. kohya's Anima trainer defaults to `sigmoid` sampling at scale 1,
     # which is logit-normal(0, 1); LongCat-Image's pipeline shifts by the image size as Flux.1's does.
     Family("Kandinsky 5.0 Image Lite", ("Kandinsky5Image",), DIT_TARGETS, _shift(3.0),

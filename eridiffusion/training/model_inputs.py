@@ -24,8 +24,11 @@ def model_inputs(base_model, conditioning, latent, device, pixel_size=None, defa
     if reference_latents:  # edit models, as ComfyUI's ReferenceLatent node appends them (VAE space, batch 1)
         params["reference_latents"] = list(params.get("reference_latents", [])) + [r[None] for r in reference_latents]
     width, height = pixel_size or (latent.shape[-1] * 8, latent.shape[-2] * 8)
+    # latent_shapes: as ComfyUI's sampler passes it for a plain (not nested) latent; models that
+    # take several latents at once (LTX-2's video + audio) read the video-only case from it.
     params.update(cross_attn=cond, noise=latent[None], device=device, prompt_type="positive",
-                  width=params.get("width", width), height=params.get("height", height))
+                  width=params.get("width", width), height=params.get("height", height),
+                  latent_shapes=[latent[None].shape])
     conds = base_model.extra_conds(**params)
     return {name: _on_device(c.process_cond(batch_size=1, area=None, device=device), device)
             for name, c in conds.items()}
