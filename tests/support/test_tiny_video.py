@@ -11,9 +11,9 @@ from PIL import Image
 
 import comfy.lora
 import comfy.model_management
-import comfy.supported_models
 
 from tests.support import tiny_models, tiny_video  # noqa: F401 (tiny_models first: it imports tiny_video)
+from tests.support.detected_configs import detected_model_config
 from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 
 SIZE = 128
@@ -74,7 +74,8 @@ def test_comfyui_lora_key_map_covers_every_linear_layer(video_stack):
 
 
 def test_qwen_vision_tower_is_replaced_by_a_tiny_one():
-    model_config = comfy.supported_models.HunyuanVideo15(dict(tiny_video.HUNYUAN_VIDEO15_DIT))
+    model_config = detected_model_config(tiny_video.HUNYUAN_VIDEO15_LAYOUT, tiny_video.HUNYUAN_VIDEO15_SHRINK,
+                                         "HunyuanVideo15")
     options = {"qwen25_7b_model_config": tiny_video.LLAMA_TINY, "_model_config": tiny_video.BYT5_TINY}
     clip = tiny_video._qwen_vl_text_encoder(model_config.clip_target(), torch.Generator().manual_seed(0), options)
     visual = clip.cond_stage_model.qwen25_7b.transformer.visual

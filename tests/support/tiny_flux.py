@@ -8,7 +8,6 @@ import comfy.latent_formats
 import comfy.ldm.modules.diffusionmodules.mmdit
 import comfy.sd
 import comfy.sd1_clip
-import comfy.supported_models
 import comfy.supported_models_base
 import comfy.text_encoders.flux
 import comfy.text_encoders.sd3_clip
@@ -62,16 +61,19 @@ FLUX2_LAYOUT = {**_FLUX_BLOCKS, "double_stream_modulation_img.lin.weight": (6 * 
                 "guidance_in.in_layer.weight": (FLUX_WIDTH, 256)}
 FLUX2_SHRINK = {"num_heads": 2, "axes_dim": [8, 8, 8, 8]}
 
-# SD3.5 Medium's MMDiT layout (model_detection: rms qk-norm, self-attention in the first x blocks,
-# pos_embed cropped from a max grid). MMDiT is 64 * depth wide with `depth` heads of 64.
+# SD3.5 Medium as model detection reads it: MMDiT is 64 wide per block (x_embedder), here 2 blocks
+# (real 24) so 128 wide in 2 heads of 64; rms qk-norm and self-attention in the first x block (the
+# keys' presence); pos_embed cropped from a 32x32 patch grid (512 px; real 384x384); the y and
+# context embedders read the clip_l + clip_g pooled width and the 4096-wide clip+T5 states.
 SD3_DEPTH = 2
-SD3_POS_EMBED_MAX = 32  # patches per side: 512 px
-SD3_MMDIT = {"in_channels": 16, "out_channels": 16, "patch_size": 2, "depth": SD3_DEPTH, "input_size": None,
-             "adm_in_channels": CLIP_L["hidden_size"] + CLIP_G["hidden_size"],
-             "context_embedder_config": {"target": "torch.nn.Linear",
-                                         "params": {"in_features": SD3_CONTEXT, "out_features": 64 * SD3_DEPTH}},
-             "num_patches": SD3_POS_EMBED_MAX ** 2, "pos_embed_max_size": SD3_POS_EMBED_MAX, "qk_norm": "rms",
-             "pos_embed_scaling_factor": None, "x_block_self_attn_layers": [0]}
+SD3_WIDTH = 64 * SD3_DEPTH
+SD3_POS_EMBED_MAX = 32
+SD3_LAYOUT = {"x_embedder.proj.weight": (SD3_WIDTH, 16, 2, 2), "final_layer.linear.weight": (16 * 2 * 2, SD3_WIDTH),
+              "y_embedder.mlp.0.weight": (SD3_WIDTH, CLIP_L["hidden_size"] + CLIP_G["hidden_size"]),
+              "context_embedder.weight": (SD3_WIDTH, SD3_CONTEXT), "pos_embed": (1, SD3_POS_EMBED_MAX ** 2, SD3_WIDTH),
+              "joint_blocks.0.context_block.attn.qkv.weight": (3 * SD3_WIDTH, SD3_WIDTH),
+              "joint_blocks.0.context_block.attn.ln_q.weight": (64,),
+              "joint_blocks.0.x_block.attn2.qkv.weight": (3 * SD3_WIDTH, SD3_WIDTH)}
 
 LLAMA_TOKENIZER_DIR = os.path.join(os.path.dirname(comfy.text_encoders.flux.__file__), "llama_tokenizer")
 
@@ -85,7 +87,7 @@ def _checkpoint_with(*encoder_keys):
 def tiny_sd3(seed: int = 0):
     """SD3.5 (Medium layout): ComfyUI's SD3 MMDiT, clip_l + clip_g + t5xxl, a 16-channel TAESD."""
     generator = torch.Generator().manual_seed(seed)
-    config = comfy.supported_models.SD3(SD3_MMDIT)
+    config = detected_model_config(SD3_LAYOUT, None, "SD3")
     model = diffusion_model(config, generator)
     # pos_embed is a buffer the checkpoint fills with a 2-D sin-cos table; build that table here
     dit = model.model.diffusion_model

@@ -1,9 +1,10 @@
 """Tiny random-init video stacks (Wan 2.1/2.2, VACE, LTX-Video, HunyuanVideo 1.0/1.5) built from
 ComfyUI's own classes, with tiny video VAEs; see tiny_models.
 
-Each diffusion model is ComfyUI's model_detection config for the family with widths and depths cut
-down, so block names (and LoRA keys) are the real ones. Text encoders are the family's own
-comfy.text_encoders classes shrunk through "<name>_model_config" model options. Each VAE is the
+Each diffusion model's config is what the installed ComfyUI's model detection reads from a few
+state-dict keys of the family at tiny shapes (detected_configs), with the sizes detection hard-codes
+for the full-size model cut down, so block names (and LoRA keys) are the real ones. Text encoders
+are the family's own comfy.text_encoders classes shrunk through "<name>_model_config" model options. Each VAE is the
 family's own ComfyUI VAE class at small widths, wrapped by comfy.sd.VAE with the real latent layout
 (channels, spatial and temporal compression)."""
 import json
@@ -19,13 +20,13 @@ import comfy.model_management as mm
 import comfy.model_patcher
 import comfy.ops
 import comfy.sd
-import comfy.supported_models
 import comfy.text_encoders.aura_t5
 import comfy.text_encoders.qwen_vl
 from comfy.ldm.models.autoencoder import AutoencoderKL, AutoencodingEngine
 
 from eridiffusion.tiny_models import CLIP_L, diffusion_model, init_weights, text_encoder
 
+from .detected_configs import blocks, detected_model_config
 from .tiny_models import TinyFamily
 from .tiny_video_vae import tiny_wan_vae
 
@@ -150,17 +151,28 @@ def _umt5_tokenizer_data():
 
 UMT5_TINY = {**T5_TINY, "vocab_size": 32000}
 
-# Wan 2.1 (model_detection "head.modulation"): 2 blocks of width 32 (real 1.3B: 30 of 1536, 12
-# heads); text_dim is the umt5 width (real 4096, not detected).
-WAN21_DIT = {"image_model": "wan2.1", "model_type": "t2v", "dim": 32, "ffn_dim": 64, "num_heads": 2,
-             "num_layers": 2, "in_dim": 16, "out_dim": 16, "patch_size": (1, 2, 2), "freq_dim": 256,
-             "window_size": (-1, -1), "qk_norm": True, "cross_attn_norm": True, "eps": 1e-6,
-             "text_dim": UMT5_TINY["d_model"]}
+# Wan 2.1 (model_detection: "head.modulation"): as detected, 2 blocks of width 32 with a 64-wide
+# feed-forward (real 1.3B: 30 of 1536 and 8960), latent channels in (patch_embedding) and out
+# (head); detection takes 128-wide heads, cut to two of 16 (real: 12 of 128). text_dim is the umt5
+# width (real 4096, not read).
+WAN_WIDTH = 32
+
+
+def _wan_layout(latent_channels):
+    """The Wan keys detection reads, for a model on `latent_channels` latent channels."""
+    return {"head.modulation": (1, 2, WAN_WIDTH), "head.head.weight": (latent_channels * 2 * 2, WAN_WIDTH),
+            "patch_embedding.weight": (WAN_WIDTH, latent_channels, 1, 2, 2),
+            "blocks.0.ffn.0.weight": (2 * WAN_WIDTH, WAN_WIDTH), **blocks("blocks", 2)}
+
+
+WAN21_LAYOUT = _wan_layout(16)
+WAN_SHRINK = {"num_heads": 2, "text_dim": UMT5_TINY["d_model"]}
 # VACE adds control blocks (one here) fed by 96 channels: 2 x 16 latent channels of control video
 # plus the 64-channel mask, as model_base.WAN21_Vace builds them.
-WAN21_VACE_DIT = {**WAN21_DIT, "model_type": "vace", "vace_layers": 1, "vace_in_dim": 96}
-# Wan 2.2 TI2V-5B: 48 latent channels in and out (Wan 2.2 VAE).
-WAN22_DIT = {**WAN21_DIT, "in_dim": 48, "out_dim": 48}
+WAN21_VACE_LAYOUT = {**WAN21_LAYOUT, "vace_patch_embedding.weight": (WAN_WIDTH, 96, 1, 2, 2),
+                     **blocks("vace_blocks", 1)}
+# Wan 2.2 TI2V-5B: 48 latent channels in and out (Wan 2.2 VAE), by which ComfyUI knows it.
+WAN22_LAYOUT = _wan_layout(48)
 
 
 def _wan_stack(model_config, vae_builder, seed):
@@ -173,59 +185,73 @@ def _wan_stack(model_config, vae_builder, seed):
 
 def tiny_wan21_t2v(seed: int = 0):
     """Wan 2.1 text-to-video: ComfyUI's WanModel, the umt5 encoder and a Wan 2.1 VAE."""
-    return _wan_stack(comfy.supported_models.WAN21_T2V(dict(WAN21_DIT)), tiny_wan_vae, seed)
+    return _wan_stack(detected_model_config(WAN21_LAYOUT, WAN_SHRINK, "WAN21_T2V"), tiny_wan_vae, seed)
 
 
 def tiny_wan21_vace(seed: int = 0):
     """Wan 2.1 VACE: ComfyUI's VaceWanModel, the umt5 encoder and a Wan 2.1 VAE."""
-    return _wan_stack(comfy.supported_models.WAN21_Vace(dict(WAN21_VACE_DIT)), tiny_wan_vae, seed)
+    return _wan_stack(detected_model_config(WAN21_VACE_LAYOUT, WAN_SHRINK, "WAN21_Vace"), tiny_wan_vae, seed)
 
 
 def tiny_wan22_t2v(seed: int = 0):
     """Wan 2.2 TI2V-5B: ComfyUI's WanModel on 48 channels, the umt5 encoder and a Wan 2.2 VAE."""
-    return _wan_stack(comfy.supported_models.WAN22_T2V(dict(WAN22_DIT)), tiny_wan22_vae, seed)
+    return _wan_stack(detected_model_config(WAN22_LAYOUT, WAN_SHRINK, "WAN22_T2V"), tiny_wan22_vae, seed)
 
 
-# LTX-Video (model_detection "adaln_single..."): 2 blocks of 2 heads of 16 (real: 28 of 32 x 64);
-# cross-attention runs at the inner width, the caption projection reads the T5 width.
-LTXV_DIT = {"image_model": "ltxv", "num_layers": 2, "attention_head_dim": 16, "num_attention_heads": 2,
-            "cross_attention_dim": 32, "caption_channels": T5_TINY["d_model"], "in_channels": 128}
+# LTX-Video (model_detection: "adaln_single..." with no pos_embed.proj): as detected, 2 blocks (real
+# 28) and cross-attention at the inner width 32 (attn2.to_k's input). Detection reads that width as
+# 32 heads (real: 32 of 64): split here as 2 heads of 16. The caption projection reads the T5 width
+# (caption_channels, not read; real 4096); in_channels is the model's default 128, the VAE's.
+LTXV_WIDTH = 32
+LTXV_LAYOUT = {"adaln_single.emb.timestep_embedder.linear_1.bias": (LTXV_WIDTH,),
+               "transformer_blocks.0.attn2.to_k.weight": (LTXV_WIDTH, LTXV_WIDTH), **blocks("transformer_blocks", 2)}
+LTXV_SHRINK = {"num_attention_heads": 2, "attention_head_dim": LTXV_WIDTH // 2, "caption_channels": T5_TINY["d_model"]}
 
 
 def tiny_ltxv(seed: int = 0):
     """LTX-Video: ComfyUI's LTXVModel, the T5-XXL encoder and an LTX VAE."""
     generator = torch.Generator().manual_seed(seed)
-    model_config = comfy.supported_models.LTXV(dict(LTXV_DIT))
+    model_config = detected_model_config(LTXV_LAYOUT, LTXV_SHRINK, "LTXV")
     model = diffusion_model(model_config, generator)
     clip = text_encoder(model_config.clip_target(), generator, {"t5xxl_model_config": T5_TINY})
     return model, clip, tiny_ltxv_vae(generator)
 
 
-# HunyuanVideo 1.0 (model_detection "img_in.proj" with 3D patches): 1 double + 1 single block of
-# width 32, 2 heads with rope axes summing to the head width (real: 20 + 40 blocks of 3072, axes
-# [16, 56, 56]); guidance-distilled; the clip_l pooled vector is vec_in, Llama hidden states the text.
-HUNYUAN_VIDEO_DIT = {"image_model": "hunyuan_video", "in_channels": 16, "out_channels": 16, "patch_size": [1, 2, 2],
-                     "vec_in_dim": CLIP_L["hidden_size"], "context_in_dim": LLAMA_TINY["hidden_size"],
-                     "hidden_size": 32, "mlp_ratio": 4.0, "num_heads": 2, "depth": 1, "depth_single_blocks": 1,
-                     "axes_dim": [4, 6, 6], "theta": 256, "qkv_bias": True, "guidance_embed": True, "byt5": False,
-                     "meanflow": False, "use_cond_type_embedding": False, "vision_in_dim": None}
+# HunyuanVideo 1.0 (model_detection: "txt_in.individual_token_refiner..." with 3D patches): as
+# detected, 1 double + 1 single block of width 32 (real: 20 + 40 of 3072), 16 latent channels at
+# 1x2x2 patches, guidance-distilled (guidance_in), the Llama hidden states as text (txt_in).
+# Detection takes 128-wide heads with the real head's rope axes [16, 56, 56], and clip_l's 768 for
+# any vector_in: cut to 2 heads of 16 with axes summing to that, and the tiny clip_l's pooled width.
+HUNYUAN_VIDEO_WIDTH = 32
+_HUNYUAN_VIDEO_BLOCKS = {"txt_in.individual_token_refiner.blocks.0.norm1.weight": (HUNYUAN_VIDEO_WIDTH,),
+                         "txt_in.input_embedder.weight": (HUNYUAN_VIDEO_WIDTH, LLAMA_TINY["hidden_size"]),
+                         **blocks("double_blocks", 1), **blocks("single_blocks", 1)}
+HUNYUAN_VIDEO_LAYOUT = {**_HUNYUAN_VIDEO_BLOCKS, "img_in.proj.weight": (HUNYUAN_VIDEO_WIDTH, 16, 1, 2, 2),
+                        "final_layer.linear.weight": (16 * 2 * 2, HUNYUAN_VIDEO_WIDTH),
+                        "vector_in.in_layer.weight": (HUNYUAN_VIDEO_WIDTH, CLIP_L["hidden_size"]),
+                        "guidance_in.in_layer.weight": (HUNYUAN_VIDEO_WIDTH, 256)}
+_HUNYUAN_VIDEO_HEADS = {"num_heads": 2, "axes_dim": [4, 6, 6]}
+HUNYUAN_VIDEO_SHRINK = {**_HUNYUAN_VIDEO_HEADS, "vec_in_dim": CLIP_L["hidden_size"]}
 
 
 def tiny_hunyuan_video(seed: int = 0):
     """HunyuanVideo 1.0: ComfyUI's HunyuanVideo DiT, its Llama 3 + clip_l encoders and its VAE."""
     generator = torch.Generator().manual_seed(seed)
-    model_config = comfy.supported_models.HunyuanVideo(dict(HUNYUAN_VIDEO_DIT))
+    model_config = detected_model_config(HUNYUAN_VIDEO_LAYOUT, HUNYUAN_VIDEO_SHRINK, "HunyuanVideo")
     model = diffusion_model(model_config, generator)
     clip = text_encoder(model_config.clip_target(), generator,
                         {"clip_l_model_config": CLIP_L, "llama_model_config": LLAMA_TINY})
     return model, clip, tiny_hunyuan_video_vae(generator)
 
 
-# HunyuanVideo 1.5: the same DiT with 1x1x1 patches on 32 channels, plus 32 channels of (empty)
-# first-frame latent and a mask channel in; byT5 glyph and SigLIP (1152) inputs, cond-type embedding.
-HUNYUAN_VIDEO15_DIT = {**HUNYUAN_VIDEO_DIT, "in_channels": 65, "out_channels": 32, "patch_size": [1, 1, 1],
-                       "vec_in_dim": None, "guidance_embed": False, "byt5": True, "use_cond_type_embedding": True,
-                       "vision_in_dim": 1152}
+# HunyuanVideo 1.5: the same DiT, detected with 1x1x1 patches, 32 latent channels out and 65 in (the
+# latent, 32 channels of (empty) first-frame latent and a mask channel), the byT5 glyph and SigLIP
+# inputs (SigLIP's 1152 read from vision_in: ComfyUI knows 1.5 by it), the cond-type embedding, no
+# vector_in or guidance; heads and rope axes cut as for 1.0.
+HUNYUAN_VIDEO15_LAYOUT = {**_HUNYUAN_VIDEO_BLOCKS, "img_in.proj.weight": (HUNYUAN_VIDEO_WIDTH, 2 * 32 + 1, 1, 1, 1),
+                          "final_layer.linear.weight": (32, HUNYUAN_VIDEO_WIDTH), "byt5_in.fc1.weight": (1,),
+                          "cond_type_embedding.weight": (3, HUNYUAN_VIDEO_WIDTH), "vision_in.proj.0.weight": (1152,)}
+HUNYUAN_VIDEO15_SHRINK = _HUNYUAN_VIDEO_HEADS
 # byT5 keeps its 1472 width (the DiT's byt5_in reads it); it has no model_name in its model options,
 # so SDClipModel merges the "_model_config" entry into it.
 BYT5_TINY = {"num_layers": 1, "num_heads": 2, "d_kv": 16, "d_ff": 64}
@@ -248,7 +274,7 @@ def _qwen_vl_text_encoder(clip_target, generator, model_options):
 def tiny_hunyuan_video15(seed: int = 0):
     """HunyuanVideo 1.5: ComfyUI's HunyuanVideo DiT (1.5 layout), Qwen2.5-VL + byT5 and its VAE."""
     generator = torch.Generator().manual_seed(seed)
-    model_config = comfy.supported_models.HunyuanVideo15(dict(HUNYUAN_VIDEO15_DIT))
+    model_config = detected_model_config(HUNYUAN_VIDEO15_LAYOUT, HUNYUAN_VIDEO15_SHRINK, "HunyuanVideo15")
     model = diffusion_model(model_config, generator)
     clip = _qwen_vl_text_encoder(model_config.clip_target(), generator,
                                  {"qwen25_7b_model_config": LLAMA_TINY, "_model_config": BYT5_TINY})
