@@ -1,4 +1,4 @@
-"""Rewrite the README's support table from training/families.py and the tiny families CI trains.
+"""Rewrite the README's support table (tests/support/support_table.py); the same on every host.
 
     .venv/bin/python scripts/support_table.py
 """
@@ -10,16 +10,16 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from eridiffusion.runtime import start_host  # noqa: E402
+import tests.support  # noqa: E402,F401  (before the host's own `tests` package is on sys.path)
 
 
 def main():
     start_host(tempfile.mkdtemp(prefix="eridiffusion-table-"))
-    from tests.support.tiny_models import TINY_FAMILIES
-    from eridiffusion.training.families import support_table
+    from tests.support.support_table import support_table
     path = os.path.join(ROOT, "README.md")
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    block = f"<!-- support-table:start -->\n{support_table(set(TINY_FAMILIES))}\n<!-- support-table:end -->"
+    block = f"<!-- support-table:start -->\n{support_table()}\n<!-- support-table:end -->"
     text, count = re.subn(r"<!-- support-table:start -->.*?<!-- support-table:end -->", lambda _: block, text,
                           flags=re.S)
     if count != 1:

@@ -21,7 +21,6 @@ class Family:
     targets: str                    # default adapter targets preset
     sampling: ObjectiveSpec         # default timestep sampling
     reference: str                  # whose trainer the default follows
-    tiny: tuple = ()                # demo/tiny_models TINY_FAMILIES names that CI trains
     latent_patch: int = 2           # latent pixels per token side (for resolution-dependent shift)
     prediction: str = "rectified flow"  # what the network predicts, as ComfyUI's model_sampling says
     guidance: float = None          # guidance fed while training guidance-distilled models (None: the
@@ -48,66 +47,53 @@ def _shift(value):
 
 
 FAMILIES = (
-    Family("SD 1.5", ("SD15",), UNET_TARGETS, UNIFORM, "kohya sd-scripts", ("sd15",),
+    Family("SD 1.5", ("SD15",), UNET_TARGETS, UNIFORM, "kohya sd-scripts",
            prediction=EPS_V),
     Family("SDXL", ("SDXL", "SSD1B", "Segmind_Vega", "KOALA_700M", "KOALA_1B"), UNET_TARGETS, UNIFORM,
-           "kohya sd-scripts", ("sdxl",), prediction=EPS_V),
+           "kohya sd-scripts", prediction=EPS_V),
     Family("SD3 / SD3.5 (Medium, Large, Large Turbo)", ("SD3",), DIT_TARGETS, LOGIT_NORMAL,
-           "SD3 paper; diffusers' SD3 LoRA trainer", ("sd3",)),
+           "SD3 paper; diffusers' SD3 LoRA trainer"),
     # Flux.1 dev and HunyuanVideo are guidance-distilled; kohya, ai-toolkit and musubi-tuner train them
     # with guidance 1.0.
     Family("Flux.1 dev (and Flex-style variants)", ("Flux", "FluxInpaint"), DIT_TARGETS, FLUX_SHIFT,
-           "kohya sd-scripts `flux_shift`", ("flux_dev",), guidance=1.0),
-    Family("Flux.1 Kontext (edit pairs)", ("Flux",), DIT_TARGETS, FLUX_SHIFT, "kohya sd-scripts `flux_shift`",
-           ("flux_kontext",), guidance=1.0),
-    Family("Flux.1 schnell", ("FluxSchnell",), DIT_TARGETS, FLUX_SHIFT, "kohya sd-scripts `flux_shift`",
-           ("flux_schnell",)),
-    Family("Flux.2", ("Flux2",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (kohya `flux_shift`)", ("flux2",),
+           "kohya sd-scripts `flux_shift`", guidance=1.0),
+    Family("Flux.1 Kontext (edit pairs)", ("Flux",), DIT_TARGETS, FLUX_SHIFT, "kohya sd-scripts `flux_shift`", guidance=1.0),
+    Family("Flux.1 schnell", ("FluxSchnell",), DIT_TARGETS, FLUX_SHIFT, "kohya sd-scripts `flux_shift`"),
+    Family("Flux.2", ("Flux2",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (kohya `flux_shift`)",
            latent_patch=1),
-    Family("Chroma", ("Chroma",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (Chroma is a Flux.1-schnell derivative)",
-           ("chroma",)),
-    Family("HiDream-I1", ("HiDream",), DIT_TARGETS, _shift(3.0), "HiDream's own flow shift", ("hidream",)),
-    Family("Lumina Image 2.0", ("Lumina2",), DIT_TARGETS, _shift(6.0), "Lumina 2's own flow shift",
-           ("lumina2",)),
-    Family("Z-Image", ("ZImage",), DIT_TARGETS, _shift(3.0), "Z-Image's own flow shift", ("z_image",)),
-    Family("Qwen-Image", ("QwenImage",), DIT_TARGETS, _shift(2.2), "musubi-tuner", ("qwen_image",)),
-    Family("OmniGen2", ("Omnigen2",), DIT_TARGETS, LOGIT_NORMAL, "OmniGen2's own trainer",
-           ("omnigen2",)),
-    Family("HunyuanImage 2.1", ("HunyuanImage21",), DIT_TARGETS, _shift(5.0), "musubi-tuner",
-           ("hunyuan_image21",), latent_patch=1),
-    Family("AuraFlow", ("AuraFlow",), DIT_TARGETS, LOGIT_NORMAL, "SimpleTuner (as SD3)",
-           ("auraflow",)),
+    Family("Chroma", ("Chroma",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (Chroma is a Flux.1-schnell derivative)"),
+    Family("HiDream-I1", ("HiDream",), DIT_TARGETS, _shift(3.0), "HiDream's own flow shift"),
+    Family("Lumina Image 2.0", ("Lumina2",), DIT_TARGETS, _shift(6.0), "Lumina 2's own flow shift"),
+    Family("Z-Image", ("ZImage",), DIT_TARGETS, _shift(3.0), "Z-Image's own flow shift"),
+    Family("Qwen-Image", ("QwenImage",), DIT_TARGETS, _shift(2.2), "musubi-tuner"),
+    Family("OmniGen2", ("Omnigen2",), DIT_TARGETS, LOGIT_NORMAL, "OmniGen2's own trainer"),
+    Family("HunyuanImage 2.1", ("HunyuanImage21",), DIT_TARGETS, _shift(5.0), "musubi-tuner", latent_patch=1),
+    Family("AuraFlow", ("AuraFlow",), DIT_TARGETS, LOGIT_NORMAL, "SimpleTuner (as SD3)"),
     Family("PixArt-α / Σ", ("PixArtAlpha", "PixArtSigma"), DIT_TARGETS, UNIFORM, "PixArt's train scripts",
-           ("pixart_alpha", "pixart_sigma"), prediction=EPS_V),
+           prediction=EPS_V),
     Family("Wan 2.1 text-to-video (and Wan 2.2 14B)", ("WAN21_T2V",), DIT_TARGETS, _shift(3.0),
-           "musubi-tuner", ("wan21_t2v",)),
-    Family("Wan 2.1 VACE", ("WAN21_Vace",), DIT_TARGETS, _shift(3.0), "musubi-tuner", ("wan21_vace",)),
-    Family("Wan 2.2 TI2V 5B", ("WAN22_T2V",), DIT_TARGETS, _shift(3.0), "musubi-tuner", ("wan22_t2v",)),
+           "musubi-tuner"),
+    Family("Wan 2.1 VACE", ("WAN21_Vace",), DIT_TARGETS, _shift(3.0), "musubi-tuner"),
+    Family("Wan 2.2 TI2V 5B", ("WAN22_T2V",), DIT_TARGETS, _shift(3.0), "musubi-tuner"),
     Family("LTX-Video", ("LTXV",), DIT_TARGETS, FLUX_SHIFT,
-           "LTX-Video-Trainer (shifted logit-normal)", ("ltxv",), latent_patch=1,
+           "LTX-Video-Trainer (shifted logit-normal)", latent_patch=1,
            copies_saved_activations=True),
-    Family("HunyuanVideo", ("HunyuanVideo",), DIT_TARGETS, _shift(7.0), "musubi-tuner",
-           ("hunyuan_video",), guidance=1.0),
-    Family("HunyuanVideo 1.5", ("HunyuanVideo15",), DIT_TARGETS, _shift(7.0), "musubi-tuner",
-           ("hunyuan_video15",), latent_patch=1),
+    Family("HunyuanVideo", ("HunyuanVideo",), DIT_TARGETS, _shift(7.0), "musubi-tuner", guidance=1.0),
+    Family("HunyuanVideo 1.5", ("HunyuanVideo15",), DIT_TARGETS, _shift(7.0), "musubi-tuner", latent_patch=1),
     # Kandinsky 5 samples with shift 10 (its own scheduler_scale, ComfyUI's sampling_settings);
     # musubi-tuner's Kandinsky 5 recipe trains with shift 5.
-    Family("Kandinsky 5.0 Video (Lite, Pro)", ("Kandinsky5",), DIT_TARGETS, _shift(5.0), "musubi-tuner",
-           ("kandinsky5",)),
+    Family("Kandinsky 5.0 Video (Lite, Pro)", ("Kandinsky5",), DIT_TARGETS, _shift(5.0), "musubi-tuner"),
     # LTX-2 is an audio-video model; ComfyUI runs it video-only when the latent is a plain video latent
     # (no audio tokens: the audio stream and the audio-video cross-attention are skipped), which is how
     # it trains here. Its blocks write in place into activations autograd saved, as LTX-Video's do.
-    Family("LTX-2 (video)", ("LTXAV",), DIT_TARGETS, FLUX_SHIFT, "LTX-2's ltx-trainer (shifted logit-normal)",
-           ("ltx2",), latent_patch=1, copies_saved_activations=True),
+    Family("LTX-2 (video)", ("LTXAV",), DIT_TARGETS, FLUX_SHIFT, "LTX-2's ltx-trainer (shifted logit-normal)", latent_patch=1, copies_saved_activations=True),
     # The image families ComfyUI 0.2x added. kohya's Anima trainer defaults to `sigmoid` sampling at scale 1,
     # which is logit-normal(0, 1); LongCat-Image's pipeline shifts by the image size as Flux.1's does.
     Family("Kandinsky 5.0 Image Lite", ("Kandinsky5Image",), DIT_TARGETS, _shift(3.0),
-           "Kandinsky 5 Image's own flow shift", ("kandinsky5_image",)),
-    Family("LongCat-Image", ("LongCatImage",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (kohya `flux_shift`)",
-           ("longcat_image",)),
-    Family("ERNIE-Image", ("ErnieImage",), DIT_TARGETS, _shift(3.0), "ERNIE-Image's own flow shift",
-           ("ernie_image",), latent_patch=1),
-    Family("Anima", ("Anima",), DIT_TARGETS, LOGIT_NORMAL, "kohya sd-scripts (`sigmoid`)", ("anima",)),
+           "Kandinsky 5 Image's own flow shift"),
+    Family("LongCat-Image", ("LongCatImage",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (kohya `flux_shift`)"),
+    Family("ERNIE-Image", ("ErnieImage",), DIT_TARGETS, _shift(3.0), "ERNIE-Image's own flow shift", latent_patch=1),
+    Family("Anima", ("Anima",), DIT_TARGETS, LOGIT_NORMAL, "kohya sd-scripts (`sigmoid`)"),
     # Upstream ComfyUI lacks these in 0.3.75: the row stays, and the error says so.
     Family("Sana", ("Sana", "SanaMS"), DIT_TARGETS, FLUX_SHIFT, "—"),
     Family("Kolors", ("Kolors",), UNET_TARGETS, UNIFORM, "—", prediction=EPS_V),
@@ -149,22 +135,3 @@ def resolve_objective(spec, family):
 def resolve_targets(targets, family):
     """The adapter targets preset: the family's default for "auto"."""
     return family.targets if targets == "auto" else targets
-
-
-def support_table(tested_names):
-    """The README's support table (markdown), `tested_names` being the tiny families CI trains."""
-    rows = ["| family | ComfyUI class | adapter targets (default) | objective | timestep default | training guidance "
-            "| tested in CI |",
-            "|---|---|---|---|---|---|---|"]
-    for f in FAMILIES:
-        if not f.host_has():
-            rows.append(f"| {f.name} | — | — | — | — | — | not supported by this ComfyUI |")
-            continue
-        ms = f.sampling
-        timestep = {"uniform": "uniform", "logit_normal": f"logit-normal({ms.logit_mean:g}, {ms.logit_std:g})",
-                    "shift": ("shift, resolution-dependent" if ms.shift == 0 else f"shift {ms.shift:g}")
-                    }[ms.timestep_sampling]
-        tested = "yes" if f.tiny and all(n in tested_names for n in f.tiny) else "no"
-        rows.append(f"| {f.name} | {', '.join(f.config_classes)} | {f.targets} | {f.prediction} | {timestep} "
-                    f"— {f.reference} | {'model default' if f.guidance is None else f'{f.guidance:g}'} | {tested} |")
-    return "\n".join(rows)

@@ -279,13 +279,13 @@ def tiny_pixart_sigma(seed: int = 0):
 
 
 FAMILIES = {
-    "hidream": TinyFamily(tiny_hidream),
-    "lumina2": TinyFamily(tiny_lumina2),
-    "z_image": TinyFamily(tiny_z_image),
-    "qwen_image": TinyFamily(tiny_qwen_image),
-    "omnigen2": TinyFamily(tiny_omnigen2),
-    "hunyuan_image21": TinyFamily(tiny_hunyuan_image21),
-    "auraflow": TinyFamily(tiny_auraflow, steps=100),  # 256 pile-T5 tokens per prompt: slower steps
-    "pixart_alpha": TinyFamily(tiny_pixart_alpha, resolution=320, sample_size=PIXART_SAMPLE_SIZE),
-    "pixart_sigma": TinyFamily(tiny_pixart_sigma, resolution=320, sample_size=PIXART_SAMPLE_SIZE),
+    "hidream": TinyFamily(tiny_hidream, family="HiDream-I1"),
+    "lumina2": TinyFamily(tiny_lumina2, family="Lumina Image 2.0"),
+    "z_image": TinyFamily(tiny_z_image, family="Z-Image"),
+    "qwen_image": TinyFamily(tiny_qwen_image, family="Qwen-Image"),
+    "omnigen2": TinyFamily(tiny_omnigen2, family="OmniGen2"),
+    "hunyuan_image21": TinyFamily(tiny_hunyuan_image21, family="HunyuanImage 2.1"),
+    "auraflow": TinyFamily(tiny_auraflow, family="AuraFlow", steps=100),  # 256 pile-T5 tokens per prompt: slower steps
+    "pixart_alpha": TinyFamily(tiny_pixart_alpha, family="PixArt-α / Σ", resolution=320, sample_size=PIXART_SAMPLE_SIZE),
+    "pixart_sigma": TinyFamily(tiny_pixart_sigma, family="PixArt-α / Σ", resolution=320, sample_size=PIXART_SAMPLE_SIZE),
 }

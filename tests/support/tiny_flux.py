@@ -188,10 +188,10 @@ def tiny_flux2(seed: int = 0):
 
 
 FAMILIES = {
-    "sd3": TinyFamily(tiny_sd3, steps=100, learning_rate=3e-3, resolution=128),
-    "flux_dev": TinyFamily(tiny_flux_dev, steps=100, learning_rate=3e-3, resolution=128),
-    "flux_schnell": TinyFamily(tiny_flux_schnell, steps=100, learning_rate=3e-3, resolution=128),
-    "flux_kontext": TinyFamily(tiny_flux_dev, steps=100, learning_rate=3e-3, resolution=128),
-    "chroma": TinyFamily(tiny_chroma, steps=100, learning_rate=3e-3, resolution=128),
-    "flux2": TinyFamily(tiny_flux2, steps=100, learning_rate=3e-3, resolution=128),
+    "sd3": TinyFamily(tiny_sd3, family="SD3 / SD3.5 (Medium, Large, Large Turbo)", steps=100, learning_rate=3e-3, resolution=128),
+    "flux_dev": TinyFamily(tiny_flux_dev, family="Flux.1 dev (and Flex-style variants)", steps=100, learning_rate=3e-3, resolution=128),
+    "flux_schnell": TinyFamily(tiny_flux_schnell, family="Flux.1 schnell", steps=100, learning_rate=3e-3, resolution=128),
+    "flux_kontext": TinyFamily(tiny_flux_dev, family="Flux.1 Kontext (edit pairs)", steps=100, learning_rate=3e-3, resolution=128),
+    "chroma": TinyFamily(tiny_chroma, family="Chroma", steps=100, learning_rate=3e-3, resolution=128),
+    "flux2": TinyFamily(tiny_flux2, family="Flux.2", steps=100, learning_rate=3e-3, resolution=128),
 }

@@ -12,6 +12,7 @@ from eridiffusion.training.errors import EriDiffusionError
 class TinyFamily:
     """How to build one family's tiny stack, and the short run that shows it learns."""
     build: Callable              # seed -> (ModelPatcher, CLIP, VAE)
+    family: str                  # the row of eridiffusion.training.families.FAMILIES this stack proves
     steps: int = 200
     learning_rate: float = 3e-3
     resolution: int = 128        # training and sampling size in pixels
@@ -19,6 +20,7 @@ class TinyFamily:
     sample_size: tuple = (96, 64)  # width, height of the test renders: not square, so a swapped axis shows
     needs: tuple = ()            # comfy.supported_models classes the stack is built from, where older
                                  # ComfyUI versions lack them
+    since: str = "0.3.75"        # the first tested ComfyUI host that has them (TESTED_HOSTS)
 
     def missing_on_host(self):
         """The classes of `needs` this ComfyUI lacks (its tests are skipped there, with that reason)."""
@@ -26,7 +28,20 @@ class TinyFamily:
         return [name for name in self.needs if not hasattr(comfy.supported_models, name)]
 
 
-TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15), "sdxl": TinyFamily(tiny_sdxl)}
+# The ComfyUI versions CI runs the suite on (scripts/hosts/), oldest first.
+TESTED_HOSTS = ("0.3.75", "0.28.0")
+
+
+def version_key(version):
+    return tuple(int(part) for part in version.split("."))
+
+
+def hosts_running(family):
+    """The tested hosts a tiny family runs on: those from its `since` on."""
+    return [h for h in TESTED_HOSTS if version_key(h) >= version_key(family.since)]
+
+
+TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15, family="SD 1.5"), "sdxl": TinyFamily(tiny_sdxl, family='SDXL')}
 
 from . import tiny_dit, tiny_flux, tiny_recent_image, tiny_recent_video, tiny_video  # noqa: E402  (they use the helpers above)
 

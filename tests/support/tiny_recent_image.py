@@ -139,8 +139,8 @@ def tiny_anima(seed: int = 0):
 
 
 FAMILIES = {
-    "kandinsky5_image": TinyFamily(tiny_kandinsky5_image, steps=100, needs=("Kandinsky5Image",)),
-    "longcat_image": TinyFamily(tiny_longcat_image, steps=100, needs=("LongCatImage",)),
-    "ernie_image": TinyFamily(tiny_ernie_image, steps=100, needs=("ErnieImage",)),
-    "anima": TinyFamily(tiny_anima, steps=100, needs=("Anima",)),
+    "kandinsky5_image": TinyFamily(tiny_kandinsky5_image, family="Kandinsky 5.0 Image Lite", steps=100, needs=("Kandinsky5Image",), since="0.28.0"),
+    "longcat_image": TinyFamily(tiny_longcat_image, family="LongCat-Image", steps=100, needs=("LongCatImage",), since="0.28.0"),
+    "ernie_image": TinyFamily(tiny_ernie_image, family="ERNIE-Image", steps=100, needs=("ErnieImage",), since="0.28.0"),
+    "anima": TinyFamily(tiny_anima, family="Anima", steps=100, needs=("Anima",), since="0.28.0"),
 }

@@ -159,6 +159,6 @@ def tiny_ltx2(seed: int = 0):
 
 
 FAMILIES = {
-    "kandinsky5": TinyFamily(tiny_kandinsky5, video_frames=VIDEO_FRAMES, needs=("Kandinsky5",)),
-    "ltx2": TinyFamily(tiny_ltx2, video_frames=VIDEO_FRAMES, needs=("LTXAV",)),
+    "kandinsky5": TinyFamily(tiny_kandinsky5, family="Kandinsky 5.0 Video (Lite, Pro)", video_frames=VIDEO_FRAMES, needs=("Kandinsky5",), since="0.28.0"),
+    "ltx2": TinyFamily(tiny_ltx2, family="LTX-2 (video)", video_frames=VIDEO_FRAMES, needs=("LTXAV",), since="0.28.0"),
 }

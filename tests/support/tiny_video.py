@@ -282,10 +282,10 @@ def tiny_hunyuan_video15(seed: int = 0):
 
 
 FAMILIES = {
-    "wan21_t2v": TinyFamily(tiny_wan21_t2v, video_frames=VIDEO_FRAMES),
-    "wan21_vace": TinyFamily(tiny_wan21_vace, video_frames=VIDEO_FRAMES),
-    "wan22_t2v": TinyFamily(tiny_wan22_t2v, video_frames=VIDEO_FRAMES),
-    "ltxv": TinyFamily(tiny_ltxv, video_frames=VIDEO_FRAMES),
-    "hunyuan_video": TinyFamily(tiny_hunyuan_video, video_frames=VIDEO_FRAMES),
-    "hunyuan_video15": TinyFamily(tiny_hunyuan_video15, video_frames=VIDEO_FRAMES),
+    "wan21_t2v": TinyFamily(tiny_wan21_t2v, family="Wan 2.1 text-to-video (and Wan 2.2 14B)", video_frames=VIDEO_FRAMES),
+    "wan21_vace": TinyFamily(tiny_wan21_vace, family="Wan 2.1 VACE", video_frames=VIDEO_FRAMES),
+    "wan22_t2v": TinyFamily(tiny_wan22_t2v, family="Wan 2.2 TI2V 5B", video_frames=VIDEO_FRAMES),
+    "ltxv": TinyFamily(tiny_ltxv, family="LTX-Video", video_frames=VIDEO_FRAMES),
+    "hunyuan_video": TinyFamily(tiny_hunyuan_video, family="HunyuanVideo", video_frames=VIDEO_FRAMES),
+    "hunyuan_video15": TinyFamily(tiny_hunyuan_video15, family="HunyuanVideo 1.5", video_frames=VIDEO_FRAMES),
 }

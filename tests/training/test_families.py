@@ -12,6 +12,7 @@ from tests.support.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from eridiffusion.nodes.sampling_node import encode
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
+from eridiffusion.training.families import family_named
 from eridiffusion.training.latent_cache import build_training_data
 from eridiffusion.training.sample_render import SampleSettings
 from eridiffusion.training.trainer import train_lora
@@ -49,6 +50,7 @@ def _train(name, request, tmp_path_factory):
     with torch.inference_mode(False):
         result = train_lora(model, data, config, os.path.join(folder, "run"), sample_settings=sample)
     return {"model": model, "clip": clip, "vae": vae, "data": data, "config": config, "result": result,
+            "family": family.family,
             "sample_size": family.sample_size,
             "probe": probe, "base_output_before": before, "frames": family.video_frames or 1}
 
@@ -67,6 +69,11 @@ def family_run(request, tmp_path_factory):
     if request.param not in _RUNS:
         _RUNS[request.param] = _train(request.param, request, tmp_path_factory)
     return _RUNS[request.param]
+
+
+def test_comfyui_loads_the_stack_as_a_class_of_its_family_row(family_run):
+    config_class = type(family_run["model"].model.model_config).__name__
+    assert config_class in family_named(family_run["family"]).config_classes
 
 
 def test_evaluation_loss_drops_at_least_30_percent(family_run):

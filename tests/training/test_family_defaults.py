@@ -5,10 +5,11 @@ import re
 import comfy.supported_models
 import pytest
 
-from tests.support.tiny_models import TINY_FAMILIES, build_tiny
+from eridiffusion.comfy_compat import host_version
 from eridiffusion.training.errors import EriDiffusionError
-from eridiffusion.training.families import (FAMILIES, family_named, family_of, resolve_objective, resolve_targets,
-                                            support_table)
+from eridiffusion.training.families import FAMILIES, family_named, family_of, resolve_objective, resolve_targets
+from tests.support.support_table import support_table
+from tests.support.tiny_models import TINY_FAMILIES, build_tiny, hosts_running
 from eridiffusion.training.objective import ObjectiveSpec
 
 README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
@@ -19,16 +20,20 @@ def test_readme_support_table_is_the_generated_one():
         text = f.read()
     found = re.search(r"<!-- support-table:start -->\n(.*?)\n<!-- support-table:end -->", text, re.S)
     assert found, "README lacks the support-table markers"
-    assert found.group(1) == support_table(set(TINY_FAMILIES)), \
-        "regenerate it: .venv/bin/python scripts/support_table.py"
+    assert found.group(1) == support_table(), "regenerate it: .venv/bin/python scripts/support_table.py"
 
 
-def test_every_tiny_family_is_in_the_table_and_recognised():
-    listed = {name for f in FAMILIES for name in f.tiny}
-    assert set(TINY_FAMILIES) <= listed
+def test_every_tiny_family_proves_a_row_of_the_table():
+    names = {f.name for f in FAMILIES}
+    assert {tiny.family for tiny in TINY_FAMILIES.values()} <= names
     for name in ("sd15", "sdxl"):
         model, _, _ = build_tiny(name)
-        assert name in family_of(model.model).tiny
+        assert family_of(model.model).name == TINY_FAMILIES[name].family
+
+
+def test_the_hosts_a_tiny_family_claims_are_the_hosts_that_have_its_classes():
+    for name, tiny in TINY_FAMILIES.items():
+        assert (host_version() in hosts_running(tiny)) == (not tiny.missing_on_host()), name
 
 
 def test_host_classes_of_supported_families_exist_in_this_comfyui():
