@@ -1,0 +1,103 @@
+"""Reading a config file: YAML, with the files its `_base_` names merged in first (depth-first, a
+later file wins), and which file set each value, so errors and relative paths refer to that file."""
+import os
+import re
+from dataclasses import dataclass
+
+import yaml
+
+from ..training.errors import EriDiffusionError
+
+BASE_KEY = "_base_"
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads `1e-4` (no dot) as text; configs in the wild write learning rates that way."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                  |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                  |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                  |[-+]?\.(?:inf|Inf|INF)
+                  |\.(?:nan|NaN|NAN))$""", re.VERBOSE),
+    list("-+0123456789."))
+
+
+@dataclass(frozen=True)
+class ConfigText:
+    """A config file with its bases merged in. `origins` maps a key path (a tuple of keys and list
+    indices) to the file that set it; a path not listed was set together with its parent."""
+    path: str
+    values: dict
+    origins: dict
+
+    def origin(self, key_path):
+        for end in range(len(key_path), -1, -1):
+            if tuple(key_path[:end]) in self.origins:
+                return self.origins[tuple(key_path[:end])]
+        return self.path
+
+
+def read_config(path):
+    """The merged contents of the config file at `path`."""
+    path = os.path.abspath(path)
+    values, origins = _read(path, ())
+    return ConfigText(path, values, origins)
+
+
+def _load_yaml(path, included_by):
+    where = f" (named in {included_by}'s {BASE_KEY})" if included_by else ""
+    if not os.path.isfile(path):
+        raise EriDiffusionError(f"config file {path}{where} does not exist.")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.load(f, Loader=_Loader)
+    except yaml.YAMLError as error:
+        raise EriDiffusionError(f"{path} is not valid YAML: {error}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise EriDiffusionError(f"{path} must hold a mapping of sections (model:, dataset:, train:, ...), "
+                                f"not a {type(data).__name__}.")
+    return data
+
+
+def _read(path, chain):
+    if path in chain:
+        cycle = " -> ".join(os.path.basename(p) for p in chain + (path,))
+        raise EriDiffusionError(f"{BASE_KEY} files include each other in a circle: {cycle}.")
+    data = _load_yaml(path, chain[-1] if chain else None)
+    bases = data.pop(BASE_KEY, [])
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+        raise EriDiffusionError(f"{path}: {BASE_KEY} must be a file path or a list of them (got {bases!r}).")
+    values, origins = {}, {}
+    for base in bases:
+        base_path = os.path.normpath(os.path.join(os.path.dirname(path), os.path.expanduser(base)))
+        _merge(values, origins, *_read(base_path, chain + (path,)), ())
+    _merge(values, origins, data, _origins_of(data, path, ()), ())
+    return values, origins
+
+
+def _origins_of(value, path, key_path):
+    origins = {key_path: path}
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        origins.update(_origins_of(child, path, key_path + (key,)))
+    return origins
+
+
+def _merge(values, origins, override, override_origins, key_path):
+    """Mappings merge key by key; anything else (lists too) replaces what the bases said."""
+    for key, value in override.items():
+        here = key_path + (key,)
+        if isinstance(value, dict) and isinstance(values.get(key), dict):
+            _merge(values[key], origins, value, override_origins, here)
+            continue
+        values[key] = value
+        for stale in [p for p in origins if p[:len(here)] == here]:
+            del origins[stale]
+        origins.update({p: f for p, f in override_origins.items() if p[:len(here)] == here})

@@ -1,0 +1,139 @@
+"""A config file (EriDiffusion's sections, or ai-toolkit's format) checked and completed: every key
+known, every value within its node input's bounds, every default filled, every relative path
+taken from the file that wrote it."""
+import os
+from dataclasses import dataclass, fields
+from typing import Optional
+
+import yaml
+
+from ..training.errors import EriDiffusionError
+from . import ai_toolkit
+from .config_file import read_config
+from .models import TINY_MODELS, ModelSource
+from .schema import (
+    FOLDER_INPUTS,
+    NODE_SECTIONS,
+    OPTIONAL_SECTIONS,
+    SECTIONS,
+    nearest_hint,
+    section_settings,
+)
+
+TOP_LEVEL = SECTIONS + ("output",)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, as the nodes' inputs: `dataset` holds LoadDataset's inputs, `train`
+    LoRATrainer's, ...; `objective` and `sample` are None when their node is not connected."""
+    path: str                        # the config file
+    model: ModelSource
+    dataset: dict
+    cache: dict
+    train: dict
+    objective: Optional[dict]
+    sample: Optional[dict]
+    save: dict
+    logging: dict
+    output: str = ""                 # ComfyUI's output folder for the run ("": the command line's)
+    unsupported: tuple = ()          # "key (why)" of settings read but not honoured
+    schema: str = "eridiffusion"     # or "ai-toolkit": the format the file was written in
+
+    def as_dict(self):
+        """The complete config in EriDiffusion's own sections (what --print-config prints)."""
+        model = {f.name: getattr(self.model, f.name) for f in fields(self.model)}
+        model["text_encoders"] = list(model["text_encoders"])
+        out = {"model": model}
+        out.update({section: getattr(self, section) for section in NODE_SECTIONS})
+        out["logging"] = self.logging
+        if self.output:
+            out["output"] = self.output
+        return out
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+# multi-line text (prompts) as a YAML block, one prompt a line
+_Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+
+
+def config_yaml(config):
+    """`config` as YAML in EriDiffusion's sections: a file that runs the same."""
+    return yaml.dump(config.as_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
+
+
+def load_run_config(path):
+    """The RunConfig of the config file at `path` (with its _base_ files)."""
+    text = read_config(path)
+    if ai_toolkit.is_ai_toolkit(text.values):
+        translation = ai_toolkit.translate(text)
+        return _complete(text.path, translation.sections, translation.labels, translation.output,
+                         tuple(translation.unsupported), "ai-toolkit")
+    for key in text.values:
+        if key not in TOP_LEVEL:
+            raise EriDiffusionError(f"{text.origin((key,))}: unknown section '{key}'"
+                                    f"{nearest_hint(str(key), TOP_LEVEL)} (sections: {', '.join(TOP_LEVEL)}).")
+    labels = {}
+    for section, values in text.values.items():
+        if isinstance(values, dict):
+            labels.update({(section, key): (f"{section}.{key}", text.origin((section, key))) for key in values})
+        else:
+            labels[(section, None)] = (section, text.origin((section,)))
+    output = (text.values["output"], text.origin(("output",))) if "output" in text.values else ()
+    return _complete(text.path, {k: v for k, v in text.values.items() if k != "output"}, labels, output, (),
+                     "eridiffusion")
+
+
+def _absolute(path, origin_file):
+    path = os.path.expanduser(path)
+    return path if os.path.isabs(path) else os.path.normpath(os.path.join(os.path.dirname(origin_file), path))
+
+
+def _complete(path, raw, labels, output, unsupported, schema):
+    resolved = {}
+    for section in SECTIONS:
+        given = raw.get(section)
+        where, origin = labels.get((section, None), (section, path))
+        if given is None and section in OPTIONAL_SECTIONS:
+            resolved[section] = None
+            continue
+        if section == "model" and isinstance(given, str):
+            given = {"checkpoint": given}
+            labels = {**labels, ("model", "checkpoint"): (where, origin)}
+        if not isinstance(given, (dict, type(None))):
+            raise EriDiffusionError(f"{origin}: {where} must be a mapping of keys (got {given!r}).")
+        resolved[section] = _complete_section(section, given or {}, labels, path)
+    if "folder" not in (raw.get("dataset") or {}):
+        raise EriDiffusionError(f"{path}: dataset.folder is missing: give the folder of training images "
+                                "(relative to the config file, or absolute).")
+    if output:
+        folder, origin = output
+        if not isinstance(folder, str) or not folder:
+            raise EriDiffusionError(f"{origin}: output must be a folder path (got {folder!r}).")
+        output = _absolute(folder, origin)
+    try:
+        model = ModelSource(**resolved.pop("model"))
+    except EriDiffusionError as error:
+        raise EriDiffusionError(f"{path}: {error}") from None
+    return RunConfig(path=path, model=model, output=output or "", unsupported=unsupported, schema=schema,
+                     **resolved)
+
+
+def _complete_section(section, given, labels, path):
+    settings = section_settings(section)
+    values = {}
+    for key, value in given.items():
+        where, origin = labels.get((section, key), (f"{section}.{key}", path))
+        if key not in settings:
+            raise EriDiffusionError(f"{origin}: unknown key {where}{nearest_hint(str(key), settings)} "
+                                    f"({section} takes {', '.join(settings)}).")
+        value = settings[key].checked(value, f"{origin}: {where}")
+        is_path = settings[key].kind in ("PATH", "PATHS") or (section, key) in FOLDER_INPUTS
+        if is_path and value and not (section == "model" and value in TINY_MODELS):
+            value = tuple(_absolute(v, origin) for v in value) if isinstance(value, tuple) else _absolute(value, origin)
+        values[key] = value
+    return {name: values.get(name, setting.default) for name, setting in settings.items()}

@@ -1,0 +1,207 @@
+"""Config files: `_base_` merging, keys and defaults taken from the node definitions, errors that name
+the key and its file, ai-toolkit's format, and the shipped examples."""
+import glob
+import os
+
+import pytest
+
+from eridiffusion.headless.run_config import config_yaml, load_run_config
+from eridiffusion.headless.schema import NODE_SECTIONS, section_nodes, section_settings
+from eridiffusion.training.errors import EriDiffusionError
+from tests.support.headless import CONFIGS, write_yaml
+
+
+def test_base_files_merge_depth_first_and_the_later_one_wins(tmp_path):
+    write_yaml(tmp_path / "root.yaml", "model: tiny-sd15\ndataset: {folder: images}\ntrain: {rank: 4, steps: 10}\n")
+    write_yaml(tmp_path / "a.yaml", "_base_: root.yaml\ntrain: {rank: 8, alpha: 2.0}\n")
+    write_yaml(tmp_path / "b.yaml", "train: {rank: 12}\n")
+    top = write_yaml(tmp_path / "top.yaml", "_base_: [a.yaml, b.yaml]\ntrain: {steps: 30}\n")
+    config = load_run_config(top)
+    assert (config.train["rank"], config.train["alpha"], config.train["steps"]) == (12, 2.0, 30)
+    assert config.model.checkpoint == "tiny-sd15"
+
+
+def test_relative_paths_are_relative_to_the_file_that_writes_them(tmp_path):
+    (tmp_path / "bases").mkdir()
+    write_yaml(tmp_path / "bases" / "data.yaml", "dataset: {folder: ../photos}\ncache: {cache_folder: cache}\n")
+    top = write_yaml(tmp_path / "top.yaml", "_base_: bases/data.yaml\nmodel: tiny-sdxl\noutput: runs\n")
+    config = load_run_config(top)
+    assert config.dataset["folder"] == str(tmp_path / "photos")
+    assert config.cache["cache_folder"] == str(tmp_path / "bases" / "cache")
+    assert config.output == str(tmp_path / "runs")
+
+
+def test_base_files_that_include_each_other_are_an_error(tmp_path):
+    write_yaml(tmp_path / "a.yaml", "_base_: b.yaml\n")
+    write_yaml(tmp_path / "b.yaml", "_base_: a.yaml\n")
+    with pytest.raises(EriDiffusionError, match=r"in a circle: a.yaml -> b.yaml -> a.yaml"):
+        load_run_config(tmp_path / "a.yaml")
+
+
+def test_unknown_key_is_an_error_naming_the_key_its_file_and_the_nearest_known_key(tmp_path):
+    write_yaml(tmp_path / "base.yaml", "model: tiny-sdxl\ntrain: {learnig_rate: 0.001}\n")
+    top = write_yaml(tmp_path / "top.yaml", "_base_: base.yaml\ndataset: {folder: x}\n")
+    with pytest.raises(EriDiffusionError) as error:
+        load_run_config(top)
+    assert str(error.value).startswith(f"{tmp_path / 'base.yaml'}: unknown key train.learnig_rate; "
+                                       "did you mean learning_rate?")
+
+
+def test_unknown_section_is_an_error_naming_the_nearest_section(tmp_path):
+    top = write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\ntrian: {steps: 3}\n")
+    with pytest.raises(EriDiffusionError, match=r"unknown section 'trian'; did you mean train\?"):
+        load_run_config(top)
+
+
+def test_values_outside_the_node_inputs_bounds_are_an_error_naming_the_key(tmp_path):
+    top = write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\ntrain: {rank: 0}\n")
+    with pytest.raises(EriDiffusionError, match=r"top.yaml: train.rank is 0, outside 1..256"):
+        load_run_config(top)
+    top = write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\ntrain: {optimizer: adamw}\n")
+    with pytest.raises(EriDiffusionError, match=r"train.optimizer is 'adamw'; choose one of AdamW, .*; did you mean "
+                                                r"AdamW\?"):
+        load_run_config(top)
+
+
+def test_every_node_input_is_a_key_of_its_section_with_the_nodes_default(tmp_path):
+    config = load_run_config(write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\n"
+                                                               "objective: {}\nsample: {}\n"))
+    for section, node in section_nodes().items():
+        inputs = node.INPUT_TYPES()
+        widgets = {name: spec[1].get("default") for group in ("required", "optional")
+                   for name, spec in inputs.get(group, {}).items()
+                   if isinstance(spec[0], list) or spec[0] in ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")}
+        values = getattr(config, section)
+        assert set(values) == set(widgets), section
+        assert {k: v for k, v in values.items() if k != "folder"} == \
+               {k: v for k, v in widgets.items() if k != "folder"}, section
+
+
+def test_a_config_without_sample_or_objective_connects_neither_node(tmp_path):
+    config = load_run_config(write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\n"
+                                                               "sample: null\n"))
+    assert (config.sample, config.objective) == (None, None)
+
+
+def test_printed_config_reads_back_as_the_same_config(tmp_path):
+    config = load_run_config(os.path.join(CONFIGS, "tiny_demo.yaml"))
+    again = load_run_config(write_yaml(tmp_path / "printed.yaml", config_yaml(config)))
+    assert again.as_dict() == config.as_dict()
+    assert config.sample["prompts"] == "a photo of sks dog\na photo of sks dog on the beach"
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(CONFIGS, "*.yaml"))), ids=os.path.basename)
+def test_shipped_config_is_complete_and_valid(path):
+    config = load_run_config(path)
+    assert config.dataset["folder"] and config.model.describe()
+    assert set(config.as_dict()) >= {"model", *NODE_SECTIONS, "logging"}
+
+
+AI_TOOLKIT = """
+job: extension
+config:
+  name: "my_first_flux_lora_v1"
+  process:
+    - type: 'sd_trainer'
+      training_folder: "output"
+      device: cuda:0
+      trigger_word: "p3r5on"
+      network: {type: "lora", linear: 16, linear_alpha: 16}
+      save: {dtype: float16, save_every: 250, max_step_saves_to_keep: 4, push_to_hub: false}
+      datasets:
+        - folder_path: "/path/to/images/folder"
+          caption_ext: "txt"
+          caption_dropout_rate: 0.05
+          shuffle_tokens: false
+          cache_latents_to_disk: true
+          resolution: [ 512, 768, 1024 ]
+      train:
+        batch_size: 1
+        steps: 2000
+        gradient_accumulation_steps: 1
+        train_unet: true
+        train_text_encoder: false
+        gradient_checkpointing: true
+        noise_scheduler: "flowmatch"
+        optimizer: "adamw8bit"
+        lr: 1e-4
+        linear_timesteps: true
+        ema_config: {use_ema: true, ema_decay: 0.99}
+        dtype: bf16
+      model:
+        name_or_path: "/models/flux1-dev.safetensors"
+        is_flux: true
+        quantize: true
+      sample:
+        sampler: "flowmatch"
+        sample_every: 250
+        width: 1024
+        height: 1024
+        prompts:
+          - "[trigger] holding a sign that says 'I LOVE PROMPTS!'"
+          - "a bear building a log cabin in the snow covered mountains"
+        neg: ""
+        seed: 42
+        walk_seed: true
+        guidance_scale: 4
+        sample_steps: 20
+meta:
+  name: "[name]"
+  version: '1.0'
+"""
+
+
+def test_ai_toolkit_config_becomes_the_node_inputs_it_means(tmp_path):
+    config = load_run_config(write_yaml(tmp_path / "flux.yaml", AI_TOOLKIT))
+    assert config.schema == "ai-toolkit"
+    assert config.model.checkpoint == "/models/flux1-dev.safetensors"
+    assert (config.model.arch, config.model.weight_dtype) == ("flux", "fp8_e4m3fn")
+    assert {k: config.train[k] for k in ("run_name", "algorithm", "rank", "alpha", "steps", "grad_accum",
+                                         "optimizer", "learning_rate", "dtype", "gradient_checkpointing",
+                                         "save_every", "keep_last", "text_encoder_lr")} == {
+        "run_name": "my_first_flux_lora_v1", "algorithm": "lora", "rank": 16, "alpha": 16.0, "steps": 2000,
+        "grad_accum": 1, "optimizer": "AdamW8bit", "learning_rate": 1e-4, "dtype": "bf16",
+        "gradient_checkpointing": True, "save_every": 250, "keep_last": 4, "text_encoder_lr": 0.0}
+    assert {k: config.dataset[k] for k in ("folder", "caption_ext", "caption_dropout", "trigger_word")} == {
+        "folder": "/path/to/images/folder", "caption_ext": ".txt", "caption_dropout": 0.05, "trigger_word": "p3r5on"}
+    assert config.cache["resolution"] == 1024
+    assert config.save == {"filename_prefix": "my_first_flux_lora_v1", "dtype": "fp16", "overwrite": False}
+    assert {k: config.sample[k] for k in ("every", "seed", "cfg", "steps", "width")} == {
+        "every": 250, "seed": 42, "cfg": 1.0, "steps": 20, "width": 1024}  # Flux dev: no CFG
+    assert config.sample["prompts"].splitlines()[0] == "p3r5on holding a sign that says 'I LOVE PROMPTS!'"
+    assert config.output == str(tmp_path / "output")
+
+
+def test_ai_toolkit_keys_read_but_not_supported_are_all_listed(tmp_path):
+    config = load_run_config(write_yaml(tmp_path / "flux.yaml", AI_TOOLKIT))
+    listed = [entry.split(" (")[0] for entry in config.unsupported]
+    assert listed == [
+        "meta", "config.process[0].device", "config.process[0].datasets[0].resolution",
+        "config.process[0].train.linear_timesteps",
+        "config.process[0].train.ema_config", "config.process[0].train.noise_scheduler",
+        "config.process[0].sample.guidance_scale", "config.process[0].sample.sampler"]
+
+
+def test_ai_toolkit_unknown_key_is_an_error_naming_the_nearest_key(tmp_path):
+    path = write_yaml(tmp_path / "bad.yaml", AI_TOOLKIT.replace("sample_steps: 20", "sample_stepz: 20"))
+    with pytest.raises(EriDiffusionError, match=r"unknown key config.process\[0\].sample.sample_stepz; did you mean "
+                                                r"sample_steps\?"):
+        load_run_config(path)
+
+
+def test_ai_toolkit_hugging_face_model_names_are_an_error_with_the_fix(tmp_path):
+    path = write_yaml(tmp_path / "hf.yaml", AI_TOOLKIT.replace("/models/flux1-dev.safetensors",
+                                                               "black-forest-labs/FLUX.1-dev"))
+    with pytest.raises(EriDiffusionError, match=r"name_or_path is 'black-forest-labs/FLUX.1-dev'; EriDiffusion loads "
+                                                r"ComfyUI's single-file checkpoints"):
+        load_run_config(path)
+
+
+def test_model_section_takes_unetloaders_weight_dtypes_and_comfyuis_clip_types():
+    import comfy.sd
+    import nodes
+    from eridiffusion.headless.models import WEIGHT_DTYPE_OPTIONS
+    settings = section_settings("model")
+    assert settings["weight_dtype"].options == tuple(nodes.UNETLoader.INPUT_TYPES()["required"]["weight_dtype"][0])
+    assert set(settings["weight_dtype"].options) == set(WEIGHT_DTYPE_OPTIONS)
+    assert "flux" in settings["clip_type"].options and len(settings["clip_type"].options) == len(comfy.sd.CLIPType)

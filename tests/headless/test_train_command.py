@@ -1,0 +1,71 @@
+"""`eridiffusion train configs/tiny_demo.yaml` as a user runs it (a subprocess), shortened for two
+CPU cores through a `_base_` file, against the same settings run as a node graph."""
+import json
+import os
+
+import pytest
+
+from tests.support.headless import CONFIGS, graph_prompt, run_cli, write_yaml
+from tests.support.workflow import execution_error, load_extension, run_prompt
+
+RUN_NAME = "headless_tiny_demo"
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def quick_demo(tmp_path_factory):
+    """configs/tiny_demo.yaml at 64 px for 4 steps (samples every 2), trained by the command line."""
+    folder = tmp_path_factory.mktemp("tiny_demo_cli")
+    config = write_yaml(folder / "quick.yaml", f"""
+_base_: {os.path.join(CONFIGS, "tiny_demo.yaml")}
+cache: {{resolution: 64}}
+train: {{steps: {STEPS}, run_name: {RUN_NAME}}}
+sample: {{every: 2, steps: 2, width: 64, height: 64}}
+""")
+    done = run_cli("train", config, "--output", folder / "out", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    return {"config": config, "output": folder / "out", "stderr": done.stderr}
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def test_train_command_writes_the_run_folder_the_node_writes(quick_demo):
+    run_dir = quick_demo["output"] / RUN_NAME
+    assert {"loss.json", "loss.png", "summary.json", "config.yaml"} <= set(os.listdir(run_dir))
+    assert sorted(os.listdir(run_dir / "checkpoints")) == [f"{RUN_NAME}_step{STEPS:06d}.safetensors",
+                                                           f"{RUN_NAME}_step{STEPS:06d}.training_state"]
+    assert sorted(os.listdir(run_dir / "samples")) == ["step_2_0.png", "step_2_1.png", "step_4_0.png", "step_4_1.png"]
+    assert read_json(run_dir / "summary.json")["steps"] == STEPS
+    samples = f"out/{RUN_NAME}/samples/step_2_0.png, out/{RUN_NAME}/samples/step_2_1.png"
+    assert f"step 2: samples {samples}" in quick_demo["stderr"]
+    assert f"checkpoint out/{RUN_NAME}/checkpoints/{RUN_NAME}_step{STEPS:06d}.safetensors" in quick_demo["stderr"]
+
+
+def test_train_command_lora_loads_in_stock_comfyui_with_every_key_matched(quick_demo, caplog):
+    import comfy.sd
+    import comfy.utils
+    from eridiffusion.tiny_models import build_tiny_demo
+    path = quick_demo["output"] / "loras" / "eridiffusion" / "sks_dog.safetensors"
+    lora = comfy.utils.load_torch_file(str(path), safe_load=True)
+    model, clip, _ = build_tiny_demo("sdxl", seed=0)
+    caplog.clear()
+    patched, _ = comfy.sd.load_lora_for_models(model, clip, lora, 1.0, 1.0)
+    assert [r.getMessage() for r in caplog.records if "lora key not loaded" in r.getMessage()] == []
+    assert len(patched.patches) == sum(k.endswith(".lora_down.weight") for k in lora) > 0
+
+
+def test_train_command_and_the_node_graph_give_the_same_losses(quick_demo, comfy_dirs):
+    from eridiffusion.headless.run_config import load_run_config
+    load_extension()
+    executor, _ = run_prompt(graph_prompt(load_run_config(quick_demo["config"])))
+    assert executor.success, execution_error(executor)
+    cli = read_json(quick_demo["output"] / RUN_NAME / "summary.json")
+    graph = read_json(os.path.join(comfy_dirs["output"], RUN_NAME, "summary.json"))
+    cli_losses = read_json(quick_demo["output"] / RUN_NAME / "loss.json")["loss"]
+    graph_losses = read_json(os.path.join(comfy_dirs["output"], RUN_NAME, "loss.json"))["loss"]
+    assert len(cli_losses) == len(graph_losses) == STEPS
+    assert cli_losses == pytest.approx(graph_losses, abs=1e-6, rel=0)
+    assert cli["eval_loss_after"] == pytest.approx(graph["eval_loss_after"], abs=1e-6, rel=0)
