@@ -83,11 +83,16 @@ class TrainerPanel {
 
   async stop() {
     this.stopButton.disabled = true;
-    await api.fetchApi("/eridiffusion/stop", {
+    const response = await api.fetchApi("/eridiffusion/stop", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ prompt_id: this.promptId, node_id: String(this.node.id) }),
     });
+    if (!response.ok) {
+      const answer = await response.json().catch(() => ({}));
+      this.text.textContent += ` · ${answer.error ?? "stop refused"}`;
+      return;
+    }
     this.text.textContent += " · stopping at the next step";
   }
 
@@ -107,9 +112,11 @@ class TrainerPanel {
     const ctx = this.canvas.getContext("2d");
     const { width, height } = this.canvas;
     ctx.clearRect(0, 0, width, height);
-    if (this.losses.length < 2) return;
+    // a skipped (non-finite) step comes as null: it has no point on the chart
+    const losses = this.losses.filter((v) => v != null && isFinite(v));
+    if (losses.length < 2) return;
     const map = (v) => (this.logScale ? Math.log10(Math.max(v, 1e-12)) : v);
-    const values = this.losses.map(map);
+    const values = losses.map(map);
     const lo = Math.min(...values);
     const hi = Math.max(...values);
     const span = hi - lo || 1;
@@ -124,9 +131,9 @@ class TrainerPanel {
       ctx.stroke();
     };
     line(values, "rgba(120,150,220,0.45)", 1);
-    line(smoothed(this.losses).map(map), "rgb(80,140,255)", 2);
+    line(smoothed(losses).map(map), "rgb(80,140,255)", 2);
     ctx.fillStyle = "#aaa";
-    ctx.fillText(this.losses[this.losses.length - 1].toPrecision(4), width - 60, 12);
+    ctx.fillText(losses[losses.length - 1].toPrecision(4), width - 60, 12);
   }
 }
 

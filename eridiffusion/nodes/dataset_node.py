@@ -36,7 +36,8 @@ class LoadDataset(io.ComfyNode):
                 io.String.Input("caption_ext", default=".txt", tooltip="Extension of the caption file beside each image."),
                 io.String.Input("trigger_word", default="", tooltip="Prepended to every caption that lacks it (empty: none)."),
                 io.Combo.Input("missing_caption", options=list(MISSING_CAPTION), default="error",
-                               tooltip="An image without caption: stop with an error, or use the trigger word as its caption."),
+                               tooltip="An image whose caption is missing or empty: stop with an error naming "
+                                       "it, or use the trigger word as its caption."),
                 io.Float.Input("caption_dropout", default=0.0, min=0.0, max=1.0, step=0.01,
                                tooltip="Fraction of steps that train on an empty caption (helps prompt-free use)."),
                 io.Boolean.Input("shuffle_tags", default=False, tooltip="Shuffle comma-separated tags of each caption."),

@@ -8,16 +8,40 @@ import time
 
 import folder_paths
 
+from ..training.atomic_file import json_safe
+from ..training.errors import EriDiffusionError
+
 EVENT = "eridiffusion.progress"
 MIN_INTERVAL_S = 0.25  # at most four events a second, whatever the step rate
+MAX_ID_CHARS = 200     # prompt ids are UUIDs and node ids short numbers; anything longer is not one
 
+# (prompt id, node id) of the trainers training now, and those of them asked to stop. A request
+# for any other pair is refused, so neither set outgrows the trainers running at once.
+_training = set()
 _stop_requests = set()
 _stop_lock = threading.Lock()
 
 
-def request_stop(prompt_id, node_id):
+def begin_run(prompt_id, node_id):
     with _stop_lock:
-        _stop_requests.add((str(prompt_id), str(node_id)))
+        _training.add((str(prompt_id), str(node_id)))
+        _stop_requests.discard((str(prompt_id), str(node_id)))
+
+
+def end_run(prompt_id, node_id):
+    with _stop_lock:
+        _training.discard((str(prompt_id), str(node_id)))
+        _stop_requests.discard((str(prompt_id), str(node_id)))
+
+
+def request_stop(prompt_id, node_id):
+    """Ask a training trainer to stop at its next step boundary; False when none of that id trains."""
+    key = (str(prompt_id), str(node_id))
+    with _stop_lock:
+        if key not in _training:
+            return False
+        _stop_requests.add(key)
+        return True
 
 
 def stop_requested(prompt_id, node_id):
@@ -25,9 +49,10 @@ def stop_requested(prompt_id, node_id):
         return (str(prompt_id), str(node_id)) in _stop_requests
 
 
-def clear_stop(prompt_id, node_id):
+def pending_stop_requests():
+    """How many stop requests are kept (the route's memory)."""
     with _stop_lock:
-        _stop_requests.discard((str(prompt_id), str(node_id)))
+        return len(_stop_requests)
 
 
 def server_sender():
@@ -82,26 +107,52 @@ class ProgressReporter:
                    "eta_seconds": seconds_per_step * (total - step) if seconds_per_step is not None else None,
                    "lr": stats.get("lr"), "peak_vram_gib": stats.get("peak_vram_gib"),
                    "samples": self.pending_samples}
-        self.send(EVENT, payload)
+        self.send(EVENT, json_safe(payload))
         self.pending_losses, self.pending_samples = [], []
         self.last_sent = now
         self.events_sent += 1
 
 
 def loss_history(run):
-    """The loss.json of output/<run> and its sample images, for a reopened page to redraw its panel."""
+    """The loss.json of output/<run> and its sample images, for a reopened page to redraw its panel;
+    None when there is no such run. A loss.json that is not a loss history raises EriDiffusionError."""
     output = os.path.realpath(folder_paths.get_output_directory())
     path = os.path.realpath(os.path.join(output, run, "loss.json"))
     if os.path.commonpath([output, path]) != output or not os.path.isfile(path):
         return None
-    with open(path) as f:
-        history = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            history = json.load(f)
+    except (ValueError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise EriDiffusionError(f"output/{run}/loss.json cannot be read as a loss history ({error}).") from None
+    if not isinstance(history, dict) or not isinstance(history.get("loss"), list) or \
+            not all(v is None or isinstance(v, (int, float)) for v in history["loss"]):
+        raise EriDiffusionError(f"output/{run}/loss.json is not a loss history (an object with a list of numbers "
+                                "under 'loss').")
     samples = os.path.join(os.path.dirname(path), "samples")
     names = sorted(os.listdir(samples), key=lambda n: os.path.getmtime(os.path.join(samples, n))) \
         if os.path.isdir(samples) else []
     history["samples"] = [{"filename": n, "subfolder": os.path.relpath(samples, output), "type": "output"}
                           for n in names if n.endswith(".png")]
-    return history
+    return json_safe(history)
+
+
+def id_problem(name, value):
+    """What is wrong with a prompt or node id from a request, or None."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        return f"{name} must be a non-empty string"
+    if len(str(value)) > MAX_ID_CHARS or any(ord(c) < 32 for c in str(value)):
+        return f"{name} must be at most {MAX_ID_CHARS} printable characters"
+    return None
+
+
+def run_problem(run):
+    """What is wrong with a run name from a request, or None: a plain folder name of output/."""
+    if not run:
+        return "give the run's folder name: /eridiffusion/loss?run=<run_name>"
+    if len(run) > 255 or any(ord(c) < 32 for c in run) or any(c in run for c in "/\\") or run in (".", ".."):
+        return "run must be a folder name inside ComfyUI's output folder (no slashes or control characters)"
+    return None
 
 
 _registered = []
@@ -119,20 +170,40 @@ def register_routes_once():
 
 
 def register_routes(routes):
-    """POST /eridiffusion/stop {prompt_id, node_id}; GET /eridiffusion/loss?run=<name>."""
+    """POST /eridiffusion/stop {prompt_id, node_id}; GET /eridiffusion/loss?run=<name>. Malformed
+    requests get 400 with a message; losses that are not finite come as null."""
     from aiohttp import web
+
+    def refused(message, status=400):
+        return web.json_response({"error": message}, status=status)
 
     @routes.post("/eridiffusion/stop")
     async def stop(request):
-        body = await request.json()
-        if not body.get("prompt_id") or not body.get("node_id"):
-            return web.json_response({"error": "send prompt_id and node_id of the running trainer"}, status=400)
-        request_stop(body["prompt_id"], body["node_id"])
+        try:
+            body = await request.json()
+        except ValueError:
+            return refused('send a JSON body: {"prompt_id": "...", "node_id": "..."}')
+        if not isinstance(body, dict):
+            return refused('send a JSON object: {"prompt_id": "...", "node_id": "..."}')
+        for name in ("prompt_id", "node_id"):
+            problem = id_problem(name, body.get(name))
+            if problem:
+                return refused(f"{problem}: send prompt_id and node_id of the running trainer")
+        if not request_stop(body["prompt_id"], body["node_id"]):
+            return refused(f"no LoRATrainer (node {body['node_id']} of prompt {body['prompt_id']}) is training now",
+                           status=404)
         return web.json_response({"stopping": True})
 
     @routes.get("/eridiffusion/loss")
     async def loss(request):
-        history = loss_history(request.query.get("run", ""))
+        run = request.query.get("run", "")
+        problem = run_problem(run)
+        if problem:
+            return refused(problem)
+        try:
+            history = loss_history(run)
+        except EriDiffusionError as error:
+            return refused(str(error))
         if history is None:
-            return web.json_response({"error": "no such run"}, status=404)
+            return refused("no such run", status=404)
         return web.json_response(history)

@@ -31,7 +31,7 @@ class LoadLoRAForTraining(io.ComfyNode):
             inputs=[
                 io.String.Input("path", default="eridiffusion_lora/checkpoints/eridiffusion_lora_step000500.safetensors",
                                 tooltip="A .safetensors checkpoint; relative paths look in ComfyUI's output "
-                                        "folder, then in models/loras. Its .state.pt beside it makes the "
+                                        "folder, then in models/loras. Its .training_state beside it makes the "
                                         "continuation exact."),
             ],
             outputs=[Resume.Output(display_name="resume", tooltip="Connect to LoRATrainer's resume input.")],

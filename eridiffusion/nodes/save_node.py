@@ -4,24 +4,48 @@ import os
 import folder_paths
 from comfy_api.latest import io
 
+from ..training.atomic_file import sweep_stale_temp_files
 from ..training.errors import EriDiffusionError
 from ..training.lora_format import SAVE_DTYPES
 from .types import CATEGORY, LoRA
 
 
+# The longest ending a saved name gets: a counter for an existing name, and the extension.
+_ENDING = "_00001.safetensors"
+
+
+def _name_limit(folder):
+    """The longest file name, in bytes, the file system under `folder` takes."""
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
 def lora_path_for(prefix, loras_dir, overwrite):
-    """The file for `prefix` inside `loras_dir`; refuses anything that would leave it. Without
-    `overwrite`, an existing name gets the next free `_NNNNN` suffix."""
+    """The file for `prefix` inside `loras_dir`; refuses anything that would leave it, and names
+    the file system cannot hold. Without `overwrite`, an existing name gets the next free
+    `_NNNNN` suffix."""
     prefix = prefix.strip()
     if prefix.endswith(".safetensors"):
         prefix = prefix[:-len(".safetensors")]
     parts = prefix.replace("\\", "/").split("/")
-    if not prefix or os.path.isabs(prefix) or ".." in parts or any(p == "" for p in parts):
+    if not prefix or os.path.isabs(prefix) or any(p in ("", ".", "..") for p in parts):
         raise EriDiffusionError(f"SaveLoRA filename_prefix '{prefix}' must be a relative name inside models/loras "
-                                "(like 'my_lora' or 'people/my_lora'), without '..' or a leading '/'.")
+                                "(like 'my_lora' or 'people/my_lora'), without '.' or '..' parts or a leading '/'.")
+    if "\0" in prefix:
+        raise EriDiffusionError(f"SaveLoRA filename_prefix {prefix!r} contains a NUL character; remove it.")
+    limit = _name_limit(loras_dir)
+    longest = max(len(p.encode()) for p in parts[:-1]) if len(parts) > 1 else 0
+    if len(parts[-1].encode()) + len(_ENDING) > limit or longest > limit:
+        raise EriDiffusionError(f"SaveLoRA filename_prefix '{prefix}' is too long for the file system, which takes "
+                                f"names of up to {limit} bytes: keep each folder name and the file name to "
+                                f"{limit - len(_ENDING)} bytes or less.")
     root = os.path.realpath(loras_dir)
     base = os.path.realpath(os.path.join(root, *parts))
-    if os.path.commonpath([root, base]) != root:
+    if os.path.commonpath([root, os.path.dirname(base)]) != root or base == root:
         raise EriDiffusionError(f"SaveLoRA filename_prefix '{prefix}' resolves outside {root}; use a plain relative name.")
     path = base + ".safetensors"
     counter = 1
@@ -56,6 +80,7 @@ class SaveLoRA(io.ComfyNode):
     def execute(cls, lora, filename_prefix, dtype, overwrite):
         loras_dir = folder_paths.get_folder_paths("loras")[0]
         path = lora_path_for(filename_prefix, loras_dir, overwrite)
+        sweep_stale_temp_files(os.path.dirname(path))
         lora.save(path, dtype=dtype, overwrite=overwrite)
         name = os.path.relpath(path, loras_dir)
         return io.NodeOutput(path, ui={"text": [f"saved {name}"]})

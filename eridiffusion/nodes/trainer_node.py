@@ -1,4 +1,5 @@
 """LoRATrainer: MODEL + TRAINING_DATA + settings → trained MODEL, LORA, LOSS, sample grid."""
+import contextlib
 import json
 import os
 
@@ -12,16 +13,18 @@ from comfy_execution.utils import get_executing_context
 from ..training.atomic_file import write_json_atomic
 from ..training.adapters import ALGORITHMS, AUTO_TARGETS, TARGET_PRESETS, AdapterSpec
 from ..training.config import CUDA_GRAPHS, DTYPES, LR_SCHEDULES, TrainConfig
+from ..training.non_finite import MAX_SKIPS_IN_A_ROW, ON_NAN
 from ..training.optimizers import OPTIMIZERS
 from ..training.loss_plot import LossHistory
 from ..training.trainer import TrainingHooks, train_lora, unique_run_dir
-from .progress import ProgressReporter, clear_stop, server_sender, stop_requested
+from .progress import ProgressReporter, begin_run, end_run, server_sender, stop_requested
 from .types import CATEGORY, LoRA, Loss, Objective, Resume, SampleConfig, TrainingData
 
 
+@contextlib.contextmanager
 def live_hooks(node_id, steps, run_dir):
-    """The node's view of a run: ComfyUI's progress bar, live events for the page, its Cancel
-    (raises) and the page's Stop & save (ends at the next step boundary and saves)."""
+    """The node's view of a run, while it trains: ComfyUI's progress bar, live events for the page,
+    its Cancel (raises) and the page's Stop & save (ends at the next step boundary and saves)."""
     context = get_executing_context()
     prompt_id = context.prompt_id if context is not None else "headless"
     bar = ProgressBar(steps, node_id=node_id)
@@ -31,11 +34,14 @@ def live_hooks(node_id, steps, run_dir):
         bar.update_absolute(step, total)
         reporter.on_progress(step, total, losses, stats)
 
-    clear_stop(prompt_id, node_id)
-    return TrainingHooks(on_progress=on_progress,
-                         check_cancel=comfy.model_management.throw_exception_if_processing_interrupted,
-                         should_stop=lambda: stop_requested(prompt_id, node_id),
-                         on_samples=lambda step, grid, paths: reporter.on_samples(step, paths))
+    begin_run(prompt_id, node_id)
+    try:
+        yield TrainingHooks(on_progress=on_progress,
+                            check_cancel=comfy.model_management.throw_exception_if_processing_interrupted,
+                            should_stop=lambda: stop_requested(prompt_id, node_id),
+                            on_samples=lambda step, grid, paths: reporter.on_samples(step, paths))
+    finally:
+        end_run(prompt_id, node_id)
 
 
 def save_workflow(extra_pnginfo, node_id, run_dir):
@@ -122,6 +128,11 @@ class LoRATrainer(io.ComfyNode):
                              tooltip="Write a checkpoint to output/<run_name>/checkpoints every N steps (0: at the end only)."),
                 io.Int.Input("keep_last", default=0, min=0, max=1000,
                              tooltip="Keep only the newest N periodic checkpoints (0: keep all)."),
+                io.Combo.Input("on_nan", options=list(ON_NAN), default="stop",
+                               tooltip="A step whose loss or gradient is NaN/infinite (a diverged run): stop with "
+                                       "an error naming the step and the likely cause, keeping the checkpoints "
+                                       "written before it; or skip that step's update and go on (the count is in "
+                                       f"the summary; {MAX_SKIPS_IN_A_ROW} in a row still stop)."),
                 io.String.Input("run_name", default="eridiffusion_lora",
                                 tooltip="Folder under ComfyUI's output for checkpoints, samples and the loss log."),
                 SampleConfig.Input("sample_config", optional=True, tooltip="From SampleDuringTraining (optional)."),
@@ -149,7 +160,8 @@ class LoRATrainer(io.ComfyNode):
     def execute(cls, model, training_data, steps, learning_rate, algorithm, rank, alpha, conv_rank, conv_alpha,
                 lokr_factor, lokr_full_rank, batch_size, grad_accum, optimizer, text_encoder_lr, lr_schedule,
                 warmup_steps, seed, dtype, gradient_checkpointing, weights_vram_gib, torch_compile, cuda_graphs,
-                targets, save_every, keep_last, run_name, sample_config=None, clip=None, resume=None, objective=None):
+                targets, save_every, keep_last, on_nan, run_name, sample_config=None, clip=None, resume=None,
+                objective=None):
         adapter = AdapterSpec(algorithm=algorithm, rank=rank, alpha=alpha, targets=targets, conv_rank=conv_rank,
                               conv_alpha=conv_alpha, lokr_factor=lokr_factor, lokr_full_rank=lokr_full_rank)
         config = TrainConfig(steps=steps, learning_rate=learning_rate, text_encoder_lr=text_encoder_lr,
@@ -157,20 +169,21 @@ class LoRATrainer(io.ComfyNode):
                              lr_schedule=lr_schedule, warmup_steps=warmup_steps, seed=seed, dtype=dtype,
                              gradient_checkpointing=gradient_checkpointing, weights_vram_gib=weights_vram_gib,
                              torch_compile=torch_compile, cuda_graphs=cuda_graphs,
-                             save_every=save_every, keep_last=keep_last, run_name=run_name.strip(),
+                             save_every=save_every, keep_last=keep_last, on_nan=on_nan, run_name=run_name.strip(),
                              **objective_fields(objective))
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)
         save_workflow(cls.hidden.extra_pnginfo, cls.hidden.unique_id, run_dir)
-        hooks = live_hooks(cls.hidden.unique_id, steps, run_dir)
         # ComfyUI runs nodes under inference_mode; training needs autograd.
-        with torch.inference_mode(False), torch.enable_grad():
+        with live_hooks(cls.hidden.unique_id, steps, run_dir) as hooks, torch.inference_mode(False), \
+                torch.enable_grad():
             result = train_lora(model, training_data, config, run_dir, sample_settings=sample_config, hooks=hooks,
                                 clip=clip, resume=resume)
         history = LossHistory(tuple(result.losses), result.eval_loss_before, result.eval_loss_after,
                               result.seconds_per_step, os.path.abspath(run_dir))
         samples = result.samples if result.samples is not None else torch.zeros(1, 64, 64, 3)
         memory = f", peak VRAM {result.peak_memory_gib:.1f} GiB" if result.peak_memory_gib else ""
-        summary = (f"{len(result.losses)} steps, {result.seconds_per_step:.3g} s/step{memory}; evaluation loss "
-                   f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}; files in {run_dir}")
+        skipped = f" ({result.skipped_steps} skipped: non-finite loss or gradient)" if result.skipped_steps else ""
+        summary = (f"{len(result.losses)} steps{skipped}, {result.seconds_per_step:.3g} s/step{memory}; evaluation "
+                   f"loss {result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}; files in {run_dir}")
         out_clip = result.clip if result.clip is not None else clip
         return io.NodeOutput(result.patcher, result.lora, history, samples, out_clip, ui={"text": [summary]})

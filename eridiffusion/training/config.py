@@ -5,12 +5,16 @@ import torch
 
 from .adapters import AdapterSpec
 from .errors import EriDiffusionError
+from .non_finite import ON_NAN
 from .objective import ObjectiveSpec
 from .optimizers import OPTIMIZERS
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 LR_SCHEDULES = ("constant", "cosine")
 CUDA_GRAPHS = ("auto", "on", "off")
+# 255 bytes (the usual file-name limit) less the longest name a run writes after it:
+# "<run_name>_step1000000.training_state".
+MAX_RUN_NAME_BYTES = 255 - len("_step1000000.training_state")
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class TrainConfig:
     torch_compile: bool = False         # torch.compile each block of the diffusion model (inductor)
     cuda_graphs: str = "auto"           # replay each micro-batch's forward+backward from a CUDA graph:
                                         # on, off, or auto (on for CUDA devices without text-encoder training)
+    on_nan: str = "stop"                # a non-finite loss or gradient: stop the run naming the step, or
+                                        # skip that step's update (many in a row still stop it)
     save_every: int = 0                 # 0: save only at the end
     keep_last: int = 0                  # keep only the newest N periodic checkpoints (0: all)
     run_name: str = "eridiffusion_lora"
@@ -68,15 +74,20 @@ class TrainConfig:
                                     "gradient_checkpointing on.")
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise EriDiffusionError(f"cuda_graphs '{self.cuda_graphs}' unknown; choose one of {CUDA_GRAPHS}.")
+        if self.on_nan not in ON_NAN:
+            raise EriDiffusionError(f"on_nan '{self.on_nan}' unknown; choose one of {ON_NAN}.")
         if self.dtype not in DTYPES:
             raise EriDiffusionError(f"dtype '{self.dtype}' unknown; choose one of {tuple(DTYPES)}.")
         if min(self.warmup_steps, self.save_every, self.keep_last, self.weight_decay, self.max_grad_norm,
                self.text_encoder_lr) < 0:
             raise EriDiffusionError("warmup_steps, save_every, keep_last, weight_decay, max_grad_norm and "
                                     "text_encoder_lr cannot be negative.")
-        if not self.run_name or any(c in self.run_name for c in "/\\") or self.run_name.startswith("."):
-            raise EriDiffusionError(f"run_name '{self.run_name}' must be a plain folder name (no slashes, "
+        if not self.run_name or any(c in self.run_name for c in "/\\\0") or self.run_name.startswith("."):
+            raise EriDiffusionError(f"run_name {self.run_name!r} must be a plain folder name (no slashes or NUL, "
                                     "not starting with a dot).")
+        if len(self.run_name.encode()) > MAX_RUN_NAME_BYTES:
+            raise EriDiffusionError(f"run_name is {len(self.run_name.encode())} bytes long; its checkpoint names "
+                                    f"must fit the file system's 255, so keep it to {MAX_RUN_NAME_BYTES} bytes.")
 
     @property
     def torch_dtype(self):

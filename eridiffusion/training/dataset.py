@@ -142,21 +142,31 @@ def load_dataset(folder, caption_ext=".txt", trigger_word="", missing_caption="e
         caption = captions.get(name, "")
         if not caption:
             if missing_caption == "error":
-                stem = _stem(folder, name)
-                where = (f"add a line for it to {METADATA_FILE}" if has_metadata
-                         else f"write {stem}{caption_ext} beside it")
-                what = " (a frame folder, read as one clip)" if os.path.isdir(path) else ""
-                raise EriDiffusionError(f"{path}{what} has no caption; {where}, or set missing_caption to "
-                                        "'trigger_word' to caption it with the trigger word.")
+                raise _no_caption_error(folder, name, caption_ext, has_metadata, empty=name in captions)
             caption = trigger_word
         clip = os.path.isdir(path) or is_clip_file(name)
         width, height = (read_clip(path, video)[0] if clip else open_image_rgb(path)).size
         if min(width, height) < min_side:
-            raise EriDiffusionError(f"{path} is {width}x{height}, smaller than min_side={min_side} on "
-                                    "its short side; remove it, upscale it, or lower min_side.")
+            raise EriDiffusionError(f"{path} is {width}x{height}, smaller than {min_side} pixels on its short side "
+                                    "(the least EriDiffusion trains on); remove it from the folder or upscale it.")
         records.append(ImageRecord(path=path, caption=_with_trigger(caption, trigger_word),
                                    width=width, height=height, clip=clip, reference=references.get(name, "")))
     return Dataset(folder=folder, records=tuple(records), captions=options, repeats=repeats, video=video)
+
+
+def _no_caption_error(folder, name, caption_ext, has_metadata, empty):
+    """The error for an image (clip) whose caption is missing, or present but empty."""
+    path = os.path.join(folder, name)
+    what = " (a frame folder, read as one clip)" if os.path.isdir(path) else ""
+    option = "or set missing_caption to 'use trigger word' to caption it with the trigger word."
+    caption_file = os.path.join(folder, _stem(folder, name) + caption_ext)
+    if empty and has_metadata:
+        return EriDiffusionError(f"{path}{what} has an empty caption in {METADATA_FILE}; write its text there, {option}")
+    if empty:
+        return EriDiffusionError(f"{caption_file}, the caption of {path}{what}, is empty; write the caption in it, "
+                                 f"{option}")
+    where = f"add a line for it to {METADATA_FILE}" if has_metadata else f"write {os.path.basename(caption_file)} beside it"
+    return EriDiffusionError(f"{path}{what} has no caption; {where}, {option}")
 
 
 def open_image_rgb(path):
@@ -298,7 +308,7 @@ def _read_caption_files(folder, images, caption_files, caption_ext):
     for stem, caption_name in caption_files.items():
         path = os.path.join(folder, caption_name)
         try:
-            with open(path, encoding="utf-8") as file:
+            with open(path, encoding="utf-8-sig") as file:  # -sig: a byte-order mark is not caption text
                 captions[by_stem[stem]] = file.read().strip()
         except UnicodeDecodeError:
             raise EriDiffusionError(f"{path} is not UTF-8 text; re-save it as UTF-8.") from None
@@ -312,7 +322,7 @@ def _read_metadata(folder, images):
     path = os.path.join(folder, METADATA_FILE)
     captions, first_line = {}, {}
     try:
-        with open(path, encoding="utf-8") as file:
+        with open(path, encoding="utf-8-sig") as file:
             lines = file.read().splitlines()
     except UnicodeDecodeError:
         raise EriDiffusionError(f"{path} is not UTF-8 text; re-save it as UTF-8.") from None

@@ -4,12 +4,12 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
-import safetensors.torch
 import torch
 
 import comfy.lora
 
-from .atomic_file import write_atomic
+from .atomic_file import write_safetensors_atomic
+from .errors import EriDiffusionError
 
 SAVE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -58,10 +58,24 @@ class TrainedLoRA:
     def save(self, path, dtype="fp16", overwrite=False):
         target = SAVE_DTYPES[dtype]
         tensors = {k: (v if k.endswith(".alpha") else v.to(target)).contiguous() for k, v in self.tensors.items()}
+        check_finite(self.tensors, tensors, dtype, path)
         metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in self.metadata.items()}
         metadata["save_dtype"] = dtype
-        return write_atomic(path, lambda tmp: safetensors.torch.save_file(tensors, tmp, metadata=metadata),
-                            overwrite=overwrite)
+        return write_safetensors_atomic(path, tensors, metadata, overwrite=overwrite)
+
+
+def check_finite(tensors, converted, dtype, path):
+    """Refuse to write a LoRA with NaN or infinite values (`converted`: `tensors` in the saved dtype)."""
+    bad = sorted(k for k, v in converted.items() if not bool(torch.isfinite(v).all()))
+    if not bad:
+        return
+    if all(bool(torch.isfinite(tensors[k]).all()) for k in bad):
+        raise EriDiffusionError(f"{path} was not written: in {dtype}, {len(bad)} of its {len(converted)} tensors (e.g. "
+                                f"{bad[0]}) hold values too large for {dtype}, which become infinite; save as bf16 or "
+                                "fp32.")
+    raise EriDiffusionError(f"{path} was not written: {len(bad)} of this LoRA's {len(converted)} tensors (e.g. {bad[0]}) "
+                            "hold NaN or infinite values, so the run that made it diverged. Train again with a lower "
+                            "learning_rate (or dtype bf16/fp32).")
 
 
 def export_lora(adapter_set, prefixes, metadata, text_encoder=None):

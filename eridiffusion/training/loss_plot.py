@@ -33,6 +33,8 @@ def draw_loss_plot(losses, title="training loss"):
     left, top, right, bottom = MARGIN, MARGIN // 2, WIDTH - MARGIN // 2, HEIGHT - MARGIN
     draw.rectangle([left, top, right, bottom], outline="black")
     draw.text((left, 4), title, fill="black")
+    steps = len(losses)
+    losses = [v for v in losses if v is not None and np.isfinite(v)]  # skipped (non-finite) steps have no point
     if not losses:
         draw.text((left + 8, top + 8), "no loss recorded", fill="black")
         return image
@@ -50,7 +52,7 @@ def draw_loss_plot(losses, title="training loss"):
     draw.text((4, top), f"{high:.4g}", fill="black")
     draw.text((4, bottom - 10), f"{low:.4g}", fill="black")
     draw.text((left, bottom + 6), "step 1", fill="black")
-    draw.text((right - 60, bottom + 6), f"step {len(losses)}", fill="black")
+    draw.text((right - 60, bottom + 6), f"step {steps}", fill="black")
     return image
 
 

@@ -8,9 +8,11 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -21,8 +23,8 @@ import torch
 from .. import __version__
 from ..comfy_compat import trainable_model_clone, training_forward
 from . import model_loading
-from .adapters import attach_adapters
-from .atomic_file import write_json_atomic
+from .adapters import attach_adapters, narrow_layers
+from .atomic_file import sweep_stale_temp_files, write_json_atomic
 from .autograd_inplace import OutOfPlaceAugmentedAssignments
 from .autograd_saved import saved_activations_copied
 from .autograd_weights import frozen_weights_injection
@@ -31,7 +33,8 @@ from .compile_blocks import compile_blocks_injection
 from .cuda_graphs import GraphedLoss
 from .errors import EriDiffusionError
 from .families import family_of, resolve_objective, resolve_targets
-from .lora_format import export_lora, loadable_weight_keys
+from .lora_format import check_finite, export_lora, loadable_weight_keys
+from .non_finite import MAX_SKIPS_IN_A_ROW, StepHealth, diverged_error, gradient_norm, skip_on_device
 from .model_inputs import batch_inputs, model_inputs
 from .objective import Objective
 from .optimizers import check_optimizer_runs, make_optimizer
@@ -64,10 +67,18 @@ class TrainResult:
     sample_paths: list = field(default_factory=list)
     peak_memory_gib: float = 0.0
     clip: object = None              # a clone of the input CLIP with its trained adapters, if trained
+    skipped_steps: int = 0           # on_nan=skip: steps whose update was left out (non-finite)
 
 
 def unique_run_dir(parent, name):
-    """parent/name, or parent/name_2, _3 … when an earlier run already wrote there."""
+    """parent/name, or parent/name_2, _3 … when an earlier run already wrote there. Temp files
+    that killed runs of this name left in their folders are removed first."""
+    earlier = re.compile(re.escape(name) + r"(_\d+)?")
+    if os.path.isdir(parent):
+        for entry in os.scandir(parent):
+            if entry.is_dir() and earlier.fullmatch(entry.name):
+                for folder in (entry.path, os.path.join(entry.path, "checkpoints"), os.path.join(entry.path, "samples")):
+                    sweep_stale_temp_files(folder)
     candidate, n = os.path.join(parent, name), 1
     while os.path.exists(candidate) and os.listdir(candidate):
         n += 1
@@ -267,6 +278,8 @@ class TrainingRun:
             self.text_encoder = TextEncoderTraining(clip, spec, config.seed,
                                                     resume.tensors if resume is not None else None,
                                                     resume.path if resume is not None else None)
+        _warn_narrow_layers(spec, narrow_layers(self.adapters, self.base) + (
+            narrow_layers(self.text_encoder.adapters, self.text_encoder.clip.patcher.model) if self.text_encoder else []))
         if resume is not None:
             te_used = self.text_encoder.used_keys if self.text_encoder else set()
             unused = sorted(set(resume.tensors) - used - te_used)
@@ -320,8 +333,10 @@ class TrainingRun:
 
     def save_checkpoint(self, step):
         path = os.path.join(self.run_dir, "checkpoints", f"{self.config.run_name}_step{step:06d}.safetensors")
+        lora = self._export(step)
+        check_finite(lora.tensors, lora.tensors, "fp32", path)  # before its state is written
         save_state(path, self._state(step))
-        self.checkpoints.append(self._export(step).save(path, dtype="fp32", overwrite=True))
+        self.checkpoints.append(lora.save(path, dtype="fp32", overwrite=True))
         keep = self.config.keep_last
         if keep and len(self.checkpoints) > keep:
             for old in self.checkpoints[:-keep]:
@@ -383,6 +398,36 @@ class TrainingRun:
         params = list(self.adapters.parameters())
         return params + (list(self.text_encoder.adapters.parameters()) if self.text_encoder else [])
 
+    def _optimizer_step(self, finite, on_device):
+        """The scaled optimizer step. With `finite` (on_nan=skip), a step where it is False leaves the
+        adapters and the optimizer's state as they were: decided on the device where the optimizer
+        can (`on_device`), else by reading the flag back."""
+        if finite is None:
+            self.scaler.step(self.optimizer)
+        elif on_device:
+            self.optimizer.found_inf = (~finite).float()
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.found_inf
+        elif bool(finite):
+            self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def _check_finite(self, health, start, losses, norms):
+        """Stop at the first non-finite step read back (on_nan=stop), or count the skipped ones and
+        stop when too many come in a row (on_nan=skip)."""
+        checkpoint = self.checkpoints[-1] if self.checkpoints else None
+        if self.config.on_nan == "stop":
+            bad = health.bad_steps(start, losses, norms)
+            if bad:
+                raise diverged_error(*bad[0], self.config, self.start_step + 1, checkpoint)
+            return
+        bad = health.count(start, losses, norms)
+        if health.bad_in_a_row >= MAX_SKIPS_IN_A_ROW:
+            raise diverged_error(*bad[-1], self.config, self.start_step + 1, checkpoint,
+                                 skipped_in_a_row=health.bad_in_a_row)
+
     def train(self, sample_settings, hooks):
         config, device = self.config, self.device
         if self.eval_before is None:
@@ -393,7 +438,8 @@ class TrainingRun:
                                 options=conditioning_options(config, self.family))
         transformer_options = transformer_options_of(self.patcher)
         self.graphed = self._graphed_loss(objective, transformer_options)
-        losses_on_device = torch.zeros(config.steps, device=device)
+        health = StepHealth(config.steps, device, config.on_nan, self.scaler.is_enabled())
+        skip_on_the_device = skip_on_device(self.optimizer, self.scaler)
         samples, sample_paths = None, []
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -410,26 +456,28 @@ class TrainingRun:
                     self.scaler.scale(loss).backward()
                     step_loss += loss.detach()
             self.scaler.unscale_(self.optimizer)
-            if config.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self._trained_parameters(), config.max_grad_norm)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
+            norm = gradient_norm(self._trained_parameters(), config.max_grad_norm)
+            finite = health.finite(step_loss, norm) if config.on_nan == "skip" else None
+            self._optimizer_step(finite, skip_on_the_device)
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
-            losses_on_device[step] = step_loss
+            health.record(step, step_loss, norm)
 
             done = step + 1
             stopping = hooks.should_stop is not None and done < config.steps and hooks.should_stop()
             last = done == config.steps or stopping
             checkpoint_due = config.save_every and done % config.save_every == 0 and not last
+            sampling_due = sample_settings is not None and (done % sample_settings.every == 0 or last)
             new = None
-            if done % config.log_every == 0 or last or checkpoint_due:
-                new = losses_on_device[logged:done].tolist()  # the one device sync of a logging step
+            # checkpoints and samples come after a check: none is made from a diverged adapter
+            if done % config.log_every == 0 or last or checkpoint_due or sampling_due:
+                new, norms = health.read(logged, done)  # the one device sync of a logging step
                 self.losses += new
+                write_json_atomic(os.path.join(self.run_dir, "loss.json"), {"loss": self.losses})
+                self._check_finite(health, logged, new, norms)
                 logged = done
                 if timed_from is None:
                     timed_from = (done, time.perf_counter())
-                write_json_atomic(os.path.join(self.run_dir, "loss.json"), {"loss": self.losses})
             if hooks.on_progress is not None:
                 stats = {"lr": self.scheduler.get_last_lr()[0]}
                 if device.type == "cuda":  # allocator bookkeeping: no device sync
@@ -437,7 +485,7 @@ class TrainingRun:
                 hooks.on_progress(done, config.steps, new, stats)
             if checkpoint_due:
                 self.save_checkpoint(done)
-            if sample_settings is not None and (done % sample_settings.every == 0 or last):
+            if sampling_due:
                 samples, paths = render_samples(self.patcher, sample_settings, done,
                                                 os.path.join(self.run_dir, "samples"))
                 sample_paths += paths
@@ -458,7 +506,7 @@ class TrainingRun:
         eval_after = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
         return TrainResult(None, self._export(done), self.losses, self.eval_before, eval_after,
                            seconds_per_step, self.run_dir, list(self.checkpoints), samples, self.adapters,
-                           sample_paths, peak)
+                           sample_paths, peak, skipped_steps=health.skipped)
 
     def release(self):
         """Hand the training clones back to ComfyUI so their injections come off the shared modules."""
@@ -471,7 +519,7 @@ def resumable_settings(config):
     """The settings a resumed run must share with the run that wrote the state."""
     values = config.as_dict()
     for free in ("steps", "run_name", "save_every", "keep_last", "log_every", "eval_timesteps", "eval_images",
-                 "cuda_graphs", "weights_vram_gib", "torch_compile"):
+                 "cuda_graphs", "weights_vram_gib", "torch_compile", "on_nan"):
         values.pop(free)
     return values
 
@@ -495,6 +543,17 @@ def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks
     return result
 
 
+def _warn_narrow_layers(spec, narrow):
+    """One warning naming the layers whose rank is above their width."""
+    if not narrow:
+        return
+    names = ", ".join(f"{name} ({width})" for name, width in narrow[:5]) + (", …" if len(narrow) > 5 else "")
+    logging.warning(f"EriDiffusion: rank {spec.rank} (conv_rank {spec.conv_rank}) is larger than the width of "
+                    f"{len(narrow)} adapted layers: {names}. An adapter of a layer cannot use more rank than its "
+                    f"width, so the rest only adds parameters to the file; lower the rank to "
+                    f"{min(width for _, width in narrow)} or less.")
+
+
 def _metadata(base, config, data, steps):
     return {
         "eridiffusion_version": __version__,
@@ -510,6 +569,7 @@ def _summary(result, config):
     return {"steps": len(result.losses), "planned_steps": config.steps, "eval_loss_before": result.eval_loss_before,
             "eval_loss_after": result.eval_loss_after, "first_loss": result.losses[0], "last_loss": result.losses[-1],
             "seconds_per_step": result.seconds_per_step, "peak_memory_gib": result.peak_memory_gib,
+            "skipped_steps": result.skipped_steps,
             "checkpoints": result.checkpoints, "samples": result.sample_paths, "config": config.as_dict()}
 
 

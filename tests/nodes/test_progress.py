@@ -76,21 +76,20 @@ def test_stop_route_ends_the_run_at_a_step_boundary_with_the_adapter_saved(stack
     routes = web.RouteTableDef()
     progress.register_routes(routes)
     app.add_routes(routes)
-    hooks = live_hooks("12", 500, str(tmp_path))
     reached_step_3 = threading.Event()
-    base_progress = hooks.on_progress
-
-    def on_progress(step, total, losses, stats):
-        base_progress(step, total, losses, stats)
-        if step == 3:
-            reached_step_3.set()
-            stop_sent.wait(timeout=60)
-    hooks.on_progress = on_progress
     stop_sent = threading.Event()
     outcome = {}
 
     def train():
-        with torch.inference_mode(False):
+        with live_hooks("12", 500, str(tmp_path)) as hooks, torch.inference_mode(False):
+            base_progress = hooks.on_progress
+
+            def on_progress(step, total, losses, stats):
+                base_progress(step, total, losses, stats)
+                if step == 3:
+                    reached_step_3.set()
+                    stop_sent.wait(timeout=60)
+            hooks.on_progress = on_progress
             outcome["result"] = train_lora(model, data, config(500), str(tmp_path), hooks=hooks)
 
     worker = threading.Thread(target=train)
@@ -130,6 +129,7 @@ def test_loss_route_serves_a_runs_history_and_nothing_outside_output(stack, comf
                 response = await client.get("/eridiffusion/loss", params={"run": run})
                 answers.append((response.status, await response.json()))
             return answers
-    (status, body), (outside, _) = asyncio.run(get("history_run", "../../etc"))
+    (status, body), (outside, refusal) = asyncio.run(get("history_run", "../../etc"))
     assert status == 200 and body["loss"] == pytest.approx(result.losses) and body["samples"] == []
-    assert outside == 404
+    assert (outside, refusal["error"]) == (400, "run must be a folder name inside ComfyUI's output folder (no "
+                                                "slashes or control characters)")

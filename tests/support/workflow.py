@@ -3,6 +3,8 @@ UI-format workflow (what the browser saves) into an API prompt, and run it throu
 own PromptExecutor."""
 import asyncio
 import copy
+import json
+import os
 import uuid
 
 from eridiffusion.comfy_compat import prompt_executor
@@ -111,5 +113,66 @@ def execution_error(executor):
     """The exception message ComfyUI recorded for a failed run, or None."""
     for kind, data in executor.status_messages:
         if kind == "execution_error":
-            return f"{data.get('node_type')}: {data.get('exception_message')}"
+            return f"{data.get('node_type')}: {data.get('exception_message')}".rstrip()  # ComfyUI adds a newline
     return None
+
+
+def training_prompt(dataset, trainer=None, resume=None, train_text_encoder=False, save=None, architecture="sd15",
+                    resolution=128, dataset_options=None, cache_folder=""):
+    """An API prompt: tiny demo model → LoadDataset(`dataset`) → CacheLatents → LoRATrainer → SaveLoRA.
+    `trainer`, `save` and `dataset_options` override the widget values of LoRATrainer, SaveLoRA and
+    LoadDataset; `resume` is a LoadLoRAForTraining path linked to the trainer; `train_text_encoder`
+    links the CLIP to it."""
+    from .example_workflows import _default
+
+    def defaults(class_type):
+        return {name: _default(spec) for name, spec in widget_inputs(class_type)}
+
+    prompt = {
+        "1": {"class_type": "EriDiffusion_TinyDemoModel", "inputs": {"architecture": architecture, "seed": 0}},
+        "2": {"class_type": "EriDiffusion_LoadDataset",
+              "inputs": {**defaults("EriDiffusion_LoadDataset"), "folder": str(dataset), **(dataset_options or {})}},
+        "3": {"class_type": "EriDiffusion_CacheLatents",
+              "inputs": {**defaults("EriDiffusion_CacheLatents"), "resolution": resolution, "dataset": ["2", 0],
+                         "vae": ["1", 2], "clip": ["1", 1], "cache_folder": str(cache_folder)}},
+        "4": {"class_type": "EriDiffusion_LoRATrainer",
+              "inputs": {**defaults("EriDiffusion_LoRATrainer"), "model": ["1", 0], "training_data": ["3", 0],
+                         **(trainer or {})}},
+        "5": {"class_type": "EriDiffusion_SaveLoRA",
+              "inputs": {**defaults("EriDiffusion_SaveLoRA"), "lora": ["4", 1], **(save or {})}},
+    }
+    if train_text_encoder:
+        prompt["4"]["inputs"]["clip"] = ["1", 1]
+    if resume is not None:
+        prompt["6"] = {"class_type": "EriDiffusion_LoadLoRAForTraining", "inputs": {"path": str(resume)}}
+        prompt["4"]["inputs"]["resume"] = ["6", 0]
+    return prompt
+
+
+# Small enough that a run through the executor takes seconds on two CPU cores.
+QUICK = {"steps": 2, "learning_rate": 3e-3, "rank": 4, "alpha": 4.0, "dtype": "fp32", "gradient_checkpointing": False}
+
+
+class Outcome:
+    """A prompt's result: success, ComfyUI's recorded error, and the run's folder and files."""
+
+    def __init__(self, executor, run_dir):
+        self.executor, self.run_dir = executor, run_dir
+        self.success, self.error = executor.success, execution_error(executor)
+
+    def losses(self):
+        with open(os.path.join(self.run_dir, "loss.json")) as f:
+            return json.load(f)["loss"]
+
+    def checkpoints(self):
+        folder = os.path.join(self.run_dir, "checkpoints")
+        return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def run_training(dataset, run_name, resolution=64, trainer=None, **options):
+    """Run training_prompt(dataset, QUICK settings updated with `trainer`, ...) through the executor as
+    run `run_name` (unique in the test session: its folder is output/<run_name>)."""
+    import folder_paths
+    settings = {**QUICK, **(trainer or {}), "run_name": run_name}
+    executor, _ = run_prompt(training_prompt(dataset, settings, resolution=resolution, **options))
+    return Outcome(executor, os.path.join(folder_paths.get_output_directory(), run_name))

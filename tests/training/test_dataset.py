@@ -137,9 +137,9 @@ def test_missing_caption_names_image_and_the_caption_file_to_write(dog_copy):
         load_dataset(dog_copy)
 
 
-def test_empty_caption_file_counts_as_missing(dog_copy):
+def test_empty_caption_file_is_named_as_empty(dog_copy):
     (dog_copy / "01.txt").write_text("  \n", encoding="utf-8")
-    with pytest.raises(EriDiffusionError, match=r"01\.jpg has no caption"):
+    with pytest.raises(EriDiffusionError, match=r"01\.txt, the caption of .*01\.jpg, is empty; write the caption"):
         load_dataset(dog_copy)
 
 
@@ -201,7 +201,7 @@ def test_text_file_with_image_extension_is_named(dog_copy):
 def test_image_below_min_side_is_named_with_its_size(dog_copy, dog_dir):
     _photo(dog_dir).resize((80, 40)).save(dog_copy / "05.png")
     (dog_copy / "05.txt").write_text("a photo of sks dog", encoding="utf-8")
-    with pytest.raises(EriDiffusionError, match=r"05\.png is 80x40, smaller than min_side=64"):
+    with pytest.raises(EriDiffusionError, match=r"05\.png is 80x40, smaller than 64 pixels on its short side"):
         load_dataset(dog_copy)
     assert len(load_dataset(dog_copy, min_side=40).records) == 6
 

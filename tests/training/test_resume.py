@@ -67,8 +67,8 @@ def test_resuming_with_a_trained_text_encoder_gives_the_uninterrupted_result(sta
 def test_periodic_checkpoints_keep_the_newest_n_with_their_state(stack, tmp_path):
     run(stack, config(steps=12, save_every=3, keep_last=2), tmp_path)
     files = sorted(os.listdir(tmp_path / "checkpoints"))
-    assert files == ["resumable_step000009.safetensors", "resumable_step000009.state.pt",
-                     "resumable_step000012.safetensors", "resumable_step000012.state.pt"]
+    assert files == ["resumable_step000009.safetensors", "resumable_step000009.training_state",
+                     "resumable_step000012.safetensors", "resumable_step000012.training_state"]
 
 
 def test_resuming_with_other_settings_is_refused_naming_them(stack, tmp_path):

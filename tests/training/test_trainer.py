@@ -105,7 +105,7 @@ def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained_l
     assert seen == [1, 2, 3, 4, 5]
     checkpoints = sorted(f for f in os.listdir(tmp_path / "checkpoints") if f.endswith(".safetensors"))
     assert checkpoints == ["cancelled_step000002.safetensors", "cancelled_step000004.safetensors"]
-    assert os.path.exists(tmp_path / "checkpoints" / "cancelled_step000004.state.pt")
+    assert os.path.exists(tmp_path / "checkpoints" / "cancelled_step000004.training_state")
     _, unmatched = load_with_stock_comfyui(model, str(tmp_path / "checkpoints" / checkpoints[-1]), 1.0, caplog)
     assert unmatched == []
     # the cancelled run's clone is gone: the input model computes exactly what it did before

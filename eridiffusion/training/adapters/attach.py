@@ -190,6 +190,28 @@ class AdapterSet(torch.nn.Module):
         return patcher
 
 
+def layer_width(layer):
+    """The most independent directions a low-rank update of `layer` can hold: min(out, in) of its
+    weight seen as a matrix (a convolution's input is in_channels x kernel size)."""
+    weight = layer.weight
+    return min(weight.shape[0], weight[0].numel())
+
+
+def narrow_layers(adapter_set, root):
+    """[(layer name, its width)] of the layers whose LoRA/DoRA/LoHa rank is above their width: the
+    extra rank only adds parameters. (LoKr's rank splits a Kronecker factor and means no such thing.)"""
+    if adapter_set.spec.algorithm == "lokr":
+        return []
+    modules = dict(root.named_modules())
+    narrow = []
+    for name, _ in adapter_set.items():
+        layer = modules[name]
+        rank = adapter_set.spec.conv_rank if layer_kind(layer) == "conv" else adapter_set.spec.rank
+        if rank > layer_width(layer):
+            narrow.append((name, layer_width(layer)))
+    return narrow
+
+
 def attach_adapters(patcher, spec, allowed_keys, seed=0, prefix="diffusion_model."):
     """Create fresh adapters for the layers `spec` targets and attach them to `patcher`."""
     adapters = {name: spec.build(module, seed * 100003 + index)

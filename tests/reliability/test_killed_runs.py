@@ -1,0 +1,78 @@
+"""Issue 11, SIGKILL during checkpointing (and case 8): a run killed at random moments while it
+writes a checkpoint every step leaves only whole files (every adapter, training state and loss
+history loads), and the next run's start removes the temp files the killed writes left."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import safetensors.torch
+
+from eridiffusion.training.atomic_file import TEMP_SUFFIX
+from eridiffusion.training.resume import load_state
+from tests.support.paths import ROOT
+
+TRIALS = 10
+
+
+def start(base, dataset, run_name):
+    return subprocess.Popen([sys.executable, "-m", "tests.reliability.killed_run", str(base), str(dataset), run_name],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def wait_for_checkpoint(process, folder, timeout_s=300):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.path.isdir(folder) and any(f.endswith(".safetensors") for f in os.listdir(folder)):
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"the run exited before its first checkpoint: {process.stderr.read().decode()}")
+        time.sleep(0.02)
+    raise AssertionError(f"no checkpoint in {folder} after {timeout_s} s")
+
+
+def run_name(trial):
+    """The folder trial `trial` trains in: each start takes the next free name."""
+    return "killed" if trial == 1 else f"killed_{trial}"
+
+
+def temp_files(output):
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(output) for f in files if f.endswith(TEMP_SUFFIX))
+
+
+def test_runs_killed_while_checkpointing_leave_whole_files_and_the_next_start_sweeps_the_rest(photos, tmp_path):
+    dataset, base = photos(1), tmp_path / "host"
+    output = base / "output"
+    chance = random.Random(11)
+    left_behind = []
+    for trial in range(1, TRIALS + 1):
+        run_dir = output / run_name(trial)
+        process = start(base, dataset, "killed")  # its start sweeps what the trial before left
+        try:
+            wait_for_checkpoint(process, run_dir / "checkpoints")
+            time.sleep(chance.uniform(0.0, 0.8))
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+        if trial > 1:
+            assert [p for p in temp_files(output) if p.startswith(str(output / run_name(trial - 1)) + os.sep)] == []
+        left_behind.append(len(temp_files(output)))
+        adapters = 0
+        for name in sorted(os.listdir(run_dir / "checkpoints")):
+            path = str(run_dir / "checkpoints" / name)
+            if name.endswith(".safetensors"):
+                adapters += len(safetensors.torch.load_file(path)) > 0
+            elif name.endswith(".training_state"):
+                assert load_state(path, path[:-len(".training_state")] + ".safetensors")["step"] >= 1
+            else:
+                assert name.endswith(TEMP_SUFFIX), name
+        assert adapters >= 1
+        with open(run_dir / "loss.json") as f:
+            assert isinstance(json.load(f)["loss"], list)
+    finisher = start(base, "-", "killed")
+    assert finisher.wait(timeout=300) == 0, finisher.stderr.read().decode()
+    assert temp_files(output) == []
+    print(f"temp files left after each kill (before the next start swept them): {left_behind}")
