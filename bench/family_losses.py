@@ -40,7 +40,7 @@ def main(names):
         with torch.inference_mode():
             data = build_training_data(dataset, vae, clip, family.resolution, os.path.join(work, name, "cache"))
         data.samples = data.samples[:4]
-        config = TrainConfig(steps=family.steps, learning_rate=family.learning_rate, dtype="fp32", seed=0,
+        config = TrainConfig(gradient_checkpointing=False, steps=family.steps, learning_rate=family.learning_rate, dtype="fp32", seed=0,
                              log_every=family.steps, adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
                              run_name=name)
         with torch.inference_mode(False):

@@ -70,7 +70,7 @@ def main():
 
     adapter = AdapterSpec(rank=4, alpha=4.0, targets="all-linear")
     for on_nan in ("stop", "skip"):
-        config = TrainConfig(steps=8, learning_rate=1e-3, dtype="bf16", log_every=4, cuda_graphs="on", on_nan=on_nan,
+        config = TrainConfig(gradient_checkpointing=False, steps=8, learning_rate=1e-3, dtype="bf16", log_every=4, cuda_graphs="on", on_nan=on_nan,
                              run_name=f"sync_{on_nan}", adapter=adapter)
         _, counter, _ = run(config)
         in_steps = {step: n for step, n in counter.counts.items() if step <= config.steps}
@@ -79,7 +79,7 @@ def main():
 
     with torch.inference_mode(False):
         data.samples[2].latent = torch.full_like(data.samples[2].latent, float("nan"))
-    config = TrainConfig(steps=12, learning_rate=1e-3, dtype="bf16", log_every=4, cuda_graphs="on", on_nan="skip",
+    config = TrainConfig(gradient_checkpointing=False, steps=12, learning_rate=1e-3, dtype="bf16", log_every=4, cuda_graphs="on", on_nan="skip",
                          batch_size=1, run_name="skip_nan", adapter=adapter)
     training, _, updates = run(config)
     skipped = [i + 1 for i, loss in enumerate(training.losses) if loss != loss]
@@ -88,7 +88,7 @@ def main():
                                   "adam_steps": sorted(updates), "adapters_finite": finite,
                                   "ok": bool(skipped) and updates == {12 - len(skipped)} and finite}), flush=True)
 
-    config = TrainConfig(steps=12, learning_rate=1e-3, dtype="bf16", log_every=4, cuda_graphs="on", on_nan="stop",
+    config = TrainConfig(gradient_checkpointing=False, steps=12, learning_rate=1e-3, dtype="bf16", log_every=4, cuda_graphs="on", on_nan="stop",
                          batch_size=1, run_name="stop_nan", adapter=adapter)
     try:
         run(config)

@@ -28,18 +28,18 @@ def demo_prompt(ckpt, steps, dataset_dir, example="sdxl_lora.json", size=256):
     """An example workflow as an API prompt, sized for a CPU (tiny model of the example's
     architecture) or for a real checkpoint (CKPT)."""
     from tests.support.example_workflows import load_example
-    from tests.support.workflow import substitute, ui_to_api
+    from tests.support.workflow import set_training_settings, substitute, ui_to_api
     prompt = ui_to_api(load_example(example))
     if ckpt:
         import folder_paths
         folder_paths.add_model_folder_path("checkpoints", os.path.dirname(os.path.abspath(ckpt)), is_default=True)
-        return substitute(prompt, overrides={
+        prompt = substitute(prompt, overrides={
             "CheckpointLoaderSimple": {"ckpt_name": os.path.basename(ckpt)},
             "EriDiffusion_LoadDataset": {"folder": dataset_dir},
-            "EriDiffusion_LoRATrainer": {"steps": steps or 500},
         })
+        return set_training_settings(prompt, {"steps": steps or 500})
     architecture = "sdxl" if example.startswith("tiny") else example.split("_")[0]
-    return substitute(
+    prompt = substitute(
         prompt,
         replacements={"CheckpointLoaderSimple": ("EriDiffusion_TinyDemoModel",
                                                  {"architecture": architecture, "seed": 0})},
@@ -47,12 +47,12 @@ def demo_prompt(ckpt, steps, dataset_dir, example="sdxl_lora.json", size=256):
             "EriDiffusion_LoadDataset": {"folder": dataset_dir},
             "EriDiffusion_CacheLatents": {"resolution": size},
             "EriDiffusion_SampleDuringTraining": {"width": size, "height": size, "steps": 8, "every": 40, "cfg": 4.0},
-            "EriDiffusion_LoRATrainer": {"steps": steps or 200, "learning_rate": 3e-3, "dtype": "fp32",
-                                         "targets": "all-linear", "rank": 8, "alpha": 8.0,
-                                         "gradient_checkpointing": False},
             "EmptyLatentImage": {"width": size, "height": size},
             "KSampler": {"steps": 8, "cfg": 4.0},
         })
+    return set_training_settings(prompt, {"steps": steps or 200, "learning_rate": 3e-3, "dtype": "fp32",
+                                          "targets": "all-linear", "rank": 8, "alpha": 8.0,
+                                          "gradient_checkpointing": False})
 
 
 def main(argv=None):

@@ -57,7 +57,7 @@ def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
                           conv_alpha=float(conv_rank or 1))
     # LoKr's Kronecker factors move the weights less per step; like kohya's LoKr recipes it takes a higher rate.
     learning_rate = 1e-2 if algorithm == "lokr" else 3e-3
-    config = TrainConfig(steps=200, learning_rate=learning_rate, dtype="fp32", seed=0, log_every=20, adapter=adapter,
+    config = TrainConfig(gradient_checkpointing=False, steps=200, learning_rate=learning_rate, dtype="fp32", seed=0, log_every=20, adapter=adapter,
                          run_name=f"test_{arch}_{algorithm}_{conv_rank}")
     with torch.inference_mode(False):
         result = train_lora(model, data, config, os.path.join(output_dir, "run"))

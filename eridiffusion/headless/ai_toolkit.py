@@ -267,6 +267,19 @@ def _train(t, train, at):
               at + ("lr_scheduler",))
     if "lr_warmup_steps" in train:
         t.put("train", "warmup_steps", train["lr_warmup_steps"], at + ("lr_warmup_steps",))
+    if "max_grad_norm" in train:
+        t.put("train", "max_grad_norm", train["max_grad_norm"], at + ("max_grad_norm",))
+    params = train.get("optimizer_params")
+    if isinstance(params, dict):
+        if "weight_decay" in params:
+            t.put("train", "weight_decay", params["weight_decay"], at + ("optimizer_params", "weight_decay"))
+        for key in params:
+            if key != "weight_decay":
+                t.skip(at + ("optimizer_params", key), "the optimizers take their library's defaults beside "
+                                                       "weight_decay")
+    elif params is not None:
+        raise EriDiffusionError(f"{t.text.origin(at + ('optimizer_params',))}: {label(at + ('optimizer_params',))} "
+                                f"must be a mapping (got {params!r}).")
     if "dtype" in train:
         t.put("train", "dtype", t.choice(train["dtype"], DTYPES, at + ("dtype",)), at + ("dtype",))
     _train_objective(t, train, at)
@@ -292,11 +305,11 @@ def _train_objective(t, train, at):
 
 def _train_unsupported(t, train, at):
     accepted = {"train_unet": True, "linear_timesteps": False, "linear_timesteps2": False, "skip_first_sample": True,
-                "force_first_sample": False, "max_grad_norm": 1.0, "content_or_style": "balanced",
+                "force_first_sample": False, "content_or_style": "balanced",
                 "unload_text_encoder": False, "cache_text_embeddings": True, "weight_jitter": 0.0, "loss_type": "mse",
                 "do_cfg": False, "diff_output_preservation": False}
     reasons = {"skip_first_sample": "EriDiffusion samples after training steps only",
-               "max_grad_norm": "gradients are clipped at 1.0", "cache_text_embeddings": "captions are always cached",
+               "cache_text_embeddings": "captions are always cached",
                "train_unet": "the diffusion model is always trained"}
     for key, value in accepted.items():
         if key in train:
@@ -305,7 +318,6 @@ def _train_unsupported(t, train, at):
     if isinstance(ema, dict) and ema.get("use_ema"):
         t.skip(at + ("ema_config",), "EMA is not supported yet")
     why = {"noise_scheduler": "the model's own noise schedule (ComfyUI's model_sampling) is used",
-           "optimizer_params": "the optimizers take EriDiffusion's settings (weight decay 0.01)",
            "lr_scheduler_params": "not supported yet", "xformers": "ComfyUI picks the attention",
            "sdp": "ComfyUI picks the attention", "diff_output_preservation_multiplier": "not supported yet",
            "diff_output_preservation_class": "not supported yet", "switch_boundary_every": "not supported yet"}

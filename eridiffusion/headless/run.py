@@ -5,7 +5,7 @@ holds ComfyUI's page (its progress bar, its Stop button)."""
 import os
 import re
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
@@ -62,16 +62,10 @@ def sample_settings(config, inputs):
 
 def train_config(config):
     """The TrainConfig LoRATrainer builds from these inputs (and TrainingObjective's, if connected)."""
-    from ..nodes.objective_node import TrainingObjective
-    from ..nodes.trainer_node import objective_fields
-    from ..training.adapters import AdapterSpec
-    from ..training.config import TrainConfig
-    objective = TrainingObjective.execute(**config.objective).result[0] if config.objective is not None else None
-    adapter_keys = {f.name for f in fields(AdapterSpec)}
-    adapter = AdapterSpec(**{k: v for k, v in config.train.items() if k in adapter_keys})
-    rest = {k: v for k, v in config.train.items() if k not in adapter_keys}
-    rest["run_name"] = rest["run_name"].strip()
-    return TrainConfig(adapter=adapter, **rest, **objective_fields(objective))
+    from ..nodes import trainer_node
+    from ..nodes.setting_inputs import SettingValues
+    connected = [SettingValues(config.objective)] if config.objective is not None else []
+    return trainer_node.train_config(config.train, connected)
 
 
 def newest_checkpoint(output, run_name):
@@ -123,7 +117,8 @@ def train_from_config(config, resume=None):
     """Run the whole config; True when Ctrl-C ended it early (after it saved)."""
     import comfy.model_management
     import folder_paths
-    from ..training.trainer import train_lora, unique_run_dir
+    from ..training.run_folder import unique_run_dir
+    from ..training.trainer import train_lora
     if config.logging["tensorboard"]:
         terminal.tensorboard_writer_class()  # missing: fail before any work
     output = folder_paths.get_output_directory()

@@ -88,15 +88,17 @@ def node_settings(node_class):
 
 
 def section_nodes():
-    """{section: node class} of the node sections."""
+    """{section: the node classes whose inputs it holds} of the node sections: `train` holds
+    LoRATrainer's and its options nodes' (AdapterOptions, OptimizerOptions, ...), flat."""
     from ..nodes.cache_node import CacheLatents
     from ..nodes.dataset_node import LoadDataset
     from ..nodes.objective_node import TrainingObjective
+    from ..nodes.options_nodes import OPTIONS_NODES
     from ..nodes.sampling_node import SampleDuringTraining
     from ..nodes.save_node import SaveLoRA
     from ..nodes.trainer_node import LoRATrainer
-    return {"dataset": LoadDataset, "cache": CacheLatents, "train": LoRATrainer, "objective": TrainingObjective,
-            "sample": SampleDuringTraining, "save": SaveLoRA}
+    return {"dataset": (LoadDataset,), "cache": (CacheLatents,), "train": (LoRATrainer, *OPTIONS_NODES),
+            "objective": (TrainingObjective,), "sample": (SampleDuringTraining,), "save": (SaveLoRA,)}
 
 
 def model_settings():
@@ -133,4 +135,7 @@ def section_settings(section):
         return model_settings()
     if section == "logging":
         return LOGGING_SETTINGS
-    return node_settings(section_nodes()[section])
+    settings = {}
+    for node in section_nodes()[section]:
+        settings.update(node_settings(node))
+    return settings

@@ -8,13 +8,14 @@ from .dataset_node import LoadDataset
 from .demo_model_node import TinyDemoModel
 from .loss_graph_node import LossGraph
 from .objective_node import TrainingObjective
+from .options_nodes import OPTIONS_NODES
 from .resume_node import LoadLoRAForTraining
 from .sampling_node import SampleDuringTraining
 from .save_node import SaveLoRA
 from .trainer_node import LoRATrainer
 
-NODES = [LoadDataset, CacheLatents, LoRATrainer, TrainingObjective, SampleDuringTraining, SaveLoRA, LossGraph,
-         LoadLoRAForTraining, TinyDemoModel]
+NODES = [LoadDataset, CacheLatents, LoRATrainer, *OPTIONS_NODES, TrainingObjective, SampleDuringTraining, SaveLoRA,
+         LossGraph, LoadLoRAForTraining, TinyDemoModel]
 
 
 class EriDiffusionExtension(ComfyExtension):

@@ -11,13 +11,13 @@ from comfy_api.latest import io
 from comfy_execution.utils import get_executing_context
 
 from ..training.atomic_file import write_json_atomic
-from ..training.adapters import ALGORITHMS, AUTO_TARGETS, TARGET_PRESETS, AdapterSpec
-from ..training.config import CUDA_GRAPHS, DTYPES, LR_SCHEDULES, TrainConfig
-from ..training.non_finite import MAX_SKIPS_IN_A_ROW, ON_NAN
-from ..training.optimizers import OPTIMIZERS
+from ..training.config import train_config_from, training_settings
 from ..training.loss_plot import LossHistory
-from ..training.trainer import TrainingHooks, train_lora, unique_run_dir
+from ..training.run_folder import unique_run_dir
+from ..training.trainer import TrainingHooks, train_lora
+from .options_nodes import OPTIONS_NODES
 from .progress import ProgressReporter, begin_run, end_run, server_sender, stop_requested
+from .setting_inputs import inputs_for
 from .types import CATEGORY, LoRA, Loss, Objective, Resume, SampleConfig, TrainingData
 
 
@@ -57,12 +57,21 @@ def save_workflow(extra_pnginfo, node_id, run_dir):
     write_json_atomic(os.path.join(run_dir, "workflow.json"), workflow)
 
 
-def objective_fields(objective):
-    """TrainConfig fields from a TrainingObjective node's output (none: the family defaults)."""
-    if objective is None:
-        return {}
-    return {"objective": objective.spec, "guidance": objective.guidance,
-            "bypass_guidance_embedding": objective.bypass_guidance_embedding}
+# LoRATrainer's own widgets: what most runs change. The rest come from the options nodes.
+ESSENTIALS = ("steps", "learning_rate", "algorithm", "rank", "alpha", "batch_size", "seed", "dtype", "save_every",
+              "run_name")
+# Optional inputs whose SettingValues feed the run's settings (a node left out: the defaults).
+SETTING_SOCKETS = ("objective",) + tuple(node.TRAINER_INPUT for node in OPTIONS_NODES)
+
+
+def train_config(values, connected):
+    """The TrainConfig of LoRATrainer's widget `values` and its `connected` SettingValues inputs."""
+    merged = {}
+    for settings in connected:
+        merged.update(settings.values)
+    merged.update(values)
+    merged["run_name"] = merged.get("run_name", "eridiffusion_lora").strip()
+    return train_config_from(merged)
 
 
 class LoRATrainer(io.ComfyNode):
@@ -76,65 +85,7 @@ class LoRATrainer(io.ComfyNode):
             inputs=[
                 io.Model.Input("model", tooltip="The model to train on; it is not changed."),
                 TrainingData.Input("training_data", tooltip="From CacheLatents."),
-                io.Int.Input("steps", default=500, min=1, max=1000000, tooltip="Optimizer steps."),
-                io.Float.Input("learning_rate", default=1e-4, min=1e-7, max=10.0, step=1e-6,
-                               tooltip="Peak learning rate of the adapter (Prodigy: 1.0, it sets its own step)."),
-                io.Combo.Input("algorithm", options=list(ALGORITHMS), default="lora",
-                               tooltip="lora; dora (LoRA + learned magnitude); lokr (Kronecker); loha (Hadamard)."),
-                io.Int.Input("rank", default=16, min=1, max=256, tooltip="Adapter rank (its size)."),
-                io.Float.Input("alpha", default=16.0, min=0.01, max=1024.0, step=0.5,
-                               tooltip="The adapter is scaled by alpha / rank (LoKr with full factors: 1)."),
-                io.Int.Input("conv_rank", default=0, min=0, max=256,
-                             tooltip="> 0 also adapts the UNet's resnet convolutions (LoCon) at this rank."),
-                io.Float.Input("conv_alpha", default=1.0, min=0.01, max=1024.0, step=0.5,
-                               tooltip="Alpha of the conv adapters."),
-                io.Int.Input("lokr_factor", default=-1, min=-1, max=64,
-                             tooltip="LoKr only: Kronecker factor (-1: as balanced as the layer allows)."),
-                io.Boolean.Input("lokr_full_rank", default=False,
-                                 tooltip="LoKr only: keep both Kronecker factors whole (no low-rank split)."),
-                io.Int.Input("batch_size", default=1, min=1, max=64, tooltip="Images per micro-batch (same bucket)."),
-                io.Int.Input("grad_accum", default=1, min=1, max=256, tooltip="Micro-batches per optimizer step."),
-                io.Combo.Input("optimizer", options=list(OPTIMIZERS), default="AdamW",
-                               tooltip="8-bit and paged variants (bitsandbytes) save memory; Prodigy sets its own "
-                                       "step size (use learning_rate 1.0). Checked on your device before training."),
-                io.Float.Input("text_encoder_lr", default=0.0, min=0.0, max=1.0, step=1e-6,
-                               tooltip="> 0 also trains the text encoder(s) at this learning rate (connect clip)."),
-                io.Combo.Input("lr_schedule", options=list(LR_SCHEDULES), default="constant",
-                               tooltip="Learning rate after warmup: constant, or cosine decay to zero."),
-                io.Int.Input("warmup_steps", default=0, min=0, max=100000, tooltip="Steps of linear warmup."),
-                io.Int.Input("seed", default=0, min=0, max=0xFFFFFFFF, control_after_generate=False,
-                             tooltip="Adapter init, batches and noise."),
-                io.Combo.Input("dtype", options=list(DTYPES), default="bf16",
-                               tooltip="Compute dtype of the frozen model; adapters keep fp32 master weights."),
-                io.Boolean.Input("gradient_checkpointing", default=True,
-                                 tooltip="Recompute block activations in backward: much less memory, somewhat slower."),
-                io.Float.Input("weights_vram_gib", default=0.0, min=0.0, max=1024.0, step=0.5,
-                               tooltip="0: the whole model on the GPU. > 0: keep at most this many GiB of its "
-                                       "weights there and stream the rest from CPU memory every step (ComfyUI's "
-                                       "partial loading; needs gradient_checkpointing; slower, for small GPUs)."),
-                io.Boolean.Input("torch_compile", default=False,
-                                 tooltip="torch.compile (inductor) each block of the model: blocks of one kind "
-                                         "share a compiled graph. Faster GPU kernels after a one-time compile."),
-                io.Combo.Input("cuda_graphs", options=list(CUDA_GRAPHS), default="auto",
-                               tooltip="Replay each step from a CUDA graph: on a fast GPU several times faster "
-                                       "(the step is launch-bound otherwise). auto: on for CUDA without text-encoder "
-                                       "training and with plain tensor inputs; each image size/prompt length "
-                                       "is captured once (a few seconds)."),
-                io.Combo.Input("targets", options=[AUTO_TARGETS] + list(TARGET_PRESETS), default=AUTO_TARGETS,
-                               tooltip="auto: the model family's default (UNets: attention; transformers: blocks). "
-                                       "attention: q/k/v/out projections; blocks: every linear layer of the "
-                                       "transformer blocks; all-linear: every linear layer."),
-                io.Int.Input("save_every", default=0, min=0, max=1000000,
-                             tooltip="Write a checkpoint to output/<run_name>/checkpoints every N steps (0: at the end only)."),
-                io.Int.Input("keep_last", default=0, min=0, max=1000,
-                             tooltip="Keep only the newest N periodic checkpoints (0: keep all)."),
-                io.Combo.Input("on_nan", options=list(ON_NAN), default="stop",
-                               tooltip="A step whose loss or gradient is NaN/infinite (a diverged run): stop with "
-                                       "an error naming the step and the likely cause, keeping the checkpoints "
-                                       "written before it; or skip that step's update and go on (the count is in "
-                                       f"the summary; {MAX_SKIPS_IN_A_ROW} in a row still stop)."),
-                io.String.Input("run_name", default="eridiffusion_lora",
-                                tooltip="Folder under ComfyUI's output for checkpoints, samples and the loss log."),
+                *inputs_for(training_settings(), ESSENTIALS),
                 SampleConfig.Input("sample_config", optional=True, tooltip="From SampleDuringTraining (optional)."),
                 io.Clip.Input("clip", optional=True,
                               tooltip="The graph's CLIP: needed to train the text encoder (text_encoder_lr > 0)."),
@@ -143,6 +94,10 @@ class LoRATrainer(io.ComfyNode):
                 Objective.Input("objective", optional=True,
                                 tooltip="From TrainingObjective (optional): timestep sampling, loss weighting, "
                                         "noise offset, guidance. Without it: the model family's defaults."),
+                *[node.SOCKET.Input(node.TRAINER_INPUT, optional=True,
+                                    tooltip=f"From {node.DISPLAY_NAME} (optional; without it: its defaults). "
+                                            f"{node.DESCRIPTION}")
+                  for node in OPTIONS_NODES],
             ],
             outputs=[
                 io.Model.Output(display_name="model", tooltip="A copy of the input model with the trained LoRA."),
@@ -157,24 +112,13 @@ class LoRATrainer(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, model, training_data, steps, learning_rate, algorithm, rank, alpha, conv_rank, conv_alpha,
-                lokr_factor, lokr_full_rank, batch_size, grad_accum, optimizer, text_encoder_lr, lr_schedule,
-                warmup_steps, seed, dtype, gradient_checkpointing, weights_vram_gib, torch_compile, cuda_graphs,
-                targets, save_every, keep_last, on_nan, run_name, sample_config=None, clip=None, resume=None,
-                objective=None):
-        adapter = AdapterSpec(algorithm=algorithm, rank=rank, alpha=alpha, targets=targets, conv_rank=conv_rank,
-                              conv_alpha=conv_alpha, lokr_factor=lokr_factor, lokr_full_rank=lokr_full_rank)
-        config = TrainConfig(steps=steps, learning_rate=learning_rate, text_encoder_lr=text_encoder_lr,
-                             adapter=adapter, batch_size=batch_size, grad_accum=grad_accum, optimizer=optimizer,
-                             lr_schedule=lr_schedule, warmup_steps=warmup_steps, seed=seed, dtype=dtype,
-                             gradient_checkpointing=gradient_checkpointing, weights_vram_gib=weights_vram_gib,
-                             torch_compile=torch_compile, cuda_graphs=cuda_graphs,
-                             save_every=save_every, keep_last=keep_last, on_nan=on_nan, run_name=run_name.strip(),
-                             **objective_fields(objective))
+    def execute(cls, model, training_data, sample_config=None, clip=None, resume=None, **inputs):
+        connected = [inputs.pop(name, None) for name in SETTING_SOCKETS]
+        config = train_config(inputs, [settings for settings in connected if settings is not None])
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)
         save_workflow(cls.hidden.extra_pnginfo, cls.hidden.unique_id, run_dir)
         # ComfyUI runs nodes under inference_mode; training needs autograd.
-        with live_hooks(cls.hidden.unique_id, steps, run_dir) as hooks, torch.inference_mode(False), \
+        with live_hooks(cls.hidden.unique_id, config.steps, run_dir) as hooks, torch.inference_mode(False), \
                 torch.enable_grad():
             result = train_lora(model, training_data, config, run_dir, sample_settings=sample_config, hooks=hooks,
                                 clip=clip, resume=resume)

@@ -8,5 +8,9 @@ LoRA = io.Custom("ERI_LORA")
 Loss = io.Custom("ERI_LOSS")
 Resume = io.Custom("ERI_RESUME")
 Objective = io.Custom("ERI_OBJECTIVE")
+AdapterOptions = io.Custom("ERI_ADAPTER_OPTIONS")
+OptimizerOptions = io.Custom("ERI_OPTIMIZER_OPTIONS")
+MemoryOptions = io.Custom("ERI_MEMORY_OPTIONS")
+CheckpointOptions = io.Custom("ERI_CHECKPOINT_OPTIONS")
 
 CATEGORY = "EriDiffusion"

@@ -12,6 +12,7 @@ import torch.utils.checkpoint
 
 from .autograd_inplace import OutOfPlaceAugmentedAssignments
 from .autograd_saved import saved_activations_copied
+from .forward_swap import SwappedForward, swap_in, swap_out
 
 INJECTION_KEY = "eridiffusion_gradient_checkpointing"
 
@@ -29,10 +30,9 @@ def checkpoint_blocks(diffusion_model):
     return [b for b in blocks if any(True for _ in b.children()) and any(True for _ in b.parameters())]
 
 
-class _CheckpointedForward:
+class _CheckpointedForward(SwappedForward):
     def __init__(self, module, copy_saved):
-        self.own_forward = module.__dict__.get("forward")
-        self.base = module.forward
+        super().__init__(module)
         self.copy_saved = copy_saved
 
     def __call__(self, *args, **kwargs):
@@ -61,17 +61,11 @@ def checkpointing_injection(patcher, copy_saved=False):
 
     def inject(model_patcher):
         for block in blocks:
-            if not isinstance(block.__dict__.get("forward"), _CheckpointedForward):
-                block.forward = _CheckpointedForward(block, copy_saved)
+            swap_in(block, _CheckpointedForward, copy_saved)
 
     def eject(model_patcher):
         for block in blocks:
-            forward = block.__dict__.get("forward")
-            if isinstance(forward, _CheckpointedForward):
-                if forward.own_forward is None:
-                    del block.forward
-                else:
-                    block.forward = forward.own_forward
+            swap_out(block, _CheckpointedForward)
 
     patcher.set_injections(INJECTION_KEY, [comfy.patcher_extension.PatcherInjection(inject, eject)])
     return len(blocks)

@@ -8,6 +8,7 @@ import torch
 
 import comfy.lora
 
+from .. import __version__
 from .atomic_file import write_safetensors_atomic
 from .errors import EriDiffusionError
 
@@ -76,6 +77,18 @@ def check_finite(tensors, converted, dtype, path):
     raise EriDiffusionError(f"{path} was not written: {len(bad)} of this LoRA's {len(converted)} tensors (e.g. {bad[0]}) "
                             "hold NaN or infinite values, so the run that made it diverged. Train again with a lower "
                             "learning_rate (or dtype bf16/fp32).")
+
+
+def run_metadata(base_model, config, data, steps):
+    """The metadata a run adds to its files: version, architecture, steps, dataset and settings."""
+    return {
+        "eridiffusion_version": __version__,
+        "architecture": type(base_model.model_config).__name__,
+        "steps": str(steps),
+        "dataset_hash": data.dataset_fingerprint,
+        "resolution": str(data.resolution),
+        "training_config": json.dumps(config.as_dict()),
+    }
 
 
 def export_lora(adapter_set, prefixes, metadata, text_encoder=None):

@@ -14,6 +14,7 @@ import torch
 import comfy.model_sampling
 
 from .errors import EriDiffusionError
+from .settings import check_settings, setting
 
 TIMESTEP_SAMPLINGS = ("auto", "uniform", "logit_normal", "sigmoid", "shift")
 LOSS_WEIGHTINGS = ("none", "min_snr")
@@ -26,25 +27,24 @@ _FLUX_SHIFT_POINTS = ((256, 0.5), (4096, 1.15))
 @dataclass(frozen=True)
 class ObjectiveSpec:
     """How noise levels are drawn and the loss weighted. "auto" takes the family's default."""
-    timestep_sampling: str = "auto"
-    logit_mean: float = 0.0       # logit_normal: mean of logit(t)
-    logit_std: float = 1.0        # logit_normal: std of logit(t)
-    sigmoid_scale: float = 1.0    # sigmoid and shift: t = sigmoid(scale · N(0, 1))
-    shift: float = 0.0            # shift: σ = s·t / (1 + (s-1)·t); 0 = s from the image size, as Flux does
-    loss_weighting: str = "none"  # min_snr: min(SNR, γ)/SNR for ε, min(SNR, γ)/(SNR+1) for v models
-    min_snr_gamma: float = 5.0
-    noise_offset: float = 0.0     # adds offset · N(0, 1) per sample and channel to the noise
+    timestep_sampling: str = setting(
+        "auto", "auto: the family's default. uniform; logit_normal (SD3); sigmoid (t = sigmoid(scale·N)); shift "
+        "(sigmoid, then shifted to more noise; flow models only).", choices=TIMESTEP_SAMPLINGS)
+    logit_mean: float = setting(0.0, "logit_normal: mean of logit(t); > 0 favours more noise.",
+                                minimum=-5.0, maximum=5.0, step=0.05)
+    logit_std: float = setting(1.0, "logit_normal: spread of logit(t).", minimum=0.05, maximum=5.0, step=0.05)
+    sigmoid_scale: float = setting(1.0, "sigmoid and shift: scale of the normal draw.",
+                                   minimum=0.05, maximum=10.0, step=0.05)
+    shift: float = setting(0.0, "shift: sigma = s·t / (1 + (s-1)·t); 0: s from the image size, as Flux does.",
+                           minimum=0.0, maximum=100.0, step=0.05)
+    loss_weighting: str = setting("none", "min_snr: min-SNR-γ weighting (ε and v models only).",
+                                  choices=LOSS_WEIGHTINGS)
+    min_snr_gamma: float = setting(5.0, "γ of min_snr.", minimum=0.1, maximum=100.0, step=0.1)
+    noise_offset: float = setting(0.0, "Offset noise (per sample and channel): helps very dark/bright images; ~0.05.",
+                                  minimum=0.0, maximum=1.0, step=0.01)
 
     def __post_init__(self):
-        if self.timestep_sampling not in TIMESTEP_SAMPLINGS:
-            raise EriDiffusionError(f"timestep_sampling '{self.timestep_sampling}' unknown; choose one of "
-                                    f"{TIMESTEP_SAMPLINGS}.")
-        if self.loss_weighting not in LOSS_WEIGHTINGS:
-            raise EriDiffusionError(f"loss_weighting '{self.loss_weighting}' unknown; choose one of {LOSS_WEIGHTINGS}.")
-        if self.logit_std <= 0 or self.sigmoid_scale <= 0 or self.min_snr_gamma <= 0:
-            raise EriDiffusionError("logit_std, sigmoid_scale and min_snr_gamma must be positive.")
-        if self.shift < 0 or self.noise_offset < 0:
-            raise EriDiffusionError("shift and noise_offset cannot be negative (shift 0 = resolution-dependent).")
+        check_settings(self, "objective")
 
 
 def is_flow(model_sampling):

@@ -4,42 +4,38 @@ Works on a ComfyUI ModelPatcher (and optionally its CLIP) and the TrainingData o
 The inputs are never changed: training happens on clones with adapters injected in bypass
 form, and the results are other clones of the inputs with the trained adapters attached.
 """
-import contextlib
 import dataclasses
-import hashlib
-import json
-import logging
-import math
 import os
 import random
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-import comfy.patcher_extension
 import torch
 
-from .. import __version__
 from ..comfy_compat import trainable_model_clone, training_forward
-from . import model_loading
-from .adapters import attach_adapters, narrow_layers
-from .atomic_file import sweep_stale_temp_files, write_json_atomic
-from .autograd_inplace import OutOfPlaceAugmentedAssignments
-from .autograd_saved import saved_activations_copied
+from . import model_loading, run_state
+from .adapters import attach_adapters, narrow_layers, warn_narrow_layers
+from .atomic_file import write_json_atomic
 from .autograd_weights import frozen_weights_injection
+from .batches import BatchSampler
 from .checkpointing import checkpointing_injection
 from .compile_blocks import compile_blocks_injection
 from .cuda_graphs import GraphedLoss
 from .errors import EriDiffusionError
+from .evaluation import evaluation_loss
 from .families import family_of, resolve_objective, resolve_targets
-from .lora_format import check_finite, export_lora, loadable_weight_keys
+from .lora_format import check_finite, export_lora, loadable_weight_keys, run_metadata
+from .lr_schedule import lr_factor
+from .model_forward import prediction, token_count, transformer_options_of
+from .model_inputs import batch_inputs
 from .non_finite import MAX_SKIPS_IN_A_ROW, StepHealth, diverged_error, gradient_norm, skip_on_device
-from .model_inputs import batch_inputs, model_inputs
 from .objective import Objective
 from .optimizers import check_optimizer_runs, make_optimizer
+from .prepared_data import PreparedData, conditioning_options
 from .resume import adapters_from_tensors, save_state, state_path
 from .sample_render import render_samples
+from .summary import run_summary
 from .text_encoder import TextEncoderTraining, parameter_groups
 
 
@@ -54,13 +50,13 @@ class TrainingHooks:
 
 @dataclass
 class TrainResult:
-    patcher: object                  # a clone of the input MODEL with the trained adapters
     lora: object                     # TrainedLoRA, ready for SaveLoRA
     losses: list                     # training loss per optimizer step
     eval_loss_before: float
     eval_loss_after: float
     seconds_per_step: float
     run_dir: str
+    patcher: object = None           # a clone of the input MODEL with the trained adapters
     checkpoints: list = field(default_factory=list)
     samples: Optional[torch.Tensor] = None
     adapters: object = None          # the trained AdapterSet (attached to `patcher`)
@@ -68,172 +64,6 @@ class TrainResult:
     peak_memory_gib: float = 0.0
     clip: object = None              # a clone of the input CLIP with its trained adapters, if trained
     skipped_steps: int = 0           # on_nan=skip: steps whose update was left out (non-finite)
-
-
-def unique_run_dir(parent, name):
-    """parent/name, or parent/name_2, _3 … when an earlier run already wrote there. Temp files
-    that killed runs of this name left in their folders are removed first."""
-    earlier = re.compile(re.escape(name) + r"(_\d+)?")
-    if os.path.isdir(parent):
-        for entry in os.scandir(parent):
-            if entry.is_dir() and earlier.fullmatch(entry.name):
-                for folder in (entry.path, os.path.join(entry.path, "checkpoints"), os.path.join(entry.path, "samples")):
-                    sweep_stale_temp_files(folder)
-    candidate, n = os.path.join(parent, name), 1
-    while os.path.exists(candidate) and os.listdir(candidate):
-        n += 1
-        candidate = os.path.join(parent, f"{name}_{n}")
-    os.makedirs(candidate, exist_ok=True)
-    return candidate
-
-
-def lr_factor(config):
-    """Linear warmup, then constant or cosine decay to zero."""
-    def factor(step):
-        if step < config.warmup_steps:
-            return (step + 1) / config.warmup_steps
-        if config.lr_schedule == "cosine":
-            progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
-            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-        return 1.0
-    return factor
-
-
-class BatchSampler:
-    """Random batches that never mix buckets; reshuffled each epoch. Host-side randomness is
-    Python's (not tensors), so choosing a batch never touches the device."""
-
-    def __init__(self, data, batch_size, seed):
-        self.groups = list(data.buckets().values())
-        self.batch_size = batch_size
-        self.generator = random.Random(seed)
-        self.pending = []
-
-    def _refill(self):
-        batches = []
-        for indices in self.groups:
-            shuffled = list(indices)
-            self.generator.shuffle(shuffled)
-            batches += [shuffled[i:i + self.batch_size] for i in range(0, len(shuffled), self.batch_size)]
-        self.generator.shuffle(batches)
-        self.pending = batches
-
-    def next(self):
-        if not self.pending:
-            self._refill()
-        return self.pending.pop()
-
-    def state(self):
-        return {"generator": self.generator.getstate(), "pending": [list(b) for b in self.pending]}
-
-    def load_state(self, state):
-        self.generator.setstate(state["generator"])
-        self.pending = [list(b) for b in state["pending"]]
-
-
-class PreparedData:
-    """Latents (model space) and, unless captions are encoded live, model inputs of every
-    sample, on the training device."""
-
-    def __init__(self, base_model, data, device, limit=None, cached_inputs=True, options=None):
-        self.base_model, self.device, self.options = base_model, device, options or {}
-        self.latents, self.inputs, self.empty_inputs, self.captions, self.sizes = [], [], [], [], []
-        self.references = []  # edit pairs: each sample's reference latents (VAE space)
-        for sample in data.samples[:limit]:
-            latent = base_model.process_latent_in(sample.latent[None].float()).to(device, copy=True)[0]
-            self.latents.append(latent)
-            self.captions.append(list(sample.captions))
-            self.sizes.append(sample.bucket)
-            self.references.append(sample.reference_latents)
-            if cached_inputs:
-                # Reused every step, so built without autograd: some extra_conds run model layers
-                # (LTX-2's text connectors), which may carry adapters; a graph through them would be
-                # freed by the first backward.
-                with torch.no_grad():
-                    self.inputs.append([model_inputs(base_model, c, latent, device, sample.bucket, self.options,
-                                                     sample.reference_latents) for c in sample.conditionings])
-                    self.empty_inputs.append(model_inputs(base_model, data.empty_conditioning, latent, device,
-                                                          sample.bucket, self.options, sample.reference_latents))
-
-    def variants(self, index):
-        return len(self.captions[index])
-
-    def inputs_for(self, index, variant, text_encoder=None):
-        """Model inputs of sample `index` with caption `variant` (None: the empty caption)."""
-        if text_encoder is None:
-            return self.empty_inputs[index] if variant is None else self.inputs[index][variant]
-        text = "" if variant is None else self.captions[index][variant]
-        return model_inputs(self.base_model, text_encoder.conditioning(text), self.latents[index], self.device,
-                            self.sizes[index], self.options, self.references[index])
-
-
-def transformer_options_of(patcher):
-    """The transformer_options a forward of `patcher` runs with: its model options' and, as
-    ComfyUI's sampler adds them (sampler_helpers.prepare_model_patcher), the patcher's wrappers
-    and callbacks (torch.compile, other nodes' model wrappers)."""
-    options = dict(patcher.model_options.get("transformer_options", {}))
-    for name, extra in (("wrappers", patcher.wrappers), ("callbacks", patcher.callbacks)):
-        options[name] = comfy.patcher_extension.merge_nested_dicts(dict(options.get(name, {})), extra)
-    return options
-
-
-def conditioning_options(config, family):
-    """Inputs the trainer adds to every conditioning, as ComfyUI's nodes would (FluxGuidance…):
-    the guidance value of guidance-distilled models, or None, which skips their guidance embedding.
-    Without a value from the config or the family, the model's own ComfyUI default applies."""
-    if config.bypass_guidance_embedding:
-        return {"guidance": None}
-    guidance = config.guidance if config.guidance >= 0 else family.guidance
-    return {} if guidance is None else {"guidance": guidance}
-
-
-def token_count(latent, diffusion_model, default_patch):
-    """Tokens of a (B, C, [T,] h, w) latent as the model patchifies it: Flux's shift input. The
-    spatial patch is the model's own `patch_size` where it has one (int or (t, h, w))."""
-    patch = getattr(diffusion_model, "patch_size", None) or default_patch
-    if isinstance(patch, (tuple, list)):
-        patch = patch[-1]
-    frames = latent.shape[2] if latent.ndim == 5 else 1
-    return frames * (latent.shape[-2] // patch) * (latent.shape[-1] // patch)
-
-
-def _prediction(base_model, transformer_options, x_t, sigma, inputs, dtype, cast_cache=True, copy_saved=False):
-    # out-of-place residual adds: Flux/MMDiT blocks write `x += ...` into tensors autograd saved.
-    # (A CUDA graph capture needs autocast's cast cache off: cached casts would outlive the capture.)
-    with torch.autocast(x_t.device.type, dtype=dtype, enabled=dtype != torch.float32, cache_enabled=cast_cache), \
-            OutOfPlaceAugmentedAssignments(), \
-            (saved_activations_copied() if copy_saved else contextlib.nullcontext()):
-        return base_model.apply_model(x_t, sigma, transformer_options=dict(transformer_options), **inputs)
-
-
-def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
-    """Mean native-parameterization loss over fixed (noise, timestep) pairs per image: the same
-    numbers before and after training, so the drop measures what was learned."""
-    base = patcher.model
-    device = patcher.load_device
-    objective = Objective(base.model_sampling)
-    with torch.no_grad():
-        prepared = PreparedData(base, data, device, limit=config.eval_images, cached_inputs=text_encoder is None,
-                                options=conditioning_options(config, family_of(base)))
-        ms = base.model_sampling
-        t_lo, t_hi = float(ms.timestep(ms.sigma_min.reshape(1))), float(ms.timestep(ms.sigma_max.reshape(1)))
-        fractions = (torch.arange(config.eval_timesteps, dtype=torch.float32) + 0.5) / config.eval_timesteps
-        sigmas = ms.sigma(t_lo + fractions * (t_hi - t_lo)).float().to(device)
-        generator = torch.Generator().manual_seed(seed)
-        total, count = 0.0, 0
-        transformer_options = transformer_options_of(patcher)
-        for index, latent in enumerate(prepared.latents):
-            inputs = prepared.inputs_for(index, 0, text_encoder)
-            model_loading.load(patcher, config.weights_vram_gib)  # (again, after the text encoder took the device)
-            x0 = latent[None].expand(len(sigmas), *latent.shape)
-            noise = torch.randn(x0.shape, generator=generator).to(device)
-            x_t = objective.noisy_latent(x0, noise, sigmas)
-            batch = batch_inputs([inputs] * len(sigmas))
-            denoised = _prediction(base, transformer_options, x_t, sigmas,
-                                   batch, config.torch_dtype)
-            total += float(objective.loss(denoised, x0, sigmas).sum())
-            count += len(sigmas)
-    return total / count
 
 
 class TrainingRun:
@@ -278,7 +108,7 @@ class TrainingRun:
             self.text_encoder = TextEncoderTraining(clip, spec, config.seed,
                                                     resume.tensors if resume is not None else None,
                                                     resume.path if resume is not None else None)
-        _warn_narrow_layers(spec, narrow_layers(self.adapters, self.base) + (
+        warn_narrow_layers(spec, narrow_layers(self.adapters, self.base) + (
             narrow_layers(self.text_encoder.adapters, self.text_encoder.clip.patcher.model) if self.text_encoder else []))
         if resume is not None:
             te_used = self.text_encoder.used_keys if self.text_encoder else set()
@@ -301,41 +131,18 @@ class TrainingRun:
         self.start_step, self.losses, self.eval_before = 0, [], None
         self.checkpoints = []
         if resume is not None and resume.state is not None:
-            self._load_state(resume.state, resume.path)
-
-    # --- the training state that makes a resumed run continue exactly
-    def _state(self, step):
-        return {"step": step, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(), "batches": self.batches.state(),
-                "choice": self.choice.getstate(), "noise": self.noise_gen.get_state(),
-                "losses": list(self.losses), "eval_loss_before": self.eval_before,
-                "config_fingerprint": config_fingerprint(self.config), "config": self.config.as_dict()}
-
-    def _load_state(self, state, path):
-        if state["config_fingerprint"] != config_fingerprint(self.config):
-            changed = sorted(k for k, v in resumable_settings(self.config).items()
-                             if state["config"].get(k) != v)
-            raise EriDiffusionError(f"{state_path(path)} was written with other settings ({', '.join(changed)} "
-                                    "differ); use the same settings to resume, or start a new run.")
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
-        self.batches.load_state(state["batches"])
-        self.choice.setstate(state["choice"])
-        self.noise_gen.set_state(state["noise"].to(self.noise_gen.get_state().device))
-        self.start_step, self.losses = state["step"], list(state["losses"])
-        self.eval_before = state["eval_loss_before"]
+            run_state.restore(self, resume.state, resume.path)
 
     def _export(self, step):
         text_encoder = (self.text_encoder.adapters, self.text_encoder.prefixes) if self.text_encoder else None
-        return export_lora(self.adapters, self.prefixes, _metadata(self.base, self.config, self.data, step),
+        return export_lora(self.adapters, self.prefixes, run_metadata(self.base, self.config, self.data, step),
                            text_encoder=text_encoder)
 
     def save_checkpoint(self, step):
         path = os.path.join(self.run_dir, "checkpoints", f"{self.config.run_name}_step{step:06d}.safetensors")
         lora = self._export(step)
         check_finite(lora.tensors, lora.tensors, "fp32", path)  # before its state is written
-        save_state(path, self._state(step))
+        save_state(path, run_state.capture(self, step))
         self.checkpoints.append(lora.save(path, dtype="fp32", overwrite=True))
         keep = self.config.keep_last
         if keep and len(self.checkpoints) > keep:
@@ -366,7 +173,7 @@ class TrainingRun:
         loss = self.graphed(x_t, sigma, x0, inputs) if self.graphed is not None else None
         if loss is not None:
             return loss / self.config.grad_accum
-        denoised = _prediction(self.base, transformer_options, x_t, sigma, inputs, self.config.torch_dtype,
+        denoised = prediction(self.base, transformer_options, x_t, sigma, inputs, self.config.torch_dtype,
                                copy_saved=self.family.copies_saved_activations)
         return objective.loss(denoised, x0, sigma).mean() / self.config.grad_accum
 
@@ -389,7 +196,7 @@ class TrainingRun:
         dtype = self.config.torch_dtype
 
         def loss(x_t, sigma, x0, inputs):
-            denoised = _prediction(self.base, transformer_options, x_t, sigma, inputs, dtype, cast_cache=False,
+            denoised = prediction(self.base, transformer_options, x_t, sigma, inputs, dtype, cast_cache=False,
                                    copy_saved=self.family.copies_saved_activations)
             return objective.loss(denoised, x0, sigma).mean()
         return GraphedLoss(loss, self.adapters, strict=setting == "on")
@@ -504,28 +311,16 @@ class TrainingRun:
 
         self.adapters.requires_grad_(False)
         eval_after = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
-        return TrainResult(None, self._export(done), self.losses, self.eval_before, eval_after,
-                           seconds_per_step, self.run_dir, list(self.checkpoints), samples, self.adapters,
-                           sample_paths, peak, skipped_steps=health.skipped)
+        return TrainResult(lora=self._export(done), losses=self.losses, eval_loss_before=self.eval_before,
+                           eval_loss_after=eval_after, seconds_per_step=seconds_per_step, run_dir=self.run_dir,
+                           checkpoints=list(self.checkpoints), samples=samples, adapters=self.adapters,
+                           sample_paths=sample_paths, peak_memory_gib=peak, skipped_steps=health.skipped)
 
     def release(self):
         """Hand the training clones back to ComfyUI so their injections come off the shared modules."""
         model_loading.unload(self.patcher)
         if self.text_encoder is not None:
             self.text_encoder.unload()
-
-
-def resumable_settings(config):
-    """The settings a resumed run must share with the run that wrote the state."""
-    values = config.as_dict()
-    for free in ("steps", "run_name", "save_every", "keep_last", "log_every", "eval_timesteps", "eval_images",
-                 "cuda_graphs", "weights_vram_gib", "torch_compile", "on_nan"):
-        values.pop(free)
-    return values
-
-
-def config_fingerprint(config):
-    return hashlib.sha256(json.dumps(resumable_settings(config), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks=None, clip=None, resume=None):
@@ -539,37 +334,5 @@ def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks
     run.adapters.attach_to(result.patcher)
     if run.text_encoder is not None:
         result.clip = run.text_encoder.result_clip()
-    write_json_atomic(os.path.join(run_dir, "summary.json"), _summary(result, config))
+    write_json_atomic(os.path.join(run_dir, "summary.json"), run_summary(result, config))
     return result
-
-
-def _warn_narrow_layers(spec, narrow):
-    """One warning naming the layers whose rank is above their width."""
-    if not narrow:
-        return
-    names = ", ".join(f"{name} ({width})" for name, width in narrow[:5]) + (", …" if len(narrow) > 5 else "")
-    logging.warning(f"EriDiffusion: rank {spec.rank} (conv_rank {spec.conv_rank}) is larger than the width of "
-                    f"{len(narrow)} adapted layers: {names}. An adapter of a layer cannot use more rank than its "
-                    f"width, so the rest only adds parameters to the file; lower the rank to "
-                    f"{min(width for _, width in narrow)} or less.")
-
-
-def _metadata(base, config, data, steps):
-    return {
-        "eridiffusion_version": __version__,
-        "architecture": type(base.model_config).__name__,
-        "steps": str(steps),
-        "dataset_hash": data.dataset_fingerprint,
-        "resolution": str(data.resolution),
-        "training_config": json.dumps(config.as_dict()),
-    }
-
-
-def _summary(result, config):
-    return {"steps": len(result.losses), "planned_steps": config.steps, "eval_loss_before": result.eval_loss_before,
-            "eval_loss_after": result.eval_loss_after, "first_loss": result.losses[0], "last_loss": result.losses[-1],
-            "seconds_per_step": result.seconds_per_step, "peak_memory_gib": result.peak_memory_gib,
-            "skipped_steps": result.skipped_steps,
-            "checkpoints": result.checkpoints, "samples": result.sample_paths, "config": config.as_dict()}
-
-

@@ -55,7 +55,7 @@ def test_unknown_section_is_an_error_naming_the_nearest_section(tmp_path):
 
 def test_values_outside_the_node_inputs_bounds_are_an_error_naming_the_key(tmp_path):
     top = write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\ntrain: {rank: 0}\n")
-    with pytest.raises(EriDiffusionError, match=r"top.yaml: train.rank is 0, outside 1..256"):
+    with pytest.raises(EriDiffusionError, match=r"top.yaml: train.rank is 0, outside 1..1024"):
         load_run_config(top)
     top = write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\ntrain: {optimizer: adamw}\n")
     with pytest.raises(EriDiffusionError, match=r"train.optimizer is 'adamw'; choose one of AdamW, .*; did you mean "
@@ -66,10 +66,9 @@ def test_values_outside_the_node_inputs_bounds_are_an_error_naming_the_key(tmp_p
 def test_every_node_input_is_a_key_of_its_section_with_the_nodes_default(tmp_path):
     config = load_run_config(write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\n"
                                                                "objective: {}\nsample: {}\n"))
-    for section, node in section_nodes().items():
-        inputs = node.INPUT_TYPES()
-        widgets = {name: spec[1].get("default") for group in ("required", "optional")
-                   for name, spec in inputs.get(group, {}).items()
+    for section, nodes in section_nodes().items():
+        widgets = {name: spec[1].get("default") for node in nodes for group in ("required", "optional")
+                   for name, spec in node.INPUT_TYPES().get(group, {}).items()
                    if isinstance(spec[0], list) or spec[0] in ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")}
         values = getattr(config, section)
         assert set(values) == set(widgets), section

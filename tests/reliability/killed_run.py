@@ -14,7 +14,8 @@ def main(base, dataset, run_name):
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.dataset import load_dataset
     from eridiffusion.training.latent_cache import build_training_data
-    from eridiffusion.training.trainer import train_lora, unique_run_dir
+    from eridiffusion.training.run_folder import unique_run_dir
+    from eridiffusion.training.trainer import train_lora
     from tests.support.tiny_models import build_tiny
     run_dir = unique_run_dir(folder_paths.get_output_directory(), run_name)
     if dataset == "-":
@@ -23,7 +24,7 @@ def main(base, dataset, run_name):
     model, clip, vae = build_tiny("sd15", seed=0)
     with torch.inference_mode():
         data = build_training_data(load_dataset(dataset), vae, clip, 64, os.path.join(base, "cache"))
-    config = TrainConfig(steps=100000, learning_rate=1e-3, dtype="fp32", save_every=1, keep_last=3, log_every=1,
+    config = TrainConfig(gradient_checkpointing=False, steps=100000, learning_rate=1e-3, dtype="fp32", save_every=1, keep_last=3, log_every=1,
                          eval_images=1, eval_timesteps=1, run_name=run_name,
                          adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"))
     with torch.inference_mode(False):

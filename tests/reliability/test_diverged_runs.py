@@ -74,7 +74,7 @@ def test_skip_mode_leaves_out_each_bad_step_and_counts_it(optimizer, one_nan_lat
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.trainer import TrainingHooks, TrainingRun, train_lora
     model, data = one_nan_latent
-    config = TrainConfig(steps=12, learning_rate=3e-3, optimizer=optimizer, dtype="fp32", log_every=4, on_nan="skip",
+    config = TrainConfig(gradient_checkpointing=False, steps=12, learning_rate=3e-3, optimizer=optimizer, dtype="fp32", log_every=4, on_nan="skip",
                          run_name="skips", adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"))
     with torch.inference_mode(False):
         result = train_lora(model, data, config, str(tmp_path / "skipped"))
@@ -102,7 +102,7 @@ def test_stop_mode_names_the_data_when_the_first_step_fails(one_nan_latent, tmp_
     from eridiffusion.training.trainer import train_lora
     model, data = one_nan_latent
     only_nan = type(data)(data.samples[2:3], data.empty_conditioning, 0.0, 1, 64, "nan")
-    config = TrainConfig(steps=4, learning_rate=1e-4, dtype="fp32", log_every=4, run_name="first_step",
+    config = TrainConfig(gradient_checkpointing=False, steps=4, learning_rate=1e-4, dtype="fp32", log_every=4, run_name="first_step",
                          adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"))
     with torch.inference_mode(False), pytest.raises(EriDiffusionError) as raised:
         train_lora(model, only_nan, config, str(tmp_path))

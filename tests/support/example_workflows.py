@@ -25,6 +25,9 @@ def training_graph(checkpoint, resolution, prompt, sample_prompts, loader=None, 
     `loader` replaces the checkpoint loader (same MODEL, CLIP, VAE outputs); `trainer` and
     `sampling` override widget values of the trainer and of the samplers."""
     trainer, sampling = trainer or {}, sampling or {}
+    trainer_node = Node(5, "EriDiffusion_LoRATrainer", (820, 60), {"run_name": "sks_dog"},
+                        {"model": (1, 0), "training_data": (3, 0), "sample_config": (4, 0)})
+    options = _place_settings(trainer_node, trainer, first_id=15, pos=(40, 700))
     return [
         loader or Node(1, "CheckpointLoaderSimple", (40, 60), {"ckpt_name": checkpoint}),
         Node(2, "EriDiffusion_LoadDataset", (40, 260), {"folder": "dreambooth_dog", "trigger_word": "sks"}),
@@ -33,19 +36,38 @@ def training_graph(checkpoint, resolution, prompt, sample_prompts, loader=None, 
         Node(4, "EriDiffusion_SampleDuringTraining", (420, 520),
              {"prompts": sample_prompts, "width": resolution, "height": resolution, **sampling},
              {"clip": (1, 1), "vae": (1, 2)}),
-        Node(5, "EriDiffusion_LoRATrainer", (820, 60), {"run_name": "sks_dog", **trainer},
-             {"model": (1, 0), "training_data": (3, 0), "sample_config": (4, 0)}),
+        trainer_node,
         Node(6, "EriDiffusion_SaveLoRA", (1220, 60), {"filename_prefix": "eridiffusion/sks_dog"}, {"lora": (5, 1)}),
         Node(7, "EriDiffusion_LossGraph", (1220, 200), {}, {"loss": (5, 2)}),
         Node(8, "PreviewImage", (1220, 520), {}, {"images": (5, 3)}, title="Samples during training"),
-        Node(9, "CLIPTextEncode", (820, 700), {"text": prompt}, {"clip": (1, 1)}, title="Positive"),
-        Node(10, "CLIPTextEncode", (820, 900), {"text": "blurry, low quality"}, {"clip": (1, 1)}, title="Negative"),
-        Node(11, "EmptyLatentImage", (820, 1100), {"width": resolution, "height": resolution, "batch_size": 1}),
-        Node(12, "KSampler", (1220, 700), {"seed": 42, "steps": sampling.get("steps", 25), "cfg": sampling.get("cfg", 7.0)},
+        Node(9, "CLIPTextEncode", (820, 1300), {"text": prompt}, {"clip": (1, 1)}, title="Positive"),
+        Node(10, "CLIPTextEncode", (820, 1500), {"text": "blurry, low quality"}, {"clip": (1, 1)}, title="Negative"),
+        Node(11, "EmptyLatentImage", (820, 1700), {"width": resolution, "height": resolution, "batch_size": 1}),
+        Node(12, "KSampler", (1220, 1300), {"seed": 42, "steps": sampling.get("steps", 25), "cfg": sampling.get("cfg", 7.0)},
              {"model": (5, 0), "positive": (9, 0), "negative": (10, 0), "latent_image": (11, 0)}),
-        Node(13, "VAEDecode", (1600, 700), {}, {"samples": (12, 0), "vae": (1, 2)}),
-        Node(14, "SaveImage", (1840, 700), {"filename_prefix": "eridiffusion/sks_dog"}, {"images": (13, 0)}),
+        Node(13, "VAEDecode", (1600, 1300), {}, {"samples": (12, 0), "vae": (1, 2)}),
+        Node(14, "SaveImage", (1840, 1300), {"filename_prefix": "eridiffusion/sks_dog"}, {"images": (13, 0)}),
+        *options,
     ]
+
+
+def _place_settings(trainer_node, settings, first_id, pos):
+    """Each of `settings` on the trainer (its own widget) or on an options node linked to it; the
+    options nodes made, stacked from `pos`."""
+    from .workflow import trainer_setting_nodes, widget_defaults
+    options = {}
+    for name, value in settings.items():
+        holder = next(t for t in trainer_setting_nodes() if name in widget_defaults(t))
+        socket = trainer_setting_nodes()[holder]
+        if not socket:
+            trainer_node.widgets[name] = value
+            continue
+        if holder not in options:
+            x, y = pos
+            options[holder] = Node(first_id + len(options), holder, (x, y + 200 * len(options)))
+            trainer_node.links[socket] = (options[holder].id, 0)
+        options[holder].widgets[name] = value
+    return list(options.values())
 
 
 EXAMPLES = {
@@ -101,6 +123,11 @@ def to_ui(graph):
         names = getattr(cls, "RETURN_NAMES", None) or cls.RETURN_TYPES
         outputs = [{"name": n, "type": t, "links": outgoing.get((node.id, i), []), "slot_index": i}
                    for i, (n, t) in enumerate(zip(names, cls.RETURN_TYPES))]
+        if getattr(cls, "OUTPUT_NODE", False):
+            # unlinked outputs of output nodes are left out: they differ between ComfyUI versions
+            # (0.28's SaveImage and PreviewImage pass their images on), the page adds them on load
+            while outputs and not outputs[-1]["links"]:
+                outputs.pop()
         entry = {"id": node.id, "type": node.type, "pos": list(node.pos), "size": [340, 120 + 26 * len(values)],
                  "flags": {}, "order": order, "mode": 0, "inputs": sockets, "outputs": outputs,
                  "properties": {"Node name for S&R": node.type}, "widgets_values": values}

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from .paths import ROOT
+from .workflow import set_training_settings
 
 CONFIGS = os.path.join(ROOT, "configs")
 
@@ -45,7 +46,7 @@ def graph_prompt(config):
         "3": {"class_type": "EriDiffusion_CacheLatents",
               "inputs": {**config.cache, "dataset": ["2", 0], "vae": ["1", 2], "clip": ["1", 1]}},
         "4": {"class_type": "EriDiffusion_LoRATrainer",
-              "inputs": {**config.train, "model": ["1", 0], "training_data": ["3", 0], "clip": ["1", 1]}},
+              "inputs": {"model": ["1", 0], "training_data": ["3", 0], "clip": ["1", 1]}},
         "5": {"class_type": "EriDiffusion_SaveLoRA", "inputs": {**config.save, "lora": ["4", 1]}},
         "6": {"class_type": "EriDiffusion_LossGraph", "inputs": {"loss": ["4", 2]}},
     }
@@ -53,7 +54,6 @@ def graph_prompt(config):
         prompt["7"] = {"class_type": "EriDiffusion_SampleDuringTraining",
                        "inputs": {**config.sample, "clip": ["1", 1], "vae": ["1", 2]}}
         prompt["4"]["inputs"]["sample_config"] = ["7", 0]
-    if config.objective is not None:
-        prompt["8"] = {"class_type": "EriDiffusion_TrainingObjective", "inputs": dict(config.objective)}
-        prompt["4"]["inputs"]["objective"] = ["8", 0]
+    # every options node linked, with the config's values: the graph a user would build for it
+    set_training_settings(prompt, {**config.train, **(config.objective or {})})
     return prompt

@@ -117,17 +117,47 @@ def execution_error(executor):
     return None
 
 
+def widget_defaults(class_type):
+    """{widget input: default} of a node."""
+    from .example_workflows import _default
+    return {name: _default(spec) for name, spec in widget_inputs(class_type)}
+
+
+def trainer_setting_nodes():
+    """{node type: LoRATrainer input it is linked to ('' for the trainer itself)} of the nodes that
+    hold training settings: the trainer, its options nodes and TrainingObjective."""
+    from eridiffusion.nodes.options_nodes import OPTIONS_NODES
+    nodes = {"EriDiffusion_LoRATrainer": "", "EriDiffusion_TrainingObjective": "objective"}
+    nodes.update({node.NODE_ID: node.TRAINER_INPUT for node in OPTIONS_NODES})
+    return nodes
+
+
+def set_training_settings(prompt, settings):
+    """Put each of `settings` ({name: value}) on the node of `prompt` that holds it: the trainer's own
+    widget, else its options node (or TrainingObjective), which is added and linked when missing."""
+    trainer_id = next(i for i, n in prompt.items() if n["class_type"] == "EriDiffusion_LoRATrainer")
+    for name, value in settings.items():
+        holder = next((t for t in trainer_setting_nodes() if name in widget_defaults(t)), None)
+        if holder is None:
+            raise KeyError(f"no node holds the training setting {name!r}")
+        socket = trainer_setting_nodes()[holder]
+        node_id = trainer_id if not socket else next(
+            (i for i, n in prompt.items() if n["class_type"] == holder), None)
+        if node_id is None:
+            node_id = str(max(int(i) for i in prompt) + 1)
+            prompt[node_id] = {"class_type": holder, "inputs": widget_defaults(holder)}
+            prompt[trainer_id]["inputs"][socket] = [node_id, 0]
+        prompt[node_id]["inputs"][name] = value
+    return prompt
+
+
 def training_prompt(dataset, trainer=None, resume=None, train_text_encoder=False, save=None, architecture="sd15",
                     resolution=128, dataset_options=None, cache_folder=""):
     """An API prompt: tiny demo model → LoadDataset(`dataset`) → CacheLatents → LoRATrainer → SaveLoRA.
-    `trainer`, `save` and `dataset_options` override the widget values of LoRATrainer, SaveLoRA and
-    LoadDataset; `resume` is a LoadLoRAForTraining path linked to the trainer; `train_text_encoder`
-    links the CLIP to it."""
-    from .example_workflows import _default
-
-    def defaults(class_type):
-        return {name: _default(spec) for name, spec in widget_inputs(class_type)}
-
+    `trainer` holds training settings (each goes to the trainer or the options node that holds it),
+    `save` and `dataset_options` override the widget values of SaveLoRA and LoadDataset; `resume` is a
+    LoadLoRAForTraining path linked to the trainer; `train_text_encoder` links the CLIP to it."""
+    defaults = widget_defaults
     prompt = {
         "1": {"class_type": "EriDiffusion_TinyDemoModel", "inputs": {"architecture": architecture, "seed": 0}},
         "2": {"class_type": "EriDiffusion_LoadDataset",
@@ -136,16 +166,17 @@ def training_prompt(dataset, trainer=None, resume=None, train_text_encoder=False
               "inputs": {**defaults("EriDiffusion_CacheLatents"), "resolution": resolution, "dataset": ["2", 0],
                          "vae": ["1", 2], "clip": ["1", 1], "cache_folder": str(cache_folder)}},
         "4": {"class_type": "EriDiffusion_LoRATrainer",
-              "inputs": {**defaults("EriDiffusion_LoRATrainer"), "model": ["1", 0], "training_data": ["3", 0],
-                         **(trainer or {})}},
+              "inputs": {**defaults("EriDiffusion_LoRATrainer"), "model": ["1", 0], "training_data": ["3", 0]}},
         "5": {"class_type": "EriDiffusion_SaveLoRA",
               "inputs": {**defaults("EriDiffusion_SaveLoRA"), "lora": ["4", 1], **(save or {})}},
     }
+    set_training_settings(prompt, trainer or {})
     if train_text_encoder:
         prompt["4"]["inputs"]["clip"] = ["1", 1]
     if resume is not None:
-        prompt["6"] = {"class_type": "EriDiffusion_LoadLoRAForTraining", "inputs": {"path": str(resume)}}
-        prompt["4"]["inputs"]["resume"] = ["6", 0]
+        resume_id = str(max(int(i) for i in prompt) + 1)
+        prompt[resume_id] = {"class_type": "EriDiffusion_LoadLoRAForTraining", "inputs": {"path": str(resume)}}
+        prompt["4"]["inputs"]["resume"] = [resume_id, 0]
     return prompt
 
 

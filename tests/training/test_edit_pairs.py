@@ -53,7 +53,7 @@ def kontext(datasets_dir, tmp_path_factory):
     seen_tokens = []
     hook = model.model.diffusion_model.img_in.register_forward_hook(
         lambda module, args, output: seen_tokens.append(args[0].shape[1]))
-    config = TrainConfig(steps=family.steps, learning_rate=family.learning_rate, dtype="fp32", seed=0,
+    config = TrainConfig(gradient_checkpointing=False, steps=family.steps, learning_rate=family.learning_rate, dtype="fp32", seed=0,
                          log_every=20, adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
                          run_name="kontext_pairs")
     try:

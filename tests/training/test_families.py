@@ -45,7 +45,7 @@ def _train(name, request, tmp_path_factory):
     data.samples = data.samples[:4]
     probe = ProbeInput.of(model, data)
     before = probe.output(model)
-    config = TrainConfig(steps=family.steps, learning_rate=family.learning_rate, dtype="fp32", seed=0, log_every=20,
+    config = TrainConfig(gradient_checkpointing=False, steps=family.steps, learning_rate=family.learning_rate, dtype="fp32", seed=0, log_every=20,
                          adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"), run_name=f"family_{name}")
     with torch.inference_mode(False):
         result = train_lora(model, data, config, os.path.join(folder, "run"), sample_settings=sample)

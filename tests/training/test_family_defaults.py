@@ -73,7 +73,7 @@ def test_auto_takes_the_family_default_and_explicit_settings_stay():
 ])
 def test_guidance_fed_to_the_model(name, config, expected):
     from eridiffusion.training.config import TrainConfig
-    from eridiffusion.training.trainer import conditioning_options
+    from eridiffusion.training.prepared_data import conditioning_options
     model, _, _ = build_tiny(name)
     assert conditioning_options(TrainConfig(**config), family_of(model.model)) == expected
 

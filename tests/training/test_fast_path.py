@@ -50,7 +50,7 @@ def _run(trained_lora, tmp_path, config, watch):
 # on_nan=skip leaves a bad step out on the device (AdamW is fused): no read-back either.
 @pytest.mark.parametrize("on_nan", ["stop", "skip"])
 def test_a_step_reads_nothing_back_from_the_device_except_on_logging_steps(on_nan, trained_lora, tmp_path):
-    config = TrainConfig(steps=8, learning_rate=1e-3, dtype="fp32", log_every=4, run_name="sync", on_nan=on_nan,
+    config = TrainConfig(gradient_checkpointing=False, steps=8, learning_rate=1e-3, dtype="fp32", log_every=4, run_name="sync", on_nan=on_nan,
                          adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"))
     counter = ReadBackCounter()
     _run(trained_lora, tmp_path, config, counter)
@@ -99,7 +99,7 @@ def test_bypass_adapters_never_build_a_full_size_delta_weight(algorithm, kind):
 
 def test_cuda_graphs_on_a_cpu_is_refused_with_the_fix(trained_lora, tmp_path):
     from eridiffusion.training.errors import EriDiffusionError
-    config = TrainConfig(steps=1, dtype="fp32", cuda_graphs="on", run_name="graphs",
+    config = TrainConfig(gradient_checkpointing=False, steps=1, dtype="fp32", cuda_graphs="on", run_name="graphs",
                          adapter=AdapterSpec(rank=2, alpha=2.0, targets="attention"))
     run = TrainingRun(trained_lora["model"], trained_lora["data"], config, str(tmp_path))
     try:

@@ -13,7 +13,8 @@ from eridiffusion.training.autograd_inplace import OutOfPlaceAugmentedAssignment
 from eridiffusion.training.checkpointing import _CheckpointedForward
 from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.latent_cache import build_training_data
-from eridiffusion.training.trainer import TrainingRun, _prediction, train_lora
+from eridiffusion.training.model_forward import prediction
+from eridiffusion.training.trainer import TrainingRun, train_lora
 
 from ..conftest import ProbeInput
 
@@ -58,7 +59,7 @@ def _adapter_gradients(model, data, probe, checkpointing, run_dir):
                 for p in run.adapters.parameters():
                     p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
             options = run.patcher.model_options.get("transformer_options", {})
-            denoised = _prediction(run.base, options, probe.x, probe.sigma, probe.inputs, torch.float32)
+            denoised = prediction(run.base, options, probe.x, probe.sigma, probe.inputs, torch.float32)
             (denoised - probe.x).square().mean().backward()
             return wrapped, torch.cat([p.grad.flatten() for p in run.adapters.parameters()])
         finally:

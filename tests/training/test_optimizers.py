@@ -32,7 +32,7 @@ def tiny_sd15(dog_dataset, tmp_path_factory):
 
 def train(tiny_sd15, name, learning_rate, steps, run_dir):
     model, data = tiny_sd15
-    config = TrainConfig(steps=steps, learning_rate=learning_rate, optimizer=name, dtype="fp32", seed=0,
+    config = TrainConfig(gradient_checkpointing=False, steps=steps, learning_rate=learning_rate, optimizer=name, dtype="fp32", seed=0,
                          log_every=steps, adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
                          run_name=f"optimizer_{name}")
     with torch.inference_mode(False):

@@ -10,7 +10,8 @@ from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.errors import EriDiffusionError
 from eridiffusion.training.latent_cache import build_training_data
 from eridiffusion.training.resume import load_resume_point, state_path
-from eridiffusion.training.trainer import evaluation_loss, train_lora
+from eridiffusion.training.evaluation import evaluation_loss
+from eridiffusion.training.trainer import train_lora
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def stack(dog_dataset, tmp_path_factory):
 
 
 def config(algorithm="lora", **overrides):
-    settings = dict(steps=12, learning_rate=3e-3, dtype="fp32", seed=3, log_every=4, save_every=6,
+    settings = dict(steps=12, learning_rate=3e-3, dtype="fp32", seed=3, log_every=4, save_every=6, gradient_checkpointing=False,
                     batch_size=2, run_name="resumable",
                     adapter=AdapterSpec(algorithm=algorithm, rank=4, alpha=4.0, targets="all-linear"))
     settings.update(overrides)

@@ -86,7 +86,7 @@ def test_input_model_output_is_bit_identical_after_training(trained):
 def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained_lora, tmp_path, caplog):
     trained = trained_lora
     model = trained["model"]
-    config = TrainConfig(steps=50, learning_rate=1e-3, dtype="fp32", save_every=2, log_every=1,
+    config = TrainConfig(gradient_checkpointing=False, steps=50, learning_rate=1e-3, dtype="fp32", save_every=2, log_every=1,
                          adapter=AdapterSpec(rank=4, alpha=4.0), run_name="cancelled")
     seen = []
 

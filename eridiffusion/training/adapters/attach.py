@@ -7,6 +7,7 @@ are never changed and other branches of the graph see the plain model. The same 
 CLIP's patcher (text-encoder adapters).
 """
 import itertools
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +15,8 @@ import torch
 import comfy.patcher_extension
 
 from ..errors import EriDiffusionError
+from ..forward_swap import SwappedForward, swap_in, swap_out
+from ..settings import check_settings, setting
 from .base import layer_kind
 from .dora import DoRA
 from .loha import LoHa
@@ -63,33 +66,28 @@ def _is_resnet_conv(name, module, modules_by_name):
 @dataclass(frozen=True)
 class AdapterSpec:
     """What to train: the algorithm, its size and which layers get it."""
-    algorithm: str = "lora"
-    rank: int = 16
-    alpha: float = 16.0
-    targets: str = "auto"          # a TARGET_PRESETS name, or "auto": the model family's default
-    conv_rank: int = 0            # > 0: also adapt the resnet convolutions (LoCon), at this rank
-    conv_alpha: float = 1.0
-    lokr_factor: int = -1         # LoKr's Kronecker split; -1 picks the most balanced one
-    lokr_full_rank: bool = False  # LoKr without decomposing the second factor
+    algorithm: str = setting("lora", "lora; dora (LoRA + learned magnitude); lokr (Kronecker); loha (Hadamard).",
+                             choices=tuple(ALGORITHMS))
+    rank: int = setting(16, "Adapter rank (its size).", minimum=1, maximum=1024)
+    alpha: float = setting(16.0, "The adapter is scaled by alpha / rank (LoKr with full factors: 1).",
+                           minimum=0.01, maximum=1024.0, step=0.5)
+    targets: str = setting(AUTO_TARGETS, "auto: the model family's default (UNets: attention; transformers: blocks). "
+                           "attention: q/k/v/out projections; blocks: every linear layer of the transformer blocks; "
+                           "all-linear: every linear layer.", choices=(AUTO_TARGETS,) + tuple(TARGET_PRESETS))
+    conv_rank: int = setting(0, "> 0 also adapts the UNet's resnet convolutions (LoCon) at this rank.",
+                             minimum=0, maximum=1024)
+    conv_alpha: float = setting(1.0, "Alpha of the conv adapters.", minimum=0.01, maximum=1024.0, step=0.5)
+    lokr_factor: int = setting(-1, "LoKr only: Kronecker factor (-1: as balanced as the layer allows).",
+                               minimum=-1, maximum=64)
+    lokr_full_rank: bool = setting(False, "LoKr only: keep both Kronecker factors whole (no low-rank split).")
 
     def __post_init__(self):
-        if self.algorithm not in ALGORITHMS:
-            raise EriDiffusionError(f"adapter algorithm '{self.algorithm}' unknown; choose one of {sorted(ALGORITHMS)}.")
-        if self.rank < 1 or self.conv_rank < 0:
-            raise EriDiffusionError(f"rank must be at least 1 and conv_rank at least 0 (got {self.rank}, {self.conv_rank}).")
-        if self.alpha <= 0 or self.conv_alpha <= 0:
-            raise EriDiffusionError(f"alpha and conv_alpha must be positive (got {self.alpha}, {self.conv_alpha}); "
-                                    "alpha = rank gives scale 1.")
-        if self.targets not in TARGET_PRESETS and self.targets != AUTO_TARGETS:
-            raise EriDiffusionError(f"targets '{self.targets}' unknown; choose one of "
-                                    f"{sorted(TARGET_PRESETS) + [AUTO_TARGETS]}.")
+        check_settings(self, "adapter")
+
 
     def build(self, layer, seed):
         """A fresh adapter for `layer` (linear or conv)."""
-        conv = layer_kind(layer) == "conv"
-        return ALGORITHMS[self.algorithm](layer, self.conv_rank if conv else self.rank,
-                                          self.conv_alpha if conv else self.alpha, seed=seed,
-                                          factor=self.lokr_factor, full_rank=self.lokr_full_rank)
+        return ALGORITHMS[self.algorithm].for_layer(layer, self, seed)
 
 
 def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
@@ -116,13 +114,12 @@ def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
     return layers
 
 
-class _BypassForward:
+class _BypassForward(SwappedForward):
     """Stands in for a layer's forward while adapters are injected: each adapter wraps the
     forward below it. One per layer, so several adapter sets can stack and leave in any order."""
 
     def __init__(self, module):
-        self.own_forward = module.__dict__.get("forward")  # an instance-level forward to restore
-        self.base = module.forward
+        super().__init__(module)
         self.adapters = []
 
     def __call__(self, x, *args, **kwargs):
@@ -134,24 +131,17 @@ class _BypassForward:
 
 
 def _inject(module, adapter):
-    forward = module.__dict__.get("forward")
-    if not isinstance(forward, _BypassForward):
-        forward = _BypassForward(module)
-        module.forward = forward
+    forward = swap_in(module, _BypassForward)
     if not any(a is adapter for a in forward.adapters):
         forward.adapters.append(adapter)
 
 
 def _eject(module, adapter):
     forward = module.__dict__.get("forward")
-    if not isinstance(forward, _BypassForward):
-        return
-    forward.adapters = [a for a in forward.adapters if a is not adapter]
-    if not forward.adapters:
-        if forward.own_forward is None:
-            del module.forward
-        else:
-            module.forward = forward.own_forward
+    if isinstance(forward, _BypassForward):
+        forward.adapters = [a for a in forward.adapters if a is not adapter]
+        if not forward.adapters:
+            swap_out(module, _BypassForward)
 
 
 class AdapterSet(torch.nn.Module):
@@ -210,6 +200,17 @@ def narrow_layers(adapter_set, root):
         if rank > layer_width(layer):
             narrow.append((name, layer_width(layer)))
     return narrow
+
+
+def warn_narrow_layers(spec, narrow):
+    """One warning naming the layers (from narrow_layers) whose rank is above their width."""
+    if not narrow:
+        return
+    names = ", ".join(f"{name} ({width})" for name, width in narrow[:5]) + (", …" if len(narrow) > 5 else "")
+    logging.warning(f"EriDiffusion: rank {spec.rank} (conv_rank {spec.conv_rank}) is larger than the width of "
+                    f"{len(narrow)} adapted layers: {names}. An adapter of a layer cannot use more rank than its "
+                    f"width, so the rest only adds parameters to the file; lower the rank to "
+                    f"{min(width for _, width in narrow)} or less.")
 
 
 def attach_adapters(patcher, spec, allowed_keys, seed=0, prefix="diffusion_model."):

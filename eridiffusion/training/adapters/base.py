@@ -17,7 +17,8 @@ os.environ.setdefault("LYCORIS_KERNEL_BACKEND", "torch")
 
 
 class Adapter(torch.nn.Module):
-    """Base of all adapters. `multiplier` plays the role of LoraLoader's strength."""
+    """Base of all adapters: what the trainer, the file format and resuming rely on. `multiplier`
+    plays the role of LoraLoader's strength."""
 
     algorithm = ""
 
@@ -25,11 +26,22 @@ class Adapter(torch.nn.Module):
         super().__init__()
         self.multiplier = 1.0
 
+    @classmethod
+    def for_layer(cls, layer, spec, seed):
+        """A fresh adapter of `layer` (linear or conv) as AdapterSpec `spec` asks for it."""
+        conv = layer_kind(layer) == "conv"
+        return cls(layer, spec.conv_rank if conv else spec.rank, spec.conv_alpha if conv else spec.alpha, seed=seed)
+
     def forward(self, x, base):
         """The layer's output with this adapter applied; `base` computes the frozen layer."""
         raise NotImplementedError
 
     def comfy_tensors(self):
+        """{name in a ComfyUI LoRA file, after the layer's prefix: tensor} of this adapter."""
+        raise NotImplementedError
+
+    def tensor_targets(self):
+        """{name as comfy_tensors: the parameter or buffer a saved tensor of that name is loaded into}."""
         raise NotImplementedError
 
     def load_comfy_tensors(self, tensors):
@@ -39,7 +51,7 @@ class Adapter(torch.nn.Module):
         if missing:
             raise KeyError(f"missing {missing}")
         with torch.no_grad():
-            for name, target in self._named_targets().items():
+            for name, target in self.tensor_targets().items():
                 target.copy_(tensors[name].to(target.dtype).reshape(target.shape))
 
 
@@ -59,7 +71,7 @@ class LycorisAdapter(Adapter):
     def comfy_tensors(self):
         return {name: t.detach() for name, t in self.lycoris.custom_state_dict().items()}
 
-    def _named_targets(self):
+    def tensor_targets(self):
         targets = {}
         for name in self.lycoris.custom_state_dict():
             obj = self.lycoris

@@ -22,7 +22,7 @@ def _column_sq_norms(matrix, in_channels):
 class DoRA(Adapter):
     algorithm = "dora"
 
-    def __init__(self, layer, rank, alpha, seed=0, **options):
+    def __init__(self, layer, rank, alpha, seed=0):
         super().__init__()
         with seeded(seed):
             self.lycoris = LoConModule("", layer, lora_dim=rank, alpha=alpha)
@@ -74,6 +74,6 @@ class DoRA(Adapter):
         tensors["dora_scale"] = self.magnitude.detach()
         return tensors
 
-    def _named_targets(self):
+    def tensor_targets(self):
         return {"lora_up.weight": self.lycoris.lora_up.weight, "lora_down.weight": self.lycoris.lora_down.weight,
                 "alpha": self.lycoris.alpha, "dora_scale": self.magnitude}

@@ -7,6 +7,6 @@ from .base import LycorisAdapter, seeded
 class LoHa(LycorisAdapter):
     algorithm = "loha"
 
-    def __init__(self, layer, rank, alpha, seed=0, **options):
+    def __init__(self, layer, rank, alpha, seed=0):
         with seeded(seed):
             super().__init__(LohaModule("", layer, lora_dim=rank, alpha=alpha))

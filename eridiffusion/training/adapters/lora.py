@@ -7,7 +7,7 @@ from .base import LycorisAdapter, seeded
 class LoRA(LycorisAdapter):
     algorithm = "lora"
 
-    def __init__(self, layer, rank, alpha, seed=0, **options):
+    def __init__(self, layer, rank, alpha, seed=0):
         with seeded(seed):
             super().__init__(LoConModule("", layer, lora_dim=rank, alpha=alpha))
         self.rank, self.alpha = rank, float(alpha)

@@ -1,0 +1,64 @@
+"""The small optional nodes that feed LoRATrainer the settings users change less often (adapter
+shape, optimizer and schedule, memory and speed, checkpoints), so the trainer's own face holds only
+the essentials. Each input is a training setting (training/config.py) with its default; a node
+left out means those defaults."""
+from comfy_api.latest import io
+
+from ..training.config import training_settings
+from .setting_inputs import SettingValues, inputs_for
+from .types import CATEGORY, AdapterOptions, CheckpointOptions, MemoryOptions, OptimizerOptions
+
+
+class TrainerOptionsNode(io.ComfyNode):
+    """Base of the options nodes: SETTINGS become the inputs, their values the output."""
+    NODE_ID = DISPLAY_NAME = DESCRIPTION = ""
+    SOCKET = None        # the io.Custom type LoRATrainer takes it as
+    TRAINER_INPUT = ""   # LoRATrainer's input for it
+    SETTINGS = ()
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id=cls.NODE_ID,
+            display_name=cls.DISPLAY_NAME,
+            category=f"{CATEGORY}/options",
+            description=cls.DESCRIPTION,
+            inputs=inputs_for(training_settings(), cls.SETTINGS),
+            outputs=[cls.SOCKET.Output(display_name="options", tooltip=f"Connect to LoRATrainer's {cls.TRAINER_INPUT}.")],
+        )
+
+    @classmethod
+    def execute(cls, **values):
+        return io.NodeOutput(SettingValues(values))
+
+
+class AdapterOptionsNode(TrainerOptionsNode):
+    NODE_ID, DISPLAY_NAME = "EriDiffusion_AdapterOptions", "AdapterOptions"
+    DESCRIPTION = "Which layers get adapters, conv adapters (LoCon) and LoKr's factors, for LoRATrainer."
+    SOCKET, TRAINER_INPUT = AdapterOptions, "adapter_options"
+    SETTINGS = ("targets", "conv_rank", "conv_alpha", "lokr_factor", "lokr_full_rank")
+
+
+class OptimizerOptionsNode(TrainerOptionsNode):
+    NODE_ID, DISPLAY_NAME = "EriDiffusion_OptimizerOptions", "OptimizerOptions"
+    DESCRIPTION = "The optimizer, learning-rate schedule, gradient accumulation and text-encoder rate, for LoRATrainer."
+    SOCKET, TRAINER_INPUT = OptimizerOptions, "optimizer_options"
+    SETTINGS = ("optimizer", "lr_schedule", "warmup_steps", "grad_accum", "text_encoder_lr", "weight_decay",
+                "max_grad_norm")
+
+
+class MemoryOptionsNode(TrainerOptionsNode):
+    NODE_ID, DISPLAY_NAME = "EriDiffusion_MemoryOptions", "MemoryOptions"
+    DESCRIPTION = "Memory and speed: gradient checkpointing, streamed weights, torch.compile, CUDA graphs."
+    SOCKET, TRAINER_INPUT = MemoryOptions, "memory_options"
+    SETTINGS = ("gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs")
+
+
+class CheckpointOptionsNode(TrainerOptionsNode):
+    NODE_ID, DISPLAY_NAME = "EriDiffusion_CheckpointOptions", "CheckpointOptions"
+    DESCRIPTION = "Which checkpoints a run keeps, and what it does when the loss turns NaN."
+    SOCKET, TRAINER_INPUT = CheckpointOptions, "checkpoint_options"
+    SETTINGS = ("keep_last", "on_nan")
+
+
+OPTIONS_NODES = (AdapterOptionsNode, OptimizerOptionsNode, MemoryOptionsNode, CheckpointOptionsNode)

@@ -1,0 +1,51 @@
+"""The cached samples made ready for training on the device: latents in model space and, unless
+captions are encoded live, each caption's model inputs."""
+import torch
+
+from .model_inputs import model_inputs
+
+
+def conditioning_options(config, family):
+    """Inputs the trainer adds to every conditioning, as ComfyUI's nodes would (FluxGuidance…):
+    the guidance value of guidance-distilled models, or None, which skips their guidance embedding.
+    Without a value from the config or the family, the model's own ComfyUI default applies."""
+    if config.bypass_guidance_embedding:
+        return {"guidance": None}
+    guidance = config.guidance if config.guidance >= 0 else family.guidance
+    return {} if guidance is None else {"guidance": guidance}
+
+
+class PreparedData:
+    """Latents (model space) and, unless captions are encoded live, model inputs of every
+    sample, on the training device."""
+
+    def __init__(self, base_model, data, device, limit=None, cached_inputs=True, options=None):
+        self.base_model, self.device, self.options = base_model, device, options or {}
+        self.latents, self.inputs, self.empty_inputs, self.captions, self.sizes = [], [], [], [], []
+        self.references = []  # edit pairs: each sample's reference latents (VAE space)
+        for sample in data.samples[:limit]:
+            latent = base_model.process_latent_in(sample.latent[None].float()).to(device, copy=True)[0]
+            self.latents.append(latent)
+            self.captions.append(list(sample.captions))
+            self.sizes.append(sample.bucket)
+            self.references.append(sample.reference_latents)
+            if cached_inputs:
+                # Reused every step, so built without autograd: some extra_conds run model layers
+                # (LTX-2's text connectors), which may carry adapters; a graph through them would be
+                # freed by the first backward.
+                with torch.no_grad():
+                    self.inputs.append([model_inputs(base_model, c, latent, device, sample.bucket, self.options,
+                                                     sample.reference_latents) for c in sample.conditionings])
+                    self.empty_inputs.append(model_inputs(base_model, data.empty_conditioning, latent, device,
+                                                          sample.bucket, self.options, sample.reference_latents))
+
+    def variants(self, index):
+        return len(self.captions[index])
+
+    def inputs_for(self, index, variant, text_encoder=None):
+        """Model inputs of sample `index` with caption `variant` (None: the empty caption)."""
+        if text_encoder is None:
+            return self.empty_inputs[index] if variant is None else self.inputs[index][variant]
+        text = "" if variant is None else self.captions[index][variant]
+        return model_inputs(self.base_model, text_encoder.conditioning(text), self.latents[index], self.device,
+                            self.sizes[index], self.options, self.references[index])
