@@ -4,42 +4,66 @@ real). Prints one `RESULT {json}` line (LyCORIS logs to stdout too).
 
     python -m bench.adapter_sizes
 """
+
 import json
 import tempfile
 
 from .full_size import SDXL_UNET
 
 
-
 def main():
     from eridiffusion.runtime import start_host
+
     start_host(tempfile.mkdtemp(prefix="eridiffusion-sizes-"))
     import comfy.model_patcher
     import comfy.supported_models
     import torch
+
     from eridiffusion.training.adapters import AdapterSpec, attach_adapters
     from eridiffusion.training.lora_format import loadable_weight_keys
 
     config = comfy.supported_models.SDXL(dict(SDXL_UNET))
     config.set_inference_dtype(torch.bfloat16, None)
     model = config.get_model({}, device="meta")
-    patcher = comfy.model_patcher.ModelPatcher(model, load_device=torch.device("meta"),
-                                               offload_device=torch.device("meta"))
+    patcher = comfy.model_patcher.ModelPatcher(
+        model, load_device=torch.device("meta"), offload_device=torch.device("meta")
+    )
     keys = loadable_weight_keys(model).keys()
     rows = []
     cases = [("lora", {}), ("dora", {}), ("loha", {}), ("lokr", {}), ("lokr", {"lokr_full_rank": True})]
     for algorithm, extra in cases:
         for targets in ("attention", "all-linear"):
             for conv_rank in (0, 16):
-                spec = AdapterSpec(algorithm=algorithm, rank=16, alpha=16.0, targets=targets, conv_rank=conv_rank,
-                                   conv_alpha=16.0, **extra)
+                spec = AdapterSpec(
+                    algorithm=algorithm,
+                    rank=16,
+                    alpha=16.0,
+                    targets=targets,
+                    conv_rank=conv_rank,
+                    conv_alpha=16.0,
+                    **extra,
+                )
                 adapters = attach_adapters(patcher.clone(), spec, keys)  # adapters on the CPU, model on meta
-                rows.append({"algorithm": algorithm + (" (full rank)" if extra else ""), "targets": targets,
-                             "conv_rank": conv_rank, "layers": len(adapters.layer_names),
-                             "parameters": sum(p.numel() for p in adapters.parameters())})
-    print("RESULT", json.dumps({"model": "SDXL (full size, meta device)", "rank": 16,
-                                "base_parameters": sum(p.numel() for p in model.diffusion_model.parameters()),
-                                "rows": rows}))
+                rows.append(
+                    {
+                        "algorithm": algorithm + (" (full rank)" if extra else ""),
+                        "targets": targets,
+                        "conv_rank": conv_rank,
+                        "layers": len(adapters.layer_names),
+                        "parameters": sum(p.numel() for p in adapters.parameters()),
+                    }
+                )
+    print(
+        "RESULT",
+        json.dumps(
+            {
+                "model": "SDXL (full size, meta device)",
+                "rank": 16,
+                "base_parameters": sum(p.numel() for p in model.diffusion_model.parameters()),
+                "rows": rows,
+            }
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ JSON and writes $OUT/family_losses.json.
 
     python -m bench.family_losses [family ...]
 """
+
 import json
 import os
 import sys
@@ -17,9 +18,10 @@ sys.path.insert(0, ROOT)
 def main(names):
     from eridiffusion.runtime import start_host
     from tests.support.paths import shared_datasets
+
     start_host(tempfile.mkdtemp(prefix="eridiffusion-families-"))
     import torch
-    from tests.support.tiny_models import TINY_FAMILIES, build_tiny
+
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.dataset import load_dataset
@@ -28,6 +30,7 @@ def main(names):
     from eridiffusion.training.objective import ObjectiveSpec
     from eridiffusion.training.trainer import train_lora
     from tests.support.photo_clips import CLIP_FRAMES, write_dog_clips  # the clips the tests train on
+    from tests.support.tiny_models import TINY_FAMILIES, build_tiny
 
     work = tempfile.mkdtemp(prefix="eridiffusion-family-runs-")
     photos = os.path.join(shared_datasets(), "dreambooth_dog")
@@ -35,22 +38,36 @@ def main(names):
     for name in names or sorted(TINY_FAMILIES):
         family = TINY_FAMILIES[name]
         model, clip, vae = build_tiny(name, seed=0)
-        dataset = (load_dataset(write_dog_clips(photos, os.path.join(work, "clips")), frames=CLIP_FRAMES, fps=16.0)
-                   if family.video_frames else load_dataset(photos))
+        dataset = (
+            load_dataset(write_dog_clips(photos, os.path.join(work, "clips")), frames=CLIP_FRAMES, fps=16.0)
+            if family.video_frames
+            else load_dataset(photos)
+        )
         with torch.inference_mode():
             data = build_training_data(dataset, vae, clip, family.resolution, os.path.join(work, name, "cache"))
         data.samples = data.samples[:4]
-        config = TrainConfig(gradient_checkpointing=False, steps=family.steps, learning_rate=family.learning_rate, dtype="fp32", seed=0,
-                             log_every=family.steps, adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
-                             run_name=name)
+        config = TrainConfig(
+            gradient_checkpointing=False,
+            steps=family.steps,
+            learning_rate=family.learning_rate,
+            dtype="fp32",
+            seed=0,
+            log_every=family.steps,
+            adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
+            run_name=name,
+        )
         with torch.inference_mode(False):
             result = train_lora(model, data, config, os.path.join(work, name, "run"))
         sampling = resolve_objective(ObjectiveSpec(), family_of(model.model))
-        results[name] = {"eval_loss_before": round(result.eval_loss_before, 4),
-                         "eval_loss_after": round(result.eval_loss_after, 4),
-                         "drop": round(1 - result.eval_loss_after / result.eval_loss_before, 3),
-                         "steps": family.steps, "timesteps": sampling.timestep_sampling, "shift": sampling.shift,
-                         "frames": family.video_frames or 1}
+        results[name] = {
+            "eval_loss_before": round(result.eval_loss_before, 4),
+            "eval_loss_after": round(result.eval_loss_after, 4),
+            "drop": round(1 - result.eval_loss_after / result.eval_loss_before, 3),
+            "steps": family.steps,
+            "timesteps": sampling.timestep_sampling,
+            "shift": sampling.shift,
+            "frames": family.video_frames or 1,
+        }
         print(name, json.dumps(results[name]), flush=True)
     with open(os.path.join(os.environ.get("OUT", "/tmp"), "family_losses.json"), "w") as f:
         json.dump(results, f, indent=1)

@@ -19,6 +19,7 @@ _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the proc
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _adamw8bit, _compile
 (torch_compile); model: sdxl, flux.
 """
+
 import gc
 import importlib.abc
 import importlib.machinery
@@ -34,7 +35,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.full_size import FLUX_DEV_LAYOUT, SDXL_UNET  # noqa: E402
-
 
 
 class _PyAVStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -54,6 +54,7 @@ class _PyAVStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             if attribute.startswith("__"):
                 raise AttributeError(attribute)
             return type(attribute, (), {})
+
         module.__getattr__ = stand_in
         return module
 
@@ -73,10 +74,12 @@ def enable_dynamic_vram():
     ModelPatcherDynamic patchers. Returns whether it is on."""
     import comfy.model_management as mm
     import comfy.model_patcher
+
     if os.environ.get("DYNAMIC_VRAM") == "0" or not hasattr(comfy.model_patcher, "ModelPatcherDynamic"):
         return False
     import comfy.memory_management
     import comfy_aimdo.control
+
     if not comfy_aimdo.control.init_devices([d.index for d in mm.get_all_torch_devices()]):
         return False
     comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
@@ -86,9 +89,11 @@ def enable_dynamic_vram():
 
 def model_config(model_name):
     import comfy.supported_models
+
     if model_name == "sdxl":
         return comfy.supported_models.SDXL(dict(SDXL_UNET))
     from tests.support.detected_configs import detected_model_config
+
     return detected_model_config(FLUX_DEV_LAYOUT, expected_class="Flux")
 
 
@@ -102,6 +107,7 @@ def weights_file(model_name):
     import comfy.model_management as mm
     import safetensors.torch
     import torch
+
     config = model_config(model_name)
     config.set_inference_dtype(torch.bfloat16, None)
     device = mm.get_torch_device()
@@ -127,6 +133,7 @@ def build(model_name, weight_dtype_name="bf16"):
     """The model loaded from its file as UNETLoader loads it (weight_dtype fp8: float8_e4m3fn)."""
     import comfy.sd
     import torch
+
     dtype = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[weight_dtype_name]
     return comfy.sd.load_diffusion_model(weights_file(model_name), model_options={"dtype": dtype})
 
@@ -137,30 +144,56 @@ SHAPES = {"sdxl": (4, 77, 2048, 1280), "flux": (16, 512, 4096, 768)}
 
 def random_data(model_name, images=4, resolution=1024):
     import torch
+
     from eridiffusion.training.latent_cache import TrainingData, TrainingSample
+
     channels, tokens, width, pooled = SHAPES[model_name]
     generator = torch.Generator().manual_seed(1)
     side = resolution // 8
     samples = []
     for i in range(images):
-        cond = [[torch.randn(1, tokens, width, generator=generator) * 0.5,
-                 {"pooled_output": torch.randn(1, pooled, generator=generator) * 0.5}]]
-        samples.append(TrainingSample(f"random_{i}", torch.randn(channels, side, side, generator=generator), [cond],
-                                      (resolution, resolution), ("random",)))
+        cond = [
+            [
+                torch.randn(1, tokens, width, generator=generator) * 0.5,
+                {"pooled_output": torch.randn(1, pooled, generator=generator) * 0.5},
+            ]
+        ]
+        samples.append(
+            TrainingSample(
+                f"random_{i}",
+                torch.randn(channels, side, side, generator=generator),
+                [cond],
+                (resolution, resolution),
+                ("random",),
+            )
+        )
     empty = [[torch.zeros(1, tokens, width), {"pooled_output": torch.zeros(1, pooled)}]]
     return TrainingData(samples, empty, 0.0, 1, resolution, "random")
 
 
-def ours(patcher, model_name, checkpointing, targets, cuda_graphs=False, optimizer="AdamW", weights_vram_gib=0.0,
-         torch_compile=False, steps=14, warmup=4):
+def ours(
+    patcher,
+    model_name,
+    checkpointing,
+    targets,
+    cuda_graphs=False,
+    optimizer="AdamW",
+    weights_vram_gib=0.0,
+    torch_compile=False,
+    steps=14,
+    warmup=4,
+):
     import torch
+
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.trainer import TrainingHooks, train_lora
+
     events = []
     profile_steps = (warmup + 2, warmup + 4) if os.environ.get("PROFILE") else None
-    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                  torch.profiler.ProfilerActivity.CUDA])
+    profiler = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    )
 
     def on_progress(step, total, losses, stats):
         event = torch.cuda.Event(enable_timing=True)
@@ -170,26 +203,43 @@ def ours(patcher, model_name, checkpointing, targets, cuda_graphs=False, optimiz
             profiler.start()
         if profile_steps and step == profile_steps[1]:
             profiler.stop()
-            name = f"profile_{'ckpt' if checkpointing else 'nockpt'}_{targets}_{os.environ.get('LYCORIS_KERNEL_BACKEND', 'auto')}"
+            backend = os.environ.get("LYCORIS_KERNEL_BACKEND", "auto")
+            name = f"profile_{'ckpt' if checkpointing else 'nockpt'}_{targets}_{backend}"
             table = profiler.key_averages().table(sort_by="self_cuda_time_total", row_limit=25)
             table += "\n" + profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
             with open(os.path.join(os.environ.get("OUT", "/tmp"), name + ".txt"), "w") as f:
                 f.write(table)
 
-    config = TrainConfig(steps=steps, learning_rate=1e-4, dtype="bf16", gradient_checkpointing=checkpointing,
-                         cuda_graphs="on" if cuda_graphs else "off", optimizer=optimizer,
-                         weights_vram_gib=weights_vram_gib, torch_compile=torch_compile,
-                         adapter=AdapterSpec(rank=16, alpha=16.0, targets=targets), log_every=steps,
-                         eval_images=1, eval_timesteps=1, run_name="bench")
+    config = TrainConfig(
+        steps=steps,
+        learning_rate=1e-4,
+        dtype="bf16",
+        gradient_checkpointing=checkpointing,
+        cuda_graphs="on" if cuda_graphs else "off",
+        optimizer=optimizer,
+        weights_vram_gib=weights_vram_gib,
+        torch_compile=torch_compile,
+        adapter=AdapterSpec(rank=16, alpha=16.0, targets=targets),
+        log_every=steps,
+        eval_images=1,
+        eval_timesteps=1,
+        run_name="bench",
+    )
     with torch.inference_mode(False):
-        result = train_lora(patcher, random_data(model_name), config, tempfile.mkdtemp(),
-                            hooks=TrainingHooks(on_progress))
+        result = train_lora(
+            patcher, random_data(model_name), config, tempfile.mkdtemp(), hooks=TrainingHooks(on_progress)
+        )
     torch.cuda.synchronize()
-    times = [a.elapsed_time(b) / 1000 for a, b in zip(events[warmup:], events[warmup + 1:])]
-    return {"s_per_step": statistics.median(times), "steps_timed": len(times), "peak_GiB": result.peak_memory_gib,
-            "loss_first_last": [result.losses[0], result.losses[-1]], "losses": result.losses,
-            "trainable_parameters": sum(p.numel() for p in result.adapters.parameters()),
-            "result_model_samples": samples_finite(result.patcher, model_name)}
+    times = [a.elapsed_time(b) / 1000 for a, b in zip(events[warmup:], events[warmup + 1 :])]
+    return {
+        "s_per_step": statistics.median(times),
+        "steps_timed": len(times),
+        "peak_GiB": result.peak_memory_gib,
+        "loss_first_last": [result.losses[0], result.losses[-1]],
+        "losses": result.losses,
+        "trainable_parameters": sum(p.numel() for p in result.adapters.parameters()),
+        "result_model_samples": samples_finite(result.patcher, model_name),
+    }
 
 
 def samples_finite(patcher, model_name):
@@ -197,6 +247,7 @@ def samples_finite(patcher, model_name):
     after the trainer runs them: whether the output is finite."""
     import comfy.sample
     import torch
+
     channels, tokens, width, pooled = SHAPES[model_name]
     cond = [[torch.randn(1, tokens, width) * 0.5, {"pooled_output": torch.randn(1, pooled) * 0.5}]]
     latent = torch.zeros(1, channels, 128, 128)
@@ -210,15 +261,22 @@ def builtin(patcher, model_name, checkpointing, options, steps=10, warmup=2):
     (`options`: bypass_mode, quantized_backward, offloading, checkpoint_depth) where it has them;
     the median step after `warmup` steps."""
     import inspect
-    import torch
+
     import comfy_extras.nodes_train as nodes_train
+    import torch
+
     data = random_data(model_name)
     accepted = inspect.signature(nodes_train.TrainLoraNode.execute).parameters
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ValueError(f"this host's TrainLoraNode has no {unknown}")
-    newer = {"quantized_backward": False, "checkpoint_depth": 1, "offloading": False, "bucket_mode": False,
-             "bypass_mode": False}
+    newer = {
+        "quantized_backward": False,
+        "checkpoint_depth": 1,
+        "offloading": False,
+        "bucket_mode": False,
+        "bypass_mode": False,
+    }
     extra = {k: [options.get(k, v)] for k, v in newer.items() if k in accepted}
 
     # The node offers no per-step hook: its AdamW's step() is timed with CUDA events instead.
@@ -241,16 +299,34 @@ def builtin(patcher, model_name, checkpointing, options, steps=10, warmup=2):
     torch.optim.AdamW.step = timed_step
     try:
         nodes_train.TrainLoraNode.execute(
-            model=[patcher], latents=latents, positive=[cond], batch_size=[1], steps=[steps],
-            grad_accumulation_steps=[1], learning_rate=[1e-4], rank=[16], optimizer=["AdamW"], loss_function=["MSE"],
-            seed=[0], training_dtype=["bf16"], lora_dtype=["bf16"], algorithm=["LoRA"],
-            gradient_checkpointing=[checkpointing], existing_lora=["[None]"], **extra)
+            model=[patcher],
+            latents=latents,
+            positive=[cond],
+            batch_size=[1],
+            steps=[steps],
+            grad_accumulation_steps=[1],
+            learning_rate=[1e-4],
+            rank=[16],
+            optimizer=["AdamW"],
+            loss_function=["MSE"],
+            seed=[0],
+            training_dtype=["bf16"],
+            lora_dtype=["bf16"],
+            algorithm=["LoRA"],
+            gradient_checkpointing=[checkpointing],
+            existing_lora=["[None]"],
+            **extra,
+        )
     finally:
         torch.optim.AdamW.step = adamw_step
     torch.cuda.synchronize()
-    times = [a.elapsed_time(b) / 1000 for a, b in zip(events[warmup:], events[warmup + 1:])]
-    return {"s_per_step": statistics.median(times), "steps_timed": len(times),
-            "peak_GiB": torch.cuda.max_memory_allocated() / 2**30, "options": {k: v[0] for k, v in extra.items()}}
+    times = [a.elapsed_time(b) / 1000 for a, b in zip(events[warmup:], events[warmup + 1 :])]
+    return {
+        "s_per_step": statistics.median(times),
+        "steps_timed": len(times),
+        "peak_GiB": torch.cuda.max_memory_allocated() / 2**30,
+        "options": {k: v[0] for k, v in extra.items()},
+    }
 
 
 def main():
@@ -258,15 +334,19 @@ def main():
     if os.environ.get("DYNAMIC_VRAM") != "0":
         try:
             import comfy_aimdo.control  # before torch, as ComfyUI's main.py loads it
+
             comfy_aimdo.control.init()
         except ImportError:
             pass
     from eridiffusion.runtime import start_host
+
     start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
     import torch
+
     plan = [p for p in os.environ.get("PLAN", "ours_sdxl_ckpt,builtin_sdxl_ckpt").split(",") if p]
     dynamic_vram = enable_dynamic_vram()
     from eridiffusion.comfy_compat import host_version
+
     results = []
     total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
     for item in plan:
@@ -283,22 +363,42 @@ def main():
                 torch.cuda.set_per_process_memory_fraction(cap / total_gib)
             if kind == "ours":
                 targets = "all-linear" if "alllinear" in parts else ("attention" if model_name == "sdxl" else "auto")
-                r = ours(patcher, model_name, checkpointing, targets, cuda_graphs="graphs" in parts,
-                         optimizer="AdamW8bit" if "adamw8bit" in parts else "AdamW", weights_vram_gib=stream,
-                         torch_compile="compile" in parts)
+                r = ours(
+                    patcher,
+                    model_name,
+                    checkpointing,
+                    targets,
+                    cuda_graphs="graphs" in parts,
+                    optimizer="AdamW8bit" if "adamw8bit" in parts else "AdamW",
+                    weights_vram_gib=stream,
+                    torch_compile="compile" in parts,
+                )
             else:
-                options = {"bypass_mode": "bypass" in parts, "quantized_backward": "qbwd" in parts,
-                           "offloading": "offload" in parts}
-                options.update({"checkpoint_depth": int(p[5:]) for p in parts if p.startswith("depth")})
+                options = {
+                    "bypass_mode": "bypass" in parts,
+                    "quantized_backward": "qbwd" in parts,
+                    "offloading": "offload" in parts,
+                }
+                depths = [int(p[5:]) for p in parts if p.startswith("depth")]
+                if depths:
+                    options["checkpoint_depth"] = depths[-1]
                 options = {k: v for k, v in options.items() if v}
                 r = builtin(patcher, model_name, checkpointing, options, *((5, 1) if model_name == "flux" else (10, 2)))
             r["memory_cap_GiB"] = cap
         except Exception as error:  # one failure must not hide the other figures
             import traceback
+
             traceback.print_exc()
             r = {"error": repr(error)[:300]}
-        r.update({"exp": item, "model": model_name, "grad_ckpt": checkpointing, "wall_s": round(time.time() - started, 1),
-                  "patcher": type(patcher).__name__})
+        r.update(
+            {
+                "exp": item,
+                "model": model_name,
+                "grad_ckpt": checkpointing,
+                "wall_s": round(time.time() - started, 1),
+                "patcher": type(patcher).__name__,
+            }
+        )
         results.append(r)
         print("RESULT", json.dumps(r), flush=True)
         with open(os.path.join(os.environ.get("OUT", "/tmp"), "train_speed_partial.json"), "w") as f:
@@ -306,21 +406,35 @@ def main():
         torch.cuda.set_per_process_memory_fraction(1.0)
         patcher = None
         import comfy.model_management
+
         comfy.model_management.unload_all_models()
         gc.collect()
         torch.cuda.empty_cache()
     import subprocess
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    summary = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "comfyui": host_version(), "dynamic_vram": dynamic_vram,
-               "commit": os.environ.get("COMMIT") or commit, "resolution": 1024, "rank": 16, "results": results}
+
+    commit = subprocess.run(
+        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    summary = {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "comfyui": host_version(),
+        "dynamic_vram": dynamic_vram,
+        "commit": os.environ.get("COMMIT") or commit,
+        "resolution": 1024,
+        "rank": 16,
+        "results": results,
+    }
     by = {r["exp"]: r for r in results}
     for name, r in by.items():
         base = "_".join(item for item in name.split("_")[:3])
-        builtins = [b for n, b in by.items() if (n == base.replace("ours_", "builtin_")
-                                                   or n.startswith(base.replace("ours_", "builtin_") + "_"))
-                    and "s_per_step" in b]
+        builtins = [
+            b
+            for n, b in by.items()
+            if (n == base.replace("ours_", "builtin_") or n.startswith(base.replace("ours_", "builtin_") + "_"))
+            and "s_per_step" in b
+        ]
         if name.startswith("ours_") and builtins and "s_per_step" in r:
             best = min(builtins, key=lambda b: b["s_per_step"])  # the built-in at its best settings
             r["best_builtin"] = best["exp"]

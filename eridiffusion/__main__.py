@@ -1,4 +1,5 @@
 """`python -m eridiffusion train CONFIG.yaml`: the command line of eridiffusion/headless/cli.py."""
+
 import sys
 
 from .headless.cli import main

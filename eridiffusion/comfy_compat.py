@@ -2,6 +2,7 @@
 cache arguments, the host's training switch, and autograd for the host's fused kernels. Every
 other module reaches these host internals through here (tests/test_comfy_compat.py checks each one
 on every tested host)."""
+
 import contextlib
 import os
 
@@ -24,6 +25,7 @@ _rope_backwards_registered = []
 def host_version():
     """The running host's version string ("0.3.75", "0.28.0")."""
     import folder_paths
+
     return host.version_of(os.path.dirname(os.path.abspath(folder_paths.__file__)))
 
 
@@ -31,8 +33,10 @@ def prompt_executor(server):
     """ComfyUI's PromptExecutor without an output cache between prompts. 0.2x reads ram_inactive
     as well as ram; older versions ignore keys they do not know."""
     import execution
-    return execution.PromptExecutor(server, cache_type=execution.CacheType.CLASSIC,
-                                    cache_args={"lru": 0, "ram": 0, "ram_inactive": 0})
+
+    return execution.PromptExecutor(
+        server, cache_type=execution.CacheType.CLASSIC, cache_args={"lru": 0, "ram": 0, "ram_inactive": 0}
+    )
 
 
 @contextlib.contextmanager
@@ -62,16 +66,20 @@ def _backward_for(op_name, tensors):
         ctx.freqs = inputs[tensors]
 
     if tensors == 1:
+
         def backward(ctx, grad):
             return op(grad.contiguous(), _transposed(ctx.freqs)), None
     else:
+
         def backward(ctx, grad_q, grad_k):
             return (*op(grad_q.contiguous(), grad_k.contiguous(), _transposed(ctx.freqs)), None)
+
     return backward, setup_context
 
 
 def _recomputed_backward_for(op_name):
     from comfy_kitchen.backends.eager import rope as eager
+
     reference = getattr(eager, op_name)
 
     def setup_context(ctx, inputs, output):
@@ -80,17 +88,21 @@ def _recomputed_backward_for(op_name):
     def backward(ctx, *grads):
         wanted = [i for i, x in enumerate(ctx.inputs) if isinstance(x, torch.Tensor) and ctx.needs_input_grad[i]]
         with torch.enable_grad():
-            inputs = [x.detach().requires_grad_(i in wanted) if isinstance(x, torch.Tensor) else x
-                      for i, x in enumerate(ctx.inputs)]
+            inputs = [
+                x.detach().requires_grad_(i in wanted) if isinstance(x, torch.Tensor) else x
+                for i, x in enumerate(ctx.inputs)
+            ]
             outputs = reference(*inputs)
             outputs = outputs if isinstance(outputs, tuple) else (outputs,)
             pairs = [(out, grad) for out, grad in zip(outputs, grads) if grad is not None]
-            found = torch.autograd.grad([o for o, _ in pairs], [inputs[i] for i in wanted], [g for _, g in pairs],
-                                        allow_unused=True)
+            found = torch.autograd.grad(
+                [o for o, _ in pairs], [inputs[i] for i in wanted], [g for _, g in pairs], allow_unused=True
+            )
         result = [None] * len(inputs)
         for i, grad in zip(wanted, found):
             result[i] = grad
         return tuple(result)
+
     return backward, setup_context
 
 
@@ -123,9 +135,12 @@ def _trainable(obj, what):
         return obj.clone(disable_dynamic=True)
     except RuntimeError as error:
         from .training.errors import EriDiffusionError
-        raise EriDiffusionError(f"this {what} uses ComfyUI's dynamic VRAM and was not made by one of ComfyUI's loaders, "
-                                f"so it cannot be reloaded for training ({error}). Load it with a loader node, or "
-                                "start ComfyUI with --disable-dynamic-vram.") from None
+
+        raise EriDiffusionError(
+            f"this {what} uses ComfyUI's dynamic VRAM and was not made by one of ComfyUI's loaders, "
+            f"so it cannot be reloaded for training ({error}). Load it with a loader node, or "
+            "start ComfyUI with --disable-dynamic-vram."
+        ) from None
 
 
 def trainable_model_clone(patcher):

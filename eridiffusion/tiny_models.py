@@ -2,13 +2,13 @@
 ComfyUI's own classes: the TinyDemoModel node, the demo and `model: tiny-sdxl` train on them where
 no checkpoint is at hand. The builders here are also how the tests shrink every other family.
 Import once ComfyUI is on sys.path."""
-import torch
 
 import comfy.model_management as mm
 import comfy.model_patcher
 import comfy.sd
 import comfy.supported_models
 import comfy.taesd.taesd
+import torch
 
 from .training.errors import EriDiffusionError
 
@@ -26,21 +26,45 @@ SDXL_SIZE_EMBEDDING = 6 * 256
 
 # ComfyUI's model_detection configs with the widths cut down; the layout (levels, res blocks,
 # where the transformers sit) is the real one so adapter targets have the real key names.
-SD15_UNET = {"use_checkpoint": False, "image_size": 32, "in_channels": 4, "out_channels": 4,
-             "use_spatial_transformer": True, "legacy": False, "adm_in_channels": None,
-             "model_channels": 32, "num_res_blocks": [2, 2, 2], "channel_mult": [1, 2, 4],
-             "transformer_depth": [1, 1, 1, 1, 0, 0], "transformer_depth_middle": 1,
-             "transformer_depth_output": [1, 1, 1, 1, 1, 1, 0, 0, 0],
-             "use_linear_in_transformer": False, "context_dim": CLIP_L["hidden_size"],
-             "use_temporal_attention": False, "use_temporal_resblock": False}
-SDXL_UNET = {"use_checkpoint": False, "image_size": 32, "in_channels": 4, "out_channels": 4,
-             "use_spatial_transformer": True, "legacy": False, "num_classes": "sequential",
-             "adm_in_channels": CLIP_G["hidden_size"] + SDXL_SIZE_EMBEDDING,
-             "model_channels": 32, "num_res_blocks": [2, 2, 2], "channel_mult": [1, 2, 4],
-             "transformer_depth": [0, 0, 1, 1, 1, 1], "transformer_depth_middle": 1,
-             "transformer_depth_output": [0, 0, 0, 1, 1, 1, 1, 1, 1],
-             "use_linear_in_transformer": True, "context_dim": CLIP_L["hidden_size"] + CLIP_G["hidden_size"],
-             "use_temporal_attention": False, "use_temporal_resblock": False}
+SD15_UNET = {
+    "use_checkpoint": False,
+    "image_size": 32,
+    "in_channels": 4,
+    "out_channels": 4,
+    "use_spatial_transformer": True,
+    "legacy": False,
+    "adm_in_channels": None,
+    "model_channels": 32,
+    "num_res_blocks": [2, 2, 2],
+    "channel_mult": [1, 2, 4],
+    "transformer_depth": [1, 1, 1, 1, 0, 0],
+    "transformer_depth_middle": 1,
+    "transformer_depth_output": [1, 1, 1, 1, 1, 1, 0, 0, 0],
+    "use_linear_in_transformer": False,
+    "context_dim": CLIP_L["hidden_size"],
+    "use_temporal_attention": False,
+    "use_temporal_resblock": False,
+}
+SDXL_UNET = {
+    "use_checkpoint": False,
+    "image_size": 32,
+    "in_channels": 4,
+    "out_channels": 4,
+    "use_spatial_transformer": True,
+    "legacy": False,
+    "num_classes": "sequential",
+    "adm_in_channels": CLIP_G["hidden_size"] + SDXL_SIZE_EMBEDDING,
+    "model_channels": 32,
+    "num_res_blocks": [2, 2, 2],
+    "channel_mult": [1, 2, 4],
+    "transformer_depth": [0, 0, 1, 1, 1, 1],
+    "transformer_depth_middle": 1,
+    "transformer_depth_output": [0, 0, 0, 1, 1, 1, 1, 1, 1],
+    "use_linear_in_transformer": True,
+    "context_dim": CLIP_L["hidden_size"] + CLIP_G["hidden_size"],
+    "use_temporal_attention": False,
+    "use_temporal_resblock": False,
+}
 
 # The model config classes overwrite num_heads/num_head_channels from their unet_extra_config
 # (SD15: 8 heads, SDXL: 64-wide heads), which at these widths means 4-wide or single heads.
@@ -63,7 +87,7 @@ def init_weights(module: torch.nn.Module, generator: torch.Generator) -> None:
                     value = torch.ones(p.shape)
                 elif p.dim() >= 2:
                     fan_in = p[0].numel()
-                    value = torch.empty(p.shape).normal_(0.0, fan_in ** -0.5, generator=generator)
+                    value = torch.empty(p.shape).normal_(0.0, fan_in**-0.5, generator=generator)
                 else:
                     value = torch.empty(p.shape).normal_(0.0, 0.01, generator=generator)
                 p.copy_(value)
@@ -77,8 +101,9 @@ def diffusion_model(model_config, generator, weight_dtype=torch.float32):
     model = model_config.get_model({})
     init_weights(model, generator)
     model.eval()
-    return comfy.model_patcher.ModelPatcher(model, load_device=mm.get_torch_device(),
-                                            offload_device=mm.unet_offload_device())
+    return comfy.model_patcher.ModelPatcher(
+        model, load_device=mm.get_torch_device(), offload_device=mm.unet_offload_device()
+    )
 
 
 def text_encoder(clip_target, generator, model_options, tokenizer_data=None):
@@ -86,8 +111,9 @@ def text_encoder(clip_target, generator, model_options, tokenizer_data=None):
     "<model_name>_model_config" dicts that SDClipModel merges over each encoder's JSON config;
     `tokenizer_data` is what a checkpoint would carry for its tokenizer (Gemma's "spiece_model")."""
     # float32 because ComfyUI's default text-encoder dtype is float16, even on the CPU.
-    clip = comfy.sd.CLIP(target=clip_target, model_options={"dtype": torch.float32, **model_options},
-                         tokenizer_data=tokenizer_data or {})
+    clip = comfy.sd.CLIP(
+        target=clip_target, model_options={"dtype": torch.float32, **model_options}, tokenizer_data=tokenizer_data or {}
+    )
     init_weights(clip.cond_stage_model, generator)
     return clip
 
@@ -113,8 +139,9 @@ def _stack(model_config, seed, weight_dtype=torch.float32):
     return model, clip, vae
 
 
-def tiny_sd15(seed: int = 0, weight_dtype=torch.float32) -> tuple[comfy.model_patcher.ModelPatcher, comfy.sd.CLIP,
-                                                                   comfy.sd.VAE]:
+def tiny_sd15(
+    seed: int = 0, weight_dtype=torch.float32
+) -> tuple[comfy.model_patcher.ModelPatcher, comfy.sd.CLIP, comfy.sd.VAE]:
     """A random SD1.5 stack: ComfyUI's SD15 UNet, SD1 clip_l text encoder and a 4-channel TAESD."""
     return _stack(comfy.supported_models.SD15(SD15_UNET), seed, weight_dtype)
 

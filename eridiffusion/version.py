@@ -1,5 +1,6 @@
 """The version, read from pyproject.toml: the one place it is written (the ComfyUI registry reads
 it there too)."""
+
 import os
 import re
 

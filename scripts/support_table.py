@@ -1,7 +1,8 @@
 """Rewrite the README's support table (tests/support/support_table.py); the same on every host.
 
-    .venv/bin/python scripts/support_table.py
+.venv/bin/python scripts/support_table.py
 """
+
 import os
 import re
 import sys
@@ -9,19 +10,21 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from eridiffusion.runtime import start_host  # noqa: E402
 import tests.support  # noqa: E402,F401  (before the host's own `tests` package is on sys.path)
+from eridiffusion.runtime import start_host  # noqa: E402
 
 
 def main():
     start_host(tempfile.mkdtemp(prefix="eridiffusion-table-"))
     from tests.support.support_table import support_table
+
     path = os.path.join(ROOT, "README.md")
     with open(path, encoding="utf-8") as f:
         text = f.read()
     block = f"<!-- support-table:start -->\n{support_table()}\n<!-- support-table:end -->"
-    text, count = re.subn(r"<!-- support-table:start -->.*?<!-- support-table:end -->", lambda _: block, text,
-                          flags=re.S)
+    text, count = re.subn(
+        r"<!-- support-table:start -->.*?<!-- support-table:end -->", lambda _: block, text, flags=re.S
+    )
     if count != 1:
         sys.exit("README.md lacks the support-table markers")
     with open(path, "w", encoding="utf-8") as f:

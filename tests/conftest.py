@@ -1,4 +1,5 @@
 """Test session setup: the real ComfyUI host, its folders in a temp dir, real photos."""
+
 import os
 import sys
 
@@ -16,6 +17,7 @@ start_host(_BASE)
 def comfy_dirs():
     """ComfyUI's output and loras folders for this test session."""
     import folder_paths
+
     return {"output": folder_paths.get_output_directory(), "loras": folder_paths.get_folder_paths("loras")[0]}
 
 
@@ -33,6 +35,7 @@ TRAINING_RESOLUTION = 128
 @pytest.fixture(scope="session")
 def dog_dataset(datasets_dir):
     from eridiffusion.training.dataset import load_dataset
+
     return load_dataset(os.path.join(datasets_dir, "dreambooth_dog"))
 
 
@@ -41,11 +44,12 @@ def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
     `algorithm` (plus LoCon convs when conv_rank > 0), and the base model's output on a fixed
     probe input taken before training."""
     import torch
-    from tests.support.tiny_models import build_tiny
+
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.latent_cache import build_training_data
     from eridiffusion.training.trainer import train_lora
+    from tests.support.tiny_models import build_tiny
 
     model, clip, vae = build_tiny(arch, seed=0)
     with torch.inference_mode():  # as ComfyUI runs nodes
@@ -53,16 +57,38 @@ def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
     data.samples = data.samples[:TRAINING_IMAGES]
     probe = ProbeInput.of(model, data)
     before = probe.output(model)
-    adapter = AdapterSpec(algorithm=algorithm, rank=8, alpha=8.0, targets="all-linear", conv_rank=conv_rank,
-                          conv_alpha=float(conv_rank or 1))
+    adapter = AdapterSpec(
+        algorithm=algorithm,
+        rank=8,
+        alpha=8.0,
+        targets="all-linear",
+        conv_rank=conv_rank,
+        conv_alpha=float(conv_rank or 1),
+    )
     # LoKr's Kronecker factors move the weights less per step; like kohya's LoKr recipes it takes a higher rate.
     learning_rate = 1e-2 if algorithm == "lokr" else 3e-3
-    config = TrainConfig(gradient_checkpointing=False, steps=200, learning_rate=learning_rate, dtype="fp32", seed=0, log_every=20, adapter=adapter,
-                         run_name=f"test_{arch}_{algorithm}_{conv_rank}")
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=200,
+        learning_rate=learning_rate,
+        dtype="fp32",
+        seed=0,
+        log_every=20,
+        adapter=adapter,
+        run_name=f"test_{arch}_{algorithm}_{conv_rank}",
+    )
     with torch.inference_mode(False):
         result = train_lora(model, data, config, os.path.join(output_dir, "run"))
-    return {"model": model, "clip": clip, "vae": vae, "data": data, "config": config, "result": result,
-            "probe": probe, "base_output_before": before}
+    return {
+        "model": model,
+        "clip": clip,
+        "vae": vae,
+        "data": data,
+        "config": config,
+        "result": result,
+        "probe": probe,
+        "base_output_before": before,
+    }
 
 
 class ProbeInput:
@@ -74,7 +100,9 @@ class ProbeInput:
     @classmethod
     def of(cls, model, data):
         import torch
+
         from eridiffusion.training.model_inputs import batch_inputs, model_inputs
+
         base = model.model
         sample = data.samples[0]
         latent = base.process_latent_in(sample.latent[None].float())
@@ -87,14 +115,19 @@ class ProbeInput:
     def output(self, patcher):
         import comfy.model_management
         import torch
+
         with torch.inference_mode():
             comfy.model_management.load_models_gpu([patcher], force_full_load=True)
             return patcher.model.apply_model(self.x, self.sigma, **self.inputs).clone()
 
 
 _TRAINED = {}
-TRAINED_CASES = [(arch, algorithm, conv) for arch in ("sd15", "sdxl") for algorithm in ("lora", "dora", "lokr", "loha")
-                 for conv in (0, 8)]
+TRAINED_CASES = [
+    (arch, algorithm, conv)
+    for arch in ("sd15", "sdxl")
+    for algorithm in ("lora", "dora", "lokr", "loha")
+    for conv in (0, 8)
+]
 
 
 def trained_run(case, dataset, tmp_path_factory):
@@ -120,7 +153,9 @@ def trained_lora(request, dog_dataset, tmp_path_factory):
 def pytest_sessionfinish(session, exitstatus):
     """Unload ComfyUI's models while its modules still exist (its finalizers fail at interpreter exit)."""
     import gc
+
     import comfy.model_management
+
     comfy.model_management.unload_all_models()
     _TRAINED.clear()
     gc.collect()
@@ -130,7 +165,8 @@ def pytest_sessionfinish(session, exitstatus):
 def dog_clips(datasets_dir, tmp_path_factory):
     """A clip dataset from the DreamBooth photos (demo/photo_clips.py), loaded at CLIP_FRAMES frames
     and 16 fps."""
-    from tests.support.photo_clips import CLIP_FRAMES, write_dog_clips
     from eridiffusion.training.dataset import load_dataset
+    from tests.support.photo_clips import CLIP_FRAMES, write_dog_clips
+
     folder = write_dog_clips(os.path.join(datasets_dir, "dreambooth_dog"), str(tmp_path_factory.mktemp("dog_clips")))
     return load_dataset(folder, frames=CLIP_FRAMES, fps=16.0)

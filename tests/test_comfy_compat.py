@@ -1,6 +1,7 @@
 """eridiffusion.comfy_compat on the running host: its executor runs prompts, its training switch is
 on exactly inside a training forward, and RoPE (plain or the host's fused kernels) has the exact
 gradient there."""
+
 import os
 
 import comfy.ldm.flux.math
@@ -41,8 +42,10 @@ def gradients(outputs, inputs):
 
 def test_prompt_executor_runs_a_prompt_on_this_host():
     load_extension()
-    prompt = {"1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
-              "2": {"class_type": "SaveLatent", "inputs": {"samples": ["1", 0], "filename_prefix": "compat/probe"}}}
+    prompt = {
+        "1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+        "2": {"class_type": "SaveLatent", "inputs": {"samples": ["1", 0], "filename_prefix": "compat/probe"}},
+    }
     executor, _ = run_prompt(prompt)
     assert executor.success, execution_error(executor)
     assert os.listdir(os.path.join(folder_paths.get_output_directory(), "compat"))
@@ -66,8 +69,9 @@ def test_flux_rope_has_the_exact_gradient_inside_a_training_forward():
         assert torch.allclose(g, e, atol=1e-12)
 
 
-@pytest.mark.skipif(not hasattr(torch.ops.comfy_kitchen, "apply_rope1"),
-                    reason="this ComfyUI has no comfy_kitchen fused RoPE kernels")
+@pytest.mark.skipif(
+    not hasattr(torch.ops.comfy_kitchen, "apply_rope1"), reason="this ComfyUI has no comfy_kitchen fused RoPE kernels"
+)
 @pytest.mark.parametrize("op_name", ["apply_rope1", "apply_rope", "apply_rope_split_half1", "apply_rope_split_half"])
 def test_fused_rope_kernels_have_the_exact_gradient(op_name):
     comfy_compat.register_fused_rope_backwards()

@@ -1,9 +1,9 @@
 """host.py: which ComfyUI EriDiffusion runs in."""
+
 import os
 import shutil
 import subprocess
 import sys
-
 
 from eridiffusion import host
 

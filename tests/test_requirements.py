@@ -1,5 +1,6 @@
 """What a user installs: requirements.txt adds EriDiffusion's own needs with lower bounds and never
 moves a package the user's ComfyUI already has; pyproject.toml is what ComfyUI's registry reads."""
+
 import json
 import os
 import re
@@ -34,8 +35,10 @@ def test_requirements_give_lower_bounds_only_and_leave_the_hosts_own_packages_al
 def _recorded(name):
     path = os.path.join(sys.prefix, name)
     if not os.path.exists(path):
-        pytest.fail(f"{path} is missing: scripts/bootstrap.sh records it while building the venv; run the tests "
-                    "through scripts/test.sh")
+        pytest.fail(
+            f"{path} is missing: scripts/bootstrap.sh records it while building the venv; run the tests "
+            "through scripts/test.sh"
+        )
     return path
 
 
@@ -46,8 +49,9 @@ def test_installing_requirements_into_the_hosts_environment_changes_no_installed
         installed = dict(line.strip().lower().replace("_", "-").split("==", 1) for line in f if "==" in line)
     with open(_recorded("install-report.json")) as f:
         report = json.load(f)
-    would_install = {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
-                     for item in report["install"]}
+    would_install = {
+        item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"] for item in report["install"]
+    }
     assert "lycoris-lora" in would_install  # the report is of our requirements
     changed = {name: (installed[name], version) for name, version in would_install.items() if name in installed}
     assert changed == {}

@@ -1,16 +1,16 @@
 """The tiny SD1.5/SDXL stacks behave like ComfyUI's loaded checkpoints: CLIPTextEncode, the UNet,
 the VAE and KSampler's sampling all run on them."""
-import os
 
-import numpy as np
-import pytest
-import torch
-from PIL import Image
+import os
 
 import comfy.model_base
 import comfy.model_patcher
 import comfy.sample
 import comfy.sd
+import numpy as np
+import pytest
+import torch
+from PIL import Image
 
 from eridiffusion import tiny_models
 from eridiffusion.tiny_models import TINY_BUILDERS
@@ -35,15 +35,22 @@ def _encode(clip, text):
 
 def _model_kwargs(model, cond, batch_size, height, width):
     """What the sampler hands apply_model for one cond: context plus the model's extra conds (SDXL's y)."""
-    extra = model.model.extra_conds(pooled_output=cond[0][1]["pooled_output"], cross_attn=cond[0][0],
-                                    width=width, height=height, device=torch.device("cpu"))
+    extra = model.model.extra_conds(
+        pooled_output=cond[0][1]["pooled_output"],
+        cross_attn=cond[0][0],
+        width=width,
+        height=height,
+        device=torch.device("cpu"),
+    )
     return {name: c.process_cond(batch_size=batch_size).cond for name, c in extra.items()}
 
 
 def _state(model, clip, vae):
-    return {**{f"unet.{k}": v for k, v in model.model.diffusion_model.state_dict().items()},
-            **{f"clip.{k}": v for k, v in clip.cond_stage_model.state_dict().items()},
-            **{f"vae.{k}": v for k, v in vae.first_stage_model.state_dict().items()}}
+    return {
+        **{f"unet.{k}": v for k, v in model.model.diffusion_model.state_dict().items()},
+        **{f"clip.{k}": v for k, v in clip.cond_stage_model.state_dict().items()},
+        **{f"vae.{k}": v for k, v in vae.first_stage_model.state_dict().items()},
+    }
 
 
 def test_stack_is_comfyui_model_clip_and_4_channel_vae(arch_stack):
@@ -99,7 +106,7 @@ def test_last_unet_conv_is_initialised_not_zero(arch_stack):
     _, (model, _, _) = arch_stack
     weight = model.model.diffusion_model.out[2].weight
     fan_in = weight[0].numel()
-    assert 0.9 * fan_in ** -0.5 < weight.std().item() < 1.1 * fan_in ** -0.5
+    assert 0.9 * fan_in**-0.5 < weight.std().item() < 1.1 * fan_in**-0.5
 
 
 def test_norm_weights_are_one_and_all_parameters_finite(arch_stack):
@@ -147,9 +154,19 @@ def test_ksampler_sampling_runs(arch_stack):
     _, (model, clip, _) = arch_stack
     latent = torch.zeros(1, 4, 16, 16)
     noise = comfy.sample.prepare_noise(latent, seed=0)
-    samples = comfy.sample.sample(model, noise, steps=2, cfg=2.0, sampler_name="euler", scheduler="normal",
-                                  positive=_encode(clip, PROMPT), negative=_encode(clip, ""),
-                                  latent_image=latent, disable_pbar=True, seed=0)
+    samples = comfy.sample.sample(
+        model,
+        noise,
+        steps=2,
+        cfg=2.0,
+        sampler_name="euler",
+        scheduler="normal",
+        positive=_encode(clip, PROMPT),
+        negative=_encode(clip, ""),
+        latent_image=latent,
+        disable_pbar=True,
+        seed=0,
+    )
     assert tuple(samples.shape) == (1, 4, 16, 16) and torch.isfinite(samples).all()
     assert samples.std().item() > 0.0
 

@@ -1,6 +1,7 @@
 """ai-toolkit's config format (`job: extension`, `config.process[0]` with network, save, datasets,
 train, model, sample) turned into EriDiffusion's sections. Keys EriDiffusion reads but cannot honour
 yet are collected, to be listed in one warning; keys ai-toolkit does not have are errors."""
+
 from dataclasses import dataclass, field
 
 from ..training.errors import EriDiffusionError
@@ -9,12 +10,29 @@ from .schema import nearest_hint, section_settings
 
 TRAINER_TYPES = ("sd_trainer", "ui_trainer", "diffusion_trainer")
 ALGORITHMS = {"lora": "lora", "locon": "lora", "dora": "dora", "lokr": "lokr", "loha": "loha"}
-DTYPES = {"float16": "fp16", "fp16": "fp16", "half": "fp16", "bfloat16": "bf16", "bf16": "bf16",
-          "float32": "fp32", "fp32": "fp32", "float": "fp32"}
+DTYPES = {
+    "float16": "fp16",
+    "fp16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "float32": "fp32",
+    "fp32": "fp32",
+    "float": "fp32",
+}
 TIMESTEP_TYPES = {"linear": "uniform", "sigmoid": "sigmoid", "flux_shift": "shift"}
-ARCH_FLAGS = {"is_v2": "sd2", "is_xl": "sdxl", "is_v3": "sd3", "is_flux": "flux", "is_pixart": "pixart",
-              "is_pixart_sigma": "pixart_sigma", "is_auraflow": "auraflow", "is_lumina2": "lumina2",
-              "is_ssd": "ssd", "is_vega": "vega"}
+ARCH_FLAGS = {
+    "is_v2": "sd2",
+    "is_xl": "sdxl",
+    "is_v3": "sd3",
+    "is_flux": "flux",
+    "is_pixart": "pixart",
+    "is_pixart_sigma": "pixart_sigma",
+    "is_auraflow": "auraflow",
+    "is_lumina2": "lumina2",
+    "is_ssd": "ssd",
+    "is_vega": "vega",
+}
 # ai-toolkit's archs whose guidance_scale is the guidance embedding's value, not CFG.
 GUIDANCE_DISTILLED = ("flux", "flux_kontext")
 # EriDiffusion's own model keys, accepted in ai-toolkit's model section too (for separate files).
@@ -38,12 +56,14 @@ def label(key_path):
 class Translation:
     """EriDiffusion sections from an ai-toolkit file; `labels` names, per (section, key), the
     ai-toolkit key it came from and that key's file."""
+
     text: object
-    sections: dict = field(default_factory=lambda: {"model": {}, "dataset": {}, "cache": {}, "train": {},
-                                                    "save": {}, "logging": {}})
+    sections: dict = field(
+        default_factory=lambda: {"model": {}, "dataset": {}, "cache": {}, "train": {}, "save": {}, "logging": {}}
+    )
     labels: dict = field(default_factory=dict)
     unsupported: list = field(default_factory=list)
-    output: tuple = ()               # (folder, its file) from training_folder
+    output: tuple = ()  # (folder, its file) from training_folder
 
     def put(self, section, key, value, at):
         if self.sections.get(section) is None:
@@ -64,15 +84,18 @@ class Translation:
             raise EriDiffusionError(f"{self.text.origin(at)}: {label(at)} must be a mapping of keys (got {value!r}).")
         for key in value:
             if key not in known:
-                raise EriDiffusionError(f"{self.text.origin(at + (key,))}: unknown key {label(at + (key,))}"
-                                        f"{nearest_hint(str(key), known)}")
+                raise EriDiffusionError(
+                    f"{self.text.origin(at + (key,))}: unknown key {label(at + (key,))}{nearest_hint(str(key), known)}"
+                )
         return value
 
     def choice(self, value, table, at):
         name = str(value).strip().lower()
         if name not in table:
-            raise EriDiffusionError(f"{self.text.origin(at)}: {label(at)} is {value!r}; EriDiffusion takes "
-                                    f"{', '.join(sorted(set(table)))}{nearest_hint(name, table)}.")
+            raise EriDiffusionError(
+                f"{self.text.origin(at)}: {label(at)} is {value!r}; EriDiffusion takes "
+                f"{', '.join(sorted(set(table)))}{nearest_hint(name, table)}."
+            )
         return table[name]
 
 
@@ -87,8 +110,10 @@ def translate(text):
     config = t.mapping(top.get("config", {}), ("config",), ("name", "process"))
     processes = config.get("process")
     if not isinstance(processes, list) or len(processes) != 1:
-        raise EriDiffusionError(f"{text.path}: config.process must be a list with one training process "
-                                f"(got {len(processes) if isinstance(processes, list) else processes!r}).")
+        raise EriDiffusionError(
+            f"{text.path}: config.process must be a list with one training process "
+            f"(got {len(processes) if isinstance(processes, list) else processes!r})."
+        )
     at = ("config", "process", 0)
     if "name" in config:
         t.put("train", "run_name", str(config["name"]), ("config", "name"))
@@ -97,15 +122,30 @@ def translate(text):
     return t
 
 
-PROCESS_KEYS = ("type", "training_folder", "device", "trigger_word", "performance_log_every", "sqlite_db_path",
-                "network", "save", "datasets", "train", "model", "sample", "logging")
+PROCESS_KEYS = (
+    "type",
+    "training_folder",
+    "device",
+    "trigger_word",
+    "performance_log_every",
+    "sqlite_db_path",
+    "network",
+    "save",
+    "datasets",
+    "train",
+    "model",
+    "sample",
+    "logging",
+)
 
 
 def _process(t, process, at):
     process = t.mapping(process, at, PROCESS_KEYS)
     if process.get("type", "sd_trainer") not in TRAINER_TYPES:
-        raise EriDiffusionError(f"{t.text.origin(at)}: {label(at + ('type',))} is {process['type']!r}; only "
-                                f"training processes ({', '.join(TRAINER_TYPES)}) run here.")
+        raise EriDiffusionError(
+            f"{t.text.origin(at)}: {label(at + ('type',))} is {process['type']!r}; only "
+            f"training processes ({', '.join(TRAINER_TYPES)}) run here."
+        )
     if "training_folder" in process:
         t.output = (process["training_folder"], t.text.origin(at + ("training_folder",)))
     if "device" in process:
@@ -122,8 +162,10 @@ def _process(t, process, at):
         _save(t, process["save"], at + ("save",))
     datasets = process.get("datasets", [])
     if not isinstance(datasets, list) or len(datasets) != 1:
-        raise EriDiffusionError(f"{t.text.origin(at)}: {label(at + ('datasets',))} must list one dataset; "
-                                "EriDiffusion trains on one folder per run.")
+        raise EriDiffusionError(
+            f"{t.text.origin(at)}: {label(at + ('datasets',))} must list one dataset; "
+            "EriDiffusion trains on one folder per run."
+        )
     _dataset(t, datasets[0], at + ("datasets", 0))
     train = process.get("train", {})
     _train(t, train, at + ("train",))
@@ -139,9 +181,26 @@ def _process(t, process, at):
 
 
 def _network(t, network, at):
-    network = t.mapping(network, at, ("type", "linear", "rank", "linear_alpha", "alpha", "conv", "conv_alpha",
-                                      "lokr_factor", "lokr_full_rank", "dropout", "network_kwargs",
-                                      "transformer_only", "lorm", "split_multistage_loras"))
+    network = t.mapping(
+        network,
+        at,
+        (
+            "type",
+            "linear",
+            "rank",
+            "linear_alpha",
+            "alpha",
+            "conv",
+            "conv_alpha",
+            "lokr_factor",
+            "lokr_full_rank",
+            "dropout",
+            "network_kwargs",
+            "transformer_only",
+            "lorm",
+            "split_multistage_loras",
+        ),
+    )
     if "type" in network:
         t.put("train", "algorithm", t.choice(network["type"], ALGORITHMS, at + ("type",)), at + ("type",))
     for key in ("linear", "rank"):
@@ -164,15 +223,22 @@ def _network(t, network, at):
         if network.get(key):
             t.skip(at + (key,), "not supported by EriDiffusion's adapters")
     if "transformer_only" in network:
-        t.unless(network["transformer_only"], True, at + ("transformer_only",),
-                 "EriDiffusion adapts the transformer only; see train.targets")
+        t.unless(
+            network["transformer_only"],
+            True,
+            at + ("transformer_only",),
+            "EriDiffusion adapts the transformer only; see train.targets",
+        )
     if "split_multistage_loras" in network:
         t.skip(at + ("split_multistage_loras",), "multi-stage models are not supported")
 
 
 def _save(t, save, at):
-    save = t.mapping(save, at, ("dtype", "save_every", "max_step_saves_to_keep", "save_format", "push_to_hub",
-                                "hf_repo_id", "hf_private"))
+    save = t.mapping(
+        save,
+        at,
+        ("dtype", "save_every", "max_step_saves_to_keep", "save_format", "push_to_hub", "hf_repo_id", "hf_private"),
+    )
     if "dtype" in save:
         t.put("save", "dtype", t.choice(save["dtype"], DTYPES, at + ("dtype",)), at + ("dtype",))
     if "save_every" in save:
@@ -189,19 +255,51 @@ def _save(t, save, at):
 
 
 # ai-toolkit's dataset keys EriDiffusion has no counterpart for, with the value that means "off".
-DATASET_DEFAULTS = {"default_caption": None, "token_dropout_rate": 0.0, "is_reg": False, "control_path": None,
-                    "mask_path": None, "flip_x": False, "flip_y": False, "random_crop": False, "random_scale": False,
-                    "scale": 1.0, "bucket_tolerance": 64, "network_weight": 1.0, "alpha_mask": False,
-                    "shrink_video_to_frames": True, "do_i2v": False}
-DATASET_KEYS = ("folder_path", "caption_ext", "caption_dropout_rate", "shuffle_tokens", "keep_tokens", "num_repeats",
-                "resolution", "cache_latents_to_disk", "cache_latents", "num_frames", "fps", "buckets",
-                *DATASET_DEFAULTS)
+DATASET_DEFAULTS = {
+    "default_caption": None,
+    "token_dropout_rate": 0.0,
+    "is_reg": False,
+    "control_path": None,
+    "mask_path": None,
+    "flip_x": False,
+    "flip_y": False,
+    "random_crop": False,
+    "random_scale": False,
+    "scale": 1.0,
+    "bucket_tolerance": 64,
+    "network_weight": 1.0,
+    "alpha_mask": False,
+    "shrink_video_to_frames": True,
+    "do_i2v": False,
+}
+DATASET_KEYS = (
+    "folder_path",
+    "caption_ext",
+    "caption_dropout_rate",
+    "shuffle_tokens",
+    "keep_tokens",
+    "num_repeats",
+    "resolution",
+    "cache_latents_to_disk",
+    "cache_latents",
+    "num_frames",
+    "fps",
+    "buckets",
+    *DATASET_DEFAULTS,
+)
 
 
 def _dataset(t, dataset, at):
     dataset = t.mapping(dataset, at, DATASET_KEYS)
-    renamed = {"folder_path": "folder", "caption_dropout_rate": "caption_dropout", "shuffle_tokens": "shuffle_tags",
-               "keep_tokens": "keep_tags", "num_repeats": "repeats", "num_frames": "frames", "fps": "fps"}
+    renamed = {
+        "folder_path": "folder",
+        "caption_dropout_rate": "caption_dropout",
+        "shuffle_tokens": "shuffle_tags",
+        "keep_tokens": "keep_tags",
+        "num_repeats": "repeats",
+        "num_frames": "frames",
+        "fps": "fps",
+    }
     for key, ours in renamed.items():
         if key in dataset:
             t.put("dataset", ours, dataset[key], at + (key,))
@@ -211,8 +309,10 @@ def _dataset(t, dataset, at):
     if "resolution" in dataset:
         sizes = dataset["resolution"] if isinstance(dataset["resolution"], list) else [dataset["resolution"]]
         if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes):
-            raise EriDiffusionError(f"{t.text.origin(at)}: {label(at + ('resolution',))} must be a whole number "
-                                    f"or a list of them (got {dataset['resolution']!r}).")
+            raise EriDiffusionError(
+                f"{t.text.origin(at)}: {label(at + ('resolution',))} must be a whole number "
+                f"or a list of them (got {dataset['resolution']!r})."
+            )
         t.put("cache", "resolution", max(sizes), at + ("resolution",))
         if len(sizes) > 1:
             t.skip(at + ("resolution",), f"multi-resolution: trains at {max(sizes)} only")
@@ -221,30 +321,73 @@ def _dataset(t, dataset, at):
             t.unless(dataset[key], True, at + (key,), "latents are always cached on disk, in aspect-ratio buckets")
     for key, value in DATASET_DEFAULTS.items():
         if key in dataset:
-            t.unless(dataset[key], value, at + (key,), "edit pairs read a control/ folder beside the images"
-                     if key == "control_path" else "not supported yet")
+            t.unless(
+                dataset[key],
+                value,
+                at + (key,),
+                "edit pairs read a control/ folder beside the images" if key == "control_path" else "not supported yet",
+            )
 
 
-TRAIN_KEYS = ("batch_size", "steps", "gradient_accumulation", "gradient_accumulation_steps", "train_unet",
-              "train_text_encoder", "text_encoder_lr", "lr", "unet_lr", "gradient_checkpointing", "noise_scheduler",
-              "optimizer", "optimizer_params", "lr_scheduler", "lr_scheduler_params", "lr_warmup_steps", "dtype",
-              "linear_timesteps", "linear_timesteps2", "timestep_type", "bypass_guidance_embedding", "noise_offset",
-              "min_snr_gamma", "snr_gamma", "skip_first_sample", "force_first_sample", "disable_sampling",
-              "ema_config", "max_grad_norm", "content_or_style", "unload_text_encoder", "cache_text_embeddings",
-              "weight_jitter", "loss_type", "xformers", "sdp", "do_cfg", "diff_output_preservation",
-              "diff_output_preservation_multiplier", "diff_output_preservation_class", "switch_boundary_every")
+TRAIN_KEYS = (
+    "batch_size",
+    "steps",
+    "gradient_accumulation",
+    "gradient_accumulation_steps",
+    "train_unet",
+    "train_text_encoder",
+    "text_encoder_lr",
+    "lr",
+    "unet_lr",
+    "gradient_checkpointing",
+    "noise_scheduler",
+    "optimizer",
+    "optimizer_params",
+    "lr_scheduler",
+    "lr_scheduler_params",
+    "lr_warmup_steps",
+    "dtype",
+    "linear_timesteps",
+    "linear_timesteps2",
+    "timestep_type",
+    "bypass_guidance_embedding",
+    "noise_offset",
+    "min_snr_gamma",
+    "snr_gamma",
+    "skip_first_sample",
+    "force_first_sample",
+    "disable_sampling",
+    "ema_config",
+    "max_grad_norm",
+    "content_or_style",
+    "unload_text_encoder",
+    "cache_text_embeddings",
+    "weight_jitter",
+    "loss_type",
+    "xformers",
+    "sdp",
+    "do_cfg",
+    "diff_output_preservation",
+    "diff_output_preservation_multiplier",
+    "diff_output_preservation_class",
+    "switch_boundary_every",
+)
 
 
 def _train(t, train, at):
     train = t.mapping(train, at, TRAIN_KEYS)
-    for key, ours in (("batch_size", "batch_size"), ("steps", "steps"), ("gradient_checkpointing",
-                                                                          "gradient_checkpointing")):
+    for key, ours in (
+        ("batch_size", "batch_size"),
+        ("steps", "steps"),
+        ("gradient_checkpointing", "gradient_checkpointing"),
+    ):
         if key in train:
             t.put("train", ours, train[key], at + (key,))
     accumulations = [k for k in ("gradient_accumulation", "gradient_accumulation_steps") if train.get(k, 1) != 1]
     if len(accumulations) > 1:
-        raise EriDiffusionError(f"{t.text.origin(at)}: {label(at)}: give gradient_accumulation or "
-                                "gradient_accumulation_steps, not both.")
+        raise EriDiffusionError(
+            f"{t.text.origin(at)}: {label(at)}: give gradient_accumulation or gradient_accumulation_steps, not both."
+        )
     for key in accumulations:
         t.put("train", "grad_accum", train[key], at + (key,))
     rate_key = "unet_lr" if "unet_lr" in train else "lr"
@@ -255,16 +398,24 @@ def _train(t, train, at):
         if te_key in train:
             t.put("train", "text_encoder_lr", train[te_key], at + (te_key,))
         else:
-            t.put("train", "text_encoder_lr", section_settings("train")["learning_rate"].default,
-                  at + ("train_text_encoder",))
+            t.put(
+                "train",
+                "text_encoder_lr",
+                section_settings("train")["learning_rate"].default,
+                at + ("train_text_encoder",),
+            )
     if "optimizer" in train:  # adamw8bit, AdamW_8bit, paged_adamw8bit ... are ours without case and "_"
         names = {name.lower(): name for name in OPTIMIZERS}
         written = str(train["optimizer"]).replace("_", "").replace("-", "")
         t.put("train", "optimizer", t.choice(written, names, at + ("optimizer",)), at + ("optimizer",))
     if "lr_scheduler" in train:
         schedules = {"constant": "constant", "constant_with_warmup": "constant", "cosine": "cosine"}
-        t.put("train", "lr_schedule", t.choice(train["lr_scheduler"], schedules, at + ("lr_scheduler",)),
-              at + ("lr_scheduler",))
+        t.put(
+            "train",
+            "lr_schedule",
+            t.choice(train["lr_scheduler"], schedules, at + ("lr_scheduler",)),
+            at + ("lr_scheduler",),
+        )
     if "lr_warmup_steps" in train:
         t.put("train", "warmup_steps", train["lr_warmup_steps"], at + ("lr_warmup_steps",))
     if "max_grad_norm" in train:
@@ -275,11 +426,14 @@ def _train(t, train, at):
             t.put("train", "weight_decay", params["weight_decay"], at + ("optimizer_params", "weight_decay"))
         for key in params:
             if key != "weight_decay":
-                t.skip(at + ("optimizer_params", key), "the optimizers take their library's defaults beside "
-                                                       "weight_decay")
+                t.skip(
+                    at + ("optimizer_params", key), "the optimizers take their library's defaults beside weight_decay"
+                )
     elif params is not None:
-        raise EriDiffusionError(f"{t.text.origin(at + ('optimizer_params',))}: {label(at + ('optimizer_params',))} "
-                                f"must be a mapping (got {params!r}).")
+        raise EriDiffusionError(
+            f"{t.text.origin(at + ('optimizer_params',))}: {label(at + ('optimizer_params',))} "
+            f"must be a mapping (got {params!r})."
+        )
     if "dtype" in train:
         t.put("train", "dtype", t.choice(train["dtype"], DTYPES, at + ("dtype",)), at + ("dtype",))
     _train_objective(t, train, at)
@@ -292,8 +446,11 @@ def _train_objective(t, train, at):
         if kind in TIMESTEP_TYPES:
             t.put("objective", "timestep_sampling", TIMESTEP_TYPES[kind], at + ("timestep_type",))
         else:
-            t.skip(at + ("timestep_type",), f"'{kind}' is not one of EriDiffusion's samplings; the family's default "
-                                            "is used (see objective.timestep_sampling)")
+            t.skip(
+                at + ("timestep_type",),
+                f"'{kind}' is not one of EriDiffusion's samplings; the family's default "
+                "is used (see objective.timestep_sampling)",
+            )
     for key in ("bypass_guidance_embedding", "noise_offset"):
         if key in train:
             t.put("objective", key, train[key], at + (key,))
@@ -304,32 +461,67 @@ def _train_objective(t, train, at):
 
 
 def _train_unsupported(t, train, at):
-    accepted = {"train_unet": True, "linear_timesteps": False, "linear_timesteps2": False, "skip_first_sample": True,
-                "force_first_sample": False, "content_or_style": "balanced",
-                "unload_text_encoder": False, "cache_text_embeddings": True, "weight_jitter": 0.0, "loss_type": "mse",
-                "do_cfg": False, "diff_output_preservation": False}
-    reasons = {"skip_first_sample": "EriDiffusion samples after training steps only",
-               "cache_text_embeddings": "captions are always cached",
-               "train_unet": "the diffusion model is always trained"}
+    accepted = {
+        "train_unet": True,
+        "linear_timesteps": False,
+        "linear_timesteps2": False,
+        "skip_first_sample": True,
+        "force_first_sample": False,
+        "content_or_style": "balanced",
+        "unload_text_encoder": False,
+        "cache_text_embeddings": True,
+        "weight_jitter": 0.0,
+        "loss_type": "mse",
+        "do_cfg": False,
+        "diff_output_preservation": False,
+    }
+    reasons = {
+        "skip_first_sample": "EriDiffusion samples after training steps only",
+        "cache_text_embeddings": "captions are always cached",
+        "train_unet": "the diffusion model is always trained",
+    }
     for key, value in accepted.items():
         if key in train:
             t.unless(train[key], value, at + (key,), reasons.get(key, "not supported yet"))
     ema = train.get("ema_config")
     if isinstance(ema, dict) and ema.get("use_ema"):
         t.skip(at + ("ema_config",), "EMA is not supported yet")
-    why = {"noise_scheduler": "the model's own noise schedule (ComfyUI's model_sampling) is used",
-           "lr_scheduler_params": "not supported yet", "xformers": "ComfyUI picks the attention",
-           "sdp": "ComfyUI picks the attention", "diff_output_preservation_multiplier": "not supported yet",
-           "diff_output_preservation_class": "not supported yet", "switch_boundary_every": "not supported yet"}
+    why = {
+        "noise_scheduler": "the model's own noise schedule (ComfyUI's model_sampling) is used",
+        "lr_scheduler_params": "not supported yet",
+        "xformers": "ComfyUI picks the attention",
+        "sdp": "ComfyUI picks the attention",
+        "diff_output_preservation_multiplier": "not supported yet",
+        "diff_output_preservation_class": "not supported yet",
+        "switch_boundary_every": "not supported yet",
+    }
     for key, reason in why.items():
         if key in train:
             t.skip(at + (key,), reason)
 
 
-MODEL_KEYS = ("name_or_path", "arch", "quantize", "qtype", "quantize_te", "qtype_te", "low_vram", "dtype",
-              "vae_path", "lora_path", "assistant_lora_path", "inference_lora_path", "te_name_or_path",
-              "model_kwargs", "text_encoder_bits", "attn_masking", "split_model_over_gpus", "is_v_pred",
-              *ARCH_FLAGS, *OWN_MODEL_KEYS)
+MODEL_KEYS = (
+    "name_or_path",
+    "arch",
+    "quantize",
+    "qtype",
+    "quantize_te",
+    "qtype_te",
+    "low_vram",
+    "dtype",
+    "vae_path",
+    "lora_path",
+    "assistant_lora_path",
+    "inference_lora_path",
+    "te_name_or_path",
+    "model_kwargs",
+    "text_encoder_bits",
+    "attn_masking",
+    "split_model_over_gpus",
+    "is_v_pred",
+    *ARCH_FLAGS,
+    *OWN_MODEL_KEYS,
+)
 
 
 def _model(t, model, at):
@@ -344,7 +536,8 @@ def _model(t, model, at):
                 f"{t.text.origin(at)}: {label(at + ('name_or_path',))} is {name!r}; EriDiffusion loads ComfyUI's "
                 "single-file checkpoints (.safetensors), not Hugging Face repositories or diffusers folders. Give "
                 "the checkpoint file, or diffusion_model + text_encoders + clip_type + vae (files ComfyUI's "
-                "loaders take) in this model section, or tiny-sdxl to try the config.")
+                "loaders take) in this model section, or tiny-sdxl to try the config."
+            )
         t.put("model", "checkpoint", name, at + ("name_or_path",))
     if "vae_path" in model:
         t.put("model", "vae", model["vae_path"], at + ("vae_path",))
@@ -356,12 +549,26 @@ def _model(t, model, at):
     if model.get("quantize"):
         t.put("model", "weight_dtype", "fp8_e4m3fn", at + ("quantize",))
         t.unless(model.get("qtype", "qfloat8"), "qfloat8", at + ("qtype",), "fp8 (e4m3fn) weights are used")
-    accepted = {"quantize_te": False, "low_vram": False, "lora_path": None, "assistant_lora_path": None,
-                "inference_lora_path": None, "te_name_or_path": None, "model_kwargs": {}, "text_encoder_bits": 16,
-                "attn_masking": False, "split_model_over_gpus": False, "is_v_pred": False, "qtype_te": "qfloat8"}
-    reasons = {"low_vram": "see train.weights_vram_gib", "quantize_te": "text encoders load as ComfyUI loads them",
-               "te_name_or_path": "give model.text_encoders files",
-               "is_v_pred": "ComfyUI detects the prediction type from the file"}
+    accepted = {
+        "quantize_te": False,
+        "low_vram": False,
+        "lora_path": None,
+        "assistant_lora_path": None,
+        "inference_lora_path": None,
+        "te_name_or_path": None,
+        "model_kwargs": {},
+        "text_encoder_bits": 16,
+        "attn_masking": False,
+        "split_model_over_gpus": False,
+        "is_v_pred": False,
+        "qtype_te": "qfloat8",
+    }
+    reasons = {
+        "low_vram": "see train.weights_vram_gib",
+        "quantize_te": "text encoders load as ComfyUI loads them",
+        "te_name_or_path": "give model.text_encoders files",
+        "is_v_pred": "ComfyUI detects the prediction type from the file",
+    }
     for key, value in accepted.items():
         if key in model:
             t.unless(model[key], value, at + (key,), reasons.get(key, "not supported yet"))
@@ -369,16 +576,42 @@ def _model(t, model, at):
         t.skip(at + ("dtype",), "weights load in the type ComfyUI picks; see model.weight_dtype and train.dtype")
 
 
-SAMPLE_KEYS = ("sampler", "sample_every", "width", "height", "prompts", "samples", "neg", "seed", "walk_seed",
-               "guidance_scale", "sample_steps", "num_frames", "fps", "sample_start_step", "network_multiplier",
-               "guidance_rescale", "format", "refiner_start_at", "adapter_conditioning_scale", "extra_values")
+SAMPLE_KEYS = (
+    "sampler",
+    "sample_every",
+    "width",
+    "height",
+    "prompts",
+    "samples",
+    "neg",
+    "seed",
+    "walk_seed",
+    "guidance_scale",
+    "sample_steps",
+    "num_frames",
+    "fps",
+    "sample_start_step",
+    "network_multiplier",
+    "guidance_rescale",
+    "format",
+    "refiner_start_at",
+    "adapter_conditioning_scale",
+    "extra_values",
+)
 
 
 def _sample(t, sample, at, trigger, distilled):
     sample = t.mapping(sample, at, SAMPLE_KEYS)
     t.sections["sample"] = {}
-    renamed = {"sample_every": "every", "width": "width", "height": "height", "seed": "seed",
-               "guidance_scale": "cfg", "sample_steps": "steps", "num_frames": "frames"}
+    renamed = {
+        "sample_every": "every",
+        "width": "width",
+        "height": "height",
+        "seed": "seed",
+        "guidance_scale": "cfg",
+        "sample_steps": "steps",
+        "num_frames": "frames",
+    }
     for key, ours in renamed.items():
         if key in sample:
             t.put("sample", ours, sample[key], at + (key,))
@@ -399,26 +632,37 @@ def _sample(t, sample, at, trigger, distilled):
         if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
             raise EriDiffusionError(f"{t.text.origin(at)}: {label(at + ('prompts',))} must be a list of prompts.")
         # ai-toolkit writes [trigger] where the trigger word goes
-        t.put("sample", "prompts", [p.replace("[trigger]", trigger) for p in prompts],
-              at + ("samples" if "samples" in sample else "prompts",))
+        t.put(
+            "sample",
+            "prompts",
+            [p.replace("[trigger]", trigger) for p in prompts],
+            at + ("samples" if "samples" in sample else "prompts",),
+        )
     if sample.get("neg"):
         t.skip(at + ("neg",), "samples use an empty negative prompt")
     accepted = {"walk_seed": True, "sample_start_step": 0, "network_multiplier": 1, "guidance_rescale": 0.0}
     for key, value in accepted.items():
         if key in sample:
-            t.unless(sample[key], value, at + (key,), "not supported yet" if key != "walk_seed"
-                     else "prompt k always uses seed + k")
-    for key, reason in (("sampler", "ComfyUI's sampler_name and scheduler are used (euler, normal)"),
-                        ("fps", "video samples play at 16 fps"), ("format", "samples are PNG (video: WebP)"),
-                        ("refiner_start_at", "not supported"), ("adapter_conditioning_scale", "not supported"),
-                        ("extra_values", "not supported")):
+            t.unless(
+                sample[key],
+                value,
+                at + (key,),
+                "not supported yet" if key != "walk_seed" else "prompt k always uses seed + k",
+            )
+    for key, reason in (
+        ("sampler", "ComfyUI's sampler_name and scheduler are used (euler, normal)"),
+        ("fps", "video samples play at 16 fps"),
+        ("format", "samples are PNG (video: WebP)"),
+        ("refiner_start_at", "not supported"),
+        ("adapter_conditioning_scale", "not supported"),
+        ("extra_values", "not supported"),
+    ):
         if key in sample:
             t.skip(at + (key,), reason)
 
 
 def _logging(t, logging, at):
-    logging = t.mapping(logging, at, ("log_every", "verbose", "use_wandb", "project_name", "run_name",
-                                      "tensorboard"))
+    logging = t.mapping(logging, at, ("log_every", "verbose", "use_wandb", "project_name", "run_name", "tensorboard"))
     if "tensorboard" in logging:
         t.put("logging", "tensorboard", logging["tensorboard"], at + ("tensorboard",))
     if "use_wandb" in logging:

@@ -1,5 +1,6 @@
 """The command line: `eridiffusion train CONFIG.yaml [--output DIR] [--resume auto|CHECKPOINT]
 [--print-config | --dry-run]` (also `python -m eridiffusion train ...`)."""
+
 import argparse
 import os
 import shutil
@@ -14,27 +15,42 @@ EXIT_INTERRUPTED = 130  # the shell's status for Ctrl-C, so a script that queues
 
 
 def parser():
-    root = argparse.ArgumentParser(prog="eridiffusion", description="Train LoRA-family adapters on ComfyUI's "
-                                   "models from a config file, without a browser.")
+    root = argparse.ArgumentParser(
+        prog="eridiffusion",
+        description="Train LoRA-family adapters on ComfyUI's models from a config file, without a browser.",
+    )
     commands = root.add_subparsers(dest="command", required=True)
     train = commands.add_parser(
-        "train", help="train from a config file",
+        "train",
+        help="train from a config file",
         description="Train from a YAML config: EriDiffusion's sections (named after the nodes whose inputs "
-                    "they hold) or ai-toolkit's format (job: extension). Relative paths in the file are "
-                    "relative to the file that writes them.")
+        "they hold) or ai-toolkit's format (job: extension). Relative paths in the file are "
+        "relative to the file that writes them.",
+    )
     train.add_argument("config", help="the YAML config file")
-    train.add_argument("--output", help="ComfyUI's output folder for the run: it writes OUTPUT/<run_name>/ and "
-                                        "OUTPUT/loras/<filename_prefix>.safetensors (default: the config's "
-                                        "output:, else ./output)")
-    train.add_argument("--resume", metavar="auto|CHECKPOINT",
-                       help="continue the run: auto takes its newest checkpoint in the output folder; or give "
-                            "a checkpoint (relative: in the output folder, then in its loras/)")
+    train.add_argument(
+        "--output",
+        help="ComfyUI's output folder for the run: it writes OUTPUT/<run_name>/ and "
+        "OUTPUT/loras/<filename_prefix>.safetensors (default: the config's "
+        "output:, else ./output)",
+    )
+    train.add_argument(
+        "--resume",
+        metavar="auto|CHECKPOINT",
+        help="continue the run: auto takes its newest checkpoint in the output folder; or give "
+        "a checkpoint (relative: in the output folder, then in its loras/)",
+    )
     mode = train.add_mutually_exclusive_group()
-    mode.add_argument("--print-config", action="store_true",
-                      help="print the complete config (every default filled, ai-toolkit files in EriDiffusion's "
-                           "sections) and exit")
-    mode.add_argument("--dry-run", action="store_true",
-                      help="check the config, load the model and the dataset, print the plan and exit")
+    mode.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the complete config (every default filled, ai-toolkit files in EriDiffusion's sections) and exit",
+    )
+    mode.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the config, load the model and the dataset, print the plan and exit",
+    )
     return root
 
 
@@ -55,20 +71,27 @@ def main(argv=None):
 
 def _train(args, host_folders):
     from ..runtime import start_host
+
     start_host(host_folders)
     from .run_config import config_yaml, load_run_config
+
     config = load_run_config(args.config)
     if config.unsupported:
-        print(f"eridiffusion: warning: {len(config.unsupported)} setting(s) of {args.config} are not supported "
-              "yet and do not apply as written:\n  " + "\n  ".join(config.unsupported), file=sys.stderr)
+        print(
+            f"eridiffusion: warning: {len(config.unsupported)} setting(s) of {args.config} are not supported "
+            "yet and do not apply as written:\n  " + "\n  ".join(config.unsupported),
+            file=sys.stderr,
+        )
     if args.print_config:
         print(config_yaml(config), end="")
         return 0
     from . import run
+
     output = os.path.abspath(args.output or config.output or "output")
     run.use_output_folder(output)
     if args.dry_run:
         from .plan import plan_lines
+
         inputs = run.load_inputs(config)
         print("\n".join(plan_lines(config, inputs, run.train_config(config), output)))
         return 0

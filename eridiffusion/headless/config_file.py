@@ -1,5 +1,6 @@
 """Reading a config file: YAML, with the files its `_base_` names merged in first (depth-first, a
 later file wins), and which file set each value, so errors and relative paths refer to that file."""
+
 import os
 import re
 from dataclasses import dataclass
@@ -17,18 +18,23 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                   |\.[0-9_]+(?:[eE][-+][0-9]+)?
                   |[-+]?\.(?:inf|Inf|INF)
-                  |\.(?:nan|NaN|NAN))$""", re.VERBOSE),
-    list("-+0123456789."))
+                  |\.(?:nan|NaN|NAN))$""",
+        re.VERBOSE,
+    ),
+    list("-+0123456789."),
+)
 
 
 @dataclass(frozen=True)
 class ConfigText:
     """A config file with its bases merged in. `origins` maps a key path (a tuple of keys and list
     indices) to the file that set it; a path not listed was set together with its parent."""
+
     path: str
     values: dict
     origins: dict
@@ -59,8 +65,9 @@ def _load_yaml(path, included_by):
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise EriDiffusionError(f"{path} must hold a mapping of sections (model:, dataset:, train:, ...), "
-                                f"not a {type(data).__name__}.")
+        raise EriDiffusionError(
+            f"{path} must hold a mapping of sections (model:, dataset:, train:, ...), not a {type(data).__name__}."
+        )
     return data
 
 
@@ -98,6 +105,6 @@ def _merge(values, origins, override, override_origins, key_path):
             _merge(values[key], origins, value, override_origins, here)
             continue
         values[key] = value
-        for stale in [p for p in origins if p[:len(here)] == here]:
+        for stale in [p for p in origins if p[: len(here)] == here]:
             del origins[stale]
-        origins.update({p: f for p, f in override_origins.items() if p[:len(here)] == here})
+        origins.update({p: f for p, f in override_origins.items() if p[: len(here)] == here})

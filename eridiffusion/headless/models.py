@@ -1,6 +1,7 @@
 """Loading the model a config names, with ComfyUI's own loaders (one checkpoint file, or a
 diffusion model + text encoders + VAE, as the loader nodes load them) or as a tiny demo stack, and
 checking that it is the family the config says."""
+
 import os
 from dataclasses import dataclass
 
@@ -11,25 +12,46 @@ TINY_MODELS = {"tiny-sdxl": "sdxl", "tiny-sd15": "sd15"}
 # What `arch` may say (ai-toolkit's names and its is_xl/is_flux/... flags), and the ComfyUI model
 # classes each name covers; ComfyUI's class names (SDXL, Flux, WAN21_T2V, ...) are accepted too.
 ARCH_CLASSES = {
-    "sd1": ("SD15",), "sd15": ("SD15",),
-    "sdxl": ("SDXL", "SSD1B", "Segmind_Vega", "KOALA_700M", "KOALA_1B"), "ssd": ("SSD1B",), "vega": ("Segmind_Vega",),
-    "sd3": ("SD3",), "sd35": ("SD3",),
-    "flux": ("Flux", "FluxInpaint", "FluxSchnell"), "flux_kontext": ("Flux",), "flex1": ("Flux",), "flex2": ("Flux",),
-    "flux2": ("Flux2",), "chroma": ("Chroma",), "hidream": ("HiDream",), "lumina2": ("Lumina2",),
-    "zimage": ("ZImage",), "qwen_image": ("QwenImage",), "omnigen2": ("Omnigen2",), "auraflow": ("AuraFlow",),
-    "pixart": ("PixArtAlpha",), "pixart_sigma": ("PixArtSigma",),
-    "wan21": ("WAN21_T2V",), "wan22_14b": ("WAN21_T2V",), "wan22_5b": ("WAN22_T2V",),
-    "ltxv": ("LTXV",), "hunyuan_video": ("HunyuanVideo",),
+    "sd1": ("SD15",),
+    "sd15": ("SD15",),
+    "sdxl": ("SDXL", "SSD1B", "Segmind_Vega", "KOALA_700M", "KOALA_1B"),
+    "ssd": ("SSD1B",),
+    "vega": ("Segmind_Vega",),
+    "sd3": ("SD3",),
+    "sd35": ("SD3",),
+    "flux": ("Flux", "FluxInpaint", "FluxSchnell"),
+    "flux_kontext": ("Flux",),
+    "flex1": ("Flux",),
+    "flex2": ("Flux",),
+    "flux2": ("Flux2",),
+    "chroma": ("Chroma",),
+    "hidream": ("HiDream",),
+    "lumina2": ("Lumina2",),
+    "zimage": ("ZImage",),
+    "qwen_image": ("QwenImage",),
+    "omnigen2": ("Omnigen2",),
+    "auraflow": ("AuraFlow",),
+    "pixart": ("PixArtAlpha",),
+    "pixart_sigma": ("PixArtSigma",),
+    "wan21": ("WAN21_T2V",),
+    "wan22_14b": ("WAN21_T2V",),
+    "wan22_5b": ("WAN22_T2V",),
+    "ltxv": ("LTXV",),
+    "hunyuan_video": ("HunyuanVideo",),
 }
 # UNETLoader's weight_dtype choices as model_options (its load_unet).
-WEIGHT_DTYPE_OPTIONS = {"default": {}, "fp8_e4m3fn": {"dtype": "float8_e4m3fn"},
-                        "fp8_e4m3fn_fast": {"dtype": "float8_e4m3fn", "fp8_optimizations": True},
-                        "fp8_e5m2": {"dtype": "float8_e5m2"}}
+WEIGHT_DTYPE_OPTIONS = {
+    "default": {},
+    "fp8_e4m3fn": {"dtype": "float8_e4m3fn"},
+    "fp8_e4m3fn_fast": {"dtype": "float8_e4m3fn", "fp8_optimizations": True},
+    "fp8_e5m2": {"dtype": "float8_e5m2"},
+}
 
 
 @dataclass(frozen=True)
 class ModelSource:
     """The `model` section: where MODEL, CLIP and VAE come from."""
+
     checkpoint: str = ""
     diffusion_model: str = ""
     weight_dtype: str = "default"
@@ -40,18 +62,26 @@ class ModelSource:
 
     def __post_init__(self):
         if bool(self.checkpoint) == bool(self.diffusion_model):
-            raise EriDiffusionError("model: give either checkpoint (one file, or tiny-sdxl / tiny-sd15) or "
-                                    "diffusion_model (with text_encoders and vae), not "
-                                    f"{'both' if self.checkpoint else 'neither'}.")
+            raise EriDiffusionError(
+                "model: give either checkpoint (one file, or tiny-sdxl / tiny-sd15) or "
+                "diffusion_model (with text_encoders and vae), not "
+                f"{'both' if self.checkpoint else 'neither'}."
+            )
         if self.diffusion_model and not (self.text_encoders and self.vae):
-            raise EriDiffusionError("model.diffusion_model needs model.text_encoders (one or more files, with "
-                                    "clip_type) and model.vae: a diffusion model file holds neither.")
+            raise EriDiffusionError(
+                "model.diffusion_model needs model.text_encoders (one or more files, with "
+                "clip_type) and model.vae: a diffusion model file holds neither."
+            )
         if self.tiny and (self.text_encoders or self.vae or self.weight_dtype != "default"):
-            raise EriDiffusionError(f"model.checkpoint {self.checkpoint} is a built-in tiny model: it takes no "
-                                    "text_encoders, vae or weight_dtype.")
+            raise EriDiffusionError(
+                f"model.checkpoint {self.checkpoint} is a built-in tiny model: it takes no "
+                "text_encoders, vae or weight_dtype."
+            )
         if self.arch and not arch_classes(self.arch):
-            raise EriDiffusionError(f"model.arch '{self.arch}' is not a model family name; use one of "
-                                    f"{', '.join(ARCH_CLASSES)} or ComfyUI's model class name.")
+            raise EriDiffusionError(
+                f"model.arch '{self.arch}' is not a model family name; use one of "
+                f"{', '.join(ARCH_CLASSES)} or ComfyUI's model class name."
+            )
 
     @property
     def tiny(self):
@@ -66,6 +96,7 @@ class ModelSource:
 def arch_classes(arch):
     """The ComfyUI model classes `arch` names, or () when it names none."""
     from ..training.families import FAMILIES
+
     name = arch.strip().lower()
     if name in ARCH_CLASSES:
         return ARCH_CLASSES[name]
@@ -74,6 +105,7 @@ def arch_classes(arch):
 
 def _model_options(weight_dtype):
     import torch
+
     return {k: getattr(torch, v) if k == "dtype" else v for k, v in WEIGHT_DTYPE_OPTIONS[weight_dtype].items()}
 
 
@@ -86,21 +118,29 @@ def _existing(path, key):
 def _undetected(error, path, key):
     """ComfyUI's "could not detect model type" as our error, naming the file and what to try."""
     first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-    kind = {"checkpoint": "a checkpoint", "diffusion_model": "a diffusion model", "text_encoders": "text encoders",
-            "vae": "a VAE"}[key]
-    return EriDiffusionError(f"ComfyUI could not load model.{key} {path} ({first_line}); check that it is {kind} of "
-                             "a model family this ComfyUI version knows.")
+    kind = {
+        "checkpoint": "a checkpoint",
+        "diffusion_model": "a diffusion model",
+        "text_encoders": "text encoders",
+        "vae": "a VAE",
+    }[key]
+    return EriDiffusionError(
+        f"ComfyUI could not load model.{key} {path} ({first_line}); check that it is {kind} of "
+        "a model family this ComfyUI version knows."
+    )
 
 
 def load_models(source):
     """(MODEL, CLIP, VAE) for `source`, each loaded as ComfyUI's loader node for it does."""
     if source.tiny:
         from ..tiny_models import build_tiny_demo
+
         return build_tiny_demo(source.tiny, seed=0)
     options = _model_options(source.weight_dtype)
     if source.checkpoint:
-        model, clip, vae = load_checkpoint(source.checkpoint, options, with_clip=not source.text_encoders,
-                                           with_vae=not source.vae)
+        model, clip, vae = load_checkpoint(
+            source.checkpoint, options, with_clip=not source.text_encoders, with_vae=not source.vae
+        )
     else:
         model, clip, vae = load_diffusion_model(source.diffusion_model, options), None, None
     if source.text_encoders:
@@ -114,16 +154,22 @@ def load_checkpoint(path, model_options, with_clip=True, with_vae=True):
     """CheckpointLoaderSimple's load (with UNETLoader's weight_dtype options for its model)."""
     import comfy.sd
     import folder_paths
+
     path = _existing(path, "checkpoint")
     try:
         model, clip, vae = comfy.sd.load_checkpoint_guess_config(
-            path, output_vae=with_vae, output_clip=with_clip,
-            embedding_directory=folder_paths.get_folder_paths("embeddings"), model_options=model_options)[:3]
+            path,
+            output_vae=with_vae,
+            output_clip=with_clip,
+            embedding_directory=folder_paths.get_folder_paths("embeddings"),
+            model_options=model_options,
+        )[:3]
     except RuntimeError as error:
         raise _undetected(error, path, "checkpoint") from None
     if with_clip and clip is None:
-        raise EriDiffusionError(f"model.checkpoint {path} holds no text encoder; add model.text_encoders "
-                                "(and clip_type).")
+        raise EriDiffusionError(
+            f"model.checkpoint {path} holds no text encoder; add model.text_encoders (and clip_type)."
+        )
     if with_vae and vae is None:
         raise EriDiffusionError(f"model.checkpoint {path} holds no VAE; add model.vae.")
     return model, clip, vae
@@ -132,6 +178,7 @@ def load_checkpoint(path, model_options, with_clip=True, with_vae=True):
 def load_diffusion_model(path, model_options):
     """UNETLoader's load."""
     import comfy.sd
+
     path = _existing(path, "diffusion_model")
     try:
         return comfy.sd.load_diffusion_model(path, model_options=model_options)
@@ -143,10 +190,14 @@ def load_text_encoders(paths, clip_type):
     """CLIPLoader's (DualCLIPLoader's, ...) load of one or more text encoder files."""
     import comfy.sd
     import folder_paths
+
     paths = [_existing(p, "text_encoders") for p in paths]
     try:
-        return comfy.sd.load_clip(ckpt_paths=paths, embedding_directory=folder_paths.get_folder_paths("embeddings"),
-                                  clip_type=comfy.sd.CLIPType[clip_type.upper()])
+        return comfy.sd.load_clip(
+            ckpt_paths=paths,
+            embedding_directory=folder_paths.get_folder_paths("embeddings"),
+            clip_type=comfy.sd.CLIPType[clip_type.upper()],
+        )
     except (RuntimeError, KeyError, ValueError) as error:
         raise _undetected(error, ", ".join(paths), "text_encoders") from None
 
@@ -155,6 +206,7 @@ def load_vae(path):
     """VAELoader's load of a VAE file."""
     import comfy.sd
     import comfy.utils
+
     path = _existing(path, "vae")
     sd, metadata = comfy.utils.load_torch_file(path, return_metadata=True)
     try:
@@ -168,9 +220,12 @@ def load_vae(path):
 def model_family(model, source):
     """The Family ComfyUI's detection makes of `model`; an error when `source.arch` names another."""
     from ..training.families import family_of
+
     family = family_of(model.model)  # raises, naming the class, for a model no family covers
     loaded_as = type(model.model.model_config).__name__
     if source.arch and loaded_as not in arch_classes(source.arch):
-        raise EriDiffusionError(f"model.arch is '{source.arch}', but {source.describe()} loads as ComfyUI's "
-                                f"{loaded_as} ({family.name}); correct arch or the file.")
+        raise EriDiffusionError(
+            f"model.arch is '{source.arch}', but {source.describe()} loads as ComfyUI's "
+            f"{loaded_as} ({family.name}); correct arch or the file."
+        )
     return family

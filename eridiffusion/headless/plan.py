@@ -1,19 +1,29 @@
 """The plan `--dry-run` prints: the model family ComfyUI detected, the dataset's buckets, the steps
 and epochs, the adapter's size and an estimate of the device memory it all takes, without encoding
 or training anything."""
+
 import collections
 import dataclasses
 import os
 
 # Bytes of optimizer state per trained parameter (fp32 moments; 8-bit: one byte each).
-OPTIMIZER_STATE_BYTES = {"AdamW": 8, "AdamW8bit": 2, "PagedAdamW": 8, "PagedAdamW8bit": 2, "Lion": 4, "Lion8bit": 1,
-                         "Prodigy": 16, "Adafactor": 4}
-GIB = 2 ** 30
+OPTIMIZER_STATE_BYTES = {
+    "AdamW": 8,
+    "AdamW8bit": 2,
+    "PagedAdamW": 8,
+    "PagedAdamW8bit": 2,
+    "Lion": 4,
+    "Lion8bit": 1,
+    "Prodigy": 16,
+    "Adafactor": 4,
+}
+GIB = 2**30
 
 
 def buckets(dataset, resolution):
     """{(width, height): images}, each image counted `repeats` times, as CacheLatents buckets them."""
     from ..training.buckets import bucket_for
+
     counts = collections.Counter(bucket_for(r.width, r.height, resolution) for r in dataset.records)
     return {size: n * dataset.repeats for size, n in sorted(counts.items())}
 
@@ -21,6 +31,7 @@ def buckets(dataset, resolution):
 def latent_bytes_of(record, dataset, resolution, model, vae):
     """Bytes of one image's (clip's) fp32 latent on the training device."""
     from ..training.buckets import bucket_for
+
     width, height = bucket_for(record.width, record.height, resolution)
     ratio = vae.spacial_compression_encode()
     frames = (dataset.video.frames - 1) // (vae.temporal_compression_decode() or 1) + 1 if record.clip else 1
@@ -32,6 +43,7 @@ def adapter_parameters(model, settings, family):
     from ..training.adapters.attach import target_layers
     from ..training.families import resolve_targets
     from ..training.lora_format import loadable_weight_keys
+
     spec = dataclasses.replace(settings.adapter, targets=resolve_targets(settings.adapter.targets, family))
     layers = target_layers(model.model, spec, loadable_weight_keys(model.model).keys())
     count = sum(p.numel() for index, (_, layer) in enumerate(layers) for p in spec.build(layer, index).parameters())
@@ -41,7 +53,9 @@ def adapter_parameters(model, settings, family):
 def plan_lines(config, inputs, settings, output):
     """The dry run's report, one line per item."""
     import comfy.model_management
+
     from ..training.families import resolve_objective
+
     family, dataset, model = inputs.family, inputs.dataset, inputs.model
     resolution = config.cache["resolution"]
     sizes = buckets(dataset, resolution)
@@ -56,33 +70,50 @@ def plan_lines(config, inputs, settings, output):
     latent_bytes = sum(latent_bytes_of(record, dataset, resolution, model, inputs.vae) for record in dataset.records)
     device = comfy.model_management.get_torch_device()
 
-    activations = ("activations come on top (with gradient_checkpointing, about one block's)"
-                   if settings.gradient_checkpointing else "activations of the whole forward come on top")
+    activations = (
+        "activations come on top (with gradient_checkpointing, about one block's)"
+        if settings.gradient_checkpointing
+        else "activations of the whole forward come on top"
+    )
     lines = [
         f"config   {config.path} ({config.schema} format)",
-        (f"model    {config.model.describe()}: ComfyUI {type(model.model.model_config).__name__} -> {family.name} "
-         f"({family.prediction}; timestep sampling {objective.timestep_sampling})"),
-        (f"dataset  {dataset.folder}: {len(dataset.records)} {'clips and images' if dataset.has_clips else 'images'}"
-         f" x {dataset.repeats} repeat{'s' if dataset.repeats > 1 else ''}"),
+        (
+            f"model    {config.model.describe()}: ComfyUI {type(model.model.model_config).__name__} -> {family.name} "
+            f"({family.prediction}; timestep sampling {objective.timestep_sampling})"
+        ),
+        (
+            f"dataset  {dataset.folder}: {len(dataset.records)} {'clips and images' if dataset.has_clips else 'images'}"
+            f" x {dataset.repeats} repeat{'s' if dataset.repeats > 1 else ''}"
+        ),
         f"buckets  at {resolution}: " + ", ".join(f"{w}x{h} x{n}" for (w, h), n in sizes.items()),
-        (f"steps    {settings.steps} x batch {settings.batch_size} x grad_accum {settings.grad_accum} = {seen} "
-         f"images seen, {seen / images:.1f} epochs"),
-        (f"adapter  {settings.adapter.algorithm} rank {settings.adapter.rank} alpha {settings.adapter.alpha:g} on "
-         f"{layers} layers: {parameters / 1e6:.2f} M parameters"
-         + (" (and the text encoders')" if settings.text_encoder_lr > 0 else "")),
-        (f"memory   about {(resident + adapter_bytes + latent_bytes) / GIB:.2f} GiB on {device}: weights "
-         f"{resident / GIB:.2f}, adapters with gradients and {settings.optimizer} state {adapter_bytes / GIB:.2f}, "
-         f"latents {latent_bytes / GIB:.3f}; {activations}"),
+        (
+            f"steps    {settings.steps} x batch {settings.batch_size} x grad_accum {settings.grad_accum} = {seen} "
+            f"images seen, {seen / images:.1f} epochs"
+        ),
+        (
+            f"adapter  {settings.adapter.algorithm} rank {settings.adapter.rank} alpha {settings.adapter.alpha:g} on "
+            f"{layers} layers: {parameters / 1e6:.2f} M parameters"
+            + (" (and the text encoders')" if settings.text_encoder_lr > 0 else "")
+        ),
+        (
+            f"memory   about {(resident + adapter_bytes + latent_bytes) / GIB:.2f} GiB on {device}: weights "
+            f"{resident / GIB:.2f}, adapters with gradients and {settings.optimizer} state {adapter_bytes / GIB:.2f}, "
+            f"latents {latent_bytes / GIB:.3f}; {activations}"
+        ),
     ]
     if config.sample is not None:
         prompts = [p for p in config.sample["prompts"].splitlines() if p.strip()]
-        lines.append(f"samples  {len(prompts)} prompt{'s' if len(prompts) > 1 else ''} every {config.sample['every']} "
-                     f"steps and at the end, {config.sample['width']}x{config.sample['height']}, "
-                     f"{config.sample['steps']} sampling steps")
+        lines.append(
+            f"samples  {len(prompts)} prompt{'s' if len(prompts) > 1 else ''} every {config.sample['every']} "
+            f"steps and at the end, {config.sample['width']}x{config.sample['height']}, "
+            f"{config.sample['steps']} sampling steps"
+        )
     every = f"every {settings.save_every} steps and at the end" if settings.save_every else "at the end"
-    lines.append(f"writes   {os.path.join(output, settings.run_name)}/ (or _2, _3 ...; checkpoints {every}), "
-                 f"{os.path.join(output, 'loras', config.save['filename_prefix'])}.safetensors "
-                 f"({config.save['dtype']})")
+    lines.append(
+        f"writes   {os.path.join(output, settings.run_name)}/ (or _2, _3 ...; checkpoints {every}), "
+        f"{os.path.join(output, 'loras', config.save['filename_prefix'])}.safetensors "
+        f"({config.save['dtype']})"
+    )
     if config.unsupported:
         lines.append(f"ignored  {len(config.unsupported)} setting(s) not supported yet (see the warning above)")
     return lines

@@ -2,6 +2,7 @@
 model, LoadDataset, CacheLatents, SampleDuringTraining and TrainingObjective, LoRATrainer, SaveLoRA
 and LossGraph; each step through that node, or through the core function it calls where the node
 holds ComfyUI's page (its progress bar, its Stop button)."""
+
 import os
 import re
 import time
@@ -18,6 +19,7 @@ from .run_config import config_yaml
 def use_output_folder(output):
     """ComfyUI's output folder for the run, and its loras/ as the folder SaveLoRA writes to."""
     import folder_paths
+
     os.makedirs(output, exist_ok=True)
     folder_paths.set_output_directory(output)
     folder_paths.add_model_folder_path("loras", os.path.join(output, "loras"), is_default=True)
@@ -26,6 +28,7 @@ def use_output_folder(output):
 @dataclass
 class Inputs:
     """What the graph's first nodes hand on: the loaded model and its family, and the DATASET."""
+
     model: object
     clip: object
     vae: object
@@ -35,6 +38,7 @@ class Inputs:
 
 def load_inputs(config):
     from ..nodes.dataset_node import LoadDataset
+
     with torch.inference_mode():  # as ComfyUI's executor runs every node
         model, clip, vae = load_models(config.model)
         family = model_family(model, config.model)
@@ -46,16 +50,25 @@ def cache_latents(config, inputs, progress=None):
     """CacheLatents' work (its node adds only ComfyUI's progress bar)."""
     from ..nodes.cache_node import default_cache_folder
     from ..training.latent_cache import build_training_data
+
     folder = config.cache["cache_folder"].strip() or default_cache_folder()
     with torch.inference_mode():
-        return build_training_data(inputs.dataset, inputs.vae, inputs.clip, config.cache["resolution"], folder,
-                                   shuffle_variants=config.cache["shuffle_variants"], progress=progress)
+        return build_training_data(
+            inputs.dataset,
+            inputs.vae,
+            inputs.clip,
+            config.cache["resolution"],
+            folder,
+            shuffle_variants=config.cache["shuffle_variants"],
+            progress=progress,
+        )
 
 
 def sample_settings(config, inputs):
     if config.sample is None:
         return None
     from ..nodes.sampling_node import SampleDuringTraining
+
     with torch.inference_mode():
         return SampleDuringTraining.execute(inputs.clip, inputs.vae, **config.sample).result[0]
 
@@ -64,6 +77,7 @@ def train_config(config):
     """The TrainConfig LoRATrainer builds from these inputs (and TrainingObjective's, if connected)."""
     from ..nodes import trainer_node
     from ..nodes.setting_inputs import SettingValues
+
     connected = [SettingValues(config.objective)] if config.objective is not None else []
     return trainer_node.train_config(config.train, connected)
 
@@ -78,12 +92,14 @@ def newest_checkpoint(output, run_name):
             checkpoints = os.path.join(entry.path, "checkpoints")
             if entry.is_dir() and folders.fullmatch(entry.name) and os.path.isdir(checkpoints):
                 for name in os.listdir(checkpoints):
-                    state = os.path.join(checkpoints, name[:-len(".safetensors")] + ".training_state")
+                    state = os.path.join(checkpoints, name[: -len(".safetensors")] + ".training_state")
                     if name.endswith(".safetensors") and os.path.isfile(state):
                         found.append((os.path.getmtime(state), os.path.join(checkpoints, name)))
     if not found:
-        raise EriDiffusionError(f"--resume auto: run '{run_name}' has no checkpoint with its training state in "
-                                f"{output}; run without --resume to start it.")
+        raise EriDiffusionError(
+            f"--resume auto: run '{run_name}' has no checkpoint with its training state in "
+            f"{output}; run without --resume to start it."
+        )
     return max(found)[1]
 
 
@@ -92,11 +108,13 @@ def resume_point(config, resume, output, steps):
     if not resume:
         return None
     from ..nodes.resume_node import LoadLoRAForTraining
+
     path = newest_checkpoint(output, config.train["run_name"].strip()) if resume == "auto" else resume
     point = LoadLoRAForTraining.execute(path).result[0]
     if point.state is not None and point.state["step"] >= steps:
-        raise EriDiffusionError(f"{point.path} is at step {point.state['step']}, and train.steps is {steps}: raise "
-                                "train.steps to train on.")
+        raise EriDiffusionError(
+            f"{point.path} is at step {point.state['step']}, and train.steps is {steps}: raise train.steps to train on."
+        )
     return point
 
 
@@ -105,8 +123,14 @@ def save_outputs(config, result):
     from ..nodes.loss_graph_node import LossGraph
     from ..nodes.save_node import SaveLoRA
     from ..training.loss_plot import LossHistory
-    history = LossHistory(tuple(result.losses), result.eval_loss_before, result.eval_loss_after,
-                          result.seconds_per_step, os.path.abspath(result.run_dir))
+
+    history = LossHistory(
+        tuple(result.losses),
+        result.eval_loss_before,
+        result.eval_loss_after,
+        result.seconds_per_step,
+        os.path.abspath(result.run_dir),
+    )
     with torch.inference_mode():
         path = SaveLoRA.execute(result.lora, **config.save).result[0]
         LossGraph.execute(history)
@@ -117,23 +141,28 @@ def train_from_config(config, resume=None):
     """Run the whole config; True when Ctrl-C ended it early (after it saved)."""
     import comfy.model_management
     import folder_paths
+
     from ..training.run_folder import unique_run_dir
     from ..training.trainer import train_lora
+
     if config.logging["tensorboard"]:
         terminal.tensorboard_writer_class()  # missing: fail before any work
     output = folder_paths.get_output_directory()
     started = time.monotonic()
     inputs = load_inputs(config)
-    terminal.say(f"model {config.model.describe()}: {inputs.family.name} on "
-                 f"{comfy.model_management.get_torch_device()}")
+    terminal.say(
+        f"model {config.model.describe()}: {inputs.family.name} on {comfy.model_management.get_torch_device()}"
+    )
     progress, bar = terminal.caching_progress(len(inputs.dataset.records))
     data = cache_latents(config, inputs, progress)
     bar.close()
     settings = train_config(config)
     point = resume_point(config, resume, output, settings.steps)
     if point is not None:
-        terminal.say(f"resuming from {point.path}" + (f" at step {point.state['step']}" if point.state else
-                                                      " (its weights; no training state beside it)"))
+        terminal.say(
+            f"resuming from {point.path}"
+            + (f" at step {point.state['step']}" if point.state else " (its weights; no training state beside it)")
+        )
     samples = sample_settings(config, inputs)
     run_dir = unique_run_dir(output, settings.run_name)
     with open(os.path.join(run_dir, "config.yaml"), "w", encoding="utf-8") as f:
@@ -144,14 +173,24 @@ def train_from_config(config, resume=None):
         result = None
         try:
             with torch.inference_mode(False), torch.enable_grad():  # as LoRATrainer's execute
-                result = train_lora(inputs.model, data, settings, run_dir, sample_settings=samples,
-                                    hooks=progress.hooks(), clip=inputs.clip, resume=point)
+                result = train_lora(
+                    inputs.model,
+                    data,
+                    settings,
+                    run_dir,
+                    sample_settings=samples,
+                    hooks=progress.hooks(),
+                    clip=inputs.clip,
+                    resume=point,
+                )
         finally:
             progress.close(result)
     lora_path = save_outputs(config, result)
     stopped = len(result.losses) < settings.steps
-    terminal.say(f"{'stopped at' if stopped else 'trained'} step {len(result.losses)} of {settings.steps} in "
-                 f"{time.monotonic() - started:.0f} s ({result.seconds_per_step:.3g} s/step); evaluation loss "
-                 f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}")
+    terminal.say(
+        f"{'stopped at' if stopped else 'trained'} step {len(result.losses)} of {settings.steps} in "
+        f"{time.monotonic() - started:.0f} s ({result.seconds_per_step:.3g} s/step); evaluation loss "
+        f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}"
+    )
     terminal.say(f"run folder {os.path.relpath(run_dir)}; LoRA {os.path.relpath(lora_path)}")
     return stopped and stop.requested

@@ -1,9 +1,9 @@
 """A config file (EriDiffusion's sections, or ai-toolkit's format) checked and completed: every key
 known, every value within its node input's bounds, every default filled, every relative path
 taken from the file that wrote it."""
+
 import os
 from dataclasses import dataclass, fields
-from typing import Optional
 
 import yaml
 
@@ -27,18 +27,19 @@ TOP_LEVEL = SECTIONS + ("output",)
 class RunConfig:
     """Everything a run needs, as the nodes' inputs: `dataset` holds LoadDataset's inputs, `train`
     LoRATrainer's, ...; `objective` and `sample` are None when their node is not connected."""
-    path: str                        # the config file
+
+    path: str  # the config file
     model: ModelSource
     dataset: dict
     cache: dict
     train: dict
-    objective: Optional[dict]
-    sample: Optional[dict]
+    objective: dict | None
+    sample: dict | None
     save: dict
     logging: dict
-    output: str = ""                 # ComfyUI's output folder for the run ("": the command line's)
-    unsupported: tuple = ()          # "key (why)" of settings read but not honoured
-    schema: str = "eridiffusion"     # or "ai-toolkit": the format the file was written in
+    output: str = ""  # ComfyUI's output folder for the run ("": the command line's)
+    unsupported: tuple = ()  # "key (why)" of settings read but not honoured
+    schema: str = "eridiffusion"  # or "ai-toolkit": the format the file was written in
 
     def as_dict(self):
         """The complete config in EriDiffusion's own sections (what --print-config prints)."""
@@ -57,8 +58,10 @@ class _Dumper(yaml.SafeDumper):
 
 
 # multi-line text (prompts) as a YAML block, one prompt a line
-_Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
-    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+_Dumper.add_representer(
+    str,
+    lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None),
+)
 
 
 def config_yaml(config):
@@ -71,12 +74,20 @@ def load_run_config(path):
     text = read_config(path)
     if ai_toolkit.is_ai_toolkit(text.values):
         translation = ai_toolkit.translate(text)
-        return _complete(text.path, translation.sections, translation.labels, translation.output,
-                         tuple(translation.unsupported), "ai-toolkit")
+        return _complete(
+            text.path,
+            translation.sections,
+            translation.labels,
+            translation.output,
+            tuple(translation.unsupported),
+            "ai-toolkit",
+        )
     for key in text.values:
         if key not in TOP_LEVEL:
-            raise EriDiffusionError(f"{text.origin((key,))}: unknown section '{key}'"
-                                    f"{nearest_hint(str(key), TOP_LEVEL)} (sections: {', '.join(TOP_LEVEL)}).")
+            raise EriDiffusionError(
+                f"{text.origin((key,))}: unknown section '{key}'"
+                f"{nearest_hint(str(key), TOP_LEVEL)} (sections: {', '.join(TOP_LEVEL)})."
+            )
     labels = {}
     for section, values in text.values.items():
         if isinstance(values, dict):
@@ -84,8 +95,9 @@ def load_run_config(path):
         else:
             labels[(section, None)] = (section, text.origin((section,)))
     output = (text.values["output"], text.origin(("output",))) if "output" in text.values else ()
-    return _complete(text.path, {k: v for k, v in text.values.items() if k != "output"}, labels, output, (),
-                     "eridiffusion")
+    return _complete(
+        text.path, {k: v for k, v in text.values.items() if k != "output"}, labels, output, (), "eridiffusion"
+    )
 
 
 def _absolute(path, origin_file):
@@ -108,8 +120,10 @@ def _complete(path, raw, labels, output, unsupported, schema):
             raise EriDiffusionError(f"{origin}: {where} must be a mapping of keys (got {given!r}).")
         resolved[section] = _complete_section(section, given or {}, labels, path)
     if "folder" not in (raw.get("dataset") or {}):
-        raise EriDiffusionError(f"{path}: dataset.folder is missing: give the folder of training images "
-                                "(relative to the config file, or absolute).")
+        raise EriDiffusionError(
+            f"{path}: dataset.folder is missing: give the folder of training images "
+            "(relative to the config file, or absolute)."
+        )
     if output:
         folder, origin = output
         if not isinstance(folder, str) or not folder:
@@ -119,8 +133,7 @@ def _complete(path, raw, labels, output, unsupported, schema):
         model = ModelSource(**resolved.pop("model"))
     except EriDiffusionError as error:
         raise EriDiffusionError(f"{path}: {error}") from None
-    return RunConfig(path=path, model=model, output=output or "", unsupported=unsupported, schema=schema,
-                     **resolved)
+    return RunConfig(path=path, model=model, output=output or "", unsupported=unsupported, schema=schema, **resolved)
 
 
 def _complete_section(section, given, labels, path):
@@ -129,8 +142,10 @@ def _complete_section(section, given, labels, path):
     for key, value in given.items():
         where, origin = labels.get((section, key), (f"{section}.{key}", path))
         if key not in settings:
-            raise EriDiffusionError(f"{origin}: unknown key {where}{nearest_hint(str(key), settings)} "
-                                    f"({section} takes {', '.join(settings)}).")
+            raise EriDiffusionError(
+                f"{origin}: unknown key {where}{nearest_hint(str(key), settings)} "
+                f"({section} takes {', '.join(settings)})."
+            )
         value = settings[key].checked(value, f"{origin}: {where}")
         is_path = settings[key].kind in ("PATH", "PATHS") or (section, key) in FOLDER_INPUTS
         if is_path and value and not (section == "model" and value in TINY_MODELS):

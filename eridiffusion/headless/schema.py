@@ -2,6 +2,7 @@
 the names, types, defaults and bounds read from the node definition itself, so the file and the
 graph cannot drift apart; `model` and `logging` hold what no node does. Import once ComfyUI is on
 sys.path."""
+
 import difflib
 import math
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ WIDGET_KINDS = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
 @dataclass(frozen=True)
 class Setting:
     """One key of a section: kind (a node widget type, or PATH / PATHS for model files)."""
+
     name: str
     kind: str
     default: object
@@ -39,16 +41,19 @@ class Setting:
         if self.kind in ("INT", "FLOAT"):
             is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not is_number or (self.kind == "INT" and not float(value).is_integer()) or not math.isfinite(value):
-                raise EriDiffusionError(f"{key} must be {'a whole number' if self.kind == 'INT' else 'a number'} "
-                                        f"(got {value!r}).")
+                raise EriDiffusionError(
+                    f"{key} must be {'a whole number' if self.kind == 'INT' else 'a number'} (got {value!r})."
+                )
             value = int(value) if self.kind == "INT" else float(value)
             if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
                 raise EriDiffusionError(f"{key} is {value:g}, outside {self.low:g}..{self.high:g}.")
             return value
         if self.kind == "COMBO":
             if value not in self.options:
-                raise EriDiffusionError(f"{key} is {value!r}; choose one of {', '.join(map(str, self.options))}"
-                                        f"{nearest_hint(str(value), [str(o) for o in self.options])}.")
+                raise EriDiffusionError(
+                    f"{key} is {value!r}; choose one of {', '.join(map(str, self.options))}"
+                    f"{nearest_hint(str(value), [str(o) for o in self.options])}."
+                )
             return value
         if self.kind == "PATHS":
             values = [value] if isinstance(value, str) else value
@@ -82,8 +87,16 @@ def node_settings(node_class):
                 continue
             choices = tuple(options.get("options", ()))
             default = options.get("default", choices[0] if choices else None)
-            settings[name] = Setting(name, kind, default, choices, options.get("min"), options.get("max"),
-                                     bool(options.get("multiline")), options.get("tooltip", ""))
+            settings[name] = Setting(
+                name,
+                kind,
+                default,
+                choices,
+                options.get("min"),
+                options.get("max"),
+                bool(options.get("multiline")),
+                options.get("tooltip", ""),
+            )
     return settings
 
 
@@ -97,8 +110,15 @@ def section_nodes():
     from ..nodes.sampling_node import SampleDuringTraining
     from ..nodes.save_node import SaveLoRA
     from ..nodes.trainer_node import LoRATrainer
-    return {"dataset": (LoadDataset,), "cache": (CacheLatents,), "train": (LoRATrainer, *OPTIONS_NODES),
-            "objective": (TrainingObjective,), "sample": (SampleDuringTraining,), "save": (SaveLoRA,)}
+
+    return {
+        "dataset": (LoadDataset,),
+        "cache": (CacheLatents,),
+        "train": (LoRATrainer, *OPTIONS_NODES),
+        "objective": (TrainingObjective,),
+        "sample": (SampleDuringTraining,),
+        "save": (SaveLoRA,),
+    }
 
 
 def model_settings():
@@ -107,26 +127,55 @@ def model_settings():
     nodes load them; the choices come from those loaders."""
     import comfy.sd
     import nodes
+
     weight_dtypes = tuple(nodes.UNETLoader.INPUT_TYPES()["required"]["weight_dtype"][0])
     clip_types = tuple(t.name.lower() for t in comfy.sd.CLIPType)
-    return {s.name: s for s in (
-        Setting("checkpoint", "PATH", "", help="One .safetensors file with model, text encoders and VAE "
-                                               "(CheckpointLoaderSimple), or tiny-sdxl / tiny-sd15."),
-        Setting("diffusion_model", "PATH", "", help="The diffusion model file alone (UNETLoader)."),
-        Setting("weight_dtype", "COMBO", "default", weight_dtypes,
-                help="Storage type of the diffusion model's weights, as UNETLoader's weight_dtype."),
-        Setting("text_encoders", "PATHS", (), help="Text encoder files (CLIPLoader, DualCLIPLoader, ...)."),
-        Setting("clip_type", "COMBO", "stable_diffusion", clip_types,
-                help="What the text encoder files are for, as CLIPLoader's type (flux, sd3, wan, ...)."),
-        Setting("vae", "PATH", "", help="The VAE file (VAELoader)."),
-        Setting("arch", "STRING", "", help="Optional: the family the files must be (sdxl, flux, sd3, wan21, ... "
-                                           "or ComfyUI's class name); another family is an error."),
-    )}
+    return {
+        s.name: s
+        for s in (
+            Setting(
+                "checkpoint",
+                "PATH",
+                "",
+                help="One .safetensors file with model, text encoders and VAE "
+                "(CheckpointLoaderSimple), or tiny-sdxl / tiny-sd15.",
+            ),
+            Setting("diffusion_model", "PATH", "", help="The diffusion model file alone (UNETLoader)."),
+            Setting(
+                "weight_dtype",
+                "COMBO",
+                "default",
+                weight_dtypes,
+                help="Storage type of the diffusion model's weights, as UNETLoader's weight_dtype.",
+            ),
+            Setting("text_encoders", "PATHS", (), help="Text encoder files (CLIPLoader, DualCLIPLoader, ...)."),
+            Setting(
+                "clip_type",
+                "COMBO",
+                "stable_diffusion",
+                clip_types,
+                help="What the text encoder files are for, as CLIPLoader's type (flux, sd3, wan, ...).",
+            ),
+            Setting("vae", "PATH", "", help="The VAE file (VAELoader)."),
+            Setting(
+                "arch",
+                "STRING",
+                "",
+                help="Optional: the family the files must be (sdxl, flux, sd3, wan21, ... "
+                "or ComfyUI's class name); another family is an error.",
+            ),
+        )
+    }
 
 
-LOGGING_SETTINGS = {"tensorboard": Setting("tensorboard", "BOOLEAN", False,
-                                           help="Write TensorBoard event files to output/<run>/tensorboard "
-                                                "(needs the tensorboard package).")}
+LOGGING_SETTINGS = {
+    "tensorboard": Setting(
+        "tensorboard",
+        "BOOLEAN",
+        False,
+        help="Write TensorBoard event files to output/<run>/tensorboard (needs the tensorboard package).",
+    )
+}
 
 
 def section_settings(section):

@@ -1,6 +1,7 @@
 """What a headless run shows and hears: a progress bar (loss, s/step, ETA, peak VRAM), a line per
 sample and checkpoint, TensorBoard event files when asked for, and Ctrl-C (the first stops at the
 next step boundary and saves, as the page's Stop & save does; the second aborts)."""
+
 import os
 import signal
 import sys
@@ -14,6 +15,7 @@ BAR_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{re
 def say(line):
     """A line on the terminal that leaves a progress bar in place."""
     from tqdm import tqdm
+
     tqdm.write(line, file=sys.stderr)
 
 
@@ -26,8 +28,10 @@ def tensorboard_writer_class():
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as error:
-        raise EriDiffusionError(f"logging.tensorboard is true, but TensorBoard cannot be used here ({error}): "
-                                "install it (`pip install tensorboard`) or set logging.tensorboard to false.") from None
+        raise EriDiffusionError(
+            f"logging.tensorboard is true, but TensorBoard cannot be used here ({error}): "
+            "install it (`pip install tensorboard`) or set logging.tensorboard to false."
+        ) from None
     return SummaryWriter
 
 
@@ -59,18 +63,28 @@ class TrainingProgress:
 
     def __init__(self, steps, start, run_dir, stop, tensorboard=False):
         from tqdm import tqdm
+
         self.run_dir, self.stop = run_dir, stop
         self.checkpoints_dir = os.path.join(run_dir, "checkpoints")
         self.checkpoints_seen = set()
-        self.bar = tqdm(total=steps, initial=start, desc="train ", unit="step", bar_format=BAR_FORMAT,
-                        dynamic_ncols=True, file=sys.stderr, mininterval=0.5 if _interactive() else 30)
+        self.bar = tqdm(
+            total=steps,
+            initial=start,
+            desc="train ",
+            unit="step",
+            bar_format=BAR_FORMAT,
+            dynamic_ncols=True,
+            file=sys.stderr,
+            mininterval=0.5 if _interactive() else 30,
+        )
         self.writer = tensorboard_writer_class()(os.path.join(run_dir, "tensorboard")) if tensorboard else None
         self.loss = None
         self.vram = None
 
     def hooks(self):
-        return TrainingHooks(on_progress=self.on_progress, should_stop=lambda: self.stop.requested,
-                             on_samples=self.on_samples)
+        return TrainingHooks(
+            on_progress=self.on_progress, should_stop=lambda: self.stop.requested, on_samples=self.on_samples
+        )
 
     def on_progress(self, step, total, new_losses, stats):
         if new_losses:
@@ -120,6 +134,13 @@ class TrainingProgress:
 def caching_progress(total):
     """A bar for CacheLatents' encoding: a progress(done, total) callback and the bar to close."""
     from tqdm import tqdm
-    bar = tqdm(total=total, desc="cache ", unit="image", dynamic_ncols=True, file=sys.stderr,
-               mininterval=0.5 if _interactive() else 30)
+
+    bar = tqdm(
+        total=total,
+        desc="cache ",
+        unit="image",
+        dynamic_ncols=True,
+        file=sys.stderr,
+        mininterval=0.5 if _interactive() else 30,
+    )
     return (lambda done, count: bar.update(done - bar.n)), bar

@@ -1,4 +1,5 @@
 """CacheLatents: DATASET + VAE + CLIP → TRAINING_DATA, encoded once and kept on disk."""
+
 import os
 
 import folder_paths
@@ -21,19 +22,33 @@ class CacheLatents(io.ComfyNode):
             display_name="CacheLatents",
             category=CATEGORY,
             description="Encodes every image, clip and reference image with the graph's VAE and every caption "
-                        "with its CLIP, once.",
+            "with its CLIP, once.",
             inputs=[
                 Dataset.Input("dataset", tooltip="From LoadDataset."),
-                io.Vae.Input("vae", tooltip="The VAE of the model you train (encodes the images; clips need a "
-                                            "video model's VAE)."),
+                io.Vae.Input(
+                    "vae",
+                    tooltip="The VAE of the model you train (encodes the images; clips need a video model's VAE).",
+                ),
                 io.Clip.Input("clip", tooltip="The text encoder of the model you train (encodes the captions)."),
-                io.Int.Input("resolution", default=1024, min=64, max=4096, step=64,
-                             tooltip="Training area is about resolution² (per frame for clips); images and clips "
-                                     "go to aspect-ratio buckets, reference images to their target's."),
-                io.Int.Input("shuffle_variants", default=4, min=1, max=32,
-                             tooltip="With tag shuffling: how many shuffled captions to encode per image."),
-                io.String.Input("cache_folder", default="",
-                                tooltip="Where encodings are kept; empty: output/eridiffusion_cache."),
+                io.Int.Input(
+                    "resolution",
+                    default=1024,
+                    min=64,
+                    max=4096,
+                    step=64,
+                    tooltip="Training area is about resolution² (per frame for clips); images and clips "
+                    "go to aspect-ratio buckets, reference images to their target's.",
+                ),
+                io.Int.Input(
+                    "shuffle_variants",
+                    default=4,
+                    min=1,
+                    max=32,
+                    tooltip="With tag shuffling: how many shuffled captions to encode per image.",
+                ),
+                io.String.Input(
+                    "cache_folder", default="", tooltip="Where encodings are kept; empty: output/eridiffusion_cache."
+                ),
             ],
             outputs=[TrainingData.Output(display_name="training_data", tooltip="Latents and conditionings.")],
             hidden=[io.Hidden.unique_id],
@@ -42,7 +57,13 @@ class CacheLatents(io.ComfyNode):
     @classmethod
     def execute(cls, dataset, vae, clip, resolution, shuffle_variants, cache_folder):
         progress = ProgressBar(len(dataset.records), node_id=cls.hidden.unique_id)
-        data = build_training_data(dataset, vae, clip, resolution, cache_folder.strip() or default_cache_folder(),
-                                   shuffle_variants=shuffle_variants,
-                                   progress=lambda done, total: progress.update_absolute(done, total))
+        data = build_training_data(
+            dataset,
+            vae,
+            clip,
+            resolution,
+            cache_folder.strip() or default_cache_folder(),
+            shuffle_variants=shuffle_variants,
+            progress=lambda done, total: progress.update_absolute(done, total),
+        )
         return io.NodeOutput(data)

@@ -1,8 +1,8 @@
 """The list of nodes ComfyUI registers for EriDiffusion."""
+
 from comfy_api.latest import ComfyExtension
 
 from . import progress
-
 from .cache_node import CacheLatents
 from .dataset_node import LoadDataset
 from .demo_model_node import TinyDemoModel
@@ -14,8 +14,18 @@ from .sampling_node import SampleDuringTraining
 from .save_node import SaveLoRA
 from .trainer_node import LoRATrainer
 
-NODES = [LoadDataset, CacheLatents, LoRATrainer, *OPTIONS_NODES, TrainingObjective, SampleDuringTraining, SaveLoRA,
-         LossGraph, LoadLoRAForTraining, TinyDemoModel]
+NODES = [
+    LoadDataset,
+    CacheLatents,
+    LoRATrainer,
+    *OPTIONS_NODES,
+    TrainingObjective,
+    SampleDuringTraining,
+    SaveLoRA,
+    LossGraph,
+    LoadLoRAForTraining,
+    TinyDemoModel,
+]
 
 
 class EriDiffusionExtension(ComfyExtension):

@@ -1,4 +1,5 @@
 """LossGraph: LOSS → IMAGE of the loss curve (raw and smoothed), also saved beside the run."""
+
 import os
 
 from comfy_api.latest import io, ui
@@ -23,10 +24,12 @@ class LossGraph(io.ComfyNode):
 
     @classmethod
     def execute(cls, loss):
-        title = (f"loss (eval {loss.eval_loss_before:.4g} -> {loss.eval_loss_after:.4g}, "
-                 f"{loss.seconds_per_step:.3g} s/step)")
+        title = (
+            f"loss (eval {loss.eval_loss_before:.4g} -> {loss.eval_loss_after:.4g}, {loss.seconds_per_step:.3g} s/step)"
+        )
         picture = draw_loss_plot(list(loss.losses), title=title)
-        write_atomic(os.path.join(loss.run_dir, "loss.png"), lambda tmp: picture.save(tmp, format="PNG"),
-                     overwrite=True)
+        write_atomic(
+            os.path.join(loss.run_dir, "loss.png"), lambda tmp: picture.save(tmp, format="PNG"), overwrite=True
+        )
         image = as_image_tensor(picture)
         return io.NodeOutput(image, ui=ui.PreviewImage(image, cls=cls))

@@ -1,4 +1,5 @@
 """TrainingObjective: timestep sampling, loss weighting, noise offset and guidance for LoRATrainer."""
+
 from comfy_api.latest import io
 
 from ..training.config import training_settings
@@ -18,7 +19,7 @@ class TrainingObjective(io.ComfyNode):
             display_name="TrainingObjective",
             category=CATEGORY,
             description="How noise levels are drawn and the loss weighted (without this node: the model "
-                        "family's defaults, see the README's support table).",
+            "family's defaults, see the README's support table).",
             inputs=inputs_for(training_settings(), SETTINGS),
             outputs=[Objective.Output(display_name="objective", tooltip="Connect to LoRATrainer.")],
         )

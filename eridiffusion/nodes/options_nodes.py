@@ -2,6 +2,7 @@
 shape, optimizer and schedule, memory and speed, checkpoints), so the trainer's own face holds only
 the essentials. Each input is a training setting (training/config.py) with its default; a node
 left out means those defaults."""
+
 from comfy_api.latest import io
 
 from ..training.config import training_settings
@@ -11,9 +12,10 @@ from .types import CATEGORY, AdapterOptions, CheckpointOptions, MemoryOptions, O
 
 class TrainerOptionsNode(io.ComfyNode):
     """Base of the options nodes: SETTINGS become the inputs, their values the output."""
+
     NODE_ID = DISPLAY_NAME = DESCRIPTION = ""
-    SOCKET = None        # the io.Custom type LoRATrainer takes it as
-    TRAINER_INPUT = ""   # LoRATrainer's input for it
+    SOCKET = None  # the io.Custom type LoRATrainer takes it as
+    TRAINER_INPUT = ""  # LoRATrainer's input for it
     SETTINGS = ()
 
     @classmethod
@@ -24,7 +26,9 @@ class TrainerOptionsNode(io.ComfyNode):
             category=f"{CATEGORY}/options",
             description=cls.DESCRIPTION,
             inputs=inputs_for(training_settings(), cls.SETTINGS),
-            outputs=[cls.SOCKET.Output(display_name="options", tooltip=f"Connect to LoRATrainer's {cls.TRAINER_INPUT}.")],
+            outputs=[
+                cls.SOCKET.Output(display_name="options", tooltip=f"Connect to LoRATrainer's {cls.TRAINER_INPUT}.")
+            ],
         )
 
     @classmethod
@@ -43,8 +47,15 @@ class OptimizerOptionsNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_OptimizerOptions", "OptimizerOptions"
     DESCRIPTION = "The optimizer, learning-rate schedule, gradient accumulation and text-encoder rate, for LoRATrainer."
     SOCKET, TRAINER_INPUT = OptimizerOptions, "optimizer_options"
-    SETTINGS = ("optimizer", "lr_schedule", "warmup_steps", "grad_accum", "text_encoder_lr", "weight_decay",
-                "max_grad_norm")
+    SETTINGS = (
+        "optimizer",
+        "lr_schedule",
+        "warmup_steps",
+        "grad_accum",
+        "text_encoder_lr",
+        "weight_decay",
+        "max_grad_norm",
+    )
 
 
 class MemoryOptionsNode(TrainerOptionsNode):

@@ -1,6 +1,7 @@
 """Live training progress for the ComfyUI page: throttled events through ComfyUI's server, the
 Stop & save request, and the loss history of a run. Without a browser (or a server) the events
 are dropped before any work is done for them."""
+
 import json
 import os
 import threading
@@ -13,7 +14,7 @@ from ..training.errors import EriDiffusionError
 
 EVENT = "eridiffusion.progress"
 MIN_INTERVAL_S = 0.25  # at most four events a second, whatever the step rate
-MAX_ID_CHARS = 200     # prompt ids are UUIDs and node ids short numbers; anything longer is not one
+MAX_ID_CHARS = 200  # prompt ids are UUIDs and node ids short numbers; anything longer is not one
 
 # (prompt id, node id) of the trainers training now, and those of them asked to stop. A request
 # for any other pair is refused, so neither set outgrows the trainers running at once.
@@ -96,17 +97,26 @@ class ProgressReporter:
         output = folder_paths.get_output_directory()
         for path in paths:
             relative = os.path.relpath(path, output)
-            self.pending_samples.append({"filename": os.path.basename(relative),
-                                         "subfolder": os.path.dirname(relative), "type": "output"})
+            self.pending_samples.append(
+                {"filename": os.path.basename(relative), "subfolder": os.path.dirname(relative), "type": "output"}
+            )
 
     def _send(self, step, total, stats, now):
         steps_timed = step - self.first_step
         seconds_per_step = (now - self.started) / steps_timed if steps_timed > 0 else None
-        payload = {"node": self.node_id, "prompt_id": self.prompt_id, "run": self.run, "step": step,
-                   "total": total, "losses": self.pending_losses, "seconds_per_step": seconds_per_step,
-                   "eta_seconds": seconds_per_step * (total - step) if seconds_per_step is not None else None,
-                   "lr": stats.get("lr"), "peak_vram_gib": stats.get("peak_vram_gib"),
-                   "samples": self.pending_samples}
+        payload = {
+            "node": self.node_id,
+            "prompt_id": self.prompt_id,
+            "run": self.run,
+            "step": step,
+            "total": total,
+            "losses": self.pending_losses,
+            "seconds_per_step": seconds_per_step,
+            "eta_seconds": seconds_per_step * (total - step) if seconds_per_step is not None else None,
+            "lr": stats.get("lr"),
+            "peak_vram_gib": stats.get("peak_vram_gib"),
+            "samples": self.pending_samples,
+        }
         self.send(EVENT, json_safe(payload))
         self.pending_losses, self.pending_samples = [], []
         self.last_sent = now
@@ -125,15 +135,25 @@ def loss_history(run):
             history = json.load(f)
     except (ValueError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise EriDiffusionError(f"output/{run}/loss.json cannot be read as a loss history ({error}).") from None
-    if not isinstance(history, dict) or not isinstance(history.get("loss"), list) or \
-            not all(v is None or isinstance(v, (int, float)) for v in history["loss"]):
-        raise EriDiffusionError(f"output/{run}/loss.json is not a loss history (an object with a list of numbers "
-                                "under 'loss').")
+    if (
+        not isinstance(history, dict)
+        or not isinstance(history.get("loss"), list)
+        or not all(v is None or isinstance(v, (int, float)) for v in history["loss"])
+    ):
+        raise EriDiffusionError(
+            f"output/{run}/loss.json is not a loss history (an object with a list of numbers under 'loss')."
+        )
     samples = os.path.join(os.path.dirname(path), "samples")
-    names = sorted(os.listdir(samples), key=lambda n: os.path.getmtime(os.path.join(samples, n))) \
-        if os.path.isdir(samples) else []
-    history["samples"] = [{"filename": n, "subfolder": os.path.relpath(samples, output), "type": "output"}
-                          for n in names if n.endswith(".png")]
+    names = (
+        sorted(os.listdir(samples), key=lambda n: os.path.getmtime(os.path.join(samples, n)))
+        if os.path.isdir(samples)
+        else []
+    )
+    history["samples"] = [
+        {"filename": n, "subfolder": os.path.relpath(samples, output), "type": "output"}
+        for n in names
+        if n.endswith(".png")
+    ]
     return json_safe(history)
 
 
@@ -190,8 +210,9 @@ def register_routes(routes):
             if problem:
                 return refused(f"{problem}: send prompt_id and node_id of the running trainer")
         if not request_stop(body["prompt_id"], body["node_id"]):
-            return refused(f"no LoRATrainer (node {body['node_id']} of prompt {body['prompt_id']}) is training now",
-                           status=404)
+            return refused(
+                f"no LoRATrainer (node {body['node_id']} of prompt {body['prompt_id']}) is training now", status=404
+            )
         return web.json_response({"stopping": True})
 
     @routes.get("/eridiffusion/loss")

@@ -1,4 +1,5 @@
 """LoadLoRAForTraining: a saved checkpoint (and its training state) → RESUME for LoRATrainer."""
+
 import os
 
 import folder_paths
@@ -29,10 +30,13 @@ class LoadLoRAForTraining(io.ComfyNode):
             category=CATEGORY,
             description="Continue a run from one of its checkpoints, or keep training any LoRA/DoRA file.",
             inputs=[
-                io.String.Input("path", default="eridiffusion_lora/checkpoints/eridiffusion_lora_step000500.safetensors",
-                                tooltip="A .safetensors checkpoint; relative paths look in ComfyUI's output "
-                                        "folder, then in models/loras. Its .training_state beside it makes the "
-                                        "continuation exact."),
+                io.String.Input(
+                    "path",
+                    default="eridiffusion_lora/checkpoints/eridiffusion_lora_step000500.safetensors",
+                    tooltip="A .safetensors checkpoint; relative paths look in ComfyUI's output "
+                    "folder, then in models/loras. Its .training_state beside it makes the "
+                    "continuation exact.",
+                ),
             ],
             outputs=[Resume.Output(display_name="resume", tooltip="Connect to LoRATrainer's resume input.")],
         )
@@ -41,5 +45,12 @@ class LoadLoRAForTraining(io.ComfyNode):
     def execute(cls, path):
         point = load_resume_point(resolve_checkpoint(path))
         found = "with" if point.state is not None else "without"
-        return io.NodeOutput(point, ui={"text": [f"{point.spec.algorithm} rank {point.spec.rank}, {found} "
-                                                 f"training state ({os.path.basename(state_path(point.path))})"]})
+        return io.NodeOutput(
+            point,
+            ui={
+                "text": [
+                    f"{point.spec.algorithm} rank {point.spec.rank}, {found} "
+                    f"training state ({os.path.basename(state_path(point.path))})"
+                ]
+            },
+        )

@@ -1,4 +1,5 @@
 """SaveLoRA: LORA → a ComfyUI-format .safetensors in models/loras."""
+
 import os
 
 import folder_paths
@@ -8,7 +9,6 @@ from ..training.atomic_file import sweep_stale_temp_files
 from ..training.errors import EriDiffusionError
 from ..training.lora_format import SAVE_DTYPES
 from .types import CATEGORY, LoRA
-
 
 # The longest ending a saved name gets: a counter for an existing name, and the extension.
 _ENDING = "_00001.safetensors"
@@ -30,23 +30,29 @@ def lora_path_for(prefix, loras_dir, overwrite):
     `_NNNNN` suffix."""
     prefix = prefix.strip()
     if prefix.endswith(".safetensors"):
-        prefix = prefix[:-len(".safetensors")]
+        prefix = prefix[: -len(".safetensors")]
     parts = prefix.replace("\\", "/").split("/")
     if not prefix or os.path.isabs(prefix) or any(p in ("", ".", "..") for p in parts):
-        raise EriDiffusionError(f"SaveLoRA filename_prefix '{prefix}' must be a relative name inside models/loras "
-                                "(like 'my_lora' or 'people/my_lora'), without '.' or '..' parts or a leading '/'.")
+        raise EriDiffusionError(
+            f"SaveLoRA filename_prefix '{prefix}' must be a relative name inside models/loras "
+            "(like 'my_lora' or 'people/my_lora'), without '.' or '..' parts or a leading '/'."
+        )
     if "\0" in prefix:
         raise EriDiffusionError(f"SaveLoRA filename_prefix {prefix!r} contains a NUL character; remove it.")
     limit = _name_limit(loras_dir)
     longest = max(len(p.encode()) for p in parts[:-1]) if len(parts) > 1 else 0
     if len(parts[-1].encode()) + len(_ENDING) > limit or longest > limit:
-        raise EriDiffusionError(f"SaveLoRA filename_prefix '{prefix}' is too long for the file system, which takes "
-                                f"names of up to {limit} bytes: keep each folder name and the file name to "
-                                f"{limit - len(_ENDING)} bytes or less.")
+        raise EriDiffusionError(
+            f"SaveLoRA filename_prefix '{prefix}' is too long for the file system, which takes "
+            f"names of up to {limit} bytes: keep each folder name and the file name to "
+            f"{limit - len(_ENDING)} bytes or less."
+        )
     root = os.path.realpath(loras_dir)
     base = os.path.realpath(os.path.join(root, *parts))
     if os.path.commonpath([root, os.path.dirname(base)]) != root or base == root:
-        raise EriDiffusionError(f"SaveLoRA filename_prefix '{prefix}' resolves outside {root}; use a plain relative name.")
+        raise EriDiffusionError(
+            f"SaveLoRA filename_prefix '{prefix}' resolves outside {root}; use a plain relative name."
+        )
     path = base + ".safetensors"
     counter = 1
     while not overwrite and os.path.exists(path):
@@ -66,12 +72,19 @@ class SaveLoRA(io.ComfyNode):
             is_output_node=True,
             inputs=[
                 LoRA.Input("lora", tooltip="From LoRATrainer."),
-                io.String.Input("filename_prefix", default="eridiffusion/my_lora",
-                                tooltip="Name inside models/loras (subfolders allowed)."),
-                io.Combo.Input("dtype", options=list(SAVE_DTYPES), default="fp16",
-                               tooltip="Precision of the saved weights."),
-                io.Boolean.Input("overwrite", default=False,
-                                 tooltip="Replace an existing file of that name (otherwise a number is appended)."),
+                io.String.Input(
+                    "filename_prefix",
+                    default="eridiffusion/my_lora",
+                    tooltip="Name inside models/loras (subfolders allowed).",
+                ),
+                io.Combo.Input(
+                    "dtype", options=list(SAVE_DTYPES), default="fp16", tooltip="Precision of the saved weights."
+                ),
+                io.Boolean.Input(
+                    "overwrite",
+                    default=False,
+                    tooltip="Replace an existing file of that name (otherwise a number is appended).",
+                ),
             ],
             outputs=[io.String.Output(display_name="path", tooltip="The file written.")],
         )

@@ -1,6 +1,7 @@
 """Node inputs made from the settings dataclasses (eridiffusion/training/settings.py): a widget per
 setting with its default, bounds, choices and help text as the tooltip. Nodes hand settings on to
 LoRATrainer as SettingValues."""
+
 from dataclasses import dataclass
 
 from comfy_api.latest import io
@@ -32,4 +33,5 @@ def inputs_for(settings, names):
 @dataclass(frozen=True)
 class SettingValues:
     """Settings a node hands to LoRATrainer: {setting name: value}."""
+
     values: dict

@@ -1,4 +1,5 @@
 """LoRATrainer: MODEL + TRAINING_DATA + settings → trained MODEL, LORA, LOSS, sample grid."""
+
 import contextlib
 import json
 import os
@@ -36,10 +37,12 @@ def live_hooks(node_id, steps, run_dir):
 
     begin_run(prompt_id, node_id)
     try:
-        yield TrainingHooks(on_progress=on_progress,
-                            check_cancel=comfy.model_management.throw_exception_if_processing_interrupted,
-                            should_stop=lambda: stop_requested(prompt_id, node_id),
-                            on_samples=lambda step, grid, paths: reporter.on_samples(step, paths))
+        yield TrainingHooks(
+            on_progress=on_progress,
+            check_cancel=comfy.model_management.throw_exception_if_processing_interrupted,
+            should_stop=lambda: stop_requested(prompt_id, node_id),
+            on_samples=lambda step, grid, paths: reporter.on_samples(step, paths),
+        )
     finally:
         end_run(prompt_id, node_id)
 
@@ -58,8 +61,18 @@ def save_workflow(extra_pnginfo, node_id, run_dir):
 
 
 # LoRATrainer's own widgets: what most runs change. The rest come from the options nodes.
-ESSENTIALS = ("steps", "learning_rate", "algorithm", "rank", "alpha", "batch_size", "seed", "dtype", "save_every",
-              "run_name")
+ESSENTIALS = (
+    "steps",
+    "learning_rate",
+    "algorithm",
+    "rank",
+    "alpha",
+    "batch_size",
+    "seed",
+    "dtype",
+    "save_every",
+    "run_name",
+)
 # Optional inputs whose SettingValues feed the run's settings (a node left out: the defaults).
 SETTING_SOCKETS = ("objective",) + tuple(node.TRAINER_INPUT for node in OPTIONS_NODES)
 
@@ -87,26 +100,42 @@ class LoRATrainer(io.ComfyNode):
                 TrainingData.Input("training_data", tooltip="From CacheLatents."),
                 *inputs_for(training_settings(), ESSENTIALS),
                 SampleConfig.Input("sample_config", optional=True, tooltip="From SampleDuringTraining (optional)."),
-                io.Clip.Input("clip", optional=True,
-                              tooltip="The graph's CLIP: needed to train the text encoder (text_encoder_lr > 0)."),
-                Resume.Input("resume", optional=True,
-                             tooltip="From LoadLoRAForTraining: continue that run (same settings) or that LoRA."),
-                Objective.Input("objective", optional=True,
-                                tooltip="From TrainingObjective (optional): timestep sampling, loss weighting, "
-                                        "noise offset, guidance. Without it: the model family's defaults."),
-                *[node.SOCKET.Input(node.TRAINER_INPUT, optional=True,
-                                    tooltip=f"From {node.DISPLAY_NAME} (optional; without it: its defaults). "
-                                            f"{node.DESCRIPTION}")
-                  for node in OPTIONS_NODES],
+                io.Clip.Input(
+                    "clip",
+                    optional=True,
+                    tooltip="The graph's CLIP: needed to train the text encoder (text_encoder_lr > 0).",
+                ),
+                Resume.Input(
+                    "resume",
+                    optional=True,
+                    tooltip="From LoadLoRAForTraining: continue that run (same settings) or that LoRA.",
+                ),
+                Objective.Input(
+                    "objective",
+                    optional=True,
+                    tooltip="From TrainingObjective (optional): timestep sampling, loss weighting, "
+                    "noise offset, guidance. Without it: the model family's defaults.",
+                ),
+                *[
+                    node.SOCKET.Input(
+                        node.TRAINER_INPUT,
+                        optional=True,
+                        tooltip=f"From {node.DISPLAY_NAME} (optional; without it: its defaults). {node.DESCRIPTION}",
+                    )
+                    for node in OPTIONS_NODES
+                ],
             ],
             outputs=[
                 io.Model.Output(display_name="model", tooltip="A copy of the input model with the trained LoRA."),
                 LoRA.Output(display_name="lora", tooltip="Connect to SaveLoRA."),
                 Loss.Output(display_name="loss", tooltip="Loss history; connect to LossGraph."),
-                io.Image.Output(display_name="samples",
-                                tooltip="Latest sample grid (a black 64×64 image without a sample_config)."),
-                io.Clip.Output(display_name="clip",
-                               tooltip="A copy of the input CLIP with the trained text-encoder adapter (else the input)."),
+                io.Image.Output(
+                    display_name="samples", tooltip="Latest sample grid (a black 64×64 image without a sample_config)."
+                ),
+                io.Clip.Output(
+                    display_name="clip",
+                    tooltip="A copy of the input CLIP with the trained text-encoder adapter (else the input).",
+                ),
             ],
             hidden=[io.Hidden.unique_id, io.Hidden.extra_pnginfo],
         )
@@ -118,16 +147,34 @@ class LoRATrainer(io.ComfyNode):
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)
         save_workflow(cls.hidden.extra_pnginfo, cls.hidden.unique_id, run_dir)
         # ComfyUI runs nodes under inference_mode; training needs autograd.
-        with live_hooks(cls.hidden.unique_id, config.steps, run_dir) as hooks, torch.inference_mode(False), \
-                torch.enable_grad():
-            result = train_lora(model, training_data, config, run_dir, sample_settings=sample_config, hooks=hooks,
-                                clip=clip, resume=resume)
-        history = LossHistory(tuple(result.losses), result.eval_loss_before, result.eval_loss_after,
-                              result.seconds_per_step, os.path.abspath(run_dir))
+        with (
+            live_hooks(cls.hidden.unique_id, config.steps, run_dir) as hooks,
+            torch.inference_mode(False),
+            torch.enable_grad(),
+        ):
+            result = train_lora(
+                model,
+                training_data,
+                config,
+                run_dir,
+                sample_settings=sample_config,
+                hooks=hooks,
+                clip=clip,
+                resume=resume,
+            )
+        history = LossHistory(
+            tuple(result.losses),
+            result.eval_loss_before,
+            result.eval_loss_after,
+            result.seconds_per_step,
+            os.path.abspath(run_dir),
+        )
         samples = result.samples if result.samples is not None else torch.zeros(1, 64, 64, 3)
         memory = f", peak VRAM {result.peak_memory_gib:.1f} GiB" if result.peak_memory_gib else ""
         skipped = f" ({result.skipped_steps} skipped: non-finite loss or gradient)" if result.skipped_steps else ""
-        summary = (f"{len(result.losses)} steps{skipped}, {result.seconds_per_step:.3g} s/step{memory}; evaluation "
-                   f"loss {result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}; files in {run_dir}")
+        summary = (
+            f"{len(result.losses)} steps{skipped}, {result.seconds_per_step:.3g} s/step{memory}; evaluation "
+            f"loss {result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}; files in {run_dir}"
+        )
         out_clip = result.clip if result.clip is not None else clip
         return io.NodeOutput(result.patcher, result.lora, history, samples, out_clip, ui={"text": [summary]})

@@ -1,4 +1,5 @@
 """The socket types EriDiffusion's nodes pass between each other (prefixed: other packs use plain names)."""
+
 from comfy_api.latest import io
 
 Dataset = io.Custom("ERI_DATASET")

@@ -1,5 +1,6 @@
 """File writes that never leave a half-written file: write a temp file beside the target, then
 rename. Temp files share one pattern, so the ones a killed process left behind can be swept later."""
+
 import errno
 import json
 import math
@@ -33,7 +34,7 @@ FILE_MODE = 0o666 & ~_process_umask()
 _FIXES = {
     errno.EACCES: "make the folder writable for the user running ComfyUI",
     errno.EPERM: "the folder or file is protected (read-only or immutable): make it writable for the user "
-                 "running ComfyUI",
+    "running ComfyUI",
     errno.EROFS: "the file system is mounted read-only: choose a folder on a writable disk",
     errno.ENOSPC: "the disk is full: free some space",
     errno.EDQUOT: "the disk quota is used up: free some space",
@@ -58,8 +59,7 @@ def write_atomic(path, write, overwrite=False):
     try:
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)[:_NAME_KEPT]}.", suffix=TEMP_SUFFIX,
-                                   dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)[:_NAME_KEPT]}.", suffix=TEMP_SUFFIX, dir=folder)
         os.close(fd)
     except (OSError, ValueError) as error:
         raise write_error(path, error) from None
@@ -108,11 +108,13 @@ def write_safetensors_atomic(path, tensors, metadata=None, overwrite=False):
     temp file: safetensors' own save_file writes through a temp file of its own (`.tmpXXXXXX`),
     which a killed process would leave behind where no sweep looks."""
     import safetensors.torch
+
     data = safetensors.torch.save(tensors, metadata=metadata)
 
     def write(tmp):
         with open(tmp, "wb") as f:
             f.write(data)
+
     return write_atomic(path, write, overwrite=overwrite)
 
 
@@ -132,4 +134,5 @@ def write_json_atomic(path, value):
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(json_safe(value), f, indent=1, allow_nan=False)
+
     return write_atomic(path, write, overwrite=True)

@@ -13,12 +13,17 @@ relies on to mutate a tensor every reference sees, stay in place. With grad mode
 context; it is re-entrant (gradient checkpointing enters it again inside each recomputed block,
 which runs in the backward pass, outside the forward's context).
 """
+
 import threading
 
 import torch
 
-_OUT_OF_PLACE = {"__iadd__": torch.Tensor.add, "__isub__": torch.Tensor.sub, "__imul__": torch.Tensor.mul,
-                 "__itruediv__": torch.Tensor.div}
+_OUT_OF_PLACE = {
+    "__iadd__": torch.Tensor.add,
+    "__isub__": torch.Tensor.sub,
+    "__imul__": torch.Tensor.mul,
+    "__itruediv__": torch.Tensor.div,
+}
 _lock = threading.Lock()
 _depth = 0
 _saved = {}

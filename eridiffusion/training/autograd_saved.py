@@ -6,6 +6,7 @@ backward would then refuse ("modified by an inplace operation"). Inside this con
 saved activation is stored as a copy, so later writes cannot touch it. It costs one copy of
 every saved activation (frozen weights are not copied), so only families that need it use it.
 """
+
 import torch
 
 

@@ -4,6 +4,7 @@ ComfyUI loads models under torch.inference_mode, and autograd refuses to save su
 for backward. While training, each frozen parameter is swapped for a non-inference alias of
 the same memory (requires_grad off), and the originals come back when ComfyUI unpatches.
 """
+
 import comfy.patcher_extension
 import torch
 

@@ -1,4 +1,5 @@
 """Which samples each micro-batch trains on: random batches that never mix buckets."""
+
 import random
 
 
@@ -17,7 +18,7 @@ class BatchSampler:
         for indices in self.groups:
             shuffled = list(indices)
             self.generator.shuffle(shuffled)
-            batches += [shuffled[i:i + self.batch_size] for i in range(0, len(shuffled), self.batch_size)]
+            batches += [shuffled[i : i + self.batch_size] for i in range(0, len(shuffled), self.batch_size)]
         self.generator.shuffle(batches)
         self.pending = batches
 

@@ -1,5 +1,6 @@
 """Aspect-ratio buckets: the training sizes for a resolution, the bucket an image belongs in,
 and the resize-and-center-crop that puts it there."""
+
 import functools
 import math
 
@@ -18,13 +19,23 @@ def bucket_sizes(resolution, step=64, max_aspect=4.0):
 def bucket_for(width, height, resolution, step=64, max_aspect=4.0):
     """The bucket whose aspect ratio is closest to width:height in log space (so 2:1 and 1:2 are
     equally far from square); on a tie the larger bucket."""
-    if isinstance(width, bool) or isinstance(height, bool) or not isinstance(width, int) \
-            or not isinstance(height, int) or width < 1 or height < 1:
-        raise EriDiffusionError(f"image size {width!r}x{height!r} is not a positive whole-pixel size; "
-                                "pass the image's width and height in pixels.")
+    if (
+        isinstance(width, bool)
+        or isinstance(height, bool)
+        or not isinstance(width, int)
+        or not isinstance(height, int)
+        or width < 1
+        or height < 1
+    ):
+        raise EriDiffusionError(
+            f"image size {width!r}x{height!r} is not a positive whole-pixel size; "
+            "pass the image's width and height in pixels."
+        )
     target = math.log(width / height)
-    return min(_bucket_sizes(resolution, step, max_aspect),
-               key=lambda size: (abs(math.log(size[0] / size[1]) - target), -size[0] * size[1]))
+    return min(
+        _bucket_sizes(resolution, step, max_aspect),
+        key=lambda size: (abs(math.log(size[0] / size[1]) - target), -size[0] * size[1]),
+    )
 
 
 def fit_to_bucket(image, bucket):
@@ -54,15 +65,18 @@ def crop_to_bucket(size, bucket):
 def _bucket_sizes(resolution, step, max_aspect):
     for name, value in (("resolution", resolution), ("bucket step", step)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise EriDiffusionError(f"{name} {value!r} must be a whole number of pixels >= 1; "
-                                    "use e.g. resolution 1024 with step 64.")
+            raise EriDiffusionError(
+                f"{name} {value!r} must be a whole number of pixels >= 1; use e.g. resolution 1024 with step 64."
+            )
     if resolution % step:
         lower, upper = resolution // step * step, (resolution // step + 1) * step
-        raise EriDiffusionError(f"resolution {resolution} is not a multiple of the bucket step {step}; "
-                                f"use {lower or upper} or {upper}.")
+        raise EriDiffusionError(
+            f"resolution {resolution} is not a multiple of the bucket step {step}; use {lower or upper} or {upper}."
+        )
     if not max_aspect >= 1.0:
-        raise EriDiffusionError(f"max_aspect {max_aspect!r} must be >= 1 (width:height of the widest "
-                                "bucket); use e.g. 2.0 or 4.0.")
+        raise EriDiffusionError(
+            f"max_aspect {max_aspect!r} must be >= 1 (width:height of the widest bucket); use e.g. 2.0 or 4.0."
+        )
     area = resolution * resolution
     # width**2 <= area * max_aspect bounds the search; the aspect check below is the exact limit.
     widest = area // step

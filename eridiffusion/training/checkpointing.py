@@ -4,6 +4,7 @@ Each block of the model's top-level block lists (UNet resnets and transformers, 
 recomputes its activations in backward instead of storing them. Installed through
 ComfyUI's injection mechanism, so the shared modules are restored when the clone unpatches.
 """
+
 import contextlib
 
 import comfy.patcher_extension
@@ -24,7 +25,13 @@ def checkpoint_blocks(diffusion_model):
     the adapter bypass and the checkpoint wrapper never sit on the same module."""
     blocks = []
     for child in diffusion_model.children():
-        entries = child if isinstance(child, torch.nn.ModuleList) else [child] if isinstance(child, torch.nn.Sequential) else []
+        entries = (
+            child
+            if isinstance(child, torch.nn.ModuleList)
+            else [child]
+            if isinstance(child, torch.nn.Sequential)
+            else []
+        )
         for entry in entries:
             blocks.extend(entry.children() if isinstance(entry, torch.nn.Sequential) else [entry])
     return [b for b in blocks if any(True for _ in b.children()) and any(True for _ in b.parameters())]
@@ -40,16 +47,19 @@ class _CheckpointedForward(SwappedForward):
             return self.base(*args, **kwargs)
         # No RNG stash: ComfyUI's diffusion models draw no random numbers in forward (no dropout
         # in use), and reading the CUDA RNG state is not allowed inside a CUDA graph capture.
-        return torch.utils.checkpoint.checkpoint(self._run, *args, use_reentrant=False, preserve_rng_state=False,
-                                                 **kwargs)
+        return torch.utils.checkpoint.checkpoint(
+            self._run, *args, use_reentrant=False, preserve_rng_state=False, **kwargs
+        )
 
     def _run(self, *args, **kwargs):
         # Blocks that add residuals in place (Flux: `img += ...`) would overwrite their own inputs,
         # so the recomputation in backward would start from the wrong values, silently; the
         # recomputation runs outside the forward's context, hence entering it here.
         # The same holds for the saved-activation copies some families need (autograd_saved.py).
-        with OutOfPlaceAugmentedAssignments(), \
-                (saved_activations_copied() if self.copy_saved else contextlib.nullcontext()):
+        with (
+            OutOfPlaceAugmentedAssignments(),
+            saved_activations_copied() if self.copy_saved else contextlib.nullcontext(),
+        ):
             return self.base(*args, **kwargs)
 
 

@@ -1,5 +1,6 @@
 """Video clips for training: decode a clip file (PyAV) or a frame folder into a fixed number of RGB
 frames sampled at a target frame rate."""
+
 import os
 import re
 from dataclasses import dataclass
@@ -18,16 +19,21 @@ _TIME_SLACK = 1e-4
 @dataclass(frozen=True)
 class VideoOptions:
     """How clips become training samples: `frames` frames, `fps` apart (0: every frame as stored)."""
+
     frames: int = 17
     fps: float = 16.0
 
     def __post_init__(self):
         if isinstance(self.frames, bool) or not isinstance(self.frames, int) or self.frames < 1:
-            raise EriDiffusionError(f"frames {self.frames!r} must be a whole number >= 1; video VAEs take "
-                                    "4k+1 frames for Wan/HunyuanVideo (e.g. 17) and 8k+1 for LTX-Video (e.g. 25).")
+            raise EriDiffusionError(
+                f"frames {self.frames!r} must be a whole number >= 1; video VAEs take "
+                "4k+1 frames for Wan/HunyuanVideo (e.g. 17) and 8k+1 for LTX-Video (e.g. 25)."
+            )
         if isinstance(self.fps, bool) or not isinstance(self.fps, (int, float)) or not 0 <= self.fps <= 240:
-            raise EriDiffusionError(f"fps {self.fps!r} must be between 0 and 240; use the rate the model was "
-                                    "trained at (Wan 16, HunyuanVideo 24, LTX-Video 24) or 0 for every stored frame.")
+            raise EriDiffusionError(
+                f"fps {self.fps!r} must be between 0 and 240; use the rate the model was "
+                "trained at (Wan 16, HunyuanVideo 24, LTX-Video 24) or 0 for every stored frame."
+            )
 
 
 def check_frames_for_vae(frames, temporal_compression, where):
@@ -38,9 +44,11 @@ def check_frames_for_vae(frames, temporal_compression, where):
     lower = (frames - 1) // temporal_compression * temporal_compression + 1
     upper = lower + temporal_compression
     rule = f"{temporal_compression}k+1"
-    raise EriDiffusionError(f"{where}: clips of {frames} frames do not fit this VAE, which compresses time "
-                            f"{temporal_compression}x and takes {rule} frames (Wan and HunyuanVideo: 4k+1, "
-                            f"LTX-Video: 8k+1); set LoadDataset's frames to {lower} or {upper}.")
+    raise EriDiffusionError(
+        f"{where}: clips of {frames} frames do not fit this VAE, which compresses time "
+        f"{temporal_compression}x and takes {rule} frames (Wan and HunyuanVideo: 4k+1, "
+        f"LTX-Video: 8k+1); set LoadDataset's frames to {lower} or {upper}."
+    )
 
 
 def is_clip_file(name):
@@ -76,13 +84,17 @@ def _read_frame_folder(folder, options):
 
     names = frame_folder_files(folder)[0]
     if len(names) < options.frames:
-        raise EriDiffusionError(f"{folder} holds {len(names)} frames, fewer than the {options.frames} frames "
-                                "training takes; add frames, lower LoadDataset's frames, or remove the folder.")
-    images = [open_image_rgb(os.path.join(folder, name)) for name in names[:options.frames]]
+        raise EriDiffusionError(
+            f"{folder} holds {len(names)} frames, fewer than the {options.frames} frames "
+            "training takes; add frames, lower LoadDataset's frames, or remove the folder."
+        )
+    images = [open_image_rgb(os.path.join(folder, name)) for name in names[: options.frames]]
     if len({image.size for image in images}) > 1:
         sizes = sorted({f"{w}x{h}" for w, h in (image.size for image in images)})
-        raise EriDiffusionError(f"{folder} mixes frame sizes ({', '.join(sizes)}); every frame of a clip must "
-                                "have the same size: re-export the frames at one size.")
+        raise EriDiffusionError(
+            f"{folder} mixes frame sizes ({', '.join(sizes)}); every frame of a clip must "
+            "have the same size: re-export the frames at one size."
+        )
     return images
 
 
@@ -90,8 +102,10 @@ def _read_clip_file(path, options):
     try:
         import av  # lazy: image-only training never needs PyAV
     except ImportError:
-        raise EriDiffusionError(f"{path} is a video clip and reading clips needs PyAV; install it with "
-                                "`pip install av` (see requirements.txt) or remove the clip.") from None
+        raise EriDiffusionError(
+            f"{path} is a video clip and reading clips needs PyAV; install it with "
+            "`pip install av` (see requirements.txt) or remove the clip."
+        ) from None
     try:
         with av.open(path) as container:
             if not container.streams.video:
@@ -99,23 +113,35 @@ def _read_clip_file(path, options):
             stream = container.streams.video[0]
             rate = _stream_rate(stream)
             if options.fps and rate and options.fps > rate * _RATE_SLACK:
-                raise EriDiffusionError(f"{path} is {rate:.3g} fps, slower than the fps {options.fps:g} asked for, "
-                                        f"so frames would repeat; set LoadDataset's fps to {rate:.3g} or lower "
-                                        "(0 takes every stored frame).")
+                raise EriDiffusionError(
+                    f"{path} is {rate:.3g} fps, slower than the fps {options.fps:g} asked for, "
+                    f"so frames would repeat; set LoadDataset's fps to {rate:.3g} or lower "
+                    "(0 takes every stored frame)."
+                )
             slack = max(_TIME_SLACK, float(stream.time_base or 0))
             frames, end = _sample(container.decode(stream), options, rate, slack)
     except FileNotFoundError:
         raise EriDiffusionError(f"{path} does not exist; check the path or reload the dataset.") from None
     except av.FFmpegError as error:
-        raise EriDiffusionError(f"{path} cannot be decoded as a video ({error}); it is corrupt or truncated: "
-                                "re-export it from the original or remove it.") from error
+        raise EriDiffusionError(
+            f"{path} cannot be decoded as a video ({error}); it is corrupt or truncated: "
+            "re-export it from the original or remove it."
+        ) from error
     if len(frames) < options.frames:
-        fix = ("lower LoadDataset's frames" if not options.fps else
-               "lower LoadDataset's frames or raise its fps (a shorter span)")
-        needed = f"{options.frames} frames" if not options.fps else \
-            f"{options.frames} frames at {options.fps:g} fps ({options.frames / options.fps:.2f} s)"
-        raise EriDiffusionError(f"{path} is too short: it gives {len(frames)} of the {needed} training takes "
-                                f"(the clip runs {end:.2f} s); use a longer clip, {fix}, or remove it.")
+        fix = (
+            "lower LoadDataset's frames"
+            if not options.fps
+            else "lower LoadDataset's frames or raise its fps (a shorter span)"
+        )
+        needed = (
+            f"{options.frames} frames"
+            if not options.fps
+            else f"{options.frames} frames at {options.fps:g} fps ({options.frames / options.fps:.2f} s)"
+        )
+        raise EriDiffusionError(
+            f"{path} is too short: it gives {len(frames)} of the {needed} training takes "
+            f"(the clip runs {end:.2f} s); use a longer clip, {fix}, or remove it."
+        )
     return frames
 
 
@@ -130,14 +156,19 @@ def _sample(decoded, options, rate, slack):
         time -= start
         if not options.fps:
             picked.append(_upright(frame))
-        while options.fps and shown is not None and len(picked) < options.frames \
-                and len(picked) / options.fps < time - slack:
+        while (
+            options.fps
+            and shown is not None
+            and len(picked) < options.frames
+            and len(picked) / options.fps < time - slack
+        ):
             picked.append(_upright(shown))
         if len(picked) >= options.frames:
             return picked, end
         shown, end = frame, time + _duration(frame, rate)
-    while options.fps and shown is not None and len(picked) < options.frames \
-            and len(picked) / options.fps < end - slack:
+    while (
+        options.fps and shown is not None and len(picked) < options.frames and len(picked) / options.fps < end - slack
+    ):
         picked.append(_upright(shown))
     return picked, end
 

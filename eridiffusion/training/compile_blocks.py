@@ -6,6 +6,7 @@ graphs, not one giant one, and whatever the blocks call (adapters, checkpointing
 them. Installed through ComfyUI's injection mechanism, so the shared modules are restored when
 the clone unpatches.
 """
+
 import comfy.patcher_extension
 import torch
 import torch._dynamo

@@ -1,4 +1,5 @@
 """Training settings: one frozen, validated dataclass that the nodes and the YAML runner both build."""
+
 from dataclasses import dataclass, fields
 
 import torch
@@ -23,56 +24,101 @@ class TrainConfig:
     """Every setting of a training run. Fields made with `setting(...)` are user-facing (their name,
     type, default, bounds and help text are the node inputs and config-file keys); the nested
     `adapter` and `objective` hold theirs the same way."""
+
     steps: int = setting(500, "Optimizer steps.", minimum=1, maximum=1000000)
-    learning_rate: float = setting(1e-4, "Peak learning rate of the adapter (Prodigy: 1.0, it sets its own step).",
-                                   minimum=1e-7, maximum=10.0, step=1e-6)
-    text_encoder_lr: float = setting(0.0, "> 0 also trains the text encoder(s) at this learning rate (connect clip).",
-                                     minimum=0.0, maximum=1.0, step=1e-6)
+    learning_rate: float = setting(
+        1e-4,
+        "Peak learning rate of the adapter (Prodigy: 1.0, it sets its own step).",
+        minimum=1e-7,
+        maximum=10.0,
+        step=1e-6,
+    )
+    text_encoder_lr: float = setting(
+        0.0,
+        "> 0 also trains the text encoder(s) at this learning rate (connect clip).",
+        minimum=0.0,
+        maximum=1.0,
+        step=1e-6,
+    )
     adapter: AdapterSpec = AdapterSpec()
     objective: ObjectiveSpec = ObjectiveSpec()  # timestep sampling ("auto": the family's), loss weighting, noise offset
-    guidance: float = setting(-1.0, "-1: the family's default (Flux.1 dev, HunyuanVideo: 1.0). Guidance input of "
-                              "guidance-distilled models (Flux.1 dev, HunyuanVideo) during training; others ignore it.",
-                              minimum=-1.0, maximum=100.0, step=0.1)
-    bypass_guidance_embedding: bool = setting(False, "Train with the guidance embedding skipped (Flux.1 dev: no "
-                                              "guidance input).")
+    guidance: float = setting(
+        -1.0,
+        "-1: the family's default (Flux.1 dev, HunyuanVideo: 1.0). Guidance input of "
+        "guidance-distilled models (Flux.1 dev, HunyuanVideo) during training; others ignore it.",
+        minimum=-1.0,
+        maximum=100.0,
+        step=0.1,
+    )
+    bypass_guidance_embedding: bool = setting(
+        False, "Train with the guidance embedding skipped (Flux.1 dev: no guidance input)."
+    )
     batch_size: int = setting(1, "Images per micro-batch (same bucket).", minimum=1, maximum=64)
     grad_accum: int = setting(1, "Micro-batches per optimizer step.", minimum=1, maximum=256)
-    optimizer: str = setting("AdamW", "8-bit and paged variants (bitsandbytes) save memory; Prodigy sets its own step "
-                             "size (use learning_rate 1.0). Checked on your device before training.", choices=OPTIMIZERS)
-    weight_decay: float = setting(0.01, "Decoupled weight decay of the optimizer.", minimum=0.0, maximum=1.0,
-                                  step=0.001)
-    max_grad_norm: float = setting(1.0, "Gradients are clipped to this total norm (0: no clipping).",
-                                   minimum=0.0, maximum=1000.0, step=0.1)
-    lr_schedule: str = setting("constant", "Learning rate after warmup: constant, or cosine decay to zero.",
-                               choices=LR_SCHEDULES)
+    optimizer: str = setting(
+        "AdamW",
+        "8-bit and paged variants (bitsandbytes) save memory; Prodigy sets its own step "
+        "size (use learning_rate 1.0). Checked on your device before training.",
+        choices=OPTIMIZERS,
+    )
+    weight_decay: float = setting(
+        0.01, "Decoupled weight decay of the optimizer.", minimum=0.0, maximum=1.0, step=0.001
+    )
+    max_grad_norm: float = setting(
+        1.0, "Gradients are clipped to this total norm (0: no clipping).", minimum=0.0, maximum=1000.0, step=0.1
+    )
+    lr_schedule: str = setting(
+        "constant", "Learning rate after warmup: constant, or cosine decay to zero.", choices=LR_SCHEDULES
+    )
     warmup_steps: int = setting(0, "Steps of linear warmup.", minimum=0, maximum=100000)
     seed: int = setting(0, "Adapter init, batches and noise.", minimum=0, maximum=0xFFFFFFFF)
-    dtype: str = setting("bf16", "Compute dtype of the frozen model; adapters keep fp32 master weights.",
-                         choices=tuple(DTYPES))
-    gradient_checkpointing: bool = setting(True, "Recompute block activations in backward: much less memory, "
-                                           "somewhat slower.")
+    dtype: str = setting(
+        "bf16", "Compute dtype of the frozen model; adapters keep fp32 master weights.", choices=tuple(DTYPES)
+    )
+    gradient_checkpointing: bool = setting(
+        True, "Recompute block activations in backward: much less memory, somewhat slower."
+    )
     weights_vram_gib: float = setting(
-        0.0, "0: the whole model on the GPU. > 0: keep at most this many GiB of its weights there and stream the rest "
+        0.0,
+        "0: the whole model on the GPU. > 0: keep at most this many GiB of its weights there and stream the rest "
         "from CPU memory every step (ComfyUI's partial loading; needs gradient_checkpointing; slower, for small GPUs).",
-        minimum=0.0, maximum=1024.0, step=0.5)
-    torch_compile: bool = setting(False, "torch.compile (inductor) each block of the model: blocks of one kind share a "
-                                  "compiled graph. Faster GPU kernels after a one-time compile.")
+        minimum=0.0,
+        maximum=1024.0,
+        step=0.5,
+    )
+    torch_compile: bool = setting(
+        False,
+        "torch.compile (inductor) each block of the model: blocks of one kind share a "
+        "compiled graph. Faster GPU kernels after a one-time compile.",
+    )
     cuda_graphs: str = setting(
-        "auto", "Replay each step from a CUDA graph: on a fast GPU several times faster (the step is launch-bound "
+        "auto",
+        "Replay each step from a CUDA graph: on a fast GPU several times faster (the step is launch-bound "
         "otherwise). auto: on for CUDA without text-encoder training and with plain tensor inputs; each image "
-        "size/prompt length is captured once (a few seconds).", choices=CUDA_GRAPHS)
-    on_nan: str = setting("stop", "A step whose loss or gradient is NaN/infinite (a diverged run): stop with an error "
-                          "naming the step and the likely cause, keeping the checkpoints written before it; or skip "
-                          "that step's update and go on (the count is in the summary; "
-                          f"{MAX_SKIPS_IN_A_ROW} in a row still stop).", choices=ON_NAN)
-    save_every: int = setting(0, "Write a checkpoint to output/<run_name>/checkpoints every N steps (0: at the end "
-                              "only).", minimum=0, maximum=1000000)
+        "size/prompt length is captured once (a few seconds).",
+        choices=CUDA_GRAPHS,
+    )
+    on_nan: str = setting(
+        "stop",
+        "A step whose loss or gradient is NaN/infinite (a diverged run): stop with an error "
+        "naming the step and the likely cause, keeping the checkpoints written before it; or skip "
+        "that step's update and go on (the count is in the summary; "
+        f"{MAX_SKIPS_IN_A_ROW} in a row still stop).",
+        choices=ON_NAN,
+    )
+    save_every: int = setting(
+        0,
+        "Write a checkpoint to output/<run_name>/checkpoints every N steps (0: at the end only).",
+        minimum=0,
+        maximum=1000000,
+    )
     keep_last: int = setting(0, "Keep only the newest N periodic checkpoints (0: keep all).", minimum=0, maximum=1000)
-    run_name: str = setting("eridiffusion_lora", "Folder under ComfyUI's output for checkpoints, samples and the "
-                            "loss log.")
-    log_every: int = 10                 # steps between loss read-backs (each one is a device sync)
-    eval_timesteps: int = 8             # fixed (noise, timestep) pairs per image for the evaluation loss
-    eval_images: int = 8                # the first N images make the evaluation set
+    run_name: str = setting(
+        "eridiffusion_lora", "Folder under ComfyUI's output for checkpoints, samples and the loss log."
+    )
+    log_every: int = 10  # steps between loss read-backs (each one is a device sync)
+    eval_timesteps: int = 8  # fixed (noise, timestep) pairs per image for the evaluation loss
+    eval_images: int = 8  # the first N images make the evaluation set
 
     def __post_init__(self):
         check_settings(self, "training")
@@ -81,21 +127,29 @@ class TrainConfig:
                 raise EriDiffusionError(f"{name} must be at least 1 (got {getattr(self, name)}).")
         top = 10.0 if self.optimizer == "Prodigy" else 1.0  # Prodigy's lr multiplies its own estimate
         if not 0 < self.learning_rate <= top:
-            raise EriDiffusionError(f"learning_rate {self.learning_rate} is outside (0, {top:g}]; LoRA uses ~1e-4 "
-                                    "(Prodigy: 1.0).")
+            raise EriDiffusionError(
+                f"learning_rate {self.learning_rate} is outside (0, {top:g}]; LoRA uses ~1e-4 (Prodigy: 1.0)."
+            )
         if self.optimizer == "Prodigy" and self.text_encoder_lr not in (0.0, self.learning_rate):
-            raise EriDiffusionError("Prodigy needs one learning rate for all adapters: set text_encoder_lr to "
-                                    f"{self.learning_rate:g} (the learning_rate) or 0.")
+            raise EriDiffusionError(
+                "Prodigy needs one learning rate for all adapters: set text_encoder_lr to "
+                f"{self.learning_rate:g} (the learning_rate) or 0."
+            )
         if self.weights_vram_gib > 0 and not self.gradient_checkpointing:
-            raise EriDiffusionError("weights_vram_gib > 0 streams weights block by block, which only saves memory with "
-                                    "gradient_checkpointing on (else backward keeps every streamed weight): turn "
-                                    "gradient_checkpointing on.")
+            raise EriDiffusionError(
+                "weights_vram_gib > 0 streams weights block by block, which only saves memory with "
+                "gradient_checkpointing on (else backward keeps every streamed weight): turn "
+                "gradient_checkpointing on."
+            )
         if not self.run_name or any(c in self.run_name for c in "/\\\0") or self.run_name.startswith("."):
-            raise EriDiffusionError(f"run_name {self.run_name!r} must be a plain folder name (no slashes or NUL, "
-                                    "not starting with a dot).")
+            raise EriDiffusionError(
+                f"run_name {self.run_name!r} must be a plain folder name (no slashes or NUL, not starting with a dot)."
+            )
         if len(self.run_name.encode()) > MAX_RUN_NAME_BYTES:
-            raise EriDiffusionError(f"run_name is {len(self.run_name.encode())} bytes long; its checkpoint names "
-                                    f"must fit the file system's 255, so keep it to {MAX_RUN_NAME_BYTES} bytes.")
+            raise EriDiffusionError(
+                f"run_name is {len(self.run_name.encode())} bytes long; its checkpoint names "
+                f"must fit the file system's 255, so keep it to {MAX_RUN_NAME_BYTES} bytes."
+            )
 
     @property
     def torch_dtype(self):
@@ -129,7 +183,9 @@ def train_config_from(values):
     unknown = sorted(set(values) - set(training_settings()) - {f.name for f in fields(TrainConfig)})
     if unknown:
         raise EriDiffusionError(f"unknown training setting(s): {', '.join(unknown)}.")
-    nested = {field_name: cls(**{k: v for k, v in values.items() if k in settings_of(cls)})
-              for field_name, cls in NESTED.items()}
+    nested = {
+        field_name: cls(**{k: v for k, v in values.items() if k in settings_of(cls)})
+        for field_name, cls in NESTED.items()
+    }
     own = {k: v for k, v in values.items() if not any(k in settings_of(cls) for cls in NESTED.values())}
     return TrainConfig(**own, **nested)

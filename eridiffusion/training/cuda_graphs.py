@@ -7,6 +7,7 @@ length), all drawing on one memory pool (micro-batches run one after another, so
 activations never live at the same time); the frozen weights must stay where they are, which
 `force_full_load` guarantees.
 """
+
 import torch
 
 from .errors import EriDiffusionError
@@ -38,8 +39,10 @@ class GraphedLoss:
     def __call__(self, x_t, sigma, x0, inputs):
         odd = sorted(name for name, value in inputs.items() if not isinstance(value, torch.Tensor))
         if odd and self.strict:
-            raise EriDiffusionError(f"cuda_graphs: this model takes non-tensor inputs ({', '.join(odd)}), which a "
-                                    "CUDA graph cannot hold; set cuda_graphs to auto or off.")
+            raise EriDiffusionError(
+                f"cuda_graphs: this model takes non-tensor inputs ({', '.join(odd)}), which a "
+                "CUDA graph cannot hold; set cuda_graphs to auto or off."
+            )
         if odd:
             return None
         names = tuple(sorted(inputs))
@@ -48,6 +51,7 @@ class GraphedLoss:
         if key not in self.graphs:
             module = _LossOfBatch(self.loss_fn, self.trained, names)
             sample = tuple(a.detach().clone() for a in args)
-            self.graphs[key] = torch.cuda.make_graphed_callables(module, sample, num_warmup_iters=self.warmup,
-                                                                 allow_unused_input=True, pool=self.pool)
+            self.graphs[key] = torch.cuda.make_graphed_callables(
+                module, sample, num_warmup_iters=self.warmup, allow_unused_input=True, pool=self.pool
+            )
         return self.graphs[key](*args)

@@ -1,6 +1,7 @@
 """Reads a training folder (images, video clips and frame folders with caption files, or a
 metadata.jsonl; optionally a control/ folder of edit references) into a checked, fingerprinted
 Dataset, and opens its images as RGB."""
+
 import hashlib
 import json
 import os
@@ -36,17 +37,20 @@ class CaptionOptions:
 
     def __post_init__(self):
         if not isinstance(self.trigger_word, str):
-            raise EriDiffusionError(f"trigger_word must be text, got {self.trigger_word!r}; "
-                                    "give a word such as 'sks' or leave it empty.")
+            raise EriDiffusionError(
+                f"trigger_word must be text, got {self.trigger_word!r}; give a word such as 'sks' or leave it empty."
+            )
         if self.trigger_word != self.trigger_word.strip():
-            raise EriDiffusionError(f"trigger_word {self.trigger_word!r} has surrounding spaces; "
-                                    "remove them.")
+            raise EriDiffusionError(f"trigger_word {self.trigger_word!r} has surrounding spaces; remove them.")
         if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate <= 1.0:
-            raise EriDiffusionError(f"caption dropout {self.dropout_rate} is outside 0..1; "
-                                    "set a probability such as 0.05 (0 turns it off).")
+            raise EriDiffusionError(
+                f"caption dropout {self.dropout_rate} is outside 0..1; set a probability such as 0.05 (0 turns it off)."
+            )
         if isinstance(self.keep_tags, bool) or not isinstance(self.keep_tags, int) or self.keep_tags < 0:
-            raise EriDiffusionError(f"keep_tags {self.keep_tags!r} must be a whole number >= 0; "
-                                    "set how many leading tags stay in place when shuffling (usually 1).")
+            raise EriDiffusionError(
+                f"keep_tags {self.keep_tags!r} must be a whole number >= 0; "
+                "set how many leading tags stay in place when shuffling (usually 1)."
+            )
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,10 @@ class Dataset:
 
     def __post_init__(self):
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise EriDiffusionError(f"repeats {self.repeats!r} must be a whole number >= 1; "
-                                    "set how many times each image is seen per epoch (1 for once).")
+            raise EriDiffusionError(
+                f"repeats {self.repeats!r} must be a whole number >= 1; "
+                "set how many times each image is seen per epoch (1 for once)."
+            )
 
     def fingerprint(self):
         """sha256 hex over every image's (clip's) relative path, bytes, caption and reference image,
@@ -82,13 +88,19 @@ class Dataset:
         wherever the folder lives and however the records are ordered. Reads the files now, so an
         image edited since loading changes it."""
         digest = hashlib.sha256()
-        options = {"trigger_word": self.captions.trigger_word, "dropout_rate": self.captions.dropout_rate,
-                   "shuffle_tags": self.captions.shuffle_tags, "keep_tags": self.captions.keep_tags}
+        options = {
+            "trigger_word": self.captions.trigger_word,
+            "dropout_rate": self.captions.dropout_rate,
+            "shuffle_tags": self.captions.shuffle_tags,
+            "keep_tags": self.captions.keep_tags,
+        }
         if self.has_clips:  # only then: image-only datasets keep the fingerprint they always had
             options.update(frames=self.video.frames, fps=self.video.fps)
         digest.update(json.dumps(options, sort_keys=True).encode())
-        named = sorted(((os.path.relpath(record.path, self.folder).replace(os.sep, "/"), record)
-                        for record in self.records), key=lambda pair: pair[0])
+        named = sorted(
+            ((os.path.relpath(record.path, self.folder).replace(os.sep, "/"), record) for record in self.records),
+            key=lambda pair: pair[0],
+        )
         for name, record in named:
             digest.update(_length_prefixed(name.encode()))
             digest.update(media_sha256(record.path))
@@ -98,32 +110,52 @@ class Dataset:
         return digest.hexdigest()
 
 
-def load_dataset(folder, caption_ext=".txt", trigger_word="", missing_caption="error", caption_dropout=0.0,
-                 shuffle_tags=False, keep_tags=1, repeats=1, min_side=64, frames=17, fps=16.0):
+def load_dataset(
+    folder,
+    caption_ext=".txt",
+    trigger_word="",
+    missing_caption="error",
+    caption_dropout=0.0,
+    shuffle_tags=False,
+    keep_tags=1,
+    repeats=1,
+    min_side=64,
+    frames=17,
+    fps=16.0,
+):
     """Scan `folder`, pair each image, clip (mp4, webm, mov, gif) and frame folder (a subfolder of
     numbered images: one clip) with its caption and, when a control/ (or reference/) subfolder
     exists, with its reference image; decode every image and the `frames` frames at `fps` of every
     clip once to prove they are readable, and return the records sorted by name."""
-    options = CaptionOptions(trigger_word=trigger_word, dropout_rate=caption_dropout,
-                             shuffle_tags=shuffle_tags, keep_tags=keep_tags)
+    options = CaptionOptions(
+        trigger_word=trigger_word, dropout_rate=caption_dropout, shuffle_tags=shuffle_tags, keep_tags=keep_tags
+    )
     video = VideoOptions(frames=frames, fps=fps)
     if missing_caption not in MISSING_CAPTION_MODES:
-        raise EriDiffusionError(f"missing_caption {missing_caption!r} is not one of "
-                                f"{', '.join(MISSING_CAPTION_MODES)}; pick one of those.")
+        raise EriDiffusionError(
+            f"missing_caption {missing_caption!r} is not one of {', '.join(MISSING_CAPTION_MODES)}; pick one of those."
+        )
     if missing_caption == "trigger_word" and not trigger_word:
-        raise EriDiffusionError("missing_caption='trigger_word' captions uncaptioned images with the "
-                                "trigger word, but trigger_word is empty; set a trigger word or use "
-                                "missing_caption='error'.")
+        raise EriDiffusionError(
+            "missing_caption='trigger_word' captions uncaptioned images with the "
+            "trigger word, but trigger_word is empty; set a trigger word or use "
+            "missing_caption='error'."
+        )
     if isinstance(min_side, bool) or not isinstance(min_side, int) or min_side < 1:
-        raise EriDiffusionError(f"min_side {min_side!r} must be a whole number >= 1; "
-                                "set the smallest image side you accept in pixels (e.g. 64).")
+        raise EriDiffusionError(
+            f"min_side {min_side!r} must be a whole number >= 1; "
+            "set the smallest image side you accept in pixels (e.g. 64)."
+        )
     caption_ext = _normalize_caption_ext(caption_ext)
     if not os.path.exists(folder):
-        raise EriDiffusionError(f"dataset folder {folder} does not exist; check the path "
-                                "(it should hold the training images and their captions).")
+        raise EriDiffusionError(
+            f"dataset folder {folder} does not exist; check the path "
+            "(it should hold the training images and their captions)."
+        )
     if not os.path.isdir(folder):
-        raise EriDiffusionError(f"dataset folder {folder} is a file, not a folder; give the folder "
-                                "that holds the training images.")
+        raise EriDiffusionError(
+            f"dataset folder {folder} is a file, not a folder; give the folder that holds the training images."
+        )
     folder = os.path.abspath(folder)
 
     images, caption_files, has_metadata, reference_folder = _scan(folder, caption_ext)
@@ -132,8 +164,10 @@ def load_dataset(folder, caption_ext=".txt", trigger_word="", missing_caption="e
     else:
         captions = _read_caption_files(folder, images, caption_files, caption_ext)
     if not images:
-        raise EriDiffusionError(f"no images in {folder}; supported: {_SUPPORTED} images, {_SUPPORTED_CLIPS} "
-                                "clips and frame folders. Put the training images directly in this folder.")
+        raise EriDiffusionError(
+            f"no images in {folder}; supported: {_SUPPORTED} images, {_SUPPORTED_CLIPS} "
+            "clips and frame folders. Put the training images directly in this folder."
+        )
     references = _references(folder, reference_folder, images) if reference_folder else {}
 
     records = []
@@ -147,10 +181,20 @@ def load_dataset(folder, caption_ext=".txt", trigger_word="", missing_caption="e
         clip = os.path.isdir(path) or is_clip_file(name)
         width, height = (read_clip(path, video)[0] if clip else open_image_rgb(path)).size
         if min(width, height) < min_side:
-            raise EriDiffusionError(f"{path} is {width}x{height}, smaller than {min_side} pixels on its short side "
-                                    "(the least EriDiffusion trains on); remove it from the folder or upscale it.")
-        records.append(ImageRecord(path=path, caption=_with_trigger(caption, trigger_word),
-                                   width=width, height=height, clip=clip, reference=references.get(name, "")))
+            raise EriDiffusionError(
+                f"{path} is {width}x{height}, smaller than {min_side} pixels on its short side "
+                "(the least EriDiffusion trains on); remove it from the folder or upscale it."
+            )
+        records.append(
+            ImageRecord(
+                path=path,
+                caption=_with_trigger(caption, trigger_word),
+                width=width,
+                height=height,
+                clip=clip,
+                reference=references.get(name, ""),
+            )
+        )
     return Dataset(folder=folder, records=tuple(records), captions=options, repeats=repeats, video=video)
 
 
@@ -161,11 +205,16 @@ def _no_caption_error(folder, name, caption_ext, has_metadata, empty):
     option = "or set missing_caption to 'use trigger word' to caption it with the trigger word."
     caption_file = os.path.join(folder, _stem(folder, name) + caption_ext)
     if empty and has_metadata:
-        return EriDiffusionError(f"{path}{what} has an empty caption in {METADATA_FILE}; write its text there, {option}")
+        return EriDiffusionError(
+            f"{path}{what} has an empty caption in {METADATA_FILE}; write its text there, {option}"
+        )
     if empty:
-        return EriDiffusionError(f"{caption_file}, the caption of {path}{what}, is empty; write the caption in it, "
-                                 f"{option}")
-    where = f"add a line for it to {METADATA_FILE}" if has_metadata else f"write {os.path.basename(caption_file)} beside it"
+        return EriDiffusionError(
+            f"{caption_file}, the caption of {path}{what}, is empty; write the caption in it, {option}"
+        )
+    where = (
+        f"add a line for it to {METADATA_FILE}" if has_metadata else f"write {os.path.basename(caption_file)} beside it"
+    )
     return EriDiffusionError(f"{path}{what} has no caption; {where}, {option}")
 
 
@@ -179,18 +228,24 @@ def open_image_rgb(path):
     except FileNotFoundError:
         raise EriDiffusionError(f"{path} does not exist; check the path or reload the dataset.") from None
     except PermissionError:
-        raise EriDiffusionError(f"{path} cannot be opened: permission denied; make it readable by the "
-                                "user running ComfyUI.") from None
+        raise EriDiffusionError(
+            f"{path} cannot be opened: permission denied; make it readable by the user running ComfyUI."
+        ) from None
     except Image.DecompressionBombError as error:
-        raise EriDiffusionError(f"{path} is larger than Pillow's safety limit ({error}); "
-                                "downscale it before training.") from error
+        raise EriDiffusionError(
+            f"{path} is larger than Pillow's safety limit ({error}); downscale it before training."
+        ) from error
     except (OSError, SyntaxError, ValueError) as error:
-        raise EriDiffusionError(f"{path} cannot be read as an image ({error}); it is corrupt or "
-                                "truncated: re-export it from the original or remove it.") from error
+        raise EriDiffusionError(
+            f"{path} cannot be read as an image ({error}); it is corrupt or "
+            "truncated: re-export it from the original or remove it."
+        ) from error
     if image.mode in _WIDE_GRAY_MODES:
         if "transparency" in image.info:
-            raise EriDiffusionError(f"{path} is 16-bit grayscale with a transparent color key, which "
-                                    "EriDiffusion does not composite; re-export it as 8-bit RGBA or RGB.")
+            raise EriDiffusionError(
+                f"{path} is 16-bit grayscale with a transparent color key, which "
+                "EriDiffusion does not composite; re-export it as 8-bit RGBA or RGB."
+            )
         return image.convert("I").point(lambda value: value * (255 / 65535) + 0.5).convert("L").convert("RGB")
     if image.mode == "RGB":
         return image
@@ -200,8 +255,10 @@ def open_image_rgb(path):
             return Image.alpha_composite(white, image.convert("RGBA")).convert("RGB")
         return image.convert("RGB")
     except ValueError as error:
-        raise EriDiffusionError(f"{path} is in color mode {image.mode}, which Pillow cannot turn into "
-                                f"RGB ({error}); re-export it as an RGB png or jpg.") from None
+        raise EriDiffusionError(
+            f"{path} is in color mode {image.mode}, which Pillow cannot turn into "
+            f"RGB ({error}); re-export it as an RGB png or jpg."
+        ) from None
 
 
 def caption_variants(caption, options, count, seed):
@@ -209,12 +266,13 @@ def caption_variants(caption, options, count, seed):
     shuffles (comma-separated tags, the first keep_tags left in place). Without shuffle_tags there
     is nothing to vary, so the answer is just [caption]. Shuffles may repeat when there are few tags."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise EriDiffusionError(f"caption variant count {count!r} must be a whole number >= 1; "
-                                "ask for at least the caption itself.")
+        raise EriDiffusionError(
+            f"caption variant count {count!r} must be a whole number >= 1; ask for at least the caption itself."
+        )
     if not options.shuffle_tags:
         return [caption]
     tags = [tag.strip() for tag in caption.split(",") if tag.strip()]
-    kept, movable = tags[:options.keep_tags], tags[options.keep_tags:]
+    kept, movable = tags[: options.keep_tags], tags[options.keep_tags :]
     rng = random.Random(seed)
     variants = [caption]
     for _ in range(count - 1):
@@ -229,12 +287,15 @@ def _normalize_caption_ext(caption_ext):
     if ext and not ext.startswith("."):
         ext = "." + ext
     if len(ext) < 2 or "/" in ext or "\\" in ext:
-        raise EriDiffusionError(f"caption extension {caption_ext!r} is not a file extension; "
-                                "give one such as '.txt' or 'caption'.")
+        raise EriDiffusionError(
+            f"caption extension {caption_ext!r} is not a file extension; give one such as '.txt' or 'caption'."
+        )
     if ext.lower() in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS:
         kind = "an image" if ext.lower() in IMAGE_EXTENSIONS else "a clip"
-        raise EriDiffusionError(f"caption extension {caption_ext!r} is {kind} extension; "
-                                "give the extension of the caption text files, such as '.txt'.")
+        raise EriDiffusionError(
+            f"caption extension {caption_ext!r} is {kind} extension; "
+            "give the extension of the caption text files, such as '.txt'."
+        )
     return ext
 
 
@@ -252,8 +313,10 @@ def _scan(folder, caption_ext):
             if entry.is_dir():
                 if name.lower() in REFERENCE_FOLDERS:
                     if reference_folder is not None:
-                        raise EriDiffusionError(f"{folder} has both {reference_folder}/ and {name}/ reference "
-                                                "folders; keep the reference images in one of them.")
+                        raise EriDiffusionError(
+                            f"{folder} has both {reference_folder}/ and {name}/ reference "
+                            "folders; keep the reference images in one of them."
+                        )
                     reference_folder = name
                     continue
                 frames, others = frame_folder_files(entry.path)
@@ -268,25 +331,33 @@ def _scan(folder, caption_ext):
             elif os.path.splitext(lowered)[1] in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS:
                 images.append(name)
             elif lowered.endswith(caption_ext.lower()) and len(name) > len(caption_ext):
-                stem = name[:-len(caption_ext)]
+                stem = name[: -len(caption_ext)]
                 if stem in caption_files:
-                    raise EriDiffusionError(f"{os.path.join(folder, name)} and {caption_files[stem]} "
-                                            f"both caption '{stem}'; delete one of them.")
+                    raise EriDiffusionError(
+                        f"{os.path.join(folder, name)} and {caption_files[stem]} "
+                        f"both caption '{stem}'; delete one of them."
+                    )
                 caption_files[stem] = name
             elif lowered in ("metadata.csv", "metadata.json", "metadata.parquet"):
-                raise EriDiffusionError(f"{os.path.join(folder, name)}: EriDiffusion reads captions from "
-                                        f"{METADATA_FILE} (one JSON object per line with file_name and "
-                                        "text); convert it to that or to one caption file per image.")
+                raise EriDiffusionError(
+                    f"{os.path.join(folder, name)}: EriDiffusion reads captions from "
+                    f"{METADATA_FILE} (one JSON object per line with file_name and "
+                    "text); convert it to that or to one caption file per image."
+                )
             else:
-                raise EriDiffusionError(f"{os.path.join(folder, name)} is not an image EriDiffusion reads "
-                                        f"(supported: {_SUPPORTED}, clips: {_SUPPORTED_CLIPS}); move it out of "
-                                        "the folder or convert it to png/jpg/webp.")
+                raise EriDiffusionError(
+                    f"{os.path.join(folder, name)} is not an image EriDiffusion reads "
+                    f"(supported: {_SUPPORTED}, clips: {_SUPPORTED_CLIPS}); move it out of "
+                    "the folder or convert it to png/jpg/webp."
+                )
     if not has_metadata:  # metadata.jsonl names the folders it wants
         images += frame_folders
     for name, stray in loose_folders.items():
         if name in caption_files:  # captioned, so meant as a clip
-            raise EriDiffusionError(f"{os.path.join(folder, name, stray)} is not a frame of the frame folder "
-                                    f"{os.path.join(folder, name)} ({_SUPPORTED} images only); move it out.")
+            raise EriDiffusionError(
+                f"{os.path.join(folder, name, stray)} is not a frame of the frame folder "
+                f"{os.path.join(folder, name)} ({_SUPPORTED} images only); move it out."
+            )
     return images, caption_files, has_metadata, reference_folder
 
 
@@ -295,15 +366,19 @@ def _read_caption_files(folder, images, caption_files, caption_ext):
     for name in images:
         stem = _stem(folder, name)
         if stem in by_stem:
-            raise EriDiffusionError(f"{os.path.join(folder, by_stem[stem])} and {os.path.join(folder, name)} "
-                                    f"share the name '{stem}', so {stem}{caption_ext} would caption both; "
-                                    "rename one of them.")
+            raise EriDiffusionError(
+                f"{os.path.join(folder, by_stem[stem])} and {os.path.join(folder, name)} "
+                f"share the name '{stem}', so {stem}{caption_ext} would caption both; "
+                "rename one of them."
+            )
         by_stem[stem] = name
     for stem, caption_name in caption_files.items():
         if stem not in by_stem:
-            raise EriDiffusionError(f"{os.path.join(folder, caption_name)} has no image beside it "
-                                    f"(expected {stem}.png, .jpg or .webp, a {stem}.mp4 clip or a {stem}/ "
-                                    "frame folder); add the image or delete the caption file.")
+            raise EriDiffusionError(
+                f"{os.path.join(folder, caption_name)} has no image beside it "
+                f"(expected {stem}.png, .jpg or .webp, a {stem}.mp4 clip or a {stem}/ "
+                "frame folder); add the image or delete the caption file."
+            )
     captions = {}
     for stem, caption_name in caption_files.items():
         path = os.path.join(folder, caption_name)
@@ -334,30 +409,37 @@ def _read_metadata(folder, images):
         try:
             entry = json.loads(line)
         except json.JSONDecodeError as error:
-            raise EriDiffusionError(f"{where} is not valid JSON ({error.msg}); write one object per "
-                                    f"line such as {example}.") from None
+            raise EriDiffusionError(
+                f"{where} is not valid JSON ({error.msg}); write one object per line such as {example}."
+            ) from None
         if not isinstance(entry, dict) or not isinstance(entry.get("file_name"), str):
-            raise EriDiffusionError(f'{where} has no "file_name" text field; write one object per '
-                                    f"line such as {example}.")
+            raise EriDiffusionError(
+                f'{where} has no "file_name" text field; write one object per line such as {example}.'
+            )
         caption = entry.get("text", entry.get("caption", ""))
         if not isinstance(caption, str):
-            raise EriDiffusionError(f'{where}: the caption must be text, got {caption!r}; '
-                                    'write it as a JSON string.')
+            raise EriDiffusionError(f"{where}: the caption must be text, got {caption!r}; write it as a JSON string.")
         name = os.path.normpath(entry["file_name"]).replace(os.sep, "/")
         if os.path.isabs(name) or name.startswith("../") or name == "..":
-            raise EriDiffusionError(f"{where} names {entry['file_name']}, outside the dataset folder; "
-                                    "give a path relative to the folder holding metadata.jsonl.")
+            raise EriDiffusionError(
+                f"{where} names {entry['file_name']}, outside the dataset folder; "
+                "give a path relative to the folder holding metadata.jsonl."
+            )
         is_frame_folder = os.path.isdir(os.path.join(folder, name))
         if os.path.splitext(name.lower())[1] not in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS and not is_frame_folder:
-            raise EriDiffusionError(f"{where} names {entry['file_name']}, which is not a {_SUPPORTED} "
-                                    f"image, a {_SUPPORTED_CLIPS} clip or a frame folder; convert it or "
-                                    "remove the line.")
+            raise EriDiffusionError(
+                f"{where} names {entry['file_name']}, which is not a {_SUPPORTED} "
+                f"image, a {_SUPPORTED_CLIPS} clip or a frame folder; convert it or "
+                "remove the line."
+            )
         if not is_frame_folder and not os.path.isfile(os.path.join(folder, name)):
-            raise EriDiffusionError(f"{where} names {entry['file_name']}, which is not in {folder}; "
-                                    "add the image or remove the line.")
+            raise EriDiffusionError(
+                f"{where} names {entry['file_name']}, which is not in {folder}; add the image or remove the line."
+            )
         if name in first_line:
-            raise EriDiffusionError(f"{where} names {entry['file_name']} again (first on line "
-                                    f"{first_line[name]}); keep one line per image.")
+            raise EriDiffusionError(
+                f"{where} names {entry['file_name']} again (first on line {first_line[name]}); keep one line per image."
+            )
         first_line[name] = number
         captions[name] = caption.strip()
         if name not in images:
@@ -376,28 +458,37 @@ def _references(folder, reference_folder, images):
                 continue
             path = os.path.join(root, file)
             if os.path.splitext(file.lower())[1] not in IMAGE_EXTENSIONS:
-                raise EriDiffusionError(f"{path} is not a reference image EriDiffusion reads (supported: "
-                                        f"{_SUPPORTED}); move it out of {where} or convert it.")
+                raise EriDiffusionError(
+                    f"{path} is not a reference image EriDiffusion reads (supported: "
+                    f"{_SUPPORTED}); move it out of {where} or convert it."
+                )
             stem = os.path.splitext(os.path.relpath(path, where).replace(os.sep, "/"))[0]
             if stem in by_stem:
-                raise EriDiffusionError(f"{by_stem[stem]} and {path} are both references for '{stem}'; "
-                                        "keep one of them.")
+                raise EriDiffusionError(
+                    f"{by_stem[stem]} and {path} are both references for '{stem}'; keep one of them."
+                )
             by_stem[stem] = path
     references = {}
     for name in images:
         path = os.path.join(folder, name)
         stem = os.path.splitext(name)[0]
         if os.path.isdir(path) or is_clip_file(name):
-            raise EriDiffusionError(f"{path} is a clip, but {where} makes this an edit-pair dataset of still "
-                                    "images; move the clip to its own dataset folder.")
+            raise EriDiffusionError(
+                f"{path} is a clip, but {where} makes this an edit-pair dataset of still "
+                "images; move the clip to its own dataset folder."
+            )
         if stem not in by_stem:
-            raise EriDiffusionError(f"{path} has no reference image: put the image it was edited from in "
-                                    f"{where} as {stem}.png (or .jpg/.webp), or move {name} out of the dataset.")
+            raise EriDiffusionError(
+                f"{path} has no reference image: put the image it was edited from in "
+                f"{where} as {stem}.png (or .jpg/.webp), or move {name} out of the dataset."
+            )
         references[name] = by_stem.pop(stem)
     if by_stem:
         stem, path = min(by_stem.items())
-        raise EriDiffusionError(f"{path} is a reference for '{stem}', but the dataset has no image {stem}; "
-                                f"add the target image beside {where} or delete the reference.")
+        raise EriDiffusionError(
+            f"{path} is a reference for '{stem}', but the dataset has no image {stem}; "
+            f"add the target image beside {where} or delete the reference."
+        )
     for path in references.values():
         open_image_rgb(path)  # proves it is readable now rather than at caching time
     return references
@@ -434,8 +525,9 @@ def _file_sha256(path):
             for chunk in iter(lambda: file.read(1 << 20), b""):
                 digest.update(chunk)
     except FileNotFoundError:
-        raise EriDiffusionError(f"{path} was removed after the dataset was loaded; "
-                                "put it back or reload the dataset.") from None
+        raise EriDiffusionError(
+            f"{path} was removed after the dataset was loaded; put it back or reload the dataset."
+        ) from None
     return digest.digest()
 
 

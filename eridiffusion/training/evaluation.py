@@ -1,5 +1,6 @@
 """The evaluation loss: the model's loss at fixed (noise, timestep) pairs on the first images, the
 same numbers before and after training, so the drop measures what was learned."""
+
 import torch
 
 from . import model_loading
@@ -17,8 +18,14 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
     device = patcher.load_device
     objective = Objective(base.model_sampling)
     with torch.no_grad():
-        prepared = PreparedData(base, data, device, limit=config.eval_images, cached_inputs=text_encoder is None,
-                                options=conditioning_options(config, family_of(base)))
+        prepared = PreparedData(
+            base,
+            data,
+            device,
+            limit=config.eval_images,
+            cached_inputs=text_encoder is None,
+            options=conditioning_options(config, family_of(base)),
+        )
         ms = base.model_sampling
         t_lo, t_hi = float(ms.timestep(ms.sigma_min.reshape(1))), float(ms.timestep(ms.sigma_max.reshape(1)))
         fractions = (torch.arange(config.eval_timesteps, dtype=torch.float32) + 0.5) / config.eval_timesteps
@@ -32,8 +39,9 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
             x0 = latent[None].expand(len(sigmas), *latent.shape)
             noise = torch.randn(x0.shape, generator=generator).to(device)
             x_t = objective.noisy_latent(x0, noise, sigmas)
-            denoised = prediction(base, transformer_options, x_t, sigmas, batch_inputs([inputs] * len(sigmas)),
-                                  config.torch_dtype)
+            denoised = prediction(
+                base, transformer_options, x_t, sigmas, batch_inputs([inputs] * len(sigmas)), config.torch_dtype
+            )
             total += float(objective.loss(denoised, x0, sigmas).sum())
             count += len(sigmas)
     return total / count

@@ -3,6 +3,7 @@ captions through its CLIP, kept on disk under keys that change whenever anything
 changes (file bytes, frame sampling, crop, bucket, caption text, the VAE's and CLIP's weights), so
 a second run encodes nothing. Each entry carries a checksum of its tensors: one that cannot be
 read, does not match it or holds NaN is encoded again (with a warning), never trained on."""
+
 import hashlib
 import json
 import logging
@@ -28,25 +29,26 @@ class CacheStats:
     latents_loaded: int = 0
     texts_encoded: int = 0
     texts_loaded: int = 0
-    entries_rejected: int = 0         # unreadable, checksum mismatch or non-finite: encoded again
+    entries_rejected: int = 0  # unreadable, checksum mismatch or non-finite: encoded again
 
 
 @dataclass
 class TrainingSample:
     source: str
-    latent: torch.Tensor              # (C, h, w), or (C, t, h, w) from a video VAE; VAE space, CPU
-    conditionings: list               # ComfyUI conditionings, one per caption variant
-    bucket: tuple                     # (width, height) in pixels
-    captions: tuple = ()              # the caption variants' texts (text-encoder training encodes them live)
-    frames: int = 1                   # pixel frames the latent encodes (clips: the dataset's frame count)
-    reference_latents: tuple = ()     # edit pairs: (C, h, w) latents of the reference images, VAE space
+    latent: torch.Tensor  # (C, h, w), or (C, t, h, w) from a video VAE; VAE space, CPU
+    conditionings: list  # ComfyUI conditionings, one per caption variant
+    bucket: tuple  # (width, height) in pixels
+    captions: tuple = ()  # the caption variants' texts (text-encoder training encodes them live)
+    frames: int = 1  # pixel frames the latent encodes (clips: the dataset's frame count)
+    reference_latents: tuple = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
 
 
 @dataclass
 class TrainingData:
     """What CacheLatents hands to the trainer."""
+
     samples: list
-    empty_conditioning: list          # the "" prompt, used for caption dropout
+    empty_conditioning: list  # the "" prompt, used for caption dropout
     caption_dropout: float
     repeats: int
     resolution: int
@@ -171,10 +173,19 @@ class LatentCache:
         (VideoOptions), encoded or read back; every frame gets the same resize and center crop."""
         bucket = bucket_for(record.width, record.height, resolution)
         crop = crop_to_bucket((record.width, record.height), bucket)[1]
-        path = self._path("latents", "clip", media_sha256(record.path).hex(), video.frames, video.fps,
-                          list(bucket), list(crop), self.vae_id)
-        return self._encoded(path, lambda: [fit_to_bucket(frame, bucket)[0]
-                                            for frame in read_clip(record.path, video)], record.path), bucket
+        path = self._path(
+            "latents",
+            "clip",
+            media_sha256(record.path).hex(),
+            video.frames,
+            video.fps,
+            list(bucket),
+            list(crop),
+            self.vae_id,
+        )
+        return self._encoded(
+            path, lambda: [fit_to_bucket(frame, bucket)[0] for frame in read_clip(record.path, video)], record.path
+        ), bucket
 
     def _stored(self, path, source):
         """The verified entry at `path`, or None when there is none or it was rejected."""
@@ -195,8 +206,10 @@ class LatentCache:
         pixels = torch.from_numpy(np.stack([np.asarray(frame, dtype=np.float32) for frame in frames()]) / 255.0)
         latent = self.vae.encode(pixels)[0].to("cpu", torch.float32).contiguous()
         if not _all_finite({"latent": latent}):
-            raise EriDiffusionError(f"the VAE encodes {source} to NaN or infinite values: it overflows at its "
-                                    "precision. Start ComfyUI with --fp32-vae (SDXL: or load the fp16-fix VAE).")
+            raise EriDiffusionError(
+                f"the VAE encodes {source} to NaN or infinite values: it overflows at its "
+                "precision. Start ComfyUI with --fp32-vae (SDXL: or load the fp16-fix VAE)."
+            )
         self.stats.latents_encoded += 1
         _write_entry(path, {"latent": latent})
         return latent
@@ -210,8 +223,10 @@ class LatentCache:
             return _conditioning_of(*stored)
         conditioning = self.clip.encode_from_tokens_scheduled(self.clip.tokenize(text))
         if not all(_all_finite({"cond": cond}) for cond, _ in conditioning):
-            raise EriDiffusionError(f"the CLIP encodes the caption {text!r} to NaN or infinite values; load the "
-                                    "text encoder at a wider precision (fp32) or check its weights.")
+            raise EriDiffusionError(
+                f"the CLIP encodes the caption {text!r} to NaN or infinite values; load the "
+                "text encoder at a wider precision (fp32) or check its weights."
+            )
         self.stats.texts_encoded += 1
         _write_conditioning(path, conditioning)
         return conditioning
@@ -242,7 +257,7 @@ def _conditioning_of(tensors, metadata):
     for i, plain in enumerate(extras):
         options = dict(plain)
         prefix = f"{i}.extra."
-        options.update({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
+        options.update({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
         conditioning.append([tensors[f"{i}.cond"], options])
     return conditioning
 
@@ -252,9 +267,11 @@ def check_vae_takes_clips(dataset, vae):
     if not dataset.has_clips:
         return
     if getattr(vae, "latent_dim", 2) != 3:
-        raise EriDiffusionError(f"{dataset.folder} holds video clips, but this VAE encodes still images; "
-                                "connect the VAE of a video model (Wan, HunyuanVideo, LTX-Video) to CacheLatents "
-                                "or remove the clips.")
+        raise EriDiffusionError(
+            f"{dataset.folder} holds video clips, but this VAE encodes still images; "
+            "connect the VAE of a video model (Wan, HunyuanVideo, LTX-Video) to CacheLatents "
+            "or remove the clips."
+        )
     temporal = vae.temporal_compression_decode() or 1
     check_frames_for_vae(dataset.video.frames, temporal, f"dataset {dataset.folder}")
 
@@ -274,10 +291,20 @@ def build_training_data(dataset, vae, clip, resolution, cache_folder, shuffle_va
             latent, bucket = cache.latent(record.path, resolution)
         references = (cache.latent(record.reference, resolution, bucket)[0],) if record.reference else ()
         texts = caption_variants(record.caption, options, variants_wanted, seed + index)
-        samples.append(TrainingSample(record.path, latent, [cache.conditioning(t) for t in texts], bucket,
-                                      tuple(texts), dataset.video.frames if record.clip else 1, references))
+        samples.append(
+            TrainingSample(
+                record.path,
+                latent,
+                [cache.conditioning(t) for t in texts],
+                bucket,
+                tuple(texts),
+                dataset.video.frames if record.clip else 1,
+                references,
+            )
+        )
         if progress is not None:
             progress(index + 1, len(dataset.records))
     empty = cache.conditioning("")
-    return TrainingData(samples, empty, options.dropout_rate, dataset.repeats, resolution,
-                        dataset.fingerprint(), cache.stats)
+    return TrainingData(
+        samples, empty, options.dropout_rate, dataset.repeats, resolution, dataset.fingerprint(), cache.stats
+    )

@@ -1,12 +1,12 @@
 """ComfyUI's LoRA file format: which key names address which weights, the tensors and
 metadata of a saved adapter, and writing the .safetensors file."""
+
 import dataclasses
 import json
 from dataclasses import dataclass, field
 
-import torch
-
 import comfy.lora
+import torch
 
 from .. import __version__
 from .atomic_file import write_safetensors_atomic
@@ -24,12 +24,12 @@ def loadable_weight_keys(base_model):
     for lora_key, weight_key in key_map.items():
         if not isinstance(weight_key, str) or not weight_key.endswith(".weight"):
             continue
-        native = weight_key[len("diffusion_model."):-len(".weight")]
+        native = weight_key[len("diffusion_model.") : -len(".weight")]
         kohya = "lora_unet_" + native.replace(".", "_")
         if key_map.get(kohya) == weight_key:
             prefixes[weight_key] = kohya
-        elif key_map.get(weight_key[:-len(".weight")]) == weight_key:
-            prefixes[weight_key] = weight_key[:-len(".weight")]
+        elif key_map.get(weight_key[: -len(".weight")]) == weight_key:
+            prefixes[weight_key] = weight_key[: -len(".weight")]
         else:
             prefixes.setdefault(weight_key, lora_key)
     return prefixes
@@ -53,6 +53,7 @@ def loadable_clip_keys(cond_stage_model):
 @dataclass
 class TrainedLoRA:
     """What SaveLoRA writes: tensors under ComfyUI's names (fp32, CPU) and the metadata."""
+
     tensors: dict
     metadata: dict = field(default_factory=dict)
 
@@ -71,12 +72,16 @@ def check_finite(tensors, converted, dtype, path):
     if not bad:
         return
     if all(bool(torch.isfinite(tensors[k]).all()) for k in bad):
-        raise EriDiffusionError(f"{path} was not written: in {dtype}, {len(bad)} of its {len(converted)} tensors (e.g. "
-                                f"{bad[0]}) hold values too large for {dtype}, which become infinite; save as bf16 or "
-                                "fp32.")
-    raise EriDiffusionError(f"{path} was not written: {len(bad)} of this LoRA's {len(converted)} tensors (e.g. {bad[0]}) "
-                            "hold NaN or infinite values, so the run that made it diverged. Train again with a lower "
-                            "learning_rate (or dtype bf16/fp32).")
+        raise EriDiffusionError(
+            f"{path} was not written: in {dtype}, {len(bad)} of its {len(converted)} tensors (e.g. "
+            f"{bad[0]}) hold values too large for {dtype}, which become infinite; save as bf16 or "
+            "fp32."
+        )
+    raise EriDiffusionError(
+        f"{path} was not written: {len(bad)} of this LoRA's {len(converted)} tensors (e.g. {bad[0]}) "
+        "hold NaN or infinite values, so the run that made it diverged. Train again with a lower "
+        "learning_rate (or dtype bf16/fp32)."
+    )
 
 
 def run_metadata(base_model, config, data, steps):
@@ -106,8 +111,14 @@ def export_lora(adapter_set, prefixes, metadata, text_encoder=None):
         "ss_network_module": "networks.lora" if spec.algorithm == "lora" else "lycoris.kohya",
         "ss_network_dim": str(spec.rank),
         "ss_network_alpha": str(spec.alpha),
-        "ss_network_args": json.dumps({"algo": spec.algorithm, "conv_dim": spec.conv_rank,
-                                       "conv_alpha": spec.conv_alpha, "factor": spec.lokr_factor}),
+        "ss_network_args": json.dumps(
+            {
+                "algo": spec.algorithm,
+                "conv_dim": spec.conv_rank,
+                "conv_alpha": spec.conv_alpha,
+                "factor": spec.lokr_factor,
+            }
+        ),
         "eridiffusion_adapter_spec": json.dumps(dataclasses.asdict(spec)),
         "eridiffusion_adapter": spec.algorithm,
         "eridiffusion_rank": str(spec.rank),

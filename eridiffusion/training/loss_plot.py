@@ -1,4 +1,5 @@
 """The loss curve as a picture: raw losses faint, an exponential moving average on top."""
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,6 +11,7 @@ WIDTH, HEIGHT, MARGIN = 640, 360, 48
 @dataclass(frozen=True)
 class LossHistory:
     """A finished run's losses (LoRATrainer's LOSS output)."""
+
     losses: tuple
     eval_loss_before: float
     eval_loss_after: float
@@ -22,7 +24,7 @@ def smoothed(values, weight=0.9):
     out, avg = [], 0.0
     for i, v in enumerate(values, start=1):
         avg = weight * avg + (1 - weight) * v
-        out.append(avg / (1 - weight ** i))
+        out.append(avg / (1 - weight**i))
     return out
 
 
@@ -45,10 +47,16 @@ def draw_loss_plot(losses, title="training loss"):
         x = left + (right - left) * (i / max(1, len(losses) - 1))
         return x, bottom - (bottom - top) * ((v - low) / span)
 
-    draw.line([point(i, v) for i, v in enumerate(losses)] if len(losses) > 1 else [point(0, losses[0])] * 2,
-              fill=(170, 190, 230), width=1)
-    draw.line([point(i, v) for i, v in enumerate(smoothed(losses))] if len(losses) > 1
-              else [point(0, losses[0])] * 2, fill=(20, 60, 200), width=2)
+    draw.line(
+        [point(i, v) for i, v in enumerate(losses)] if len(losses) > 1 else [point(0, losses[0])] * 2,
+        fill=(170, 190, 230),
+        width=1,
+    )
+    draw.line(
+        [point(i, v) for i, v in enumerate(smoothed(losses))] if len(losses) > 1 else [point(0, losses[0])] * 2,
+        fill=(20, 60, 200),
+        width=2,
+    )
     draw.text((4, top), f"{high:.4g}", fill="black")
     draw.text((4, bottom - 10), f"{low:.4g}", fill="black")
     draw.text((left, bottom + 6), "step 1", fill="black")
@@ -59,4 +67,5 @@ def draw_loss_plot(losses, title="training loss"):
 def as_image_tensor(picture):
     """A PIL picture as a ComfyUI IMAGE batch (1, H, W, 3) in [0, 1]."""
     import torch
+
     return torch.from_numpy(np.asarray(picture.convert("RGB"), dtype=np.float32) / 255.0)[None]

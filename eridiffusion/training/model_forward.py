@@ -1,6 +1,7 @@
 """One forward of the model being trained, as ComfyUI's sampler runs it: the transformer options
 (with the patcher's wrappers and callbacks), autocast, and the autograd guards for ComfyUI's
 in-place code."""
+
 import contextlib
 
 import comfy.patcher_extension
@@ -24,9 +25,11 @@ def prediction(base_model, transformer_options, x_t, sigma, inputs, dtype, cast_
     """ComfyUI's denoised estimate of `x_t` at `sigma` (apply_model) with autograd through it."""
     # out-of-place residual adds: Flux/MMDiT blocks write `x += ...` into tensors autograd saved.
     # (A CUDA graph capture needs autocast's cast cache off: cached casts would outlive the capture.)
-    with torch.autocast(x_t.device.type, dtype=dtype, enabled=dtype != torch.float32, cache_enabled=cast_cache), \
-            OutOfPlaceAugmentedAssignments(), \
-            (saved_activations_copied() if copy_saved else contextlib.nullcontext()):
+    with (
+        torch.autocast(x_t.device.type, dtype=dtype, enabled=dtype != torch.float32, cache_enabled=cast_cache),
+        OutOfPlaceAugmentedAssignments(),
+        saved_activations_copied() if copy_saved else contextlib.nullcontext(),
+    ):
         return base_model.apply_model(x_t, sigma, transformer_options=dict(transformer_options), **inputs)
 
 

@@ -1,5 +1,6 @@
 """Turns cached CLIP conditionings into the extra inputs a ComfyUI model takes (`c_crossattn`,
 `y`, …) through the model's own `extra_conds`, as ComfyUI's sampler does, once per sample."""
+
 import torch
 
 
@@ -26,12 +27,19 @@ def model_inputs(base_model, conditioning, latent, device, pixel_size=None, defa
     width, height = pixel_size or (latent.shape[-1] * 8, latent.shape[-2] * 8)
     # latent_shapes: as ComfyUI's sampler passes it for a plain (not nested) latent; models that
     # take several latents at once (LTX-2's video + audio) read the video-only case from it.
-    params.update(cross_attn=cond, noise=latent[None], device=device, prompt_type="positive",
-                  width=params.get("width", width), height=params.get("height", height),
-                  latent_shapes=[latent[None].shape])
+    params.update(
+        cross_attn=cond,
+        noise=latent[None],
+        device=device,
+        prompt_type="positive",
+        width=params.get("width", width),
+        height=params.get("height", height),
+        latent_shapes=[latent[None].shape],
+    )
     conds = base_model.extra_conds(**params)
-    return {name: _on_device(c.process_cond(batch_size=1, area=None, device=device), device)
-            for name, c in conds.items()}
+    return {
+        name: _on_device(c.process_cond(batch_size=1, area=None, device=device), device) for name, c in conds.items()
+    }
 
 
 def batch_inputs(per_sample):

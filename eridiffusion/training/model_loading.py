@@ -1,4 +1,5 @@
 """Loading and unloading a patcher through ComfyUI's memory manager (which patches and injects it)."""
+
 import comfy.model_management
 
 

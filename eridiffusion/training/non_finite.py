@@ -2,6 +2,7 @@
 norm stay on the device and come back with the logging step's losses (one read). A non-finite one
 stops the run naming the step and the likely cause, or, with on_nan=skip, that step's update is
 left out."""
+
 import torch
 
 from .errors import EriDiffusionError
@@ -79,21 +80,32 @@ def diverged_error(step, loss, norm, config, first_step, checkpoint, skipped_in_
     what = f"the loss is {loss:g}" if not _finite(loss) else f"the loss is {loss:.4g} but the gradient norm is {norm:g}"
     causes = []
     if step == first_step:
-        causes.append("the data or the starting weights (the run's first step already failed: a NaN in a latent, a "
-                      "caption's encoding or a resumed LoRA)")
+        causes.append(
+            "the data or the starting weights (the run's first step already failed: a NaN in a latent, a "
+            "caption's encoding or a resumed LoRA)"
+        )
     high = 10.0 if config.optimizer == "Prodigy" else 1e-3
     if config.learning_rate > high:
-        causes.append(f"learning_rate {config.learning_rate:g} is high for {config.optimizer} (LoRA usually trains at "
-                      f"{'1.0' if config.optimizer == 'Prodigy' else '1e-4 to 1e-3'})")
+        causes.append(
+            f"learning_rate {config.learning_rate:g} is high for {config.optimizer} (LoRA usually trains at "
+            f"{'1.0' if config.optimizer == 'Prodigy' else '1e-4 to 1e-3'})"
+        )
     if config.dtype == "fp16":
         causes.append("dtype fp16 overflows easily: use bf16 or fp32")
     if not causes:
-        causes.append(f"a NaN or infinite value in the data, or learning_rate {config.learning_rate:g} is too high "
-                      "for this model")
-    kept = (f"The last finite checkpoint is {checkpoint}." if checkpoint
-            else "No checkpoint was written before it (save_every writes them).")
-    head = (f"training diverged: {skipped_in_a_row} steps in a row were non-finite up to step {step} of "
-            f"{config.steps}, and on_nan=skip only leaves out single bad steps" if skipped_in_a_row
-            else f"training stopped at step {step} of {config.steps}: {what}")
+        causes.append(
+            f"a NaN or infinite value in the data, or learning_rate {config.learning_rate:g} is too high for this model"
+        )
+    kept = (
+        f"The last finite checkpoint is {checkpoint}."
+        if checkpoint
+        else "No checkpoint was written before it (save_every writes them)."
+    )
+    head = (
+        f"training diverged: {skipped_in_a_row} steps in a row were non-finite up to step {step} of "
+        f"{config.steps}, and on_nan=skip only leaves out single bad steps"
+        if skipped_in_a_row
+        else f"training stopped at step {step} of {config.steps}: {what}"
+    )
     advice = "" if skipped_in_a_row else " Set on_nan to skip to leave such steps out instead."
     return EriDiffusionError(f"{head}. Likely cause: {'; '.join(causes)}. {kept}{advice}")

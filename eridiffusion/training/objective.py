@@ -6,12 +6,12 @@ ComfyUI's `apply_model` returns the denoised estimate x̂0 = skip(σ)·x_t + c(�
 c(σ) gives the error in that native parameterization, so one formula serves every
 prediction type, and the target T satisfies calculate_denoised(σ, T, x_t) == x0.
 """
+
 import math
 from dataclasses import dataclass
 
-import torch
-
 import comfy.model_sampling
+import torch
 
 from .errors import EriDiffusionError
 from .settings import check_settings, setting
@@ -27,21 +27,38 @@ _FLUX_SHIFT_POINTS = ((256, 0.5), (4096, 1.15))
 @dataclass(frozen=True)
 class ObjectiveSpec:
     """How noise levels are drawn and the loss weighted. "auto" takes the family's default."""
+
     timestep_sampling: str = setting(
-        "auto", "auto: the family's default. uniform; logit_normal (SD3); sigmoid (t = sigmoid(scale·N)); shift "
-        "(sigmoid, then shifted to more noise; flow models only).", choices=TIMESTEP_SAMPLINGS)
-    logit_mean: float = setting(0.0, "logit_normal: mean of logit(t); > 0 favours more noise.",
-                                minimum=-5.0, maximum=5.0, step=0.05)
+        "auto",
+        "auto: the family's default. uniform; logit_normal (SD3); sigmoid (t = sigmoid(scale·N)); shift "
+        "(sigmoid, then shifted to more noise; flow models only).",
+        choices=TIMESTEP_SAMPLINGS,
+    )
+    logit_mean: float = setting(
+        0.0, "logit_normal: mean of logit(t); > 0 favours more noise.", minimum=-5.0, maximum=5.0, step=0.05
+    )
     logit_std: float = setting(1.0, "logit_normal: spread of logit(t).", minimum=0.05, maximum=5.0, step=0.05)
-    sigmoid_scale: float = setting(1.0, "sigmoid and shift: scale of the normal draw.",
-                                   minimum=0.05, maximum=10.0, step=0.05)
-    shift: float = setting(0.0, "shift: sigma = s·t / (1 + (s-1)·t); 0: s from the image size, as Flux does.",
-                           minimum=0.0, maximum=100.0, step=0.05)
-    loss_weighting: str = setting("none", "min_snr: min-SNR-γ weighting (ε and v models only).",
-                                  choices=LOSS_WEIGHTINGS)
+    sigmoid_scale: float = setting(
+        1.0, "sigmoid and shift: scale of the normal draw.", minimum=0.05, maximum=10.0, step=0.05
+    )
+    shift: float = setting(
+        0.0,
+        "shift: sigma = s·t / (1 + (s-1)·t); 0: s from the image size, as Flux does.",
+        minimum=0.0,
+        maximum=100.0,
+        step=0.05,
+    )
+    loss_weighting: str = setting(
+        "none", "min_snr: min-SNR-γ weighting (ε and v models only).", choices=LOSS_WEIGHTINGS
+    )
     min_snr_gamma: float = setting(5.0, "γ of min_snr.", minimum=0.1, maximum=100.0, step=0.1)
-    noise_offset: float = setting(0.0, "Offset noise (per sample and channel): helps very dark/bright images; ~0.05.",
-                                  minimum=0.0, maximum=1.0, step=0.01)
+    noise_offset: float = setting(
+        0.0,
+        "Offset noise (per sample and channel): helps very dark/bright images; ~0.05.",
+        minimum=0.0,
+        maximum=1.0,
+        step=0.01,
+    )
 
     def __post_init__(self):
         check_settings(self, "objective")
@@ -88,12 +105,17 @@ class Objective:
         self.model_sampling, self.spec = model_sampling, spec
         self.flow = is_flow(model_sampling)
         if spec.timestep_sampling == "shift" and not self.flow:
-            raise EriDiffusionError("timestep_sampling 'shift' is for flow models (SD3, Flux, Wan, …); this model "
-                                    "predicts ε or v: use uniform, logit_normal or sigmoid.")
+            raise EriDiffusionError(
+                "timestep_sampling 'shift' is for flow models (SD3, Flux, Wan, …); this model "
+                "predicts ε or v: use uniform, logit_normal or sigmoid."
+            )
         if spec.loss_weighting == "min_snr" and not isinstance(
-                model_sampling, (comfy.model_sampling.EPS, comfy.model_sampling.V_PREDICTION)):
-            raise EriDiffusionError("loss_weighting 'min_snr' is for ε and v-prediction models; flow models "
-                                    "shape the loss through timestep_sampling instead (set loss_weighting to none).")
+            model_sampling, (comfy.model_sampling.EPS, comfy.model_sampling.V_PREDICTION)
+        ):
+            raise EriDiffusionError(
+                "loss_weighting 'min_snr' is for ε and v-prediction models; flow models "
+                "shape the loss through timestep_sampling instead (set loss_weighting to none)."
+            )
 
     def sample_sigmas(self, batch, generator, device, tokens=None):
         """Noise levels for one batch, as sigmas in ComfyUI's convention for this model."""

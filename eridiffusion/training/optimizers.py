@@ -1,5 +1,6 @@
 """The optimizers a LoRA run can choose, built by name, and a one-step check that the chosen one
 really runs on the training device before any training work starts."""
+
 import warnings
 
 import torch
@@ -26,6 +27,7 @@ def make_optimizer(name, params, lr, weight_decay, device):
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=device.type in ("cuda", "cpu"))
     if name in _BITSANDBYTES:
         import bitsandbytes
+
         return getattr(bitsandbytes.optim, name)(params, lr=lr, weight_decay=weight_decay)
     if name == "Prodigy":
         # Prodigy estimates the step size itself and lr multiplies that estimate: LoRA runs pass lr=1.0.
@@ -35,17 +37,23 @@ def make_optimizer(name, params, lr, weight_decay, device):
         params = list(params)
         rates = {group.get("lr", lr) if isinstance(group, dict) else lr for group in params} - {0}
         if len(rates) > 1:
-            raise EriDiffusionError(f"optimizer Prodigy needs one learning rate for every parameter group (got "
-                                    f"{sorted(rates)}): give the text encoder the model's learning rate (1.0) or 0.")
+            raise EriDiffusionError(
+                f"optimizer Prodigy needs one learning rate for every parameter group (got "
+                f"{sorted(rates)}): give the text encoder the model's learning rate (1.0) or 0."
+            )
         import prodigyopt
-        return prodigyopt.Prodigy(params, lr=lr, weight_decay=weight_decay, safeguard_warmup=True,
-                                  use_bias_correction=True)
+
+        return prodigyopt.Prodigy(
+            params, lr=lr, weight_decay=weight_decay, safeguard_warmup=True, use_bias_correction=True
+        )
     if name == "Adafactor":
         # A fixed-lr Adafactor, as kohya uses it for LoRA: its own relative step and parameter
         # scaling would override the schedule the user chose.
         from transformers.optimization import Adafactor
-        return Adafactor(params, lr=lr, weight_decay=weight_decay, relative_step=False, scale_parameter=False,
-                         warmup_init=False)
+
+        return Adafactor(
+            params, lr=lr, weight_decay=weight_decay, relative_step=False, scale_parameter=False, warmup_init=False
+        )
     raise _unknown(name)
 
 
@@ -73,10 +81,12 @@ def check_optimizer_runs(name, device):
             raise RuntimeError("one step left the parameter unchanged")
     except Exception as error:
         detail = (str(error).strip().splitlines() or [""])[0]
-        unpaged = name[len("Paged"):] if name.startswith("Paged") else "AdamW"
+        unpaged = name[len("Paged") :] if name.startswith("Paged") else "AdamW"
         instead = "AdamW" if unpaged == "AdamW" else f"{unpaged} (the same without paging) or AdamW"
-        raise EriDiffusionError(f"optimizer {name} cannot run on {device.type}: {type(error).__name__}: {detail} "
-                                f"Choose another optimizer, e.g. {instead}.") from error
+        raise EriDiffusionError(
+            f"optimizer {name} cannot run on {device.type}: {type(error).__name__}: {detail} "
+            f"Choose another optimizer, e.g. {instead}."
+        ) from error
 
 
 def _unknown(name):

@@ -1,5 +1,6 @@
 """The cached samples made ready for training on the device: latents in model space and, unless
 captions are encoded live, each caption's model inputs."""
+
 import torch
 
 from .model_inputs import model_inputs
@@ -34,10 +35,25 @@ class PreparedData:
                 # (LTX-2's text connectors), which may carry adapters; a graph through them would be
                 # freed by the first backward.
                 with torch.no_grad():
-                    self.inputs.append([model_inputs(base_model, c, latent, device, sample.bucket, self.options,
-                                                     sample.reference_latents) for c in sample.conditionings])
-                    self.empty_inputs.append(model_inputs(base_model, data.empty_conditioning, latent, device,
-                                                          sample.bucket, self.options, sample.reference_latents))
+                    self.inputs.append(
+                        [
+                            model_inputs(
+                                base_model, c, latent, device, sample.bucket, self.options, sample.reference_latents
+                            )
+                            for c in sample.conditionings
+                        ]
+                    )
+                    self.empty_inputs.append(
+                        model_inputs(
+                            base_model,
+                            data.empty_conditioning,
+                            latent,
+                            device,
+                            sample.bucket,
+                            self.options,
+                            sample.reference_latents,
+                        )
+                    )
 
     def variants(self, index):
         return len(self.captions[index])
@@ -47,5 +63,12 @@ class PreparedData:
         if text_encoder is None:
             return self.empty_inputs[index] if variant is None else self.inputs[index][variant]
         text = "" if variant is None else self.captions[index][variant]
-        return model_inputs(self.base_model, text_encoder.conditioning(text), self.latents[index], self.device,
-                            self.sizes[index], self.options, self.references[index])
+        return model_inputs(
+            self.base_model,
+            text_encoder.conditioning(text),
+            self.latents[index],
+            self.device,
+            self.sizes[index],
+            self.options,
+            self.references[index],
+        )

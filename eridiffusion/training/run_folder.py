@@ -1,4 +1,5 @@
 """The folder a run writes into: output/<run_name>, or <run_name>_2, _3 … when it is taken."""
+
 import os
 import re
 
@@ -12,7 +13,11 @@ def unique_run_dir(parent, name):
     if os.path.isdir(parent):
         for entry in os.scandir(parent):
             if entry.is_dir() and earlier.fullmatch(entry.name):
-                for folder in (entry.path, os.path.join(entry.path, "checkpoints"), os.path.join(entry.path, "samples")):
+                for folder in (
+                    entry.path,
+                    os.path.join(entry.path, "checkpoints"),
+                    os.path.join(entry.path, "samples"),
+                ):
                     sweep_stale_temp_files(folder)
     candidate, n = os.path.join(parent, name), 1
     while os.path.exists(candidate) and os.listdir(candidate):

@@ -1,6 +1,7 @@
 """What of a run's loop an exact continuation needs beside the adapter weights (step, optimizer,
 LR schedule, loss scaler, batch order, random generators, losses), and the settings that must not
 change between the run that wrote it and the one that resumes it. resume.py stores it in a file."""
+
 import hashlib
 import json
 
@@ -8,8 +9,19 @@ from .errors import EriDiffusionError
 from .resume import state_path
 
 # Settings a resumed run may change: how long it runs, where it writes, and how fast it runs.
-FREE_ON_RESUME = ("steps", "run_name", "save_every", "keep_last", "log_every", "eval_timesteps", "eval_images",
-                  "cuda_graphs", "weights_vram_gib", "torch_compile", "on_nan")
+FREE_ON_RESUME = (
+    "steps",
+    "run_name",
+    "save_every",
+    "keep_last",
+    "log_every",
+    "eval_timesteps",
+    "eval_images",
+    "cuda_graphs",
+    "weights_vram_gib",
+    "torch_compile",
+    "on_nan",
+)
 
 
 def resumable_settings(config):
@@ -23,19 +35,29 @@ def config_fingerprint(config):
 
 def capture(run, step):
     """The loop state of TrainingRun `run` after `step` steps."""
-    return {"step": step, "optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
-            "scaler": run.scaler.state_dict(), "batches": run.batches.state(),
-            "choice": run.choice.getstate(), "noise": run.noise_gen.get_state(),
-            "losses": list(run.losses), "eval_loss_before": run.eval_before,
-            "config_fingerprint": config_fingerprint(run.config), "config": run.config.as_dict()}
+    return {
+        "step": step,
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "scaler": run.scaler.state_dict(),
+        "batches": run.batches.state(),
+        "choice": run.choice.getstate(),
+        "noise": run.noise_gen.get_state(),
+        "losses": list(run.losses),
+        "eval_loss_before": run.eval_before,
+        "config_fingerprint": config_fingerprint(run.config),
+        "config": run.config.as_dict(),
+    }
 
 
 def restore(run, state, path):
     """Put TrainingRun `run` back where `state` (read beside the adapter at `path`) left it."""
     if state["config_fingerprint"] != config_fingerprint(run.config):
         changed = sorted(k for k, v in resumable_settings(run.config).items() if state["config"].get(k) != v)
-        raise EriDiffusionError(f"{state_path(path)} was written with other settings ({', '.join(changed)} "
-                                "differ); use the same settings to resume, or start a new run.")
+        raise EriDiffusionError(
+            f"{state_path(path)} was written with other settings ({', '.join(changed)} "
+            "differ); use the same settings to resume, or start a new run."
+        )
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
     run.scaler.load_state_dict(state["scaler"])

@@ -1,13 +1,13 @@
 """Rendering sample images from the model being trained, with ComfyUI's own samplers."""
+
 import math
 import os
 from dataclasses import dataclass
 
+import comfy.sample
 import numpy as np
 import torch
 from PIL import Image
-
-import comfy.sample
 
 from .atomic_file import write_atomic
 
@@ -15,9 +15,10 @@ from .atomic_file import write_atomic
 @dataclass(frozen=True)
 class SampleSettings:
     """What SampleDuringTraining hands to the trainer: prompts already encoded by the graph's CLIP."""
-    prompts: tuple                 # the prompt texts, for file names and logs
-    positives: tuple               # one ComfyUI conditioning per prompt
-    negative: list                 # the conditioning of the empty prompt
+
+    prompts: tuple  # the prompt texts, for file names and logs
+    positives: tuple  # one ComfyUI conditioning per prompt
+    negative: list  # the conditioning of the empty prompt
     vae: object
     every: int
     seed: int
@@ -27,7 +28,7 @@ class SampleSettings:
     scheduler: str
     width: int
     height: int
-    frames: int = 1                # video models: frames per sample
+    frames: int = 1  # video models: frames per sample
 
 
 def empty_latent(model, vae, width, height, frames=1):
@@ -52,9 +53,19 @@ def render_samples(patcher, settings, step, samples_dir):
         for k, positive in enumerate(settings.positives):
             latent = empty_latent(patcher.model, settings.vae, settings.width, settings.height, settings.frames)
             noise = comfy.sample.prepare_noise(latent, settings.seed + k)
-            samples = comfy.sample.sample(patcher, noise, settings.steps, settings.cfg, settings.sampler,
-                                          settings.scheduler, positive, settings.negative, latent,
-                                          seed=settings.seed + k, disable_pbar=True)
+            samples = comfy.sample.sample(
+                patcher,
+                noise,
+                settings.steps,
+                settings.cfg,
+                settings.sampler,
+                settings.scheduler,
+                positive,
+                settings.negative,
+                latent,
+                seed=settings.seed + k,
+                disable_pbar=True,
+            )
             decoded = settings.vae.decode(samples)
             frames = decoded.reshape(-1, *decoded.shape[-3:])[..., :3]  # video VAEs add a frame axis
             image = frames[:1]
@@ -78,9 +89,19 @@ def _save_png(image, path):
 def _save_animation(frames, path):
     """(T,H,W,3) frames as a looping lossless animated WebP at SAMPLE_FPS."""
     pictures = [Image.fromarray(pixels) for pixels in _to_uint8(frames)]
-    return write_atomic(path, lambda tmp: pictures[0].save(tmp, format="WEBP", save_all=True, append_images=pictures[1:],
-                                                          duration=round(1000 / SAMPLE_FPS), loop=0, lossless=True),
-                        overwrite=True)
+    return write_atomic(
+        path,
+        lambda tmp: pictures[0].save(
+            tmp,
+            format="WEBP",
+            save_all=True,
+            append_images=pictures[1:],
+            duration=round(1000 / SAMPLE_FPS),
+            loop=0,
+            lossless=True,
+        ),
+        overwrite=True,
+    )
 
 
 def image_grid(images):
@@ -91,5 +112,5 @@ def image_grid(images):
     grid = torch.zeros(1, rows * height, columns * width, 3)
     for i, image in enumerate(images):
         r, c = divmod(i, columns)
-        grid[0, r * height:(r + 1) * height, c * width:(c + 1) * width] = image[0, :height, :width]
+        grid[0, r * height : (r + 1) * height, c * width : (c + 1) * width] = image[0, :height, :width]
     return grid

@@ -2,8 +2,17 @@
 
 
 def run_summary(result, config):
-    return {"steps": len(result.losses), "planned_steps": config.steps, "eval_loss_before": result.eval_loss_before,
-            "eval_loss_after": result.eval_loss_after, "first_loss": result.losses[0], "last_loss": result.losses[-1],
-            "seconds_per_step": result.seconds_per_step, "peak_memory_gib": result.peak_memory_gib,
-            "skipped_steps": result.skipped_steps,
-            "checkpoints": result.checkpoints, "samples": result.sample_paths, "config": config.as_dict()}
+    return {
+        "steps": len(result.losses),
+        "planned_steps": config.steps,
+        "eval_loss_before": result.eval_loss_before,
+        "eval_loss_after": result.eval_loss_after,
+        "first_loss": result.losses[0],
+        "last_loss": result.losses[-1],
+        "seconds_per_step": result.seconds_per_step,
+        "peak_memory_gib": result.peak_memory_gib,
+        "skipped_steps": result.skipped_steps,
+        "checkpoints": result.checkpoints,
+        "samples": result.sample_paths,
+        "config": config.as_dict(),
+    }

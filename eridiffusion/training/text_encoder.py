@@ -4,6 +4,7 @@ The CLIP is cloned and the adapters injected into the clone's patcher, as for th
 the input CLIP keeps encoding exactly as before. Captions are encoded every step (with
 gradients), through the same `encode_from_tokens_scheduled` CLIPTextEncode uses.
 """
+
 import dataclasses
 
 from ..comfy_compat import trainable_clip_clone
@@ -64,4 +65,3 @@ def parameter_groups(unet_adapters, learning_rate, text_encoder=None, text_encod
     if text_encoder is not None:
         groups.append({"params": list(text_encoder.adapters.parameters()), "lr": text_encoder_lr})
     return groups
-

@@ -4,12 +4,13 @@ Works on a ComfyUI ModelPatcher (and optionally its CLIP) and the TrainingData o
 The inputs are never changed: training happens on clones with adapters injected in bypass
 form, and the results are other clones of the inputs with the trained adapters attached.
 """
+
 import dataclasses
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import torch
 
@@ -42,28 +43,29 @@ from .text_encoder import TextEncoderTraining, parameter_groups
 @dataclass
 class TrainingHooks:
     """How a caller watches and steers a run; every hook is optional."""
-    on_progress: Optional[Callable] = None    # (step, total, new_losses or None, stats dict)
-    check_cancel: Optional[Callable] = None   # raises to stop the run (ComfyUI's cancel)
-    should_stop: Optional[Callable] = None    # True: end at this step boundary, save, return the result
-    on_samples: Optional[Callable] = None     # (step, grid IMAGE, paths)
+
+    on_progress: Callable | None = None  # (step, total, new_losses or None, stats dict)
+    check_cancel: Callable | None = None  # raises to stop the run (ComfyUI's cancel)
+    should_stop: Callable | None = None  # True: end at this step boundary, save, return the result
+    on_samples: Callable | None = None  # (step, grid IMAGE, paths)
 
 
 @dataclass
 class TrainResult:
-    lora: object                     # TrainedLoRA, ready for SaveLoRA
-    losses: list                     # training loss per optimizer step
+    lora: object  # TrainedLoRA, ready for SaveLoRA
+    losses: list  # training loss per optimizer step
     eval_loss_before: float
     eval_loss_after: float
     seconds_per_step: float
     run_dir: str
-    patcher: object = None           # a clone of the input MODEL with the trained adapters
+    patcher: object = None  # a clone of the input MODEL with the trained adapters
     checkpoints: list = field(default_factory=list)
-    samples: Optional[torch.Tensor] = None
-    adapters: object = None          # the trained AdapterSet (attached to `patcher`)
+    samples: torch.Tensor | None = None
+    adapters: object = None  # the trained AdapterSet (attached to `patcher`)
     sample_paths: list = field(default_factory=list)
     peak_memory_gib: float = 0.0
-    clip: object = None              # a clone of the input CLIP with its trained adapters, if trained
-    skipped_steps: int = 0           # on_nan=skip: steps whose update was left out (non-finite)
+    clip: object = None  # a clone of the input CLIP with its trained adapters, if trained
+    skipped_steps: int = 0  # on_nan=skip: steps whose update was left out (non-finite)
 
 
 class TrainingRun:
@@ -73,8 +75,10 @@ class TrainingRun:
         if not data.samples:
             raise EriDiffusionError("TRAINING_DATA holds no samples; check the LoadDataset folder.")
         if config.text_encoder_lr > 0 and clip is None:
-            raise EriDiffusionError("text_encoder_lr > 0 trains the text encoder: connect the graph's CLIP to "
-                                    "LoRATrainer's clip input (or set text_encoder_lr to 0).")
+            raise EriDiffusionError(
+                "text_encoder_lr > 0 trains the text encoder: connect the graph's CLIP to "
+                "LoRATrainer's clip input (or set text_encoder_lr to 0)."
+            )
         self.model_patcher, self.data, self.config, self.run_dir = model_patcher, data, config, run_dir
         # `source`: the input MODEL as training sees it (the same weights; reloaded as a plain
         # patcher where ComfyUI's dynamic VRAM manages the input); `patcher`: the clone trained on.
@@ -96,8 +100,9 @@ class TrainingRun:
         if resume is None:
             self.adapters = attach_adapters(self.patcher, spec, self.prefixes.keys(), seed=config.seed)
         else:
-            self.adapters, used = adapters_from_tensors(self.patcher.model, resume.tensors, spec, self.prefixes,
-                                                        resume.path)
+            self.adapters, used = adapters_from_tensors(
+                self.patcher.model, resume.tensors, spec, self.prefixes, resume.path
+            )
             self.adapters.to(self.device).attach_to(self.patcher)
         if config.torch_compile:
             compile_blocks_injection(self.patcher)
@@ -105,28 +110,43 @@ class TrainingRun:
             checkpointing_injection(self.patcher, copy_saved=self.family.copies_saved_activations)
         self.text_encoder = None
         if config.text_encoder_lr > 0:
-            self.text_encoder = TextEncoderTraining(clip, spec, config.seed,
-                                                    resume.tensors if resume is not None else None,
-                                                    resume.path if resume is not None else None)
-        warn_narrow_layers(spec, narrow_layers(self.adapters, self.base) + (
-            narrow_layers(self.text_encoder.adapters, self.text_encoder.clip.patcher.model) if self.text_encoder else []))
+            self.text_encoder = TextEncoderTraining(
+                clip,
+                spec,
+                config.seed,
+                resume.tensors if resume is not None else None,
+                resume.path if resume is not None else None,
+            )
+        warn_narrow_layers(
+            spec,
+            narrow_layers(self.adapters, self.base)
+            + (
+                narrow_layers(self.text_encoder.adapters, self.text_encoder.clip.patcher.model)
+                if self.text_encoder
+                else []
+            ),
+        )
         if resume is not None:
             te_used = self.text_encoder.used_keys if self.text_encoder else set()
             unused = sorted(set(resume.tensors) - used - te_used)
             if unused:
-                raise EriDiffusionError(f"{resume.path} has weights this run would drop (e.g. {unused[0]}): "
-                                        "text-encoder weights need a CLIP and text_encoder_lr > 0; others belong "
-                                        "to another model.")
+                raise EriDiffusionError(
+                    f"{resume.path} has weights this run would drop (e.g. {unused[0]}): "
+                    "text-encoder weights need a CLIP and text_encoder_lr > 0; others belong "
+                    "to another model."
+                )
 
         groups = parameter_groups(self.adapters, config.learning_rate, self.text_encoder, config.text_encoder_lr)
-        self.optimizer = make_optimizer(config.optimizer, groups, config.learning_rate, config.weight_decay,
-                                        self.device)
+        self.optimizer = make_optimizer(
+            config.optimizer, groups, config.learning_rate, config.weight_decay, self.device
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(config))
         # fp16 gradients underflow without loss scaling; bf16 and fp32 need none (the scaler is then a no-op).
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.dtype == "fp16"
-                                           and self.device.type == "cuda")
+        self.scaler = torch.amp.GradScaler(
+            self.device.type, enabled=config.dtype == "fp16" and self.device.type == "cuda"
+        )
         self.batches = BatchSampler(data, config.batch_size, config.seed)
-        self.choice = random.Random(config.seed + 1)          # captions and dropout, host side
+        self.choice = random.Random(config.seed + 1)  # captions and dropout, host side
         self.noise_gen = torch.Generator(device=self.device).manual_seed(config.seed + 2)
         self.start_step, self.losses, self.eval_before = 0, [], None
         self.checkpoints = []
@@ -135,8 +155,12 @@ class TrainingRun:
 
     def _export(self, step):
         text_encoder = (self.text_encoder.adapters, self.text_encoder.prefixes) if self.text_encoder else None
-        return export_lora(self.adapters, self.prefixes, run_metadata(self.base, self.config, self.data, step),
-                           text_encoder=text_encoder)
+        return export_lora(
+            self.adapters,
+            self.prefixes,
+            run_metadata(self.base, self.config, self.data, step),
+            text_encoder=text_encoder,
+        )
 
     def save_checkpoint(self, step):
         path = os.path.join(self.run_dir, "checkpoints", f"{self.config.run_name}_step{step:06d}.safetensors")
@@ -158,14 +182,16 @@ class TrainingRun:
         x0 = torch.stack([prepared.latents[i] for i in indices])
         chosen = []
         for i in indices:
-            dropped = self.data.caption_dropout > 0 and \
-                self.choice.random() < self.data.caption_dropout
+            dropped = self.data.caption_dropout > 0 and self.choice.random() < self.data.caption_dropout
             variant = None if dropped else self.choice.randrange(prepared.variants(i))
             chosen.append(prepared.inputs_for(i, variant, self.text_encoder))
         noise = objective.noise(x0.shape, self.noise_gen, self.device).to(x0.dtype)
-        sigma = objective.sample_sigmas(len(indices), self.noise_gen, self.device,
-                                        tokens=token_count(x0, self.base.diffusion_model,
-                                                                      self.family.latent_patch))
+        sigma = objective.sample_sigmas(
+            len(indices),
+            self.noise_gen,
+            self.device,
+            tokens=token_count(x0, self.base.diffusion_model, self.family.latent_patch),
+        )
         x_t = objective.noisy_latent(x0, noise, sigma)
         if self.text_encoder is not None:
             model_loading.load(self.patcher, self.config.weights_vram_gib)  # encoding loaded the CLIP
@@ -173,32 +199,54 @@ class TrainingRun:
         loss = self.graphed(x_t, sigma, x0, inputs) if self.graphed is not None else None
         if loss is not None:
             return loss / self.config.grad_accum
-        denoised = prediction(self.base, transformer_options, x_t, sigma, inputs, self.config.torch_dtype,
-                               copy_saved=self.family.copies_saved_activations)
+        denoised = prediction(
+            self.base,
+            transformer_options,
+            x_t,
+            sigma,
+            inputs,
+            self.config.torch_dtype,
+            copy_saved=self.family.copies_saved_activations,
+        )
         return objective.loss(denoised, x0, sigma).mean() / self.config.grad_accum
 
     def _graphed_loss(self, objective, transformer_options):
         """The micro-batch loss as CUDA graphs (config.cuda_graphs), else None."""
         setting = self.config.cuda_graphs
         streamed = self.config.weights_vram_gib > 0
-        if setting == "off" or (setting == "auto" and (self.device.type != "cuda" or self.text_encoder is not None
-                                                       or streamed)):
+        if setting == "off" or (
+            setting == "auto" and (self.device.type != "cuda" or self.text_encoder is not None or streamed)
+        ):
             return None
         if streamed:
-            raise EriDiffusionError("cuda_graphs cannot replay weights streamed from CPU memory (weights_vram_gib > 0): "
-                                    "set cuda_graphs to auto or off, or weights_vram_gib to 0.")
+            raise EriDiffusionError(
+                "cuda_graphs cannot replay weights streamed from CPU memory (weights_vram_gib > 0): "
+                "set cuda_graphs to auto or off, or weights_vram_gib to 0."
+            )
         if self.device.type != "cuda":
-            raise EriDiffusionError(f"cuda_graphs needs a CUDA device; this model trains on {self.device}. "
-                                    "Turn cuda_graphs off.")
+            raise EriDiffusionError(
+                f"cuda_graphs needs a CUDA device; this model trains on {self.device}. Turn cuda_graphs off."
+            )
         if self.text_encoder is not None:
-            raise EriDiffusionError("cuda_graphs cannot hold the text encoder's live encoding: set text_encoder_lr "
-                                    "to 0 or turn cuda_graphs off.")
+            raise EriDiffusionError(
+                "cuda_graphs cannot hold the text encoder's live encoding: set text_encoder_lr "
+                "to 0 or turn cuda_graphs off."
+            )
         dtype = self.config.torch_dtype
 
         def loss(x_t, sigma, x0, inputs):
-            denoised = prediction(self.base, transformer_options, x_t, sigma, inputs, dtype, cast_cache=False,
-                                   copy_saved=self.family.copies_saved_activations)
+            denoised = prediction(
+                self.base,
+                transformer_options,
+                x_t,
+                sigma,
+                inputs,
+                dtype,
+                cast_cache=False,
+                copy_saved=self.family.copies_saved_activations,
+            )
             return objective.loss(denoised, x0, sigma).mean()
+
         return GraphedLoss(loss, self.adapters, strict=setting == "on")
 
     def _trained_parameters(self):
@@ -232,8 +280,9 @@ class TrainingRun:
             return
         bad = health.count(start, losses, norms)
         if health.bad_in_a_row >= MAX_SKIPS_IN_A_ROW:
-            raise diverged_error(*bad[-1], self.config, self.start_step + 1, checkpoint,
-                                 skipped_in_a_row=health.bad_in_a_row)
+            raise diverged_error(
+                *bad[-1], self.config, self.start_step + 1, checkpoint, skipped_in_a_row=health.bad_in_a_row
+            )
 
     def train(self, sample_settings, hooks):
         config, device = self.config, self.device
@@ -241,8 +290,13 @@ class TrainingRun:
             self.eval_before = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
         model_loading.load(self.patcher, config.weights_vram_gib)
         objective = self.objective
-        prepared = PreparedData(self.base, self.data, device, cached_inputs=self.text_encoder is None,
-                                options=conditioning_options(config, self.family))
+        prepared = PreparedData(
+            self.base,
+            self.data,
+            device,
+            cached_inputs=self.text_encoder is None,
+            options=conditioning_options(config, self.family),
+        )
         transformer_options = transformer_options_of(self.patcher)
         self.graphed = self._graphed_loss(objective, transformer_options)
         health = StepHealth(config.steps, device, config.on_nan, self.scaler.is_enabled())
@@ -293,8 +347,9 @@ class TrainingRun:
             if checkpoint_due:
                 self.save_checkpoint(done)
             if sampling_due:
-                samples, paths = render_samples(self.patcher, sample_settings, done,
-                                                os.path.join(self.run_dir, "samples"))
+                samples, paths = render_samples(
+                    self.patcher, sample_settings, done, os.path.join(self.run_dir, "samples")
+                )
                 sample_paths += paths
                 if hooks.on_samples is not None:
                     hooks.on_samples(done, samples, paths)
@@ -311,10 +366,20 @@ class TrainingRun:
 
         self.adapters.requires_grad_(False)
         eval_after = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
-        return TrainResult(lora=self._export(done), losses=self.losses, eval_loss_before=self.eval_before,
-                           eval_loss_after=eval_after, seconds_per_step=seconds_per_step, run_dir=self.run_dir,
-                           checkpoints=list(self.checkpoints), samples=samples, adapters=self.adapters,
-                           sample_paths=sample_paths, peak_memory_gib=peak, skipped_steps=health.skipped)
+        return TrainResult(
+            lora=self._export(done),
+            losses=self.losses,
+            eval_loss_before=self.eval_before,
+            eval_loss_after=eval_after,
+            seconds_per_step=seconds_per_step,
+            run_dir=self.run_dir,
+            checkpoints=list(self.checkpoints),
+            samples=samples,
+            adapters=self.adapters,
+            sample_paths=sample_paths,
+            peak_memory_gib=peak,
+            skipped_steps=health.skipped,
+        )
 
     def release(self):
         """Hand the training clones back to ComfyUI so their injections come off the shared modules."""

@@ -1,5 +1,6 @@
 """The command line as a user meets it (subprocesses): --print-config, --dry-run, an ai-toolkit file,
 Ctrl-C during a run, --resume auto, TensorBoard."""
+
 import json
 import os
 import signal
@@ -22,7 +23,9 @@ def unmatched_lora_keys(path, caplog):
     """The keys of LoRA file `path` stock ComfyUI does not load onto the tiny SDXL (and the count it patches)."""
     import comfy.sd
     import comfy.utils
+
     from eridiffusion.tiny_models import build_tiny_demo
+
     model, clip, _ = build_tiny_demo("sdxl", seed=0)
     caplog.clear()
     patched, _ = comfy.sd.load_lora_for_models(model, clip, comfy.utils.load_torch_file(str(path)), 1.0, 1.0)
@@ -36,15 +39,18 @@ def test_print_config_prints_every_key_of_every_section_with_the_nodes_default(t
     printed = yaml.safe_load(done.stdout)
     for section in ("dataset", "cache", "train", "save", "logging"):
         defaults = {name: setting.default for name, setting in section_settings(section).items()}
-        assert printed[section] == {**defaults, **{"dataset": {"folder": str(tmp_path / "photos")},
-                                                   "train": {"rank": 4}}.get(section, {})}, section
+        assert printed[section] == {
+            **defaults,
+            **{"dataset": {"folder": str(tmp_path / "photos")}, "train": {"rank": 4}}.get(section, {}),
+        }, section
     assert all(printed[section] is None for section in OPTIONAL_SECTIONS)
     assert printed["model"]["checkpoint"] == "tiny-sdxl"
 
 
 def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path):
-    done = run_cli("train", os.path.join(CONFIGS, "tiny_demo.yaml"), "--dry-run", "--output", tmp_path / "out",
-                   cwd=tmp_path)
+    done = run_cli(
+        "train", os.path.join(CONFIGS, "tiny_demo.yaml"), "--dry-run", "--output", tmp_path / "out", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     lines = dict(line.split(None, 1) for line in done.stdout.splitlines())
     assert lines["model"].startswith("tiny-sdxl: ComfyUI SDXL -> SDXL")
@@ -100,8 +106,12 @@ def test_ai_toolkit_config_trains_the_tiny_model_and_warns_once_about_what_it_ig
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("warning:") == 1
     assert "4 setting(s) of" in done.stderr
-    for key in ("meta", "config.process[0].device", "config.process[0].train.noise_scheduler",
-                "config.process[0].train.ema_config"):
+    for key in (
+        "meta",
+        "config.process[0].device",
+        "config.process[0].train.noise_scheduler",
+        "config.process[0].train.ema_config",
+    ):
         assert f"\n  {key} (" in done.stderr
     run_dir = tmp_path / "output" / "headless_ai_toolkit"
     assert len(read_json(run_dir / "loss.json")["loss"]) == 3
@@ -115,12 +125,15 @@ INTERRUPTED = "headless_interrupted"
 def interrupted(tmp_path_factory):
     """A 1000-step run of the tiny demo, sent SIGINT once its first losses are written."""
     folder = tmp_path_factory.mktemp("interrupted")
-    config = write_yaml(folder / "long.yaml", f"""
+    config = write_yaml(
+        folder / "long.yaml",
+        f"""
 _base_: {os.path.join(CONFIGS, "tiny_demo.yaml")}
 cache: {{resolution: 64}}
 train: {{steps: 1000, run_name: {INTERRUPTED}}}
 sample: null
-""")
+""",
+    )
     process = start_cli("train", config, "--output", folder / "out", cwd=folder)
     losses = folder / "out" / INTERRUPTED / "loss.json"
     deadline = time.monotonic() + 300
@@ -129,8 +142,13 @@ sample: null
     process.send_signal(signal.SIGINT)
     status = process.wait(timeout=300)
     stderr = (folder / "stderr.txt").read_text()
-    return {"folder": folder, "config": config, "status": status, "stderr": stderr,
-            "run_dir": folder / "out" / INTERRUPTED}
+    return {
+        "folder": folder,
+        "config": config,
+        "status": status,
+        "stderr": stderr,
+        "run_dir": folder / "out" / INTERRUPTED,
+    }
 
 
 def test_ctrl_c_stops_at_a_step_boundary_and_leaves_a_loadable_checkpoint_of_that_step(interrupted, caplog):
@@ -148,8 +166,9 @@ def test_ctrl_c_stops_at_a_step_boundary_and_leaves_a_loadable_checkpoint_of_tha
 def test_resume_auto_continues_the_newest_checkpoint_of_the_run(interrupted):
     stopped = read_json(interrupted["run_dir"] / "summary.json")["steps"]
     config = write_yaml(interrupted["folder"] / "longer.yaml", f"_base_: long.yaml\ntrain: {{steps: {stopped + 3}}}\n")
-    done = run_cli("train", config, "--output", interrupted["folder"] / "out", "--resume", "auto",
-                   cwd=interrupted["folder"])
+    done = run_cli(
+        "train", config, "--output", interrupted["folder"] / "out", "--resume", "auto", cwd=interrupted["folder"]
+    )
     assert done.returncode == 0, done.stderr
     checkpoint = interrupted["run_dir"] / "checkpoints" / f"{INTERRUPTED}_step{stopped:06d}.safetensors"
     assert f"resuming from {checkpoint} at step {stopped}" in done.stderr
@@ -161,17 +180,23 @@ def test_resume_auto_continues_the_newest_checkpoint_of_the_run(interrupted):
 
 
 def test_second_ctrl_c_aborts_without_saving_the_lora(tmp_path):
-    config = write_yaml(tmp_path / "long.yaml", f"""
+    config = write_yaml(
+        tmp_path / "long.yaml",
+        f"""
 _base_: {os.path.join(CONFIGS, "tiny_demo.yaml")}
 cache: {{resolution: 64}}
 train: {{steps: 1000, run_name: headless_aborted}}
 sample: null
-""")
+""",
+    )
     process = start_cli("train", config, "--output", tmp_path / "out", cwd=tmp_path)
     stderr = tmp_path / "stderr.txt"
     deadline = time.monotonic() + 300
-    while not (tmp_path / "out" / "headless_aborted" / "loss.json").exists() and process.poll() is None \
-            and time.monotonic() < deadline:
+    while (
+        not (tmp_path / "out" / "headless_aborted" / "loss.json").exists()
+        and process.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.1)
     process.send_signal(signal.SIGINT)
     while "Ctrl-C again aborts" not in stderr.read_text() and process.poll() is None:
@@ -184,13 +209,15 @@ sample: null
 
 def tensorboard_installed():
     import importlib.util
+
     return importlib.util.find_spec("tensorboard") is not None
 
 
 @pytest.mark.skipif(tensorboard_installed(), reason="tensorboard is installed here")
 def test_tensorboard_asked_for_without_the_package_is_an_error_with_the_fix(tmp_path):
-    config = write_yaml(tmp_path / "tb.yaml", f"_base_: {os.path.join(CONFIGS, 'tiny_demo.yaml')}\n"
-                                              "logging: {tensorboard: true}\n")
+    config = write_yaml(
+        tmp_path / "tb.yaml", f"_base_: {os.path.join(CONFIGS, 'tiny_demo.yaml')}\nlogging: {{tensorboard: true}}\n"
+    )
     done = run_cli("train", config, "--output", tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 2
     assert "logging.tensorboard is true, but TensorBoard cannot be used here" in done.stderr
@@ -201,7 +228,9 @@ def test_tensorboard_asked_for_without_the_package_is_an_error_with_the_fix(tmp_
 @pytest.mark.skipif(not tensorboard_installed(), reason="needs the tensorboard package")
 def test_tensorboard_event_files_hold_the_losses_of_each_step(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     from eridiffusion.headless.terminal import CtrlC, TrainingProgress
+
     progress = TrainingProgress(20, 0, str(tmp_path), CtrlC(), tensorboard=True)
     progress.on_progress(10, 20, [float(i) for i in range(10)], {"lr": 1e-3})
     progress.on_progress(20, 20, [float(i) for i in range(10, 20)], {"lr": 1e-3})

@@ -1,5 +1,6 @@
 """Config files: `_base_` merging, keys and defaults taken from the node definitions, errors that name
 the key and its file, ai-toolkit's format, and the shipped examples."""
+
 import glob
 import os
 
@@ -43,8 +44,9 @@ def test_unknown_key_is_an_error_naming_the_key_its_file_and_the_nearest_known_k
     top = write_yaml(tmp_path / "top.yaml", "_base_: base.yaml\ndataset: {folder: x}\n")
     with pytest.raises(EriDiffusionError) as error:
         load_run_config(top)
-    assert str(error.value).startswith(f"{tmp_path / 'base.yaml'}: unknown key train.learnig_rate; "
-                                       "did you mean learning_rate?")
+    assert str(error.value).startswith(
+        f"{tmp_path / 'base.yaml'}: unknown key train.learnig_rate; did you mean learning_rate?"
+    )
 
 
 def test_unknown_section_is_an_error_naming_the_nearest_section(tmp_path):
@@ -58,27 +60,37 @@ def test_values_outside_the_node_inputs_bounds_are_an_error_naming_the_key(tmp_p
     with pytest.raises(EriDiffusionError, match=r"top.yaml: train.rank is 0, outside 1..1024"):
         load_run_config(top)
     top = write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\ntrain: {optimizer: adamw}\n")
-    with pytest.raises(EriDiffusionError, match=r"train.optimizer is 'adamw'; choose one of AdamW, .*; did you mean "
-                                                r"AdamW\?"):
+    with pytest.raises(
+        EriDiffusionError,
+        match=r"train.optimizer is 'adamw'; choose one of AdamW, .*; did you mean "
+        r"AdamW\?",
+    ):
         load_run_config(top)
 
 
 def test_every_node_input_is_a_key_of_its_section_with_the_nodes_default(tmp_path):
-    config = load_run_config(write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\n"
-                                                               "objective: {}\nsample: {}\n"))
+    config = load_run_config(
+        write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\nobjective: {}\nsample: {}\n")
+    )
     for section, nodes in section_nodes().items():
-        widgets = {name: spec[1].get("default") for node in nodes for group in ("required", "optional")
-                   for name, spec in node.INPUT_TYPES().get(group, {}).items()
-                   if isinstance(spec[0], list) or spec[0] in ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")}
+        widgets = {
+            name: spec[1].get("default")
+            for node in nodes
+            for group in ("required", "optional")
+            for name, spec in node.INPUT_TYPES().get(group, {}).items()
+            if isinstance(spec[0], list) or spec[0] in ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
+        }
         values = getattr(config, section)
         assert set(values) == set(widgets), section
-        assert {k: v for k, v in values.items() if k != "folder"} == \
-               {k: v for k, v in widgets.items() if k != "folder"}, section
+        assert {k: v for k, v in values.items() if k != "folder"} == {
+            k: v for k, v in widgets.items() if k != "folder"
+        }, section
 
 
 def test_a_config_without_sample_or_objective_connects_neither_node(tmp_path):
-    config = load_run_config(write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\n"
-                                                               "sample: null\n"))
+    config = load_run_config(
+        write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\nsample: null\n")
+    )
     assert (config.sample, config.objective) == (None, None)
 
 
@@ -155,18 +167,53 @@ def test_ai_toolkit_config_becomes_the_node_inputs_it_means(tmp_path):
     assert config.schema == "ai-toolkit"
     assert config.model.checkpoint == "/models/flux1-dev.safetensors"
     assert (config.model.arch, config.model.weight_dtype) == ("flux", "fp8_e4m3fn")
-    assert {k: config.train[k] for k in ("run_name", "algorithm", "rank", "alpha", "steps", "grad_accum",
-                                         "optimizer", "learning_rate", "dtype", "gradient_checkpointing",
-                                         "save_every", "keep_last", "text_encoder_lr")} == {
-        "run_name": "my_first_flux_lora_v1", "algorithm": "lora", "rank": 16, "alpha": 16.0, "steps": 2000,
-        "grad_accum": 1, "optimizer": "AdamW8bit", "learning_rate": 1e-4, "dtype": "bf16",
-        "gradient_checkpointing": True, "save_every": 250, "keep_last": 4, "text_encoder_lr": 0.0}
+    assert {
+        k: config.train[k]
+        for k in (
+            "run_name",
+            "algorithm",
+            "rank",
+            "alpha",
+            "steps",
+            "grad_accum",
+            "optimizer",
+            "learning_rate",
+            "dtype",
+            "gradient_checkpointing",
+            "save_every",
+            "keep_last",
+            "text_encoder_lr",
+        )
+    } == {
+        "run_name": "my_first_flux_lora_v1",
+        "algorithm": "lora",
+        "rank": 16,
+        "alpha": 16.0,
+        "steps": 2000,
+        "grad_accum": 1,
+        "optimizer": "AdamW8bit",
+        "learning_rate": 1e-4,
+        "dtype": "bf16",
+        "gradient_checkpointing": True,
+        "save_every": 250,
+        "keep_last": 4,
+        "text_encoder_lr": 0.0,
+    }
     assert {k: config.dataset[k] for k in ("folder", "caption_ext", "caption_dropout", "trigger_word")} == {
-        "folder": "/path/to/images/folder", "caption_ext": ".txt", "caption_dropout": 0.05, "trigger_word": "p3r5on"}
+        "folder": "/path/to/images/folder",
+        "caption_ext": ".txt",
+        "caption_dropout": 0.05,
+        "trigger_word": "p3r5on",
+    }
     assert config.cache["resolution"] == 1024
     assert config.save == {"filename_prefix": "my_first_flux_lora_v1", "dtype": "fp16", "overwrite": False}
     assert {k: config.sample[k] for k in ("every", "seed", "cfg", "steps", "width")} == {
-        "every": 250, "seed": 42, "cfg": 1.0, "steps": 20, "width": 1024}  # Flux dev: no CFG
+        "every": 250,
+        "seed": 42,
+        "cfg": 1.0,
+        "steps": 20,
+        "width": 1024,
+    }  # Flux dev: no CFG
     assert config.sample["prompts"].splitlines()[0] == "p3r5on holding a sign that says 'I LOVE PROMPTS!'"
     assert config.output == str(tmp_path / "output")
 
@@ -175,31 +222,45 @@ def test_ai_toolkit_keys_read_but_not_supported_are_all_listed(tmp_path):
     config = load_run_config(write_yaml(tmp_path / "flux.yaml", AI_TOOLKIT))
     listed = [entry.split(" (")[0] for entry in config.unsupported]
     assert listed == [
-        "meta", "config.process[0].device", "config.process[0].datasets[0].resolution",
+        "meta",
+        "config.process[0].device",
+        "config.process[0].datasets[0].resolution",
         "config.process[0].train.linear_timesteps",
-        "config.process[0].train.ema_config", "config.process[0].train.noise_scheduler",
-        "config.process[0].sample.guidance_scale", "config.process[0].sample.sampler"]
+        "config.process[0].train.ema_config",
+        "config.process[0].train.noise_scheduler",
+        "config.process[0].sample.guidance_scale",
+        "config.process[0].sample.sampler",
+    ]
 
 
 def test_ai_toolkit_unknown_key_is_an_error_naming_the_nearest_key(tmp_path):
     path = write_yaml(tmp_path / "bad.yaml", AI_TOOLKIT.replace("sample_steps: 20", "sample_stepz: 20"))
-    with pytest.raises(EriDiffusionError, match=r"unknown key config.process\[0\].sample.sample_stepz; did you mean "
-                                                r"sample_steps\?"):
+    with pytest.raises(
+        EriDiffusionError,
+        match=r"unknown key config.process\[0\].sample.sample_stepz; did you mean "
+        r"sample_steps\?",
+    ):
         load_run_config(path)
 
 
 def test_ai_toolkit_hugging_face_model_names_are_an_error_with_the_fix(tmp_path):
-    path = write_yaml(tmp_path / "hf.yaml", AI_TOOLKIT.replace("/models/flux1-dev.safetensors",
-                                                               "black-forest-labs/FLUX.1-dev"))
-    with pytest.raises(EriDiffusionError, match=r"name_or_path is 'black-forest-labs/FLUX.1-dev'; EriDiffusion loads "
-                                                r"ComfyUI's single-file checkpoints"):
+    path = write_yaml(
+        tmp_path / "hf.yaml", AI_TOOLKIT.replace("/models/flux1-dev.safetensors", "black-forest-labs/FLUX.1-dev")
+    )
+    with pytest.raises(
+        EriDiffusionError,
+        match=r"name_or_path is 'black-forest-labs/FLUX.1-dev'; EriDiffusion loads "
+        r"ComfyUI's single-file checkpoints",
+    ):
         load_run_config(path)
 
 
 def test_model_section_takes_unetloaders_weight_dtypes_and_comfyuis_clip_types():
     import comfy.sd
     import nodes
+
     from eridiffusion.headless.models import WEIGHT_DTYPE_OPTIONS
+
     settings = section_settings("model")
     assert settings["weight_dtype"].options == tuple(nodes.UNETLoader.INPUT_TYPES()["required"]["weight_dtype"][0])
     assert set(settings["weight_dtype"].options) == set(WEIGHT_DTYPE_OPTIONS)

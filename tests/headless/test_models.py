@@ -1,4 +1,5 @@
 """The model section: ComfyUI's loaders on the files it names, and the family check."""
+
 import pytest
 import safetensors.torch
 import torch
@@ -23,8 +24,9 @@ def test_arch_by_ai_toolkit_name_or_comfyui_class_accepts_the_family_comfyui_det
 
 
 def test_arch_of_another_family_is_an_error_naming_what_the_file_is(tiny_sdxl):
-    with pytest.raises(EriDiffusionError,
-                       match=r"model.arch is 'flux', but tiny-sdxl loads as ComfyUI's SDXL \(SDXL\)"):
+    with pytest.raises(
+        EriDiffusionError, match=r"model.arch is 'flux', but tiny-sdxl loads as ComfyUI's SDXL \(SDXL\)"
+    ):
         model_family(tiny_sdxl[0], ModelSource(checkpoint="tiny-sdxl", arch="flux"))
 
 
@@ -39,8 +41,9 @@ def test_diffusion_model_without_text_encoders_and_vae_is_an_error():
 
 
 def test_missing_model_file_is_an_error_naming_it(tmp_path):
-    source = ModelSource(diffusion_model=str(tmp_path / "nothing.safetensors"), text_encoders=("t5.safetensors",),
-                         vae="ae.safetensors")
+    source = ModelSource(
+        diffusion_model=str(tmp_path / "nothing.safetensors"), text_encoders=("t5.safetensors",), vae="ae.safetensors"
+    )
     with pytest.raises(EriDiffusionError, match=r"model.diffusion_model .*nothing.safetensors does not exist"):
         load_models(source)
 
@@ -48,8 +51,11 @@ def test_missing_model_file_is_an_error_naming_it(tmp_path):
 def test_file_comfyui_cannot_detect_is_an_error_naming_it(tmp_path):
     path = str(tmp_path / "junk.safetensors")
     safetensors.torch.save_file({"foo.weight": torch.zeros(3, 3)}, path)
-    with pytest.raises(EriDiffusionError, match=r"ComfyUI could not load model.checkpoint .*junk.safetensors "
-                                                r"\(ERROR: Could not detect model type"):
+    with pytest.raises(
+        EriDiffusionError,
+        match=r"ComfyUI could not load model.checkpoint .*junk.safetensors "
+        r"\(ERROR: Could not detect model type",
+    ):
         load_models(ModelSource(checkpoint=path))
 
 

@@ -1,5 +1,6 @@
 """`eridiffusion train configs/tiny_demo.yaml` as a user runs it (a subprocess), shortened for two
 CPU cores through a `_base_` file, against the same settings run as a node graph."""
+
 import json
 import os
 
@@ -16,12 +17,15 @@ STEPS = 4
 def quick_demo(tmp_path_factory):
     """configs/tiny_demo.yaml at 64 px for 4 steps (samples every 2), trained by the command line."""
     folder = tmp_path_factory.mktemp("tiny_demo_cli")
-    config = write_yaml(folder / "quick.yaml", f"""
+    config = write_yaml(
+        folder / "quick.yaml",
+        f"""
 _base_: {os.path.join(CONFIGS, "tiny_demo.yaml")}
 cache: {{resolution: 64}}
 train: {{steps: {STEPS}, run_name: {RUN_NAME}}}
 sample: {{every: 2, steps: 2, width: 64, height: 64}}
-""")
+""",
+    )
     done = run_cli("train", config, "--output", folder / "out", cwd=folder)
     assert done.returncode == 0, done.stderr
     return {"config": config, "output": folder / "out", "stderr": done.stderr}
@@ -35,8 +39,10 @@ def read_json(path):
 def test_train_command_writes_the_run_folder_the_node_writes(quick_demo):
     run_dir = quick_demo["output"] / RUN_NAME
     assert {"loss.json", "loss.png", "summary.json", "config.yaml"} <= set(os.listdir(run_dir))
-    assert sorted(os.listdir(run_dir / "checkpoints")) == [f"{RUN_NAME}_step{STEPS:06d}.safetensors",
-                                                           f"{RUN_NAME}_step{STEPS:06d}.training_state"]
+    assert sorted(os.listdir(run_dir / "checkpoints")) == [
+        f"{RUN_NAME}_step{STEPS:06d}.safetensors",
+        f"{RUN_NAME}_step{STEPS:06d}.training_state",
+    ]
     assert sorted(os.listdir(run_dir / "samples")) == ["step_2_0.png", "step_2_1.png", "step_4_0.png", "step_4_1.png"]
     assert read_json(run_dir / "summary.json")["steps"] == STEPS
     samples = f"out/{RUN_NAME}/samples/step_2_0.png, out/{RUN_NAME}/samples/step_2_1.png"
@@ -47,7 +53,9 @@ def test_train_command_writes_the_run_folder_the_node_writes(quick_demo):
 def test_train_command_lora_loads_in_stock_comfyui_with_every_key_matched(quick_demo, caplog):
     import comfy.sd
     import comfy.utils
+
     from eridiffusion.tiny_models import build_tiny_demo
+
     path = quick_demo["output"] / "loras" / "eridiffusion" / "sks_dog.safetensors"
     lora = comfy.utils.load_torch_file(str(path), safe_load=True)
     model, clip, _ = build_tiny_demo("sdxl", seed=0)
@@ -59,6 +67,7 @@ def test_train_command_lora_loads_in_stock_comfyui_with_every_key_matched(quick_
 
 def test_train_command_and_the_node_graph_give_the_same_losses(quick_demo, comfy_dirs):
     from eridiffusion.headless.run_config import load_run_config
+
     load_extension()
     executor, _ = run_prompt(graph_prompt(load_run_config(quick_demo["config"])))
     assert executor.success, execution_error(executor)

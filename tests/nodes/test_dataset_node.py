@@ -1,8 +1,8 @@
 """LoadDataset: clips and edit pairs through the node's own inputs, and what its widgets offer."""
+
 import os
 
 from eridiffusion.nodes.dataset_node import LoadDataset
-
 from tests.support.photo_clips import CLIP_FRAMES
 
 

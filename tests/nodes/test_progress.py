@@ -1,4 +1,5 @@
 """Live progress events and the Stop & save route, driven by real training runs of a tiny model."""
+
 import asyncio
 import os
 import threading
@@ -8,13 +9,13 @@ import torch
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from tests.support.tiny_models import build_tiny
 from eridiffusion.nodes import progress
 from eridiffusion.nodes.trainer_node import live_hooks
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.latent_cache import build_training_data
 from eridiffusion.training.trainer import TrainingHooks, train_lora
+from tests.support.tiny_models import build_tiny
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +28,15 @@ def stack(dog_dataset, tmp_path_factory):
 
 
 def config(steps, **extra):
-    return TrainConfig(steps=steps, learning_rate=1e-3, dtype="fp32", log_every=5, run_name="live",
-                       adapter=AdapterSpec(rank=2, alpha=2.0), **extra)
+    return TrainConfig(
+        steps=steps,
+        learning_rate=1e-3,
+        dtype="fp32",
+        log_every=5,
+        run_name="live",
+        adapter=AdapterSpec(rank=2, alpha=2.0),
+        **extra,
+    )
 
 
 class FakeClock:
@@ -48,8 +56,9 @@ def test_events_are_throttled_and_carry_every_loss_exactly_once(stack, comfy_dir
     run_dir = os.path.join(comfy_dirs["output"], "live_events")
     with torch.inference_mode(False):
         result = train_lora(model, data, config(40), run_dir + "_reference")
-        reporter = progress.ProgressReporter(lambda event, payload: sent.append((event, payload)), "7", "p1",
-                                             run_dir, clock=FakeClock())
+        reporter = progress.ProgressReporter(
+            lambda event, payload: sent.append((event, payload)), "7", "p1", run_dir, clock=FakeClock()
+        )
         second = train_lora(model, data, config(40), run_dir, hooks=TrainingHooks(on_progress=reporter.on_progress))
     assert second.losses == pytest.approx(result.losses)
     # 40 steps at 10 steps/s is 4 s: at most 4 events a second, plus the final one
@@ -89,6 +98,7 @@ def test_stop_route_ends_the_run_at_a_step_boundary_with_the_adapter_saved(stack
                 if step == 3:
                     reached_step_3.set()
                     stop_sent.wait(timeout=60)
+
             hooks.on_progress = on_progress
             outcome["result"] = train_lora(model, data, config(500), str(tmp_path), hooks=hooks)
 
@@ -101,6 +111,7 @@ def test_stop_route_ends_the_run_at_a_step_boundary_with_the_adapter_saved(stack
             bad = await client.post("/eridiffusion/stop", json={"node_id": "12"})
             good = await client.post("/eridiffusion/stop", json={"prompt_id": "headless", "node_id": "12"})
             return bad.status, good.status, await good.json()
+
     statuses = asyncio.run(post_stop())
     stop_sent.set()
     worker.join(timeout=300)
@@ -129,7 +140,10 @@ def test_loss_route_serves_a_runs_history_and_nothing_outside_output(stack, comf
                 response = await client.get("/eridiffusion/loss", params={"run": run})
                 answers.append((response.status, await response.json()))
             return answers
+
     (status, body), (outside, refusal) = asyncio.run(get("history_run", "../../etc"))
     assert status == 200 and body["loss"] == pytest.approx(result.losses) and body["samples"] == []
-    assert (outside, refusal["error"]) == (400, "run must be a folder name inside ComfyUI's output folder (no "
-                                                "slashes or control characters)")
+    assert (outside, refusal["error"]) == (
+        400,
+        "run must be a folder name inside ComfyUI's output folder (no slashes or control characters)",
+    )

@@ -1,4 +1,5 @@
 """SaveLoRA: where the file goes, what it refuses, and that ComfyUI's LoraLoader sees it at once."""
+
 import os
 
 import folder_paths
@@ -11,8 +12,15 @@ from eridiffusion.training.lora_format import TrainedLoRA
 
 def small_lora():
     import torch
-    return TrainedLoRA({"lora_unet_x.lora_up.weight": torch.ones(4, 2), "lora_unet_x.lora_down.weight": torch.ones(2, 4),
-                        "lora_unet_x.alpha": torch.tensor(2.0)}, {"architecture": "SD15"})
+
+    return TrainedLoRA(
+        {
+            "lora_unet_x.lora_up.weight": torch.ones(4, 2),
+            "lora_unet_x.lora_down.weight": torch.ones(2, 4),
+            "lora_unet_x.alpha": torch.tensor(2.0),
+        },
+        {"architecture": "SD15"},
+    )
 
 
 def loras_files(loras_dir):
@@ -46,6 +54,7 @@ def test_existing_name_is_never_overwritten_unless_told(comfy_dirs):
 
 def test_saved_dtype_is_the_one_asked_for(comfy_dirs):
     import safetensors.torch
+
     path = SaveLoRA.execute(small_lora(), "dtype/bf16", "bf16", False).result[0]
     tensors = safetensors.torch.load_file(path)
     assert str(tensors["lora_unet_x.lora_up.weight"].dtype) == "torch.bfloat16"

@@ -1,5 +1,6 @@
 """The training settings are defined once (the dataclasses of training/config.py) and every node
 input that sets one is that definition: same name, default, bounds, choices and help text."""
+
 import subprocess
 import sys
 
@@ -51,10 +52,24 @@ def test_every_training_setting_is_one_widget_of_one_node_with_its_definition(re
 
 def test_the_trainer_shows_the_essentials_and_the_options_nodes_the_rest(registered):
     trainer = widget_specs(registered["EriDiffusion_LoRATrainer"])
-    assert list(trainer) == ["steps", "learning_rate", "algorithm", "rank", "alpha", "batch_size", "seed", "dtype",
-                             "save_every", "run_name"]
-    assert [n.NODE_ID for n in OPTIONS_NODES] == ["EriDiffusion_AdapterOptions", "EriDiffusion_OptimizerOptions",
-                                                  "EriDiffusion_MemoryOptions", "EriDiffusion_CheckpointOptions"]
+    assert list(trainer) == [
+        "steps",
+        "learning_rate",
+        "algorithm",
+        "rank",
+        "alpha",
+        "batch_size",
+        "seed",
+        "dtype",
+        "save_every",
+        "run_name",
+    ]
+    assert [n.NODE_ID for n in OPTIONS_NODES] == [
+        "EriDiffusion_AdapterOptions",
+        "EriDiffusion_OptimizerOptions",
+        "EriDiffusion_MemoryOptions",
+        "EriDiffusion_CheckpointOptions",
+    ]
 
 
 def test_nodes_left_at_their_defaults_give_the_default_config(registered):
@@ -65,11 +80,14 @@ def test_nodes_left_at_their_defaults_give_the_default_config(registered):
 
 def test_a_value_outside_a_setting_s_bounds_names_the_setting_and_its_range():
     from eridiffusion.training.errors import EriDiffusionError
+
     with pytest.raises(EriDiffusionError, match=r"rank must be between 1 and 1024 \(got 0\)"):
         train_config_from({"rank": 0})
     with pytest.raises(EriDiffusionError, match="lr_schedule 'linear' unknown; choose one of constant, cosine"):
         train_config_from({"lr_schedule": "linear"})
-    assert train_config_from({"alpha": 8}).adapter.alpha == 8.0 and isinstance(train_config_from({"alpha": 8}).adapter.alpha, float)
+    assert train_config_from({"alpha": 8}).adapter.alpha == 8.0 and isinstance(
+        train_config_from({"alpha": 8}).adapter.alpha, float
+    )
 
 
 def test_registering_the_nodes_imports_no_test_support_module():
@@ -86,14 +104,20 @@ def test_registering_the_nodes_imports_no_test_support_module():
         "extension = asyncio.run(module.comfy_entrypoint())\n"
         "nodes = asyncio.run(extension.get_node_list())\n"
         "print(len(nodes))\n"
-        "print('\\n'.join(sorted(sys.modules)))\n")
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
     from tests.support.paths import ROOT
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=cli_env(), capture_output=True, text=True,
-                          timeout=300)
+
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     count, *modules = done.stdout.split()
     assert int(count) == 13
     assert any(m.startswith("EriDiffusion.eridiffusion.nodes") for m in modules)
-    support = [m for m in modules if m.startswith(("tests", "demo")) or ".tests." in m or "tiny_flux" in m
-               or "tiny_dit" in m or "tiny_video" in m]
+    support = [
+        m
+        for m in modules
+        if m.startswith(("tests", "demo")) or ".tests." in m or "tiny_flux" in m or "tiny_dit" in m or "tiny_video" in m
+    ]
     assert support == []

@@ -1,5 +1,6 @@
 """LoRATrainer's features as users reach them: through ComfyUI's executor, which runs every node
 under torch.inference_mode (resuming through it is in tests/reliability/test_resume_and_state_files.py)."""
+
 import json
 import os
 import shutil
@@ -33,9 +34,11 @@ def summary(outcome):
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
-def test_every_optimizer_trains_through_the_executor_or_is_refused_with_an_alternative(optimizer, registered,
-                                                                                        two_photos):
+def test_every_optimizer_trains_through_the_executor_or_is_refused_with_an_alternative(
+    optimizer, registered, two_photos
+):
     import torch
+
     outcome = run_training(two_photos, f"optimizer_{optimizer}", trainer={"optimizer": optimizer})
     if optimizer in CPU_REFUSES and not torch.cuda.is_available():
         assert outcome.error.startswith(f"EriDiffusion_LoRATrainer: optimizer {optimizer} cannot run on cpu: ")
@@ -48,27 +51,41 @@ def test_every_optimizer_trains_through_the_executor_or_is_refused_with_an_alter
 def test_save_every_and_keep_last_leave_the_newest_checkpoints_with_their_state(registered, two_photos):
     outcome = run_training(two_photos, "kept", trainer={"steps": 6, "save_every": 2, "keep_last": 2})
     assert outcome.success, outcome.error
-    assert outcome.checkpoints() == ["kept_step000004.safetensors", "kept_step000004.training_state",
-                                     "kept_step000006.safetensors", "kept_step000006.training_state"]
+    assert outcome.checkpoints() == [
+        "kept_step000004.safetensors",
+        "kept_step000004.training_state",
+        "kept_step000006.safetensors",
+        "kept_step000006.training_state",
+    ]
 
 
 def test_a_lora_file_from_another_trainer_continues_from_its_weights(registered, two_photos, comfy_dirs):
-    first = run_training(two_photos, "plain_first", trainer={"steps": 4, "targets": "all-linear"},
-                         save={"filename_prefix": "plain/first", "dtype": "fp32"})
+    first = run_training(
+        two_photos,
+        "plain_first",
+        trainer={"steps": 4, "targets": "all-linear"},
+        save={"filename_prefix": "plain/first", "dtype": "fp32"},
+    )
     assert first.success, first.error
     path = os.path.join(comfy_dirs["loras"], "plain", "first.safetensors")
     foreign = os.path.join(comfy_dirs["loras"], "plain", "foreign.safetensors")
     safetensors.torch.save_file({k: v.clone() for k, v in safetensors.torch.load_file(path).items()}, foreign)
-    continued = run_training(two_photos, "plain_continued", trainer={"steps": 2, "targets": "all-linear"},
-                             resume="plain/foreign.safetensors")  # relative: found in models/loras
+    continued = run_training(
+        two_photos, "plain_continued", trainer={"steps": 2, "targets": "all-linear"}, resume="plain/foreign.safetensors"
+    )  # relative: found in models/loras
     assert continued.success, continued.error
     assert summary(continued)["eval_loss_before"] == pytest.approx(summary(first)["eval_loss_after"], rel=1e-5)
     assert len(continued.losses()) == 2  # a new run: its own steps only
 
 
 def test_text_encoder_training_through_the_executor_saves_text_encoder_keys(registered, two_photos, comfy_dirs):
-    outcome = run_training(two_photos, "text_encoder", trainer={"text_encoder_lr": 1e-3}, train_text_encoder=True,
-                           save={"filename_prefix": "text_encoder"})
+    outcome = run_training(
+        two_photos,
+        "text_encoder",
+        trainer={"text_encoder_lr": 1e-3},
+        train_text_encoder=True,
+        save={"filename_prefix": "text_encoder"},
+    )
     assert outcome.success, outcome.error
     keys = safetensors.torch.load_file(os.path.join(comfy_dirs["loras"], "text_encoder.safetensors")).keys()
     assert any(k.startswith("lora_te_") for k in keys) and any(k.startswith("lora_unet_") for k in keys)

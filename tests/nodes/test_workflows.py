@@ -1,4 +1,5 @@
 """The example workflows and bad inputs, run headless through ComfyUI's own executor."""
+
 import json
 import os
 import shutil
@@ -6,13 +7,19 @@ import shutil
 import folder_paths
 import pytest
 
-from tests.support.example_workflows import EXAMPLES, FOLDER, render_examples
 from demo.run_demo import demo_prompt
+from tests.support.example_workflows import EXAMPLES, FOLDER, render_examples
 from tests.support.workflow import execution_error, load_extension, run_prompt, substitute
 
-NODE_IDS = {"EriDiffusion_LoadDataset", "EriDiffusion_CacheLatents", "EriDiffusion_LoRATrainer",
-            "EriDiffusion_SampleDuringTraining", "EriDiffusion_SaveLoRA", "EriDiffusion_LossGraph",
-            "EriDiffusion_TinyDemoModel"}
+NODE_IDS = {
+    "EriDiffusion_LoadDataset",
+    "EriDiffusion_CacheLatents",
+    "EriDiffusion_LoRATrainer",
+    "EriDiffusion_SampleDuringTraining",
+    "EriDiffusion_SaveLoRA",
+    "EriDiffusion_LossGraph",
+    "EriDiffusion_TinyDemoModel",
+}
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +33,7 @@ def tree(path):
 
 def test_comfyui_custom_node_loader_registers_every_node_under_a_prefixed_id(registered):
     import nodes
+
     assert NODE_IDS <= set(registered)
     assert nodes.NODE_DISPLAY_NAME_MAPPINGS["EriDiffusion_LoRATrainer"] == "LoRATrainer"
     assert registered["SaveLoRA"] is not registered["EriDiffusion_SaveLoRA"]  # the host's own node is untouched
@@ -46,13 +54,18 @@ def test_committed_example_workflows_match_the_node_definitions(registered):
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
-def test_example_workflow_runs_headless_and_its_lora_loads_in_loraloader(example, registered, datasets_dir,
-                                                                         comfy_dirs, caplog):
+def test_example_workflow_runs_headless_and_its_lora_loads_in_loraloader(
+    example, registered, datasets_dir, comfy_dirs, caplog
+):
     prompt = demo_prompt(None, 12, os.path.join(datasets_dir, "dreambooth_dog"), example=example, size=128)
-    prompt = substitute(prompt, overrides={
-        "EriDiffusion_SampleDuringTraining": {"every": 6, "steps": 2},
-        "EriDiffusion_SaveLoRA": {"filename_prefix": f"workflow/{example[:-5]}"},
-        "KSampler": {"steps": 2}})
+    prompt = substitute(
+        prompt,
+        overrides={
+            "EriDiffusion_SampleDuringTraining": {"every": 6, "steps": 2},
+            "EriDiffusion_SaveLoRA": {"filename_prefix": f"workflow/{example[:-5]}"},
+            "KSampler": {"steps": 2},
+        },
+    )
     executor, server = run_prompt(prompt)
     assert executor.success, execution_error(executor)
     name = os.path.join("workflow", f"{example[:-5]}.safetensors")
@@ -61,12 +74,18 @@ def test_example_workflow_runs_headless_and_its_lora_loads_in_loraloader(example
     run_dir = os.path.join(comfy_dirs["output"], sorted(run_dirs)[-1])
     assert {"loss.png", "loss.json", "summary.json"} <= set(os.listdir(run_dir))
     assert sorted(os.listdir(os.path.join(run_dir, "samples"))) == [
-        "step_12_0.png", "step_12_1.png", "step_6_0.png", "step_6_1.png"]
+        "step_12_0.png",
+        "step_12_1.png",
+        "step_6_0.png",
+        "step_6_1.png",
+    ]
     with open(os.path.join(run_dir, "summary.json")) as f:
         assert json.load(f)["steps"] == 12
     # stock LoraLoader node on the same tiny model: every key matches
     import nodes
+
     from tests.support.tiny_models import build_tiny
+
     model, clip, _ = build_tiny("sdxl" if example.startswith("tiny") else example.split("_")[0], seed=0)
     caplog.clear()
     nodes.LoraLoader().load_lora(model, clip, name, 1.0, 1.0)
@@ -95,10 +114,12 @@ def bad_dataset(datasets_dir, tmp_path, case):
     raise ValueError(case)
 
 
-@pytest.mark.parametrize("case", ["missing folder", "corrupt image", "missing caption", "non-image file",
-                                  "caption without image"])
+@pytest.mark.parametrize(
+    "case", ["missing folder", "corrupt image", "missing caption", "non-image file", "caption without image"]
+)
 def test_bad_dataset_stops_the_workflow_with_an_error_naming_the_file_and_writes_nothing(
-        case, registered, datasets_dir, comfy_dirs, tmp_path):
+    case, registered, datasets_dir, comfy_dirs, tmp_path
+):
     folder, named = bad_dataset(datasets_dir, tmp_path, case)
     before = (tree(comfy_dirs["output"]), tree(comfy_dirs["loras"]))
     executor, _ = run_prompt(demo_prompt(None, 5, str(folder), example="sd15_lora.json", size=128))

@@ -1,5 +1,6 @@
 """The reliability matrix's fixtures: EriDiffusion loaded into the host, small copies of the real
 photos, and short training prompts run through ComfyUI's own executor."""
+
 import os
 import shutil
 
@@ -16,6 +17,7 @@ def registered():
 @pytest.fixture
 def photos(datasets_dir, tmp_path):
     """make(count, name): a folder holding the first `count` DreamBooth dog photos and captions."""
+
     def make(count=2, name="photos"):
         folder = tmp_path / name
         folder.mkdir()
@@ -23,4 +25,5 @@ def photos(datasets_dir, tmp_path):
             for ext in (".jpg", ".txt"):
                 shutil.copy(os.path.join(datasets_dir, "dreambooth_dog", f"{index:02d}{ext}"), folder)
         return folder
+
     return make

@@ -1,6 +1,7 @@
 """Issue 11, case 10 and the inputs that already held: what a user's odd or broken dataset does when
 the workflow runs through ComfyUI's executor (the exact message, or a run that trains), a rank
 wider than the layers, and ComfyUI's Cancel."""
+
 import logging
 import os
 import re
@@ -56,9 +57,15 @@ def test_cmyk_sixteen_bit_alpha_palette_and_rotated_images_all_train(registered,
     with Image.open(folder / "00.jpg") as original:
         original_size = original.size
     sizes = {os.path.basename(r.path): (r.width, r.height) for r in load_dataset(str(folder)).records}
-    assert sizes == {"00.jpg": original_size, "cmyk.jpg": (96, 96), "gray16.png": (320, 240),
-                     "alpha.png": (320, 240), "la.png": (320, 240), "palette.png": (320, 240),
-                     "rotated.jpg": (240, 320)}  # upright by its EXIF orientation
+    assert sizes == {
+        "00.jpg": original_size,
+        "cmyk.jpg": (96, 96),
+        "gray16.png": (320, 240),
+        "alpha.png": (320, 240),
+        "la.png": (320, 240),
+        "palette.png": (320, 240),
+        "rotated.jpg": (240, 320),
+    }  # upright by its EXIF orientation
     outcome = run_training(folder, "odd_formats")
     assert outcome.success, outcome.error
     assert len(outcome.losses()) == 2
@@ -69,7 +76,8 @@ def test_two_images_sharing_a_stem_are_named(registered, photos):
     photo(folder).save(folder / "00.png")
     assert dataset_error(folder, "duplicate_stems") == (
         f"EriDiffusion_LoadDataset: {folder / '00.jpg'} and {folder / '00.png'} share the name '00', so 00.txt would "
-        "caption both; rename one of them.")
+        "caption both; rename one of them."
+    )
 
 
 def test_metadata_naming_a_file_outside_the_folder_is_refused(registered, photos):
@@ -77,20 +85,24 @@ def test_metadata_naming_a_file_outside_the_folder_is_refused(registered, photos
     (folder / "metadata.jsonl").write_text('{"file_name": "../outside.jpg", "text": "a dog"}\n', encoding="utf-8")
     assert dataset_error(folder, "traversal") == (
         f"EriDiffusion_LoadDataset: {folder / 'metadata.jsonl'} line 1 names ../outside.jpg, outside the dataset "
-        "folder; give a path relative to the folder holding metadata.jsonl.")
+        "folder; give a path relative to the folder holding metadata.jsonl."
+    )
 
 
 def test_a_missing_caption_and_an_empty_one_get_their_own_messages(registered, photos):
     folder = photos(2)
     (folder / "01.txt").unlink()
     assert dataset_error(folder, "missing_caption") == (
-        f"EriDiffusion_LoadDataset: {folder / '01.jpg'} has no caption; write 01.txt beside it, {USE_TRIGGER}")
+        f"EriDiffusion_LoadDataset: {folder / '01.jpg'} has no caption; write 01.txt beside it, {USE_TRIGGER}"
+    )
     (folder / "01.txt").write_text(" \n", encoding="utf-8")
     assert dataset_error(folder, "empty_caption") == (
         f"EriDiffusion_LoadDataset: {folder / '01.txt'}, the caption of {folder / '01.jpg'}, is empty; write the "
-        f"caption in it, {USE_TRIGGER}")
-    outcome = run_training(folder, "empty_caption_trigger",
-                           dataset_options={"missing_caption": "use trigger word", "trigger_word": "sks"})
+        f"caption in it, {USE_TRIGGER}"
+    )
+    outcome = run_training(
+        folder, "empty_caption_trigger", dataset_options={"missing_caption": "use trigger word", "trigger_word": "sks"}
+    )
     assert outcome.success, outcome.error
     assert load_dataset(str(folder), trigger_word="sks", missing_caption="trigger_word").records[1].caption == "sks"
 
@@ -112,25 +124,37 @@ def test_a_tiny_image_is_named_with_the_options_the_node_has(registered, photos)
     (folder / "tiny.txt").write_text("a white square", encoding="utf-8")
     assert dataset_error(folder, "tiny_image") == (
         f"EriDiffusion_LoadDataset: {folder / 'tiny.png'} is 8x8, smaller than 64 pixels on its short side (the least "
-        "EriDiffusion trains on); remove it from the folder or upscale it.")
+        "EriDiffusion trains on); remove it from the folder or upscale it."
+    )
 
 
 def test_a_rank_wider_than_layers_warns_once_naming_them(registered, photos, comfy_dirs, caplog):
     import safetensors.torch
+
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        outcome = run_training(photos(1), "wide_rank", trainer={"rank": 64, "alpha": 64.0},
-                               save={"filename_prefix": "wide_rank", "dtype": "fp32"})
+        outcome = run_training(
+            photos(1),
+            "wide_rank",
+            trainer={"rank": 64, "alpha": 64.0},
+            save={"filename_prefix": "wide_rank", "dtype": "fp32"},
+        )
     assert outcome.success, outcome.error
     warnings = [r.getMessage() for r in caplog.records if "is larger than the width" in r.getMessage()]
     assert len(warnings) == 1
-    match = re.fullmatch(r"EriDiffusion: rank 64 \(conv_rank 0\) is larger than the width of (\d+) adapted layers: "
-                         r"(.+)\. An adapter of a layer cannot use more rank than its width, so the rest only adds "
-                         r"parameters to the file; lower the rank to (\d+) or less\.", warnings[0])
+    match = re.fullmatch(
+        r"EriDiffusion: rank 64 \(conv_rank 0\) is larger than the width of (\d+) adapted layers: "
+        r"(.+)\. An adapter of a layer cannot use more rank than its width, so the rest only adds "
+        r"parameters to the file; lower the rank to (\d+) or less\.",
+        warnings[0],
+    )
     assert match, warnings[0]
     tensors = safetensors.torch.load_file(os.path.join(comfy_dirs["loras"], "wide_rank.safetensors"))
-    widths = [min(tensors[k].shape[0], tensors[k.replace("lora_up", "lora_down")][0].numel())
-              for k in tensors if k.endswith(".lora_up.weight")]
+    widths = [
+        min(tensors[k].shape[0], tensors[k.replace("lora_up", "lora_down")][0].numel())
+        for k in tensors
+        if k.endswith(".lora_up.weight")
+    ]
     assert int(match.group(1)) == sum(w < 64 for w in widths) > 0
     assert int(match.group(3)) == min(widths)
 
@@ -138,6 +162,7 @@ def test_a_rank_wider_than_layers_warns_once_naming_them(registered, photos, com
 def test_cancel_stops_the_run_within_one_step_keeping_its_checkpoints(registered, photos):
     import comfy.model_management
     import folder_paths
+
     checkpoints = os.path.join(folder_paths.get_output_directory(), "cancelled", "checkpoints")
     seen = {}
 

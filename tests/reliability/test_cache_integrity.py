@@ -1,5 +1,6 @@
 """Issue 11, case 5: a latent-cache entry that is truncated, empty, overwritten, unchecked or holds
 NaN is encoded again with a warning naming it, and the run trains; nothing damaged is trained on."""
+
 import logging
 import os
 
@@ -12,11 +13,12 @@ from tests.support.workflow import run_training
 
 def damage(path, how):
     from eridiffusion.training.latent_cache import _write_entry
+
     data = open(path, "rb").read()
     if how == "empty":
         data = b""
     elif how == "truncated":
-        data = data[:len(data) // 2]
+        data = data[: len(data) // 2]
     elif how == "overwritten":  # the header still parses; the tensor bytes changed
         data = data[:-16] + bytes(255 - b for b in data[-16:])
     elif how == "nan":
@@ -30,14 +32,17 @@ def damage(path, how):
         f.write(data)
 
 
-PROBLEMS = {"overwritten": "does not match its checksum (damaged or overwritten)",
-            "nan": "holds NaN or infinite values",
-            "unchecked": "has no checksum (an older EriDiffusion wrote it)"}
+PROBLEMS = {
+    "overwritten": "does not match its checksum (damaged or overwritten)",
+    "nan": "holds NaN or infinite values",
+    "unchecked": "has no checksum (an older EriDiffusion wrote it)",
+}
 
 
 @pytest.mark.parametrize("how", ["empty", "truncated", "overwritten", "nan", "unchecked"])
-def test_a_damaged_cache_entry_is_encoded_again_with_a_warning_and_the_run_trains(how, registered, photos, tmp_path,
-                                                                                   caplog):
+def test_a_damaged_cache_entry_is_encoded_again_with_a_warning_and_the_run_trains(
+    how, registered, photos, tmp_path, caplog
+):
     dataset, cache = photos(1), tmp_path / "cache"
     first = run_training(dataset, f"cache_{how}_first", cache_folder=cache)
     assert first.success, first.error
@@ -56,7 +61,7 @@ def test_a_damaged_cache_entry_is_encoded_again_with_a_warning_and_the_run_train
         assert len(warnings) == 1 and warnings[0].startswith(f"EriDiffusion: cache entry {entry} cannot be read (")
         assert warnings[0].endswith(f"); encoding {image} again.")
     assert torch.equal(safetensors.torch.load_file(entry)["latent"], clean)  # written again, whole
-    assert second.losses() == pytest.approx(first.losses(), abs=1e-6)    # trained on the same latent
+    assert second.losses() == pytest.approx(first.losses(), abs=1e-6)  # trained on the same latent
 
 
 def test_a_damaged_caption_entry_is_encoded_again(registered, photos, tmp_path, caplog):

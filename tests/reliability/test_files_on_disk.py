@@ -1,6 +1,7 @@
 """Issue 11, cases 4, 8 and 9: SaveLoRA never writes outside models/loras, names every file-system
 failure with the fix instead of a raw OS error, writes files with the process umask, and runs and
 SaveLoRA sweep the temp files a killed process left behind."""
+
 import os
 import shutil
 import stat
@@ -18,8 +19,14 @@ from tests.support.workflow import run_training
 
 
 def small_lora():
-    return TrainedLoRA({"lora_unet_x.lora_up.weight": torch.ones(4, 2), "lora_unet_x.lora_down.weight": torch.ones(2, 4),
-                        "lora_unet_x.alpha": torch.tensor(2.0)}, {"architecture": "SD15"})
+    return TrainedLoRA(
+        {
+            "lora_unet_x.lora_up.weight": torch.ones(4, 2),
+            "lora_unet_x.lora_down.weight": torch.ones(2, 4),
+            "lora_unet_x.alpha": torch.tensor(2.0),
+        },
+        {"architecture": "SD15"},
+    )
 
 
 def save(prefix, overwrite=False):
@@ -36,25 +43,31 @@ def test_prefix_dot_is_refused_through_the_executor_and_nothing_leaves_models_lo
     parent = os.path.dirname(comfy_dirs["loras"])
     before = sorted(os.listdir(parent))
     outcome = run_training(photos(1), "dot_prefix", save={"filename_prefix": "."})
-    assert outcome.error == ("EriDiffusion_SaveLoRA: SaveLoRA filename_prefix '.' must be a relative name inside "
-                             "models/loras (like 'my_lora' or 'people/my_lora'), without '.' or '..' parts or a "
-                             "leading '/'.")
+    assert outcome.error == (
+        "EriDiffusion_SaveLoRA: SaveLoRA filename_prefix '.' must be a relative name inside "
+        "models/loras (like 'my_lora' or 'people/my_lora'), without '.' or '..' parts or a "
+        "leading '/'."
+    )
     assert sorted(os.listdir(parent)) == before and not os.path.exists(comfy_dirs["loras"] + ".safetensors")
 
 
 @pytest.mark.parametrize("prefix", ["./x", "a/./b", "a/..", "../escape", "/tmp/absolute"])
 def test_prefixes_with_dot_parts_or_leaving_the_folder_are_refused(prefix, comfy_dirs):
-    assert refusal(prefix) == (f"SaveLoRA filename_prefix '{prefix}' must be a relative name inside models/loras "
-                               "(like 'my_lora' or 'people/my_lora'), without '.' or '..' parts or a leading '/'.")
+    assert refusal(prefix) == (
+        f"SaveLoRA filename_prefix '{prefix}' must be a relative name inside models/loras "
+        "(like 'my_lora' or 'people/my_lora'), without '.' or '..' parts or a leading '/'."
+    )
 
 
 def test_a_prefix_whose_name_fits_the_file_system_saves_and_a_longer_one_is_refused(comfy_dirs):
     fits = "long/" + "n" * 237  # 237 + "_00001.safetensors" = 255 bytes; the temp name stays short
     assert os.path.basename(save(fits)) == "n" * 237 + ".safetensors"
     assert os.path.basename(save(fits)) == "n" * 237 + "_00001.safetensors"
-    assert refusal("long/" + "n" * 238) == (f"SaveLoRA filename_prefix 'long/{'n' * 238}' is too long for the file "
-                                            "system, which takes names of up to 255 bytes: keep each folder name and "
-                                            "the file name to 237 bytes or less.")
+    assert refusal("long/" + "n" * 238) == (
+        f"SaveLoRA filename_prefix 'long/{'n' * 238}' is too long for the file "
+        "system, which takes names of up to 255 bytes: keep each folder name and "
+        "the file name to 237 bytes or less."
+    )
 
 
 def test_a_nul_character_in_the_prefix_is_refused():
@@ -64,8 +77,9 @@ def test_a_nul_character_in_the_prefix_is_refused():
 def test_a_folder_at_the_target_name_is_named_with_the_fix(comfy_dirs):
     target = os.path.join(comfy_dirs["loras"], "taken", "name.safetensors")
     os.makedirs(target)
-    assert refusal("taken/name", overwrite=True) == (f"cannot write {target}: Is a directory; a folder has that name: "
-                                                     "remove the folder or choose another name.")
+    assert refusal("taken/name", overwrite=True) == (
+        f"cannot write {target}: Is a directory; a folder has that name: remove the folder or choose another name."
+    )
     assert os.path.basename(save("taken/name")) == "name_00001.safetensors"  # without overwrite: the next free name
 
 
@@ -75,8 +89,10 @@ def test_a_read_only_folder_is_named_with_the_fix(comfy_dirs):
     os.makedirs(folder)
     os.chmod(folder, 0o555)
     try:
-        assert refusal("read_only/x") == (f"cannot write {os.path.join(folder, 'x.safetensors')}: Permission denied; "
-                                          "make the folder writable for the user running ComfyUI.")
+        assert refusal("read_only/x") == (
+            f"cannot write {os.path.join(folder, 'x.safetensors')}: Permission denied; "
+            "make the folder writable for the user running ComfyUI."
+        )
     finally:
         os.chmod(folder, 0o755)
 
@@ -91,9 +107,11 @@ def test_an_immutable_folder_is_named_with_the_fix(comfy_dirs):
     if not chattr("+i", folder):
         pytest.skip("chattr +i needs root on a file system that has the flag")
     try:
-        assert refusal("immutable/x") == (f"cannot write {os.path.join(folder, 'x.safetensors')}: Operation not "
-                                          "permitted; the folder or file is protected (read-only or immutable): make "
-                                          "it writable for the user running ComfyUI.")
+        assert refusal("immutable/x") == (
+            f"cannot write {os.path.join(folder, 'x.safetensors')}: Operation not "
+            "permitted; the folder or file is protected (read-only or immutable): make "
+            "it writable for the user running ComfyUI."
+        )
         assert os.listdir(folder) == []
     finally:
         chattr("-i", folder)
@@ -118,9 +136,9 @@ def plant(folder, name, age_s):
     return name
 
 
-STALE = ".my_lora.safetensors.abcd1234.eridiffusion.tmp"      # our pattern, from before this process
-FRESH = ".my_lora.safetensors.efgh5678.eridiffusion.tmp"      # our pattern, being written now
-FOREIGN = ".notes.txt.tmp"                                     # someone else's
+STALE = ".my_lora.safetensors.abcd1234.eridiffusion.tmp"  # our pattern, from before this process
+FRESH = ".my_lora.safetensors.efgh5678.eridiffusion.tmp"  # our pattern, being written now
+FOREIGN = ".notes.txt.tmp"  # someone else's
 
 
 def test_save_lora_sweeps_its_own_stale_temp_files_only(comfy_dirs):

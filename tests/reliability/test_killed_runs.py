@@ -1,6 +1,7 @@
 """Issue 11, SIGKILL during checkpointing (and case 8): a run killed at random moments while it
 writes a checkpoint every step leaves only whole files (every adapter, training state and loss
 history loads), and the next run's start removes the temp files the killed writes left."""
+
 import json
 import os
 import random
@@ -19,8 +20,12 @@ TRIALS = 10
 
 
 def start(base, dataset, run_name):
-    return subprocess.Popen([sys.executable, "-m", "tests.reliability.killed_run", str(base), str(dataset), run_name],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.reliability.killed_run", str(base), str(dataset), run_name],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def wait_for_checkpoint(process, folder, timeout_s=300):
@@ -66,7 +71,7 @@ def test_runs_killed_while_checkpointing_leave_whole_files_and_the_next_start_sw
             if name.endswith(".safetensors"):
                 adapters += len(safetensors.torch.load_file(path)) > 0
             elif name.endswith(".training_state"):
-                assert load_state(path, path[:-len(".training_state")] + ".safetensors")["step"] >= 1
+                assert load_state(path, path[: -len(".training_state")] + ".safetensors")["step"] >= 1
             else:
                 assert name.endswith(TEMP_SUFFIX), name
         assert adapters >= 1

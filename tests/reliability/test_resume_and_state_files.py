@@ -1,6 +1,7 @@
 """Issue 11, severe 1 and 2, and the state-file cases: resuming through ComfyUI's executor (which runs
 every node under torch.inference_mode) continues a run exactly; a training-state file is never
 unpickled, and one that is damaged or not ours is refused by name."""
+
 import os
 import pickle
 import shutil
@@ -11,29 +12,46 @@ import torch
 
 from tests.support.workflow import run_training
 
-RESUMABLE = {"steps": 12, "save_every": 6, "learning_rate": 3e-3, "rank": 4, "alpha": 4.0, "targets": "all-linear",
-             "batch_size": 2, "seed": 3}
+RESUMABLE = {
+    "steps": 12,
+    "save_every": 6,
+    "learning_rate": 3e-3,
+    "rank": 4,
+    "alpha": 4.0,
+    "targets": "all-linear",
+    "batch_size": 2,
+    "seed": 3,
+}
 
 
 def saved(name):
     import folder_paths
+
     return safetensors.torch.load_file(os.path.join(folder_paths.get_folder_paths("loras")[0], name + ".safetensors"))
 
 
-@pytest.mark.parametrize("algorithm, text_encoder", [("lora", False), ("dora", False), ("lokr", False),
-                                                     ("loha", False), ("lora", True)],
-                         ids=["lora", "dora", "lokr", "loha", "lora+text_encoder"])
+@pytest.mark.parametrize(
+    "algorithm, text_encoder",
+    [("lora", False), ("dora", False), ("lokr", False), ("loha", False), ("lora", True)],
+    ids=["lora", "dora", "lokr", "loha", "lora+text_encoder"],
+)
 def test_resuming_through_the_executor_continues_the_run_exactly(algorithm, text_encoder, registered, photos):
     dataset = photos(4)
     name = f"resume_{algorithm}{'_te' if text_encoder else ''}"
     trainer = {**RESUMABLE, "algorithm": algorithm, "text_encoder_lr": 1e-3 if text_encoder else 0.0}
     common = dict(trainer=trainer, train_text_encoder=text_encoder)
-    whole = run_training(dataset, name + "_whole", save={"filename_prefix": f"resume/{name}_whole", "dtype": "fp32"},
-                         **common)
+    whole = run_training(
+        dataset, name + "_whole", save={"filename_prefix": f"resume/{name}_whole", "dtype": "fp32"}, **common
+    )
     assert whole.success, whole.error
     middle = os.path.join(whole.run_dir, "checkpoints", f"{name}_whole_step000006.safetensors")
-    resumed = run_training(dataset, name + "_resumed", resume=middle,
-                           save={"filename_prefix": f"resume/{name}_resumed", "dtype": "fp32"}, **common)
+    resumed = run_training(
+        dataset,
+        name + "_resumed",
+        resume=middle,
+        save={"filename_prefix": f"resume/{name}_resumed", "dtype": "fp32"},
+        **common,
+    )
     assert resumed.success, resumed.error
     assert len(whole.losses()) == len(resumed.losses()) == 12
     loss_difference = max(abs(a - b) for a, b in zip(whole.losses(), resumed.losses()))
@@ -59,7 +77,7 @@ def checkpoint(registered, datasets_dir, tmp_path_factory):
 def copy_checkpoint(checkpoint, folder):
     """The checkpoint and its state copied into `folder`; returns (adapter path, state path)."""
     adapter = shutil.copy(checkpoint, folder / "copy.safetensors")
-    state = shutil.copy(checkpoint[:-len(".safetensors")] + ".training_state", folder / "copy.training_state")
+    state = shutil.copy(checkpoint[: -len(".safetensors")] + ".training_state", folder / "copy.training_state")
     return str(adapter), str(state)
 
 
@@ -86,10 +104,12 @@ def test_a_planted_pickled_state_never_runs_and_is_refused_by_name(checkpoint, p
     planted = tmp_path / "copy.state.pt"
     torch.save(PlantedPayload(str(marker)), planted)
     error = resume_error(photos(1), adapter, "planted_pickle")
-    assert error == (f"EriDiffusion_LoadLoRAForTraining: {planted} is a training state in the pickle format of earlier "
-                     "EriDiffusion versions, which is never opened (a pickle can run any code). To continue from "
-                     "copy.safetensors's weights as a new run, move copy.state.pt away; to continue a run exactly, "
-                     "resume from a checkpoint written by this version.")
+    assert error == (
+        f"EriDiffusion_LoadLoRAForTraining: {planted} is a training state in the pickle format of earlier "
+        "EriDiffusion versions, which is never opened (a pickle can run any code). To continue from "
+        "copy.safetensors's weights as a new run, move copy.state.pt away; to continue a run exactly, "
+        "resume from a checkpoint written by this version."
+    )
     assert not marker.exists()
     # the payload is live: the unpickling that earlier versions did runs it
     torch.load(planted, weights_only=False)
@@ -102,10 +122,13 @@ def test_a_pickle_under_the_state_files_name_is_refused_unopened(checkpoint, pho
     with open(state, "wb") as f:
         pickle.dump(PlantedPayload(str(marker)), f)
     error = resume_error(photos(1), adapter, "pickle_as_state")
-    assert error.startswith(f"EriDiffusion_LoadLoRAForTraining: training state {state} is damaged (truncated or "
-                            "overwritten: ")
-    assert error.endswith("); resume from another checkpoint, or move copy.training_state away to continue from "
-                          "copy.safetensors's weights alone as a new run.")
+    assert error.startswith(
+        f"EriDiffusion_LoadLoRAForTraining: training state {state} is damaged (truncated or overwritten: "
+    )
+    assert error.endswith(
+        "); resume from another checkpoint, or move copy.training_state away to continue from "
+        "copy.safetensors's weights alone as a new run."
+    )
     assert not marker.exists()
 
 
@@ -114,12 +137,15 @@ def test_a_truncated_state_file_is_refused_naming_it(keep, checkpoint, photos, t
     adapter, state = copy_checkpoint(checkpoint, tmp_path)
     data = open(state, "rb").read()
     with open(state, "wb") as f:
-        f.write(data[:int(len(data) * keep) if isinstance(keep, float) else keep])
+        f.write(data[: int(len(data) * keep) if isinstance(keep, float) else keep])
     error = resume_error(photos(1), adapter, f"truncated_state_{keep}")
-    assert error.startswith(f"EriDiffusion_LoadLoRAForTraining: training state {state} is damaged (truncated or "
-                            "overwritten: ")
-    assert error.endswith("resume from another checkpoint, or move copy.training_state away to continue from "
-                          "copy.safetensors's weights alone as a new run.")
+    assert error.startswith(
+        f"EriDiffusion_LoadLoRAForTraining: training state {state} is damaged (truncated or overwritten: "
+    )
+    assert error.endswith(
+        "resume from another checkpoint, or move copy.training_state away to continue from "
+        "copy.safetensors's weights alone as a new run."
+    )
 
 
 def test_a_safetensors_file_that_is_no_training_state_is_refused(checkpoint, photos, tmp_path):
@@ -128,14 +154,16 @@ def test_a_safetensors_file_that_is_no_training_state_is_refused(checkpoint, pho
     assert resume_error(photos(1), adapter, "foreign_state") == (
         f"EriDiffusion_LoadLoRAForTraining: {state} is not a training state EriDiffusion wrote (no "
         "'eridiffusion-training-state-1' format entry); resume from another checkpoint, or move copy.training_state "
-        "away to continue from copy.safetensors's weights alone as a new run.")
+        "away to continue from copy.safetensors's weights alone as a new run."
+    )
 
 
 def test_the_state_file_given_as_the_checkpoint_is_refused_with_the_adapters_name(checkpoint, photos, tmp_path):
     adapter, state = copy_checkpoint(checkpoint, tmp_path)
     assert resume_error(photos(1), state, "state_as_checkpoint") == (
         f"EriDiffusion_LoadLoRAForTraining: {state} is the training state of {adapter}; give the adapter file, and "
-        "its state beside it is read too.")
+        "its state beside it is read too."
+    )
 
 
 def test_a_resume_lora_holding_nan_is_refused(checkpoint, photos, tmp_path):
@@ -148,4 +176,5 @@ def test_a_resume_lora_holding_nan_is_refused(checkpoint, photos, tmp_path):
     safetensors.torch.save_file(tensors, adapter, metadata=metadata)
     assert resume_error(photos(1), adapter, "nan_resume") == (
         f"EriDiffusion_LoadLoRAForTraining: {adapter} holds NaN or infinite values (1 of its {len(tensors)} tensors, "
-        f"e.g. {first}): it was saved from a diverged run. Resume from an earlier checkpoint.")
+        f"e.g. {first}): it was saved from a diverged run. Resume from an earlier checkpoint."
+    )

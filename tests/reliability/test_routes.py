@@ -1,5 +1,6 @@
 """Issue 11, case 7: the stop and loss routes keep no memory for prompts that are not training,
 answer 400 with a message to every malformed request, and never send NaN (invalid JSON)."""
+
 import asyncio
 import json
 import os
@@ -23,6 +24,7 @@ def app():
 
 def ask(*requests):
     """[(status, JSON answer)] of (method, path, keyword arguments) requests, in order."""
+
     async def send():
         async with TestClient(TestServer(app())) as client:
             answers = []
@@ -30,6 +32,7 @@ def ask(*requests):
                 response = await client.request(method, path, **options)
                 answers.append((response.status, json.loads(await response.text(), parse_constant=_no_constant)))
             return answers
+
     return asyncio.run(send())
 
 
@@ -38,8 +41,9 @@ def _no_constant(name):
 
 
 def test_stop_requests_for_prompts_that_are_not_training_are_refused_and_not_kept():
-    answers = ask(*[("POST", "/eridiffusion/stop", {"json": {"prompt_id": f"p{i}", "node_id": "12"}})
-                    for i in range(2000)])
+    answers = ask(
+        *[("POST", "/eridiffusion/stop", {"json": {"prompt_id": f"p{i}", "node_id": "12"}}) for i in range(2000)]
+    )
     assert set(status for status, _ in answers) == {404}
     assert answers[0][1] == {"error": "no LoRATrainer (node 12 of prompt p0) is training now"}
     assert progress.pending_stop_requests() == 0
@@ -49,25 +53,34 @@ def test_a_stop_request_is_kept_only_while_its_trainer_trains():
     progress.begin_run("running", "7")
     try:
         assert ask(("POST", "/eridiffusion/stop", {"json": {"prompt_id": "running", "node_id": 7}})) == [
-            (200, {"stopping": True})]
+            (200, {"stopping": True})
+        ]
         assert progress.stop_requested("running", "7") and progress.pending_stop_requests() == 1
     finally:
         progress.end_run("running", "7")
     assert progress.pending_stop_requests() == 0
 
 
-@pytest.mark.parametrize("body, error", [
-    ({"data": b"not json"}, 'send a JSON body: {"prompt_id": "...", "node_id": "..."}'),
-    ({"data": b"\xff\xfe{}"}, 'send a JSON body: {"prompt_id": "...", "node_id": "..."}'),
-    ({"json": [1, 2]}, 'send a JSON object: {"prompt_id": "...", "node_id": "..."}'),
-    ({"json": {"node_id": "12"}}, f"prompt_id must be a non-empty string: {TO_RUNNING}"),
-    ({"json": {"prompt_id": True, "node_id": "12"}}, f"prompt_id must be a non-empty string: {TO_RUNNING}"),
-    ({"json": {"prompt_id": "p", "node_id": None}}, f"node_id must be a non-empty string: {TO_RUNNING}"),
-    ({"json": {"prompt_id": "p" * 201, "node_id": "12"}}, f"prompt_id must be at most 200 printable characters: "
-                                                          f"{TO_RUNNING}"),
-    ({"json": {"prompt_id": "p\x00", "node_id": "12"}}, f"prompt_id must be at most 200 printable characters: "
-                                                        f"{TO_RUNNING}"),
-], ids=["not json", "not utf-8", "array", "no prompt_id", "bool id", "null node_id", "long id", "NUL in id"])
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        ({"data": b"not json"}, 'send a JSON body: {"prompt_id": "...", "node_id": "..."}'),
+        ({"data": b"\xff\xfe{}"}, 'send a JSON body: {"prompt_id": "...", "node_id": "..."}'),
+        ({"json": [1, 2]}, 'send a JSON object: {"prompt_id": "...", "node_id": "..."}'),
+        ({"json": {"node_id": "12"}}, f"prompt_id must be a non-empty string: {TO_RUNNING}"),
+        ({"json": {"prompt_id": True, "node_id": "12"}}, f"prompt_id must be a non-empty string: {TO_RUNNING}"),
+        ({"json": {"prompt_id": "p", "node_id": None}}, f"node_id must be a non-empty string: {TO_RUNNING}"),
+        (
+            {"json": {"prompt_id": "p" * 201, "node_id": "12"}},
+            f"prompt_id must be at most 200 printable characters: {TO_RUNNING}",
+        ),
+        (
+            {"json": {"prompt_id": "p\x00", "node_id": "12"}},
+            f"prompt_id must be at most 200 printable characters: {TO_RUNNING}",
+        ),
+    ],
+    ids=["not json", "not utf-8", "array", "no prompt_id", "bool id", "null node_id", "long id", "NUL in id"],
+)
 def test_a_malformed_stop_request_gets_400_with_the_reason(body, error):
     assert ask(("POST", "/eridiffusion/stop", body)) == [(400, {"error": error})]
     assert progress.pending_stop_requests() == 0
@@ -76,10 +89,17 @@ def test_a_malformed_stop_request_gets_400_with_the_reason(body, error):
 NOT_A_RUN = "run must be a folder name inside ComfyUI's output folder (no slashes or control characters)"
 
 
-@pytest.mark.parametrize("run, error", [
-    ("", "give the run's folder name: /eridiffusion/loss?run=<run_name>"),
-    ("a\x00b", NOT_A_RUN), ("../../etc", NOT_A_RUN), ("..", NOT_A_RUN), ("x" * 256, NOT_A_RUN),
-], ids=["empty", "NUL", "traversal", "dot-dot", "too long"])
+@pytest.mark.parametrize(
+    "run, error",
+    [
+        ("", "give the run's folder name: /eridiffusion/loss?run=<run_name>"),
+        ("a\x00b", NOT_A_RUN),
+        ("../../etc", NOT_A_RUN),
+        ("..", NOT_A_RUN),
+        ("x" * 256, NOT_A_RUN),
+    ],
+    ids=["empty", "NUL", "traversal", "dot-dot", "too long"],
+)
 def test_a_malformed_run_name_gets_400_with_the_reason(run, error):
     assert ask(("GET", "/eridiffusion/loss", {"params": {"run": run}})) == [(400, {"error": error})]
 
@@ -91,22 +111,31 @@ def write_loss_file(comfy_dirs, run, text):
         f.write(text)
 
 
-@pytest.mark.parametrize("text, error", [
-    ("{not json", "cannot be read as a loss history (Expecting property name enclosed in double quotes: line 1 "
-                  "column 2 (char 1))."),
-    ("[1, 2]", "is not a loss history (an object with a list of numbers under 'loss')."),
-    ('{"loss": ["a"]}', "is not a loss history (an object with a list of numbers under 'loss')."),
-], ids=["not json", "array", "strings"])
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        (
+            "{not json",
+            "cannot be read as a loss history (Expecting property name enclosed in double quotes: line 1 "
+            "column 2 (char 1)).",
+        ),
+        ("[1, 2]", "is not a loss history (an object with a list of numbers under 'loss')."),
+        ('{"loss": ["a"]}', "is not a loss history (an object with a list of numbers under 'loss')."),
+    ],
+    ids=["not json", "array", "strings"],
+)
 def test_a_malformed_loss_file_gets_400_naming_it(text, error, comfy_dirs):
     write_loss_file(comfy_dirs, "malformed_loss", text)
     assert ask(("GET", "/eridiffusion/loss", {"params": {"run": "malformed_loss"}})) == [
-        (400, {"error": f"output/malformed_loss/loss.json {error}"})]
+        (400, {"error": f"output/malformed_loss/loss.json {error}"})
+    ]
 
 
 def test_non_finite_losses_are_sent_as_null(comfy_dirs):
     write_loss_file(comfy_dirs, "nan_loss", '{"loss": [0.5, NaN, Infinity, 0.25]}')  # as earlier versions wrote it
     assert ask(("GET", "/eridiffusion/loss", {"params": {"run": "nan_loss"}})) == [
-        (200, {"loss": [0.5, None, None, 0.25], "samples": []})]
+        (200, {"loss": [0.5, None, None, 0.25], "samples": []})
+    ]
 
 
 def test_progress_events_send_non_finite_losses_as_null():

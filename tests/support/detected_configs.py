@@ -3,6 +3,7 @@ the few state-dict keys (at tiny shapes) that `comfy.model_detection` looks at; 
 detection turns them into a config, and its model list picks the supported_models class, as for a
 real file. Only the sizes detection hard-codes (head counts, rope axes) are then cut down. A field a
 newer ComfyUI adds to a family's parameters therefore comes from that ComfyUI's own detection."""
+
 import comfy.model_detection
 import torch
 

@@ -1,5 +1,6 @@
 """Running the command line (`python -m eridiffusion train ...`) as a subprocess of the test, and
 the node graph a config file describes, to run the same settings through ComfyUI's executor."""
+
 import os
 import subprocess
 import sys
@@ -17,16 +18,24 @@ def cli_env():
 
 def run_cli(*args, cwd, timeout=600):
     """`python -m eridiffusion *args` in `cwd`, with this test's interpreter; the CompletedProcess."""
-    return subprocess.run([sys.executable, "-m", "eridiffusion", *map(str, args)], cwd=cwd, env=cli_env(),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "eridiffusion", *map(str, args)],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def start_cli(*args, cwd):
     """The same, started in the background, its output going to stdout.txt and stderr.txt in `cwd`;
     the Popen."""
     with open(os.path.join(cwd, "stdout.txt"), "w") as out, open(os.path.join(cwd, "stderr.txt"), "w") as err:
-        return subprocess.Popen([sys.executable, "-m", "eridiffusion", *map(str, args)], cwd=cwd, env=cli_env(),
-                                stdout=out, stderr=err)
+        return subprocess.Popen(
+            [sys.executable, "-m", "eridiffusion", *map(str, args)], cwd=cwd, env=cli_env(), stdout=out, stderr=err
+        )
 
 
 def write_yaml(path, text):
@@ -43,16 +52,22 @@ def graph_prompt(config):
     prompt = {
         "1": {"class_type": "EriDiffusion_TinyDemoModel", "inputs": {"architecture": config.model.tiny, "seed": 0}},
         "2": {"class_type": "EriDiffusion_LoadDataset", "inputs": dict(config.dataset)},
-        "3": {"class_type": "EriDiffusion_CacheLatents",
-              "inputs": {**config.cache, "dataset": ["2", 0], "vae": ["1", 2], "clip": ["1", 1]}},
-        "4": {"class_type": "EriDiffusion_LoRATrainer",
-              "inputs": {"model": ["1", 0], "training_data": ["3", 0], "clip": ["1", 1]}},
+        "3": {
+            "class_type": "EriDiffusion_CacheLatents",
+            "inputs": {**config.cache, "dataset": ["2", 0], "vae": ["1", 2], "clip": ["1", 1]},
+        },
+        "4": {
+            "class_type": "EriDiffusion_LoRATrainer",
+            "inputs": {"model": ["1", 0], "training_data": ["3", 0], "clip": ["1", 1]},
+        },
         "5": {"class_type": "EriDiffusion_SaveLoRA", "inputs": {**config.save, "lora": ["4", 1]}},
         "6": {"class_type": "EriDiffusion_LossGraph", "inputs": {"loss": ["4", 2]}},
     }
     if config.sample is not None:
-        prompt["7"] = {"class_type": "EriDiffusion_SampleDuringTraining",
-                       "inputs": {**config.sample, "clip": ["1", 1], "vae": ["1", 2]}}
+        prompt["7"] = {
+            "class_type": "EriDiffusion_SampleDuringTraining",
+            "inputs": {**config.sample, "clip": ["1", 1], "vae": ["1", 2]},
+        }
         prompt["4"]["inputs"]["sample_config"] = ["7", 0]
     # every options node linked, with the config's values: the graph a user would build for it
     set_training_settings(prompt, {**config.train, **(config.objective or {})})

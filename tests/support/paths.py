@@ -1,5 +1,6 @@
 """Where the test data lives: ../shared beside the checkout when present, else the copies shipped
 in demo/data (a clean CI clone has no ../shared)."""
+
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,5 +1,6 @@
 """Short real video clips made from the DreamBooth photos (a slow pan and zoom over each), written
 with PyAV, for the tests and benchmarks of video families: no video can be downloaded here."""
+
 import os
 import shutil
 
@@ -10,6 +11,7 @@ CLIP_SIZE = (192, 144)  # width, height of the written clips: 4:3, so the center
 def pan_and_zoom(photo_path, count, size=CLIP_SIZE):
     """`count` RGB frames of a slow left-to-right pan with a gentle zoom-in over a real photo."""
     from PIL import Image
+
     with Image.open(photo_path) as stored:
         photo = stored.convert("RGB")
     width, height = photo.size
@@ -29,7 +31,9 @@ def pan_and_zoom(photo_path, count, size=CLIP_SIZE):
 def write_video(path, images, fps):
     """Write PIL images as a clip with PyAV: H.264 in .mp4/.mov, VP9 in .webm."""
     from fractions import Fraction
+
     import av
+
     codec = "libvpx-vp9" if str(path).endswith(".webm") else "libx264"
     with av.open(str(path), "w") as container:
         stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
@@ -58,8 +62,13 @@ def write_dog_clips(photos, folder):
     """A clip dataset folder from the DreamBooth photos in `photos`: 00.mp4 (24 fps), 01.mp4 (30 fps),
     02/ (a frame folder), 03.gif (20 fps) and 04.mp4 (24 fps), each captioned with its photo's caption."""
     os.makedirs(folder, exist_ok=True)
-    writers = {"00.mp4": (24, write_video), "01.mp4": (30, write_video), "02": (16, None),
-               "03.gif": (20, write_gif), "04.mp4": (24, write_video)}
+    writers = {
+        "00.mp4": (24, write_video),
+        "01.mp4": (30, write_video),
+        "02": (16, None),
+        "03.gif": (20, write_gif),
+        "04.mp4": (24, write_video),
+    }
     for name, (fps, write) in writers.items():
         stem = name.split(".")[0]
         frames = pan_and_zoom(os.path.join(photos, f"{stem}.jpg"), count=16 if write else 12)

@@ -2,12 +2,8 @@
 PixArt) are ComfyUI's own classes: the model config, model, transformer, text encoders and
 tokenizers each family loads, real vocabularies, the family's latent channels, a layout ComfyUI's
 model detection recognises, and text → extra_conds → transformer runs end to end."""
-import os
 
-import numpy as np
-import pytest
-import torch
-from PIL import Image
+import os
 
 import comfy.ldm.aura.mmdit
 import comfy.ldm.hidream.model
@@ -35,49 +31,119 @@ import comfy.text_encoders.qwen_image
 import comfy.text_encoders.sd3_clip
 import comfy.text_encoders.t5
 import comfy.text_encoders.z_image
+import numpy as np
+import pytest
+import torch
+from PIL import Image
 
+from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 from tests.support import tiny_models  # first: it imports tiny_dit once its helpers exist
 from tests.support.tiny_models import build_tiny
-from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 
 te = comfy.text_encoders
 PROMPT = "a photo of sks dog"
 
 # family: model config, model, transformer, text-encoder model, tokenizer, latent channels, VAE
 STACKS = {
-    "hidream": (sm.HiDream, comfy.model_base.HiDream, comfy.ldm.hidream.model.HiDreamImageTransformer2DModel,
-                te.hidream.HiDreamTEModel, te.hidream.HiDreamTokenizer, 16, comfy.taesd.taesd.TAESD),
-    "lumina2": (sm.Lumina2, comfy.model_base.Lumina2, comfy.ldm.lumina.model.NextDiT,
-                te.lumina2.LuminaModel, te.lumina2.LuminaTokenizer, 16, comfy.taesd.taesd.TAESD),
-    "z_image": (sm.ZImage, comfy.model_base.Lumina2, comfy.ldm.lumina.model.NextDiT,
-                te.z_image.ZImageTEModel, te.z_image.ZImageTokenizer, 16, comfy.taesd.taesd.TAESD),
-    "qwen_image": (sm.QwenImage, comfy.model_base.QwenImage, comfy.ldm.qwen_image.model.QwenImageTransformer2DModel,
-                   te.qwen_image.QwenImageTEModel, te.qwen_image.QwenImageTokenizer, 16, comfy.ldm.wan.vae.WanVAE),
-    "omnigen2": (sm.Omnigen2, comfy.model_base.Omnigen2, comfy.ldm.omnigen.omnigen2.OmniGen2Transformer2DModel,
-                 te.omnigen2.Omnigen2Model, te.omnigen2.Omnigen2Tokenizer, 16, comfy.taesd.taesd.TAESD),
-    "hunyuan_image21": (sm.HunyuanImage21, comfy.model_base.HunyuanImage21, comfy.ldm.hunyuan_video.model.HunyuanVideo,
-                        te.hunyuan_image.HunyuanImageTEModel, te.hunyuan_image.HunyuanImageTokenizer, 64,
-                        comfy.taesd.taesd.TAESD),
-    "auraflow": (sm.AuraFlow, comfy.model_base.AuraFlow, comfy.ldm.aura.mmdit.MMDiT,
-                 te.aura_t5.AuraT5Model, te.aura_t5.AuraT5Tokenizer, 4, comfy.taesd.taesd.TAESD),
-    "pixart_alpha": (sm.PixArtAlpha, comfy.model_base.PixArt, comfy.ldm.pixart.pixartms.PixArtMS,
-                     te.pixart_t5.PixArtT5XXL, te.pixart_t5.PixArtTokenizer, 4, comfy.taesd.taesd.TAESD),
-    "pixart_sigma": (sm.PixArtSigma, comfy.model_base.PixArt, comfy.ldm.pixart.pixartms.PixArtMS,
-                     te.pixart_t5.PixArtT5XXL, te.pixart_t5.PixArtTokenizer, 4, comfy.taesd.taesd.TAESD),
+    "hidream": (
+        sm.HiDream,
+        comfy.model_base.HiDream,
+        comfy.ldm.hidream.model.HiDreamImageTransformer2DModel,
+        te.hidream.HiDreamTEModel,
+        te.hidream.HiDreamTokenizer,
+        16,
+        comfy.taesd.taesd.TAESD,
+    ),
+    "lumina2": (
+        sm.Lumina2,
+        comfy.model_base.Lumina2,
+        comfy.ldm.lumina.model.NextDiT,
+        te.lumina2.LuminaModel,
+        te.lumina2.LuminaTokenizer,
+        16,
+        comfy.taesd.taesd.TAESD,
+    ),
+    "z_image": (
+        sm.ZImage,
+        comfy.model_base.Lumina2,
+        comfy.ldm.lumina.model.NextDiT,
+        te.z_image.ZImageTEModel,
+        te.z_image.ZImageTokenizer,
+        16,
+        comfy.taesd.taesd.TAESD,
+    ),
+    "qwen_image": (
+        sm.QwenImage,
+        comfy.model_base.QwenImage,
+        comfy.ldm.qwen_image.model.QwenImageTransformer2DModel,
+        te.qwen_image.QwenImageTEModel,
+        te.qwen_image.QwenImageTokenizer,
+        16,
+        comfy.ldm.wan.vae.WanVAE,
+    ),
+    "omnigen2": (
+        sm.Omnigen2,
+        comfy.model_base.Omnigen2,
+        comfy.ldm.omnigen.omnigen2.OmniGen2Transformer2DModel,
+        te.omnigen2.Omnigen2Model,
+        te.omnigen2.Omnigen2Tokenizer,
+        16,
+        comfy.taesd.taesd.TAESD,
+    ),
+    "hunyuan_image21": (
+        sm.HunyuanImage21,
+        comfy.model_base.HunyuanImage21,
+        comfy.ldm.hunyuan_video.model.HunyuanVideo,
+        te.hunyuan_image.HunyuanImageTEModel,
+        te.hunyuan_image.HunyuanImageTokenizer,
+        64,
+        comfy.taesd.taesd.TAESD,
+    ),
+    "auraflow": (
+        sm.AuraFlow,
+        comfy.model_base.AuraFlow,
+        comfy.ldm.aura.mmdit.MMDiT,
+        te.aura_t5.AuraT5Model,
+        te.aura_t5.AuraT5Tokenizer,
+        4,
+        comfy.taesd.taesd.TAESD,
+    ),
+    "pixart_alpha": (
+        sm.PixArtAlpha,
+        comfy.model_base.PixArt,
+        comfy.ldm.pixart.pixartms.PixArtMS,
+        te.pixart_t5.PixArtT5XXL,
+        te.pixart_t5.PixArtTokenizer,
+        4,
+        comfy.taesd.taesd.TAESD,
+    ),
+    "pixart_sigma": (
+        sm.PixArtSigma,
+        comfy.model_base.PixArt,
+        comfy.ldm.pixart.pixartms.PixArtMS,
+        te.pixart_t5.PixArtT5XXL,
+        te.pixart_t5.PixArtTokenizer,
+        4,
+        comfy.taesd.taesd.TAESD,
+    ),
 }
 
 # family: {encoder attribute of the text-encoder model: (its class, its transformer class, vocabulary)}
 ENCODERS = {
-    "hidream": {"clip_l": (comfy.sd1_clip.SDClipModel, None, 49408),
-                "clip_g": (comfy.sdxl_clip.SDXLClipG, None, 49408),
-                "t5xxl": (te.sd3_clip.T5XXLModel, te.t5.T5, 32128),
-                "llama": (te.hunyuan_video.LLAMAModel, te.llama.Llama2, 128256)},
+    "hidream": {
+        "clip_l": (comfy.sd1_clip.SDClipModel, None, 49408),
+        "clip_g": (comfy.sdxl_clip.SDXLClipG, None, 49408),
+        "t5xxl": (te.sd3_clip.T5XXLModel, te.t5.T5, 32128),
+        "llama": (te.hunyuan_video.LLAMAModel, te.llama.Llama2, 128256),
+    },
     "lumina2": {"gemma2_2b": (te.lumina2.Gemma2_2BModel, te.llama.Gemma2_2B, 256000)},
     "z_image": {"qwen3_4b": (te.z_image.Qwen3_4BModel, te.llama.Qwen3_4B, 151936)},
     "qwen_image": {"qwen25_7b": (te.qwen_image.Qwen25_7BVLIModel, te.llama.Qwen25_7BVLI, 152064)},
     "omnigen2": {"qwen25_3b": (te.omnigen2.Qwen25_3BModel, te.llama.Qwen25_3B, 151936)},
-    "hunyuan_image21": {"qwen25_7b": (te.hunyuan_image.Qwen25_7BVLIModel, te.llama.Qwen25_7BVLI, 152064),
-                        "byt5_small": (te.hunyuan_image.ByT5SmallModel, te.t5.T5, 1510)},
+    "hunyuan_image21": {
+        "qwen25_7b": (te.hunyuan_image.Qwen25_7BVLIModel, te.llama.Qwen25_7BVLI, 152064),
+        "byt5_small": (te.hunyuan_image.ByT5SmallModel, te.t5.T5, 1510),
+    },
     "auraflow": {"pile_t5xl": (te.aura_t5.PT5XlModel, te.t5.T5, 32128)},
     "pixart_alpha": {"t5xxl": (te.pixart_t5.T5XXLModel, te.t5.T5, 32128)},
     "pixart_sigma": {"t5xxl": (te.pixart_t5.T5XXLModel, te.t5.T5, 32128)},
@@ -91,9 +157,17 @@ DETECTED = {
     "z_image": {"image_model": "lumina2", "n_layers": 2, "dim": 256, "cap_feat_dim": 32},
     "qwen_image": {"image_model": "qwen_image", "in_channels": 64, "num_layers": 2},
     "omnigen2": {"image_model": "omnigen2"},
-    "hunyuan_image21": {"image_model": "hunyuan_video", "in_channels": 64, "out_channels": 64, "patch_size": [1, 1],
-                        "vec_in_dim": None, "byt5": True, "guidance_embed": False, "depth": 2,
-                        "depth_single_blocks": 2},
+    "hunyuan_image21": {
+        "image_model": "hunyuan_video",
+        "in_channels": 64,
+        "out_channels": 64,
+        "patch_size": [1, 1],
+        "vec_in_dim": None,
+        "byt5": True,
+        "guidance_embed": False,
+        "depth": 2,
+        "depth_single_blocks": 2,
+    },
     "auraflow": {"max_seq": 1024, "cond_seq_dim": 32, "n_double_layers": 2, "n_layers": 4},
     "pixart_alpha": {"image_model": "pixart_alpha", "micro_condition": True, "depth": 2, "model_max_length": 120},
     "pixart_sigma": {"image_model": "pixart_sigma", "micro_condition": False, "depth": 2, "model_max_length": 300},
@@ -186,7 +260,7 @@ def test_qwen_vl_vision_tower_is_zeros_in_one_element_and_the_language_model_ran
     _, clip, _ = build_tiny("qwen_image", seed=0)
     transformer = clip.cond_stage_model.qwen25_7b.transformer
     vision = list(transformer.visual.parameters())
-    assert sum(p.numel() for p in vision) > 600_000_000   # ComfyUI's full-size tower, as the real file has
+    assert sum(p.numel() for p in vision) > 600_000_000  # ComfyUI's full-size tower, as the real file has
     assert sum(p.untyped_storage().nbytes() for p in vision) == 4 * len(vision)  # one float each
     assert all(p.count_nonzero() == 0 for p in vision[:3])
     assert float(transformer.model.embed_tokens.weight.std()) > 0.1

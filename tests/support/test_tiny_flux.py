@@ -1,12 +1,8 @@
 """The tiny Flux-family and SD3 stacks are ComfyUI's own classes: model config, diffusion model,
 text encoders and tokenizers as ComfyUI loads them for each family, and a VAE whose latents the
 diffusion model takes."""
-import os
 
-import numpy as np
-import pytest
-import torch
-from PIL import Image
+import os
 
 import comfy.ldm.chroma.model
 import comfy.ldm.flux.model
@@ -18,28 +14,70 @@ import comfy.taesd.taesd
 import comfy.text_encoders.flux
 import comfy.text_encoders.pixart_t5
 import comfy.text_encoders.sd3_clip
+import numpy as np
+import pytest
+import torch
+from PIL import Image
 
-from tests.support import tiny_models  # noqa: F401  (first: it imports tiny_flux at its end)
-from tests.support import paths, tiny_flux
 from eridiffusion.training.model_inputs import batch_inputs, model_inputs
+from tests.support import (
+    paths,
+    tiny_flux,
+    tiny_models,  # noqa: F401  (first: it imports tiny_flux at its end)
+)
 
 PROMPT = "a photo of sks dog"
 # family: (model config class, BaseModel class, diffusion model class, text encoder class, tokenizer class,
 #          VAE latent channels)
 EXPECTED = {
-    "sd3": (comfy.supported_models.SD3, comfy.model_base.SD3,
-            comfy.ldm.modules.diffusionmodules.mmdit.OpenAISignatureMMDITWrapper,
-            comfy.text_encoders.sd3_clip.SD3ClipModel, comfy.text_encoders.sd3_clip.SD3Tokenizer, 16),
-    "flux_dev": (comfy.supported_models.Flux, comfy.model_base.Flux, comfy.ldm.flux.model.Flux,
-                 comfy.text_encoders.flux.FluxClipModel, comfy.text_encoders.flux.FluxTokenizer, 16),
-    "flux_schnell": (comfy.supported_models.FluxSchnell, comfy.model_base.Flux, comfy.ldm.flux.model.Flux,
-                     comfy.text_encoders.flux.FluxClipModel, comfy.text_encoders.flux.FluxTokenizer, 16),
-    "flux_kontext": (comfy.supported_models.Flux, comfy.model_base.Flux, comfy.ldm.flux.model.Flux,
-                     comfy.text_encoders.flux.FluxClipModel, comfy.text_encoders.flux.FluxTokenizer, 16),
-    "chroma": (comfy.supported_models.Chroma, comfy.model_base.Chroma, comfy.ldm.chroma.model.Chroma,
-               comfy.text_encoders.pixart_t5.PixArtT5XXL, comfy.text_encoders.pixart_t5.PixArtTokenizer, 16),
-    "flux2": (comfy.supported_models.Flux2, comfy.model_base.Flux2, comfy.ldm.flux.model.Flux,
-              comfy.text_encoders.flux.Flux2TEModel, comfy.text_encoders.flux.Flux2Tokenizer, 32),
+    "sd3": (
+        comfy.supported_models.SD3,
+        comfy.model_base.SD3,
+        comfy.ldm.modules.diffusionmodules.mmdit.OpenAISignatureMMDITWrapper,
+        comfy.text_encoders.sd3_clip.SD3ClipModel,
+        comfy.text_encoders.sd3_clip.SD3Tokenizer,
+        16,
+    ),
+    "flux_dev": (
+        comfy.supported_models.Flux,
+        comfy.model_base.Flux,
+        comfy.ldm.flux.model.Flux,
+        comfy.text_encoders.flux.FluxClipModel,
+        comfy.text_encoders.flux.FluxTokenizer,
+        16,
+    ),
+    "flux_schnell": (
+        comfy.supported_models.FluxSchnell,
+        comfy.model_base.Flux,
+        comfy.ldm.flux.model.Flux,
+        comfy.text_encoders.flux.FluxClipModel,
+        comfy.text_encoders.flux.FluxTokenizer,
+        16,
+    ),
+    "flux_kontext": (
+        comfy.supported_models.Flux,
+        comfy.model_base.Flux,
+        comfy.ldm.flux.model.Flux,
+        comfy.text_encoders.flux.FluxClipModel,
+        comfy.text_encoders.flux.FluxTokenizer,
+        16,
+    ),
+    "chroma": (
+        comfy.supported_models.Chroma,
+        comfy.model_base.Chroma,
+        comfy.ldm.chroma.model.Chroma,
+        comfy.text_encoders.pixart_t5.PixArtT5XXL,
+        comfy.text_encoders.pixart_t5.PixArtTokenizer,
+        16,
+    ),
+    "flux2": (
+        comfy.supported_models.Flux2,
+        comfy.model_base.Flux2,
+        comfy.ldm.flux.model.Flux,
+        comfy.text_encoders.flux.Flux2TEModel,
+        comfy.text_encoders.flux.Flux2Tokenizer,
+        32,
+    ),
 }
 _STACKS = {}
 
@@ -91,8 +129,9 @@ def test_vae_latents_have_the_family_channels_and_the_model_takes_them(family, d
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("name, guidance_embed", [("flux_dev", True), ("flux_kontext", True),
-                                                  ("flux_schnell", False), ("flux2", True)])
+@pytest.mark.parametrize(
+    "name, guidance_embed", [("flux_dev", True), ("flux_kontext", True), ("flux_schnell", False), ("flux2", True)]
+)
 def test_guidance_embedding_as_the_real_model_has_it(name, guidance_embed):
     model, _, _ = _stack(name)
     dit = model.model.diffusion_model

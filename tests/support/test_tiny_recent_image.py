@@ -3,20 +3,20 @@ ERNIE-Image, Anima) are ComfyUI's own classes: the model config, model, transfor
 and tokenizers each family loads, real vocabularies, the family's latent channels, weights that
 ComfyUI's model detection reads back as the family, and text → extra_conds → transformer end to end.
 On a host without these classes every test is skipped with that reason."""
+
 import importlib
 import os
 
+import comfy.model_detection
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-import comfy.model_detection
-
-from tests.support import tiny_models  # first: it imports tiny_recent_image once its helpers exist
-from tests.support.tiny_models import build_tiny, family_params
 from eridiffusion.comfy_compat import register_fused_rope_backwards
 from eridiffusion.training.model_inputs import batch_inputs, model_inputs
+from tests.support import tiny_models  # first: it imports tiny_recent_image once its helpers exist
+from tests.support.tiny_models import build_tiny, family_params
 
 PROMPT = "a photo of sks dog"
 
@@ -30,40 +30,86 @@ def _host(path):
 
 # family: model config, model, transformer, text-encoder model, tokenizer, VAE model
 STACKS = {
-    "kandinsky5_image": ("comfy.supported_models.Kandinsky5Image", "comfy.model_base.Kandinsky5Image",
-                         "comfy.ldm.kandinsky5.model.Kandinsky5", "comfy.text_encoders.kandinsky5.Kandinsky5TEModel",
-                         "comfy.text_encoders.kandinsky5.Kandinsky5TokenizerImage", "comfy.taesd.taesd.TAESD"),
-    "longcat_image": ("comfy.supported_models.LongCatImage", "comfy.model_base.LongCatImage",
-                      "comfy.ldm.flux.model.Flux", "comfy.text_encoders.longcat_image.LongCatImageTEModel",
-                      "comfy.text_encoders.longcat_image.LongCatImageTokenizer", "comfy.taesd.taesd.TAESD"),
-    "ernie_image": ("comfy.supported_models.ErnieImage", "comfy.model_base.ErnieImage",
-                    "comfy.ldm.ernie.model.ErnieImageModel", "comfy.text_encoders.ernie.ErnieTEModel",
-                    "comfy.text_encoders.ernie.ErnieTokenizer", "comfy.taesd.taesd.TAESD"),
-    "anima": ("comfy.supported_models.Anima", "comfy.model_base.Anima", "comfy.ldm.anima.model.Anima",
-              "comfy.text_encoders.anima.AnimaTEModel", "comfy.text_encoders.anima.AnimaTokenizer",
-              "comfy.ldm.wan.vae.WanVAE"),
+    "kandinsky5_image": (
+        "comfy.supported_models.Kandinsky5Image",
+        "comfy.model_base.Kandinsky5Image",
+        "comfy.ldm.kandinsky5.model.Kandinsky5",
+        "comfy.text_encoders.kandinsky5.Kandinsky5TEModel",
+        "comfy.text_encoders.kandinsky5.Kandinsky5TokenizerImage",
+        "comfy.taesd.taesd.TAESD",
+    ),
+    "longcat_image": (
+        "comfy.supported_models.LongCatImage",
+        "comfy.model_base.LongCatImage",
+        "comfy.ldm.flux.model.Flux",
+        "comfy.text_encoders.longcat_image.LongCatImageTEModel",
+        "comfy.text_encoders.longcat_image.LongCatImageTokenizer",
+        "comfy.taesd.taesd.TAESD",
+    ),
+    "ernie_image": (
+        "comfy.supported_models.ErnieImage",
+        "comfy.model_base.ErnieImage",
+        "comfy.ldm.ernie.model.ErnieImageModel",
+        "comfy.text_encoders.ernie.ErnieTEModel",
+        "comfy.text_encoders.ernie.ErnieTokenizer",
+        "comfy.taesd.taesd.TAESD",
+    ),
+    "anima": (
+        "comfy.supported_models.Anima",
+        "comfy.model_base.Anima",
+        "comfy.ldm.anima.model.Anima",
+        "comfy.text_encoders.anima.AnimaTEModel",
+        "comfy.text_encoders.anima.AnimaTokenizer",
+        "comfy.ldm.wan.vae.WanVAE",
+    ),
 }
 
 # family: {encoder attribute of the text-encoder model: (its class, its transformer class, vocabulary)}
 ENCODERS = {
-    "kandinsky5_image": {"qwen25_7b": ("comfy.text_encoders.kandinsky5.Qwen25_7BVLIModel",
-                                       "comfy.text_encoders.llama.Qwen25_7BVLI", 152064),
-                         "clip_l": ("comfy.sd1_clip.SDClipModel", None, 49408)},
-    "longcat_image": {"qwen25_7b": ("comfy.text_encoders.qwen_image.Qwen25_7BVLIModel",
-                                    "comfy.text_encoders.llama.Qwen25_7BVLI", 152064)},
-    "ernie_image": {"ministral3_3b": ("comfy.text_encoders.ernie.Ministral3_3BModel",
-                                      "comfy.text_encoders.llama.Ministral3_3B", 131072)},
-    "anima": {"qwen3_06b": ("comfy.text_encoders.anima.Qwen3_06BModel", "comfy.text_encoders.llama.Qwen3_06B",
-                            151936)},
+    "kandinsky5_image": {
+        "qwen25_7b": (
+            "comfy.text_encoders.kandinsky5.Qwen25_7BVLIModel",
+            "comfy.text_encoders.llama.Qwen25_7BVLI",
+            152064,
+        ),
+        "clip_l": ("comfy.sd1_clip.SDClipModel", None, 49408),
+    },
+    "longcat_image": {
+        "qwen25_7b": (
+            "comfy.text_encoders.qwen_image.Qwen25_7BVLIModel",
+            "comfy.text_encoders.llama.Qwen25_7BVLI",
+            152064,
+        )
+    },
+    "ernie_image": {
+        "ministral3_3b": (
+            "comfy.text_encoders.ernie.Ministral3_3BModel",
+            "comfy.text_encoders.llama.Ministral3_3B",
+            131072,
+        )
+    },
+    "anima": {"qwen3_06b": ("comfy.text_encoders.anima.Qwen3_06BModel", "comfy.text_encoders.llama.Qwen3_06B", 151936)},
 }
 
 # What comfy.model_detection reads from each tiny diffusion model's own weights: the family's branch
 # and the sizes by which supported_models tells it from its neighbours.
 DETECTED = {
-    "kandinsky5_image": {"image_model": "kandinsky5", "model_dim": 2560, "visual_embed_dim": 64,
-                         "num_visual_blocks": 2, "num_text_blocks": 2},
-    "longcat_image": {"image_model": "flux", "context_in_dim": 3584, "vec_in_dim": None, "guidance_embed": False,
-                      "txt_ids_dims": [1, 2], "depth": 2, "depth_single_blocks": 2},
+    "kandinsky5_image": {
+        "image_model": "kandinsky5",
+        "model_dim": 2560,
+        "visual_embed_dim": 64,
+        "num_visual_blocks": 2,
+        "num_text_blocks": 2,
+    },
+    "longcat_image": {
+        "image_model": "flux",
+        "context_in_dim": 3584,
+        "vec_in_dim": None,
+        "guidance_embed": False,
+        "txt_ids_dims": [1, 2],
+        "depth": 2,
+        "depth_single_blocks": 2,
+    },
     "ernie_image": {"image_model": "ernie"},
     "anima": {"image_model": "anima", "model_channels": 64, "in_channels": 16},
 }
@@ -173,5 +219,6 @@ def test_comfy_kitchens_fused_rms_norm_rope_gets_the_right_backward():
     freqs = torch.randn(1, 3, 1, 4, 2, 2, generator=generator, dtype=torch.float32)
     scale = torch.rand(8, generator=generator, dtype=torch.float32) + 0.5
     op = torch.ops.comfy_kitchen.rms_rope_split_half
-    assert torch.autograd.gradcheck(lambda a, b: op(a, b, freqs, scale, scale, 1e-6), (q, k), eps=1e-2, atol=2e-3,
-                                    rtol=1e-2)
+    assert torch.autograd.gradcheck(
+        lambda a, b: op(a, b, freqs, scale, scale, 1e-6), (q, k), eps=1e-2, atol=2e-3, rtol=1e-2
+    )

@@ -3,20 +3,20 @@ the VAE turns 9 frames of a real photo into the family's latent layout and back,
 model maps that latent to one of the same shape under the text encoder's conditioning (LTX-2 on its
 video stream alone), and ComfyUI's LoRA key map covers every linear layer (training them:
 tests/training/test_families.py). On a ComfyUI without these classes the tests are skipped."""
+
 import gc
 import os
 
+import comfy.lora
+import comfy.model_management
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-import comfy.lora
-import comfy.model_management
-
+from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 from tests.support import tiny_models, tiny_recent_video  # noqa: F401 (tiny_models first: it imports the stacks)
 from tests.support.tiny_models import family_params
-from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 
 SIZE = 128
 PROMPT = "a photo of sks dog"
@@ -27,7 +27,7 @@ LAYOUTS = {"kandinsky5": ("Kandinsky5", 16, 8, 3), "ltx2": ("LTXAV", 128, 32, 2)
 def _photo_pan(datasets_dir, count):
     photo = Image.open(os.path.join(datasets_dir, "dreambooth_dog", "00.jpg")).convert("RGB").resize((SIZE + 32,) * 2)
     pixels = np.asarray(photo, dtype=np.float32) / 255.0
-    return torch.from_numpy(np.stack([pixels[4 * i:4 * i + SIZE, 2 * i:2 * i + SIZE] for i in range(count)]))
+    return torch.from_numpy(np.stack([pixels[4 * i : 4 * i + SIZE, 2 * i : 2 * i + SIZE] for i in range(count)]))
 
 
 _STACKS = {}
@@ -109,8 +109,9 @@ def test_diffusion_model_predicts_a_latent_of_the_input_shape(video_stack):
 def test_comfyui_lora_key_map_covers_every_linear_layer(video_stack):
     model = video_stack[1]
     mapped = set(comfy.lora.model_lora_keys_unet(model.model, {}).values())
-    linears = [name for name, module in model.model.diffusion_model.named_modules()
-               if isinstance(module, torch.nn.Linear)]
+    linears = [
+        name for name, module in model.model.diffusion_model.named_modules() if isinstance(module, torch.nn.Linear)
+    ]
     assert len(linears) >= 10
     assert [n for n in linears if f"diffusion_model.{n}.weight" not in mapped] == []
 
@@ -128,9 +129,11 @@ def test_ltx2_runs_its_video_stream_alone_on_a_video_latent(ltx2_stack):
     x, inputs = _inputs(model, latent, cond)
     dit = model.model.diffusion_model
     ran = []
-    hooks = [module.register_forward_hook(lambda m, i, o, name=name: ran.append(name))
-             for name, module in dit.transformer_blocks.named_modules()
-             if name.count(".") == 1]  # each block's attention and feed-forward modules
+    hooks = [
+        module.register_forward_hook(lambda m, i, o, name=name: ran.append(name))
+        for name, module in dit.transformer_blocks.named_modules()
+        if name.count(".") == 1
+    ]  # each block's attention and feed-forward modules
     comfy.model_management.load_models_gpu([model], force_full_load=True)
     try:
         with torch.inference_mode():

@@ -6,9 +6,8 @@ state-dict keys of the family at tiny shapes (detected_configs), with the sizes 
 for the full-size model cut down; block names (and so LoRA keys) are the real ones. Text encoders
 are the family's own comfy.text_encoders classes, shrunk through "<name>_model_config" model
 options; vocabularies stay real because ComfyUI's shipped tokenizers feed them."""
-import os
 
-import torch
+import os
 
 import comfy.ldm.wan.vae
 import comfy.sd
@@ -16,6 +15,7 @@ import comfy.supported_models_base
 import comfy.text_encoders.aura_t5
 import comfy.text_encoders.hidream
 import comfy.text_encoders.qwen_vl
+import torch
 
 from eridiffusion.tiny_models import CLIP_G, CLIP_L, diffusion_model, init_weights, taesd_vae, text_encoder
 
@@ -25,8 +25,13 @@ from .tiny_models import TinyFamily
 # Llama-style encoders (llama.py configs): head_dim is a class constant of each config (128, Gemma2
 # 256), so only the head counts, widths and depths shrink. Three layers: Gemma2 and Qwen3 read the
 # penultimate one (layer_idx=-2) and SDClipModel asserts abs(layer_idx) < num_layers.
-LLAMA_TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
-              "num_attention_heads": 1, "num_key_value_heads": 1}
+LLAMA_TINY = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 1,
+    "num_key_value_heads": 1,
+}
 # T5 encoders (t5_config_*.json): real 32128 vocabulary, two narrow blocks.
 T5_TINY = {"d_model": 32, "d_kv": 16, "num_heads": 2, "d_ff": 64, "num_layers": 2}
 
@@ -55,10 +60,16 @@ def _detected_at_full_width(layout, shrink, expected_class):
 # per block, which Llama layer's hidden states it reads; caption_channels are [T5 width, Llama
 # width]; text_emb_dim is the clip_l + clip_g pooled width.
 HIDREAM_LAYOUT = {"caption_projection.0.linear.weight": (2 * 16, T5_TINY["d_model"])}
-HIDREAM_SHRINK = {"num_layers": 2, "num_single_layers": 2, "num_attention_heads": 2, "attention_head_dim": 16,
-                  "axes_dims_rope": [8, 4, 4], "llama_layers": [0, 1, 1, 1],
-                  "caption_channels": [T5_TINY["d_model"], LLAMA_TINY["hidden_size"]],
-                  "text_emb_dim": CLIP_L["hidden_size"] + CLIP_G["hidden_size"]}
+HIDREAM_SHRINK = {
+    "num_layers": 2,
+    "num_single_layers": 2,
+    "num_attention_heads": 2,
+    "attention_head_dim": 16,
+    "axes_dims_rope": [8, 4, 4],
+    "llama_layers": [0, 1, 1, 1],
+    "caption_channels": [T5_TINY["d_model"], LLAMA_TINY["hidden_size"]],
+    "text_emb_dim": CLIP_L["hidden_size"] + CLIP_G["hidden_size"],
+}
 
 
 def tiny_hidream(seed: int = 0):
@@ -66,10 +77,15 @@ def tiny_hidream(seed: int = 0):
     16-channel TAESD (the real VAE is Flux's)."""
     model_config = detected_model_config(HIDREAM_LAYOUT, HIDREAM_SHRINK, "HiDream")
     # supported_models.HiDream has no clip_target; comfy.sd builds this one when given all four files.
-    clip_target = comfy.supported_models_base.ClipTarget(comfy.text_encoders.hidream.HiDreamTokenizer,
-                                                         comfy.text_encoders.hidream.hidream_clip())
-    te_options = {"clip_l_model_config": CLIP_L, "clip_g_model_config": CLIP_G,
-                  "t5xxl_model_config": T5_TINY, "llama_model_config": LLAMA_TINY}
+    clip_target = comfy.supported_models_base.ClipTarget(
+        comfy.text_encoders.hidream.HiDreamTokenizer, comfy.text_encoders.hidream.hidream_clip()
+    )
+    te_options = {
+        "clip_l_model_config": CLIP_L,
+        "clip_g_model_config": CLIP_G,
+        "t5xxl_model_config": T5_TINY,
+        "llama_model_config": LLAMA_TINY,
+    }
     return _build(model_config, clip_target, te_options, 16, seed)
 
 
@@ -97,8 +113,14 @@ def tiny_lumina2(seed: int = 0):
     """Lumina Image 2.0: ComfyUI's NextDiT, the Gemma2-2B encoder and a 16-channel TAESD (the real
     VAE is Flux's)."""
     model_config = detected_model_config(LUMINA2_LAYOUT, LUMINA2_SHRINK, "Lumina2")
-    return _build(model_config, model_config.clip_target(), {"gemma2_2b_model_config": LLAMA_TINY}, 16, seed,
-                  _gemma_tokenizer_data())
+    return _build(
+        model_config,
+        model_config.clip_target(),
+        {"gemma2_2b_model_config": LLAMA_TINY},
+        16,
+        seed,
+        _gemma_tokenizer_data(),
+    )
 
 
 # Z-Image (the Lumina 2 layout at width 3840, by which detection and the ZImage class know it):
@@ -121,8 +143,15 @@ def tiny_z_image(seed: int = 0):
 def wan21_vae(generator, dim=8):
     """ComfyUI's Wan 2.1 VAE (causal 3D, 16 channels, 8x spatial), `dim` base channels instead of 96,
     random init: comfy.sd.VAE reads the width from the state dict."""
-    vae = comfy.ldm.wan.vae.WanVAE(dim=dim, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
-                                   temperal_downsample=[False, True, True], dropout=0.0)
+    vae = comfy.ldm.wan.vae.WanVAE(
+        dim=dim,
+        z_dim=16,
+        dim_mult=[1, 2, 4, 4],
+        num_res_blocks=2,
+        attn_scales=[],
+        temperal_downsample=[False, True, True],
+        dropout=0.0,
+    )
     init_weights(vae, generator)
     with torch.no_grad():
         for module in vae.modules():
@@ -138,9 +167,12 @@ def qwen_vl_text_encoder(clip_target, generator, te_options):
     2.6 GB of random float32 (on a GPU, loading the CLIP would expand them); the language model is
     random as usual."""
     clip = comfy.sd.CLIP(target=clip_target, model_options={"dtype": torch.float32, **te_options})
-    towers = [(parent, name) for parent in clip.cond_stage_model.modules()
-              for name, child in parent.named_children()
-              if isinstance(child, comfy.text_encoders.qwen_vl.Qwen2VLVisionTransformer)]
+    towers = [
+        (parent, name)
+        for parent in clip.cond_stage_model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, comfy.text_encoders.qwen_vl.Qwen2VLVisionTransformer)
+    ]
     detached = [(parent, name, getattr(parent, name)) for parent, name in towers]
     for parent, name in towers:
         delattr(parent, name)  # out of init_weights' reach
@@ -148,8 +180,9 @@ def qwen_vl_text_encoder(clip_target, generator, te_options):
     for parent, name, tower in detached:
         for module in tower.modules():
             for key, p in list(module.named_parameters(recurse=False)):
-                setattr(module, key, torch.nn.Parameter(torch.zeros((), dtype=p.dtype).expand(p.shape),
-                                                        requires_grad=False))
+                setattr(
+                    module, key, torch.nn.Parameter(torch.zeros((), dtype=p.dtype).expand(p.shape), requires_grad=False)
+                )
         setattr(parent, name, tower)
     return clip
 
@@ -159,10 +192,17 @@ def qwen_vl_text_encoder(clip_target, generator, te_options):
 # width, so the model's full-size defaults are cut to two heads of 32 (real: 24 of 128) with the real
 # rope split scaled down (4:14:14 for 16:56:56); joint_attention_dim is the tiny Qwen2.5-VL width.
 QWEN_IMAGE_WIDTH = 2 * 32
-QWEN_IMAGE_LAYOUT = {"txt_norm.weight": (LLAMA_TINY["hidden_size"],), "img_in.weight": (QWEN_IMAGE_WIDTH, 16 * 2 * 2),
-                     **blocks("transformer_blocks", 2)}
-QWEN_IMAGE_SHRINK = {"num_attention_heads": 2, "attention_head_dim": 32, "axes_dims_rope": [4, 14, 14],
-                     "joint_attention_dim": LLAMA_TINY["hidden_size"]}
+QWEN_IMAGE_LAYOUT = {
+    "txt_norm.weight": (LLAMA_TINY["hidden_size"],),
+    "img_in.weight": (QWEN_IMAGE_WIDTH, 16 * 2 * 2),
+    **blocks("transformer_blocks", 2),
+}
+QWEN_IMAGE_SHRINK = {
+    "num_attention_heads": 2,
+    "attention_head_dim": 32,
+    "axes_dims_rope": [4, 14, 14],
+    "joint_attention_dim": LLAMA_TINY["hidden_size"],
+}
 
 
 def tiny_qwen_image(seed: int = 0):
@@ -181,8 +221,14 @@ def tiny_qwen_image(seed: int = 0):
 # 2520 (21 heads of 120, 7 kv heads) to 2 of 48 (two heads of 24, one kv head) in three equal rope
 # axes as the real ones; text_feat_dim is the tiny Qwen2.5-3B width.
 OMNIGEN2_LAYOUT = {"time_caption_embed.timestep_embedder.linear_1.bias": (48,)}
-OMNIGEN2_SHRINK = {"num_layers": 2, "hidden_size": 48, "num_attention_heads": 2, "num_kv_heads": 1,
-                   "axes_dim_rope": [8, 8, 8], "text_feat_dim": LLAMA_TINY["hidden_size"]}
+OMNIGEN2_SHRINK = {
+    "num_layers": 2,
+    "hidden_size": 48,
+    "num_attention_heads": 2,
+    "num_kv_heads": 1,
+    "axes_dim_rope": [8, 8, 8],
+    "text_feat_dim": LLAMA_TINY["hidden_size"],
+}
 
 
 def tiny_omnigen2(seed: int = 0):
@@ -198,11 +244,15 @@ def tiny_omnigen2(seed: int = 0):
 # all as detected; context_in_dim is the tiny Qwen2.5-VL width. Detection takes 128-wide heads and
 # two rope axes of 64: cut to two heads of 32 with two equal axes of 16.
 HUNYUAN_IMAGE21_WIDTH = 64
-HUNYUAN_IMAGE21_LAYOUT = {"txt_in.individual_token_refiner.blocks.0.norm1.weight": (HUNYUAN_IMAGE21_WIDTH,),
-                          "txt_in.input_embedder.weight": (HUNYUAN_IMAGE21_WIDTH, LLAMA_TINY["hidden_size"]),
-                          "img_in.proj.weight": (HUNYUAN_IMAGE21_WIDTH, 64, 1, 1),
-                          "final_layer.linear.weight": (64, HUNYUAN_IMAGE21_WIDTH), "byt5_in.fc1.weight": (1,),
-                          **blocks("double_blocks", 2), **blocks("single_blocks", 2)}
+HUNYUAN_IMAGE21_LAYOUT = {
+    "txt_in.individual_token_refiner.blocks.0.norm1.weight": (HUNYUAN_IMAGE21_WIDTH,),
+    "txt_in.input_embedder.weight": (HUNYUAN_IMAGE21_WIDTH, LLAMA_TINY["hidden_size"]),
+    "img_in.proj.weight": (HUNYUAN_IMAGE21_WIDTH, 64, 1, 1),
+    "final_layer.linear.weight": (64, HUNYUAN_IMAGE21_WIDTH),
+    "byt5_in.fc1.weight": (1,),
+    **blocks("double_blocks", 2),
+    **blocks("single_blocks", 2),
+}
 HUNYUAN_IMAGE21_SHRINK = {"num_heads": 2, "axes_dim": [16, 16]}
 # The glyph encoder keeps byT5-small's 1472 width: the DiT's byt5_in mapper reads 1472 features
 # whatever its config. ComfyUI builds it without a model_name, so SDClipModel looks its overrides
@@ -230,12 +280,19 @@ def tiny_hunyuan_image21(seed: int = 0):
 # width and the model is built with the tiny pile-T5 width. Detection reads no model width: the
 # model's defaults are cut to two heads of 32 (real: 12 of 256).
 AURAFLOW_WIDTH = 64
-AURAFLOW_LAYOUT = {"double_layers.0.attn.w1q.weight": (AURAFLOW_WIDTH, AURAFLOW_WIDTH),
-                   "positional_encoding": (1, 32 * 32, AURAFLOW_WIDTH),
-                   "cond_seq_linear.weight": (AURAFLOW_WIDTH, 2048),
-                   **blocks("double_layers", 2), **blocks("single_layers", 2)}
-AURAFLOW_SHRINK = {"cond_seq_dim": T5_TINY["d_model"], "dim": AURAFLOW_WIDTH, "n_heads": 2,
-                   "global_conddim": AURAFLOW_WIDTH}
+AURAFLOW_LAYOUT = {
+    "double_layers.0.attn.w1q.weight": (AURAFLOW_WIDTH, AURAFLOW_WIDTH),
+    "positional_encoding": (1, 32 * 32, AURAFLOW_WIDTH),
+    "cond_seq_linear.weight": (AURAFLOW_WIDTH, 2048),
+    **blocks("double_layers", 2),
+    **blocks("single_layers", 2),
+}
+AURAFLOW_SHRINK = {
+    "cond_seq_dim": T5_TINY["d_model"],
+    "dim": AURAFLOW_WIDTH,
+    "n_heads": 2,
+    "global_conddim": AURAFLOW_WIDTH,
+}
 
 
 def tiny_auraflow(seed: int = 0):
@@ -252,10 +309,16 @@ def tiny_auraflow(seed: int = 0):
 # cut to 48 (real 1152; a multiple of 3 because the micro-conditions are three hidden/3 embeddings)
 # in two heads (real 16); caption_channels (not read) is the tiny T5 width.
 PIXART_WIDTH = 48
-_PIXART_LAYOUT = {"t_block.1.weight": (6 * PIXART_WIDTH, PIXART_WIDTH), "pos_embed": (1, 32 * 32, PIXART_WIDTH),
-                  **blocks("blocks", 2)}
-PIXART_ALPHA_LAYOUT = {**_PIXART_LAYOUT, "y_embedder.y_embedding": (120, T5_TINY["d_model"]),
-                       "ar_embedder.mlp.0.weight": (PIXART_WIDTH // 3, 256)}
+_PIXART_LAYOUT = {
+    "t_block.1.weight": (6 * PIXART_WIDTH, PIXART_WIDTH),
+    "pos_embed": (1, 32 * 32, PIXART_WIDTH),
+    **blocks("blocks", 2),
+}
+PIXART_ALPHA_LAYOUT = {
+    **_PIXART_LAYOUT,
+    "y_embedder.y_embedding": (120, T5_TINY["d_model"]),
+    "ar_embedder.mlp.0.weight": (PIXART_WIDTH // 3, 256),
+}
 PIXART_SIGMA_LAYOUT = {**_PIXART_LAYOUT, "y_embedder.y_embedding": (300, T5_TINY["d_model"])}
 PIXART_SHRINK = {"hidden_size": PIXART_WIDTH, "num_heads": 2, "caption_channels": T5_TINY["d_model"]}
 # ComfyUI's PixArtMS builds its sin-cos position table with base_size = round(mean latent side / 64)
@@ -286,6 +349,10 @@ FAMILIES = {
     "omnigen2": TinyFamily(tiny_omnigen2, family="OmniGen2"),
     "hunyuan_image21": TinyFamily(tiny_hunyuan_image21, family="HunyuanImage 2.1"),
     "auraflow": TinyFamily(tiny_auraflow, family="AuraFlow", steps=100),  # 256 pile-T5 tokens per prompt: slower steps
-    "pixart_alpha": TinyFamily(tiny_pixart_alpha, family="PixArt-α / Σ", resolution=320, sample_size=PIXART_SAMPLE_SIZE),
-    "pixart_sigma": TinyFamily(tiny_pixart_sigma, family="PixArt-α / Σ", resolution=320, sample_size=PIXART_SAMPLE_SIZE),
+    "pixart_alpha": TinyFamily(
+        tiny_pixart_alpha, family="PixArt-α / Σ", resolution=320, sample_size=PIXART_SAMPLE_SIZE
+    ),
+    "pixart_sigma": TinyFamily(
+        tiny_pixart_sigma, family="PixArt-α / Σ", resolution=320, sample_size=PIXART_SAMPLE_SIZE
+    ),
 }

@@ -1,8 +1,7 @@
 """Tiny random-init Flux-family and SD3 stacks (Flux.1 dev/schnell/Kontext, Flux.2, Chroma, SD3.5)
 built from ComfyUI's own classes; see tiny_models."""
-import os
 
-import torch
+import os
 
 import comfy.latent_formats
 import comfy.ldm.modules.diffusionmodules.mmdit
@@ -11,13 +10,14 @@ import comfy.sd1_clip
 import comfy.supported_models_base
 import comfy.text_encoders.flux
 import comfy.text_encoders.sd3_clip
+import torch
 from transformers import PreTrainedTokenizerFast
 
-from eridiffusion.training.errors import EriDiffusionError
-from .paths import taef2_weights
 from eridiffusion.tiny_models import CLIP_G, CLIP_L, diffusion_model, taesd_vae, text_encoder
+from eridiffusion.training.errors import EriDiffusionError
 
 from .detected_configs import blocks, detected_model_config
+from .paths import taef2_weights
 from .tiny_models import TinyFamily
 
 # T5-XXL keeps its real vocabulary (ComfyUI's T5 tokenizer feeds it) and shrinks the rest.
@@ -33,32 +33,51 @@ SD3_CONTEXT = 4096
 # (model_options "num_layers": 30). The vocabulary is that of ComfyUI's llama_tokenizer (Llama 3's
 # 128256 tokens and 3 added ones), which its tokenizer here gives.
 LLAMA3_VOCAB = 128259
-MISTRAL3 = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 1, "num_key_value_heads": 1,
-            "vocab_size": LLAMA3_VOCAB}
+MISTRAL3 = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 1,
+    "num_key_value_heads": 1,
+    "vocab_size": LLAMA3_VOCAB,
+}
 MISTRAL3_LAYERS = 30
 FLUX2_CONTEXT = 3 * MISTRAL3["hidden_size"]
 
 # The state-dict layouts ComfyUI's model detection reads (detected_configs): 2 double + 2 single
 # blocks, 64 wide; detection's full-size head count and rope axes are cut to 2 heads of 32.
 FLUX_WIDTH = 64
-_FLUX_BLOCKS = {"double_blocks.0.img_attn.norm.key_norm.scale": (FLUX_WIDTH // 2,),
-                **blocks("double_blocks", 2), **blocks("single_blocks", 2)}
-FLUX_DEV_LAYOUT = {**_FLUX_BLOCKS, "img_in.weight": (FLUX_WIDTH, 16 * 2 * 2),
-                   "txt_in.weight": (FLUX_WIDTH, T5XXL["d_model"]),
-                   "vector_in.in_layer.weight": (FLUX_WIDTH, CLIP_L["hidden_size"]),
-                   "guidance_in.in_layer.weight": (FLUX_WIDTH, 256)}
+_FLUX_BLOCKS = {
+    "double_blocks.0.img_attn.norm.key_norm.scale": (FLUX_WIDTH // 2,),
+    **blocks("double_blocks", 2),
+    **blocks("single_blocks", 2),
+}
+FLUX_DEV_LAYOUT = {
+    **_FLUX_BLOCKS,
+    "img_in.weight": (FLUX_WIDTH, 16 * 2 * 2),
+    "txt_in.weight": (FLUX_WIDTH, T5XXL["d_model"]),
+    "vector_in.in_layer.weight": (FLUX_WIDTH, CLIP_L["hidden_size"]),
+    "guidance_in.in_layer.weight": (FLUX_WIDTH, 256),
+}
 FLUX_SCHNELL_LAYOUT = {k: v for k, v in FLUX_DEV_LAYOUT.items() if not k.startswith("guidance_in.")}
 FLUX_SHRINK = {"num_heads": 2, "axes_dim": [8, 12, 12]}
 # Chroma patchifies inside the model (in_channels 64 = 16 x 2 x 2) and modulates from its
 # distilled guidance approximator (here 2 layers of 64 instead of 5 of 5120) instead of a pooled
 # text vector.
-CHROMA_LAYOUT = {**_FLUX_BLOCKS, "img_in.weight": (FLUX_WIDTH, 64), "txt_in.weight": (FLUX_WIDTH, T5XXL["d_model"]),
-                 "distilled_guidance_layer.norms.0.scale": (FLUX_WIDTH,)}
+CHROMA_LAYOUT = {
+    **_FLUX_BLOCKS,
+    "img_in.weight": (FLUX_WIDTH, 64),
+    "txt_in.weight": (FLUX_WIDTH, T5XXL["d_model"]),
+    "distilled_guidance_layer.norms.0.scale": (FLUX_WIDTH,),
+}
 CHROMA_SHRINK = {**FLUX_SHRINK, "out_dim": FLUX_WIDTH, "hidden_dim": FLUX_WIDTH, "n_layers": 2}
 # FLUX.2 [dev]: global modulation, SiLU-gated MLPs, no biases, 4 rope axes, guidance distilled.
-FLUX2_LAYOUT = {**_FLUX_BLOCKS, "double_stream_modulation_img.lin.weight": (6 * FLUX_WIDTH, FLUX_WIDTH),
-                "img_in.weight": (FLUX_WIDTH, 128), "txt_in.weight": (FLUX_WIDTH, FLUX2_CONTEXT),
-                "guidance_in.in_layer.weight": (FLUX_WIDTH, 256)}
+FLUX2_LAYOUT = {
+    **_FLUX_BLOCKS,
+    "double_stream_modulation_img.lin.weight": (6 * FLUX_WIDTH, FLUX_WIDTH),
+    "img_in.weight": (FLUX_WIDTH, 128),
+    "txt_in.weight": (FLUX_WIDTH, FLUX2_CONTEXT),
+    "guidance_in.in_layer.weight": (FLUX_WIDTH, 256),
+}
 FLUX2_SHRINK = {"num_heads": 2, "axes_dim": [8, 8, 8, 8]}
 
 # SD3.5 Medium as model detection reads it: MMDiT is 64 wide per block (x_embedder), here 2 blocks
@@ -68,12 +87,16 @@ FLUX2_SHRINK = {"num_heads": 2, "axes_dim": [8, 8, 8, 8]}
 SD3_DEPTH = 2
 SD3_WIDTH = 64 * SD3_DEPTH
 SD3_POS_EMBED_MAX = 32
-SD3_LAYOUT = {"x_embedder.proj.weight": (SD3_WIDTH, 16, 2, 2), "final_layer.linear.weight": (16 * 2 * 2, SD3_WIDTH),
-              "y_embedder.mlp.0.weight": (SD3_WIDTH, CLIP_L["hidden_size"] + CLIP_G["hidden_size"]),
-              "context_embedder.weight": (SD3_WIDTH, SD3_CONTEXT), "pos_embed": (1, SD3_POS_EMBED_MAX ** 2, SD3_WIDTH),
-              "joint_blocks.0.context_block.attn.qkv.weight": (3 * SD3_WIDTH, SD3_WIDTH),
-              "joint_blocks.0.context_block.attn.ln_q.weight": (64,),
-              "joint_blocks.0.x_block.attn2.qkv.weight": (3 * SD3_WIDTH, SD3_WIDTH)}
+SD3_LAYOUT = {
+    "x_embedder.proj.weight": (SD3_WIDTH, 16, 2, 2),
+    "final_layer.linear.weight": (16 * 2 * 2, SD3_WIDTH),
+    "y_embedder.mlp.0.weight": (SD3_WIDTH, CLIP_L["hidden_size"] + CLIP_G["hidden_size"]),
+    "context_embedder.weight": (SD3_WIDTH, SD3_CONTEXT),
+    "pos_embed": (1, SD3_POS_EMBED_MAX**2, SD3_WIDTH),
+    "joint_blocks.0.context_block.attn.qkv.weight": (3 * SD3_WIDTH, SD3_WIDTH),
+    "joint_blocks.0.context_block.attn.ln_q.weight": (64,),
+    "joint_blocks.0.x_block.attn2.qkv.weight": (3 * SD3_WIDTH, SD3_WIDTH),
+}
 
 LLAMA_TOKENIZER_DIR = os.path.join(os.path.dirname(comfy.text_encoders.flux.__file__), "llama_tokenizer")
 
@@ -92,21 +115,30 @@ def tiny_sd3(seed: int = 0):
     # pos_embed is a buffer the checkpoint fills with a 2-D sin-cos table; build that table here
     dit = model.model.diffusion_model
     table = comfy.ldm.modules.diffusionmodules.mmdit.get_2d_sincos_pos_embed_torch(
-        dit.hidden_size, SD3_POS_EMBED_MAX, SD3_POS_EMBED_MAX)
+        dit.hidden_size, SD3_POS_EMBED_MAX, SD3_POS_EMBED_MAX
+    )
     dit.pos_embed.copy_(table.reshape(dit.pos_embed.shape))
-    target = config.clip_target(_checkpoint_with("clip_l.transformer.text_model.final_layer_norm.weight",
-                                                 "clip_g.transformer.text_model.final_layer_norm.weight",
-                                                 "t5xxl.transformer.encoder.final_layer_norm.weight"))
-    clip = text_encoder(target, generator, {"clip_l_model_config": CLIP_L, "clip_g_model_config": CLIP_G,
-                                            "t5xxl_model_config": SD3_T5XXL})
+    target = config.clip_target(
+        _checkpoint_with(
+            "clip_l.transformer.text_model.final_layer_norm.weight",
+            "clip_g.transformer.text_model.final_layer_norm.weight",
+            "t5xxl.transformer.encoder.final_layer_norm.weight",
+        )
+    )
+    clip = text_encoder(
+        target,
+        generator,
+        {"clip_l_model_config": CLIP_L, "clip_g_model_config": CLIP_G, "t5xxl_model_config": SD3_T5XXL},
+    )
     return model, clip, taesd_vae(16, config.latent_format, generator)
 
 
 def _flux1(model_config, seed):
     generator = torch.Generator().manual_seed(seed)
     model = diffusion_model(model_config, generator)
-    clip = text_encoder(model_config.clip_target(), generator,
-                        {"clip_l_model_config": CLIP_L, "t5xxl_model_config": T5XXL})
+    clip = text_encoder(
+        model_config.clip_target(), generator, {"clip_l_model_config": CLIP_L, "t5xxl_model_config": T5XXL}
+    )
     return model, clip, taesd_vae(16, model_config.latent_format, generator)
 
 
@@ -135,23 +167,35 @@ class Llama3VocabMistral3Tokenizer(comfy.sd1_clip.SDTokenizer):
     vocabulary stored in the FLUX.2 text-encoder file and the MistralConverter API of
     transformers 4.x (5.x changed it), neither of which a test machine has."""
 
-    def __init__(self, embedding_directory=None, tokenizer_data={}):
+    def __init__(self, embedding_directory=None, tokenizer_data=None):
         # PreTrainedTokenizerFast reads tokenizer.json as it is; transformers 5's LlamaTokenizerFast
         # rebuilds its pre-tokenizer and drops the spaces ("a photo" -> "aph", "oto").
-        super().__init__(LLAMA_TOKENIZER_DIR, embedding_directory=embedding_directory, pad_with_end=False,
-                         embedding_size=MISTRAL3["hidden_size"], embedding_key="mistral3_24b",
-                         tokenizer_class=PreTrainedTokenizerFast, has_end_token=False, pad_to_max_length=False,
-                         pad_token=128004, max_length=99999999, min_length=1, pad_left=True,
-                         tokenizer_data=tokenizer_data)
+        super().__init__(
+            LLAMA_TOKENIZER_DIR,
+            embedding_directory=embedding_directory,
+            pad_with_end=False,
+            embedding_size=MISTRAL3["hidden_size"],
+            embedding_key="mistral3_24b",
+            tokenizer_class=PreTrainedTokenizerFast,
+            has_end_token=False,
+            pad_to_max_length=False,
+            pad_token=128004,
+            max_length=99999999,
+            min_length=1,
+            pad_left=True,
+            tokenizer_data=tokenizer_data or {},
+        )
 
 
 class Flux2Tokenizer(comfy.text_encoders.flux.Flux2Tokenizer):
     """ComfyUI's Flux2Tokenizer (its system-prompt template included), given the Llama 3 vocabulary
     through the "<name>_tokenizer_class" option SD1Tokenizer reads from tokenizer_data."""
 
-    def __init__(self, embedding_directory=None, tokenizer_data={}):
+    def __init__(self, embedding_directory=None, tokenizer_data=None):
         vocabulary = {"mistral3_24b_tokenizer_class": Llama3VocabMistral3Tokenizer}
-        super().__init__(embedding_directory=embedding_directory, tokenizer_data={**tokenizer_data, **vocabulary})
+        super().__init__(
+            embedding_directory=embedding_directory, tokenizer_data={**(tokenizer_data or {}), **vocabulary}
+        )
 
 
 def taef2_vae():
@@ -175,8 +219,9 @@ def tiny_flux2(seed: int = 0):
     # patch 2 over 32 channels is patch 1 over the packed 128, with the same weights and keys.
     channels = vae.latent_channels
     patch = 2 if channels * 4 == comfy.latent_formats.Flux2.latent_channels else 1
-    config = detected_model_config(FLUX2_LAYOUT, {**FLUX2_SHRINK, "in_channels": channels, "out_channels": channels,
-                                                  "patch_size": patch}, "Flux2")
+    config = detected_model_config(
+        FLUX2_LAYOUT, {**FLUX2_SHRINK, "in_channels": channels, "out_channels": channels, "patch_size": patch}, "Flux2"
+    )
     if config.latent_format.latent_channels != channels:
         # so empty latents (fix_empty_latent_channels, the sampler) are made in TAEF2's 32 channels
         config.latent_format.latent_channels = channels
@@ -188,10 +233,18 @@ def tiny_flux2(seed: int = 0):
 
 
 FAMILIES = {
-    "sd3": TinyFamily(tiny_sd3, family="SD3 / SD3.5 (Medium, Large, Large Turbo)", steps=100, learning_rate=3e-3, resolution=128),
-    "flux_dev": TinyFamily(tiny_flux_dev, family="Flux.1 dev (and Flex-style variants)", steps=100, learning_rate=3e-3, resolution=128),
-    "flux_schnell": TinyFamily(tiny_flux_schnell, family="Flux.1 schnell", steps=100, learning_rate=3e-3, resolution=128),
-    "flux_kontext": TinyFamily(tiny_flux_dev, family="Flux.1 Kontext (edit pairs)", steps=100, learning_rate=3e-3, resolution=128),
+    "sd3": TinyFamily(
+        tiny_sd3, family="SD3 / SD3.5 (Medium, Large, Large Turbo)", steps=100, learning_rate=3e-3, resolution=128
+    ),
+    "flux_dev": TinyFamily(
+        tiny_flux_dev, family="Flux.1 dev (and Flex-style variants)", steps=100, learning_rate=3e-3, resolution=128
+    ),
+    "flux_schnell": TinyFamily(
+        tiny_flux_schnell, family="Flux.1 schnell", steps=100, learning_rate=3e-3, resolution=128
+    ),
+    "flux_kontext": TinyFamily(
+        tiny_flux_dev, family="Flux.1 Kontext (edit pairs)", steps=100, learning_rate=3e-3, resolution=128
+    ),
     "chroma": TinyFamily(tiny_chroma, family="Chroma", steps=100, learning_rate=3e-3, resolution=128),
     "flux2": TinyFamily(tiny_flux2, family="Flux.2", steps=100, learning_rate=3e-3, resolution=128),
 }

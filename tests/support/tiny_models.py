@@ -1,8 +1,9 @@
 """The tiny stacks of every family the tests train (SD1.5 and SDXL from eridiffusion.tiny_models,
 the others from tiny_flux, tiny_dit and tiny_video), each with the short run that shows it learns.
 Import once ComfyUI is on sys.path."""
+
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from eridiffusion.tiny_models import tiny_sd15, tiny_sdxl
 from eridiffusion.training.errors import EriDiffusionError
@@ -11,20 +12,22 @@ from eridiffusion.training.errors import EriDiffusionError
 @dataclass(frozen=True)
 class TinyFamily:
     """How to build one family's tiny stack, and the short run that shows it learns."""
-    build: Callable              # seed -> (ModelPatcher, CLIP, VAE)
-    family: str                  # the row of eridiffusion.training.families.FAMILIES this stack proves
+
+    build: Callable  # seed -> (ModelPatcher, CLIP, VAE)
+    family: str  # the row of eridiffusion.training.families.FAMILIES this stack proves
     steps: int = 200
     learning_rate: float = 3e-3
-    resolution: int = 128        # training and sampling size in pixels
-    video_frames: int = 0        # > 0: a video model, trained on clips of this many frames
+    resolution: int = 128  # training and sampling size in pixels
+    video_frames: int = 0  # > 0: a video model, trained on clips of this many frames
     sample_size: tuple = (96, 64)  # width, height of the test renders: not square, so a swapped axis shows
-    needs: tuple = ()            # comfy.supported_models classes the stack is built from, where older
-                                 # ComfyUI versions lack them
-    since: str = "0.3.75"        # the first tested ComfyUI host that has them (TESTED_HOSTS)
+    needs: tuple = ()  # comfy.supported_models classes the stack is built from, where older
+    # ComfyUI versions lack them
+    since: str = "0.3.75"  # the first tested ComfyUI host that has them (TESTED_HOSTS)
 
     def missing_on_host(self):
         """The classes of `needs` this ComfyUI lacks (its tests are skipped there, with that reason)."""
         import comfy.supported_models
+
         return [name for name in self.needs if not hasattr(comfy.supported_models, name)]
 
 
@@ -41,7 +44,7 @@ def hosts_running(family):
     return [h for h in TESTED_HOSTS if version_key(h) >= version_key(family.since)]
 
 
-TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15, family="SD 1.5"), "sdxl": TinyFamily(tiny_sdxl, family='SDXL')}
+TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15, family="SD 1.5"), "sdxl": TinyFamily(tiny_sdxl, family="SDXL")}
 
 from . import tiny_dit, tiny_flux, tiny_recent_image, tiny_recent_video, tiny_video  # noqa: E402  (they use the helpers above)
 
@@ -52,7 +55,9 @@ for _module in (tiny_flux, tiny_dit, tiny_video, tiny_recent_image, tiny_recent_
 def family_params(names):
     """pytest parameters of tiny family `names`, each skipped on a ComfyUI that lacks its classes."""
     import pytest
+
     from eridiffusion.comfy_compat import host_version
+
     params = []
     for name in names:
         missing = TINY_FAMILIES[name].missing_on_host()

@@ -6,10 +6,10 @@ Each diffusion-model config is what the host's model detection reads from a tiny
 (detected_configs); text encoders are the family's comfy.text_encoders classes shrunk through
 "<name>_model_config" options, with the real vocabularies. Widths that ComfyUI itself uses to tell a
 family from its neighbours, or that its classes hard-code, stay at their real size (said where)."""
-import torch
 
 import comfy.latent_formats
 import comfy.sd1_clip
+import torch
 from transformers import PreTrainedTokenizerFast
 
 from eridiffusion.tiny_models import CLIP_L, diffusion_model, taesd_vae, text_encoder
@@ -33,7 +33,9 @@ KANDINSKY5_IMAGE_LAYOUT = {
     "time_embeddings.in_layer.bias": (64,),
     "visual_transformer_blocks.0.cross_attention.key_norm.weight": (KANDINSKY5_HEAD,),
     "visual_transformer_blocks.0.feed_forward.in_layer.weight": (64, KANDINSKY5_IMAGE_WIDTH),
-    **blocks("visual_transformer_blocks", 2), **blocks("text_transformer_blocks", 2)}
+    **blocks("visual_transformer_blocks", 2),
+    **blocks("text_transformer_blocks", 2),
+}
 KANDINSKY5_IMAGE_SHRINK = {"in_text_dim": LLAMA_TINY["hidden_size"], "in_text_dim2": CLIP_L["hidden_size"]}
 
 
@@ -44,8 +46,9 @@ def tiny_kandinsky5_image(seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     config = detected_model_config(KANDINSKY5_IMAGE_LAYOUT, KANDINSKY5_IMAGE_SHRINK, "Kandinsky5Image")
     model = diffusion_model(config, generator)
-    clip = qwen_vl_text_encoder(config.clip_target(), generator,
-                                {"qwen25_7b_model_config": LLAMA_TINY, "clip_l_model_config": CLIP_L})
+    clip = qwen_vl_text_encoder(
+        config.clip_target(), generator, {"qwen25_7b_model_config": LLAMA_TINY, "clip_l_model_config": CLIP_L}
+    )
     return model, clip, taesd_vae(16, config.latent_format, generator)
 
 
@@ -54,9 +57,13 @@ def tiny_kandinsky5_image(seed: int = 0):
 # encoder stay 3584 wide (its 152064 x 3584 embedding is most of the stack); the Flux blocks are
 # tiny_flux's 2 double + 2 single, 64 wide.
 LONGCAT_CONTEXT = 3584
-LONGCAT_LAYOUT = {"double_blocks.0.img_attn.norm.key_norm.scale": (FLUX_WIDTH // 2,),
-                  **blocks("double_blocks", 2), **blocks("single_blocks", 2),
-                  "img_in.weight": (FLUX_WIDTH, 16 * 2 * 2), "txt_in.weight": (FLUX_WIDTH, LONGCAT_CONTEXT)}
+LONGCAT_LAYOUT = {
+    "double_blocks.0.img_attn.norm.key_norm.scale": (FLUX_WIDTH // 2,),
+    **blocks("double_blocks", 2),
+    **blocks("single_blocks", 2),
+    "img_in.weight": (FLUX_WIDTH, 16 * 2 * 2),
+    "txt_in.weight": (FLUX_WIDTH, LONGCAT_CONTEXT),
+}
 
 
 def tiny_longcat_image(seed: int = 0):
@@ -66,8 +73,9 @@ def tiny_longcat_image(seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     config = detected_model_config(LONGCAT_LAYOUT, FLUX_SHRINK, "LongCatImage")
     model = diffusion_model(config, generator)
-    clip = qwen_vl_text_encoder(config.clip_target(), generator,
-                                {"qwen25_7b_model_config": {**LLAMA_TINY, "hidden_size": LONGCAT_CONTEXT}})
+    clip = qwen_vl_text_encoder(
+        config.clip_target(), generator, {"qwen25_7b_model_config": {**LLAMA_TINY, "hidden_size": LONGCAT_CONTEXT}}
+    )
     return model, clip, taesd_vae(16, config.latent_format, generator)
 
 
@@ -76,8 +84,14 @@ def tiny_longcat_image(seed: int = 0):
 # Tiny: 2 layers, 64 wide, two heads of 32 with the axes scaled alike; text_in_dim is the tiny
 # Ministral-3 width; the channels and patch follow the VAE (see tiny_ernie_image).
 ERNIE_LAYOUT = {"layers.0.mlp.linear_fc2.weight": (1,)}
-ERNIE_SHRINK = {"hidden_size": 64, "num_attention_heads": 2, "num_layers": 2, "ffn_hidden_size": 128,
-                "text_in_dim": LLAMA_TINY["hidden_size"], "rope_axes_dim": (8, 12, 12)}
+ERNIE_SHRINK = {
+    "hidden_size": 64,
+    "num_attention_heads": 2,
+    "num_layers": 2,
+    "ffn_hidden_size": 128,
+    "text_in_dim": LLAMA_TINY["hidden_size"],
+    "rope_axes_dim": (8, 12, 12),
+}
 MINISTRAL3_VOCAB = 131072  # Ministral3_3BConfig.vocab_size; the Llama 3 ids below all fit in it
 
 
@@ -87,12 +101,23 @@ class Llama3VocabMinistral3Tokenizer(comfy.sd1_clip.SDTokenizer):
     real one needs the 'tekken' vocabulary stored in the text-encoder file (and transformers 4.x's
     MistralConverter), as for FLUX.2 in tiny_flux."""
 
-    def __init__(self, embedding_directory=None, tokenizer_data={}):
-        super().__init__(LLAMA_TOKENIZER_DIR, embedding_directory=embedding_directory, pad_with_end=False,
-                         embedding_size=LLAMA_TINY["hidden_size"], embedding_key="ministral3_3b",
-                         tokenizer_class=PreTrainedTokenizerFast, has_end_token=False, pad_to_max_length=False,
-                         pad_token=128004, max_length=99999999, min_length=1, pad_left=True, disable_weights=True,
-                         tokenizer_data=tokenizer_data)
+    def __init__(self, embedding_directory=None, tokenizer_data=None):
+        super().__init__(
+            LLAMA_TOKENIZER_DIR,
+            embedding_directory=embedding_directory,
+            pad_with_end=False,
+            embedding_size=LLAMA_TINY["hidden_size"],
+            embedding_key="ministral3_3b",
+            tokenizer_class=PreTrainedTokenizerFast,
+            has_end_token=False,
+            pad_to_max_length=False,
+            pad_token=128004,
+            max_length=99999999,
+            min_length=1,
+            pad_left=True,
+            disable_weights=True,
+            tokenizer_data=tokenizer_data or {},
+        )
 
 
 def tiny_ernie_image(seed: int = 0):
@@ -106,13 +131,19 @@ def tiny_ernie_image(seed: int = 0):
     # 128, with the same weights and keys.
     channels = vae.latent_channels
     patch = 2 if channels * 4 == comfy.latent_formats.Flux2.latent_channels else 1
-    config = detected_model_config(ERNIE_LAYOUT, {**ERNIE_SHRINK, "in_channels": channels, "out_channels": channels,
-                                                  "patch_size": patch}, "ErnieImage")
+    config = detected_model_config(
+        ERNIE_LAYOUT,
+        {**ERNIE_SHRINK, "in_channels": channels, "out_channels": channels, "patch_size": patch},
+        "ErnieImage",
+    )
     config.latent_format.latent_channels = channels  # empty latents (sampling) in TAEF2's channels
     model = diffusion_model(config, generator)
-    clip = text_encoder(config.clip_target(), generator,
-                        {"ministral3_3b_model_config": {**LLAMA_TINY, "vocab_size": MINISTRAL3_VOCAB}},
-                        {"ministral3_3b_tokenizer_class": Llama3VocabMinistral3Tokenizer})
+    clip = text_encoder(
+        config.clip_target(),
+        generator,
+        {"ministral3_3b_model_config": {**LLAMA_TINY, "vocab_size": MINISTRAL3_VOCAB}},
+        {"ministral3_3b_tokenizer_class": Llama3VocabMinistral3Tokenizer},
+    )
     return model, clip, vae
 
 
@@ -121,8 +152,11 @@ def tiny_ernie_image(seed: int = 0):
 # config (6 layers, 1024 wide, reading 1024-wide Qwen3-0.6B states, writing the 1024-wide
 # cross-attention context), so the Qwen3-0.6B encoder keeps its 1024 width (3 layers, one head).
 ANIMA_WIDTH = 64
-ANIMA_LAYOUT = {"blocks.0.mlp.layer1.weight": (1,), "llm_adapter.blocks.0.cross_attn.q_proj.weight": (1,),
-                "x_embedder.proj.1.weight": (ANIMA_WIDTH, (16 + 1) * 2 * 2)}  # 16 channels + padding mask
+ANIMA_LAYOUT = {
+    "blocks.0.mlp.layer1.weight": (1,),
+    "llm_adapter.blocks.0.cross_attn.q_proj.weight": (1,),
+    "x_embedder.proj.1.weight": (ANIMA_WIDTH, (16 + 1) * 2 * 2),
+}  # 16 channels + padding mask
 ANIMA_SHRINK = {"num_blocks": 2, "num_heads": 2, "adaln_lora_dim": 32}
 QWEN3_06B_WIDTH = 1024
 
@@ -133,14 +167,19 @@ def tiny_anima(seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     config = detected_model_config(ANIMA_LAYOUT, ANIMA_SHRINK, "Anima")
     model = diffusion_model(config, generator)
-    clip = text_encoder(config.clip_target(), generator,
-                        {"qwen3_06b_model_config": {**LLAMA_TINY, "hidden_size": QWEN3_06B_WIDTH}})
+    clip = text_encoder(
+        config.clip_target(), generator, {"qwen3_06b_model_config": {**LLAMA_TINY, "hidden_size": QWEN3_06B_WIDTH}}
+    )
     return model, clip, wan21_vae(generator)
 
 
 FAMILIES = {
-    "kandinsky5_image": TinyFamily(tiny_kandinsky5_image, family="Kandinsky 5.0 Image Lite", steps=100, needs=("Kandinsky5Image",), since="0.28.0"),
-    "longcat_image": TinyFamily(tiny_longcat_image, family="LongCat-Image", steps=100, needs=("LongCatImage",), since="0.28.0"),
+    "kandinsky5_image": TinyFamily(
+        tiny_kandinsky5_image, family="Kandinsky 5.0 Image Lite", steps=100, needs=("Kandinsky5Image",), since="0.28.0"
+    ),
+    "longcat_image": TinyFamily(
+        tiny_longcat_image, family="LongCat-Image", steps=100, needs=("LongCatImage",), since="0.28.0"
+    ),
     "ernie_image": TinyFamily(tiny_ernie_image, family="ERNIE-Image", steps=100, needs=("ErnieImage",), since="0.28.0"),
     "anima": TinyFamily(tiny_anima, family="Anima", steps=100, needs=("Anima",), since="0.28.0"),
 }

@@ -7,14 +7,14 @@ model detection reads from a tiny state-dict layout, with the sizes detection ha
 so block names (and LoRA keys) are the real ones. Text encoders are the family's comfy.text_encoders
 classes shrunk through "<name>_model_config" model options; VAEs are the family's ComfyUI VAE
 classes at small widths."""
+
 import json
 import os
-
-import torch
 
 import comfy.sd
 import comfy.supported_models_base
 import comfy.text_encoders.aura_t5
+import torch
 
 from eridiffusion.tiny_models import CLIP_L, diffusion_model, init_weights
 
@@ -36,9 +36,14 @@ KANDINSKY5_LAYOUT = {
     "visual_embeddings.in_layer.bias": (KANDINSKY5_WIDTH,),
     "time_embeddings.in_layer.bias": (32,),
     "visual_transformer_blocks.0.feed_forward.in_layer.weight": (2 * KANDINSKY5_WIDTH, KANDINSKY5_WIDTH),
-    **blocks("text_transformer_blocks", 2), **blocks("visual_transformer_blocks", 2)}
-KANDINSKY5_SHRINK = {"axes_dims": (8, 12, 12), "in_text_dim": LLAMA_TINY["hidden_size"],
-                     "in_text_dim2": CLIP_L["hidden_size"]}
+    **blocks("text_transformer_blocks", 2),
+    **blocks("visual_transformer_blocks", 2),
+}
+KANDINSKY5_SHRINK = {
+    "axes_dims": (8, 12, 12),
+    "in_text_dim": LLAMA_TINY["hidden_size"],
+    "in_text_dim2": CLIP_L["hidden_size"],
+}
 
 
 def tiny_kandinsky5(seed: int = 0):
@@ -47,8 +52,9 @@ def tiny_kandinsky5(seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     model_config = detected_model_config(KANDINSKY5_LAYOUT, KANDINSKY5_SHRINK, "Kandinsky5")
     model = diffusion_model(model_config, generator)
-    clip = qwen_vl_text_encoder(model_config.clip_target(), generator,
-                                {"qwen25_7b_model_config": LLAMA_TINY, "clip_l_model_config": CLIP_L})
+    clip = qwen_vl_text_encoder(
+        model_config.clip_target(), generator, {"qwen25_7b_model_config": LLAMA_TINY, "clip_l_model_config": CLIP_L}
+    )
     return model, clip, tiny_hunyuan_video_vae(generator)
 
 
@@ -59,17 +65,31 @@ def tiny_kandinsky5(seed: int = 0):
 # the 3840-wide Gemma projection, caption_channels) are 2 heads of 16 over a 32-wide projection.
 LTX2_HEAD = 16
 LTX2_WIDTH = 2 * LTX2_HEAD
-LTX2_LAYOUT = {"adaln_single.emb.timestep_embedder.linear_1.bias": (1,), "audio_adaln_single.linear.weight": (1,),
-               "transformer_blocks.0.attn2.to_k.weight": (32 * LTX2_HEAD, LTX2_WIDTH),
-               **blocks("transformer_blocks", 2)}
-LTX2_SHRINK = {"num_attention_heads": 2, "audio_num_attention_heads": 2, "audio_attention_head_dim": LTX2_HEAD,
-               "audio_cross_attention_dim": LTX2_WIDTH, "caption_channels": LTX2_WIDTH,
-               "connector_attention_head_dim": LTX2_HEAD, "connector_num_attention_heads": 2}
+LTX2_LAYOUT = {
+    "adaln_single.emb.timestep_embedder.linear_1.bias": (1,),
+    "audio_adaln_single.linear.weight": (1,),
+    "transformer_blocks.0.attn2.to_k.weight": (32 * LTX2_HEAD, LTX2_WIDTH),
+    **blocks("transformer_blocks", 2),
+}
+LTX2_SHRINK = {
+    "num_attention_heads": 2,
+    "audio_num_attention_heads": 2,
+    "audio_attention_head_dim": LTX2_HEAD,
+    "audio_cross_attention_dim": LTX2_WIDTH,
+    "caption_channels": LTX2_WIDTH,
+    "connector_attention_head_dim": LTX2_HEAD,
+    "connector_num_attention_heads": 2,
+}
 
 # Gemma 3 12B as LTX-2 reads it: every hidden state (embeddings + each layer), each token's stack
 # flattened and projected to caption_channels. Two layers; head_dim stays the class's 256.
-GEMMA3_TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 1,
-               "num_key_value_heads": 1}
+GEMMA3_TINY = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 1,
+    "num_key_value_heads": 1,
+}
 
 
 def _borrowed_spiece_model():
@@ -95,19 +115,25 @@ def tiny_gemma3_text_encoder(generator):
     prompts only, so it stays as zeros, like the Qwen2.5-VL towers in tiny_dit) and the projection,
     Linear(3840 x 49, 3840), which is rebuilt with the same ops at the tiny encoder's widths."""
     import comfy.text_encoders.lt
-    target = comfy.supported_models_base.ClipTarget(comfy.text_encoders.lt.LTXAVGemmaTokenizer,
-                                                    comfy.text_encoders.lt.ltxav_te())
+
+    target = comfy.supported_models_base.ClipTarget(
+        comfy.text_encoders.lt.LTXAVGemmaTokenizer, comfy.text_encoders.lt.ltxav_te()
+    )
     # LTXAVTEModel is no SD1ClipModel, so its Gemma has no model_name in its model options and
     # SDClipModel merges the "_model_config" entry into its config.
-    clip = comfy.sd.CLIP(target=target, model_options={"dtype": torch.float32, "_model_config": GEMMA3_TINY},
-                         tokenizer_data=_borrowed_spiece_model())
+    clip = comfy.sd.CLIP(
+        target=target,
+        model_options={"dtype": torch.float32, "_model_config": GEMMA3_TINY},
+        tokenizer_data=_borrowed_spiece_model(),
+    )
     encoder = clip.cond_stage_model
     gemma = encoder.gemma3_12b.transformer
     vision = gemma.vision_model
     del gemma.vision_model  # out of init_weights' reach
     hidden_states = GEMMA3_TINY["num_hidden_layers"] + 1
     encoder.text_embedding_projection = encoder.gemma3_12b.operations.Linear(
-        GEMMA3_TINY["hidden_size"] * hidden_states, LTX2_WIDTH, bias=False, dtype=torch.float32)
+        GEMMA3_TINY["hidden_size"] * hidden_states, LTX2_WIDTH, bias=False, dtype=torch.float32
+    )
     init_weights(encoder, generator)
     gemma.vision_model = _zeroed(vision)
     return clip
@@ -117,36 +143,55 @@ def tiny_gemma3_text_encoder(generator):
 # config metadata (causal_video_autoencoder.VideoVAE.get_default_config(2): 4x4 patchify, then
 # residual space, time and space-time compressions = 32x spatial, 8x temporal, 128 latent
 # channels), one layer per res block and 8 base channels instead of 2-6 layers and 128.
-LTX2_VAE = {"_class_name": "CausalVideoAutoencoder", "dims": 3, "in_channels": 3, "out_channels": 3,
-            "latent_channels": 128,
-            "encoder_blocks": [["res_x", {"num_layers": 1}], ["compress_space_res", {"multiplier": 2}],
-                               ["res_x", {"num_layers": 1}], ["compress_time_res", {"multiplier": 2}],
-                               ["res_x", {"num_layers": 1}], ["compress_all_res", {"multiplier": 2}],
-                               ["res_x", {"num_layers": 1}], ["compress_all_res", {"multiplier": 2}],
-                               ["res_x", {"num_layers": 1}]],
-            "decoder_blocks": [["res_x", {"num_layers": 1, "inject_noise": False}],
-                               ["compress_all", {"residual": True, "multiplier": 2}],
-                               ["res_x", {"num_layers": 1, "inject_noise": False}],
-                               ["compress_all", {"residual": True, "multiplier": 2}],
-                               ["res_x", {"num_layers": 1, "inject_noise": False}],
-                               ["compress_all", {"residual": True, "multiplier": 2}],
-                               ["res_x", {"num_layers": 1, "inject_noise": False}]],
-            "encoder_base_channels": 8, "decoder_base_channels": 8,
-            "scaling_factor": 1.0, "norm_layer": "pixel_norm", "patch_size": 4, "latent_log_var": "uniform",
-            "use_quant_conv": False, "causal_decoder": False, "timestep_conditioning": True}
+LTX2_VAE = {
+    "_class_name": "CausalVideoAutoencoder",
+    "dims": 3,
+    "in_channels": 3,
+    "out_channels": 3,
+    "latent_channels": 128,
+    "encoder_blocks": [
+        ["res_x", {"num_layers": 1}],
+        ["compress_space_res", {"multiplier": 2}],
+        ["res_x", {"num_layers": 1}],
+        ["compress_time_res", {"multiplier": 2}],
+        ["res_x", {"num_layers": 1}],
+        ["compress_all_res", {"multiplier": 2}],
+        ["res_x", {"num_layers": 1}],
+        ["compress_all_res", {"multiplier": 2}],
+        ["res_x", {"num_layers": 1}],
+    ],
+    "decoder_blocks": [
+        ["res_x", {"num_layers": 1, "inject_noise": False}],
+        ["compress_all", {"residual": True, "multiplier": 2}],
+        ["res_x", {"num_layers": 1, "inject_noise": False}],
+        ["compress_all", {"residual": True, "multiplier": 2}],
+        ["res_x", {"num_layers": 1, "inject_noise": False}],
+        ["compress_all", {"residual": True, "multiplier": 2}],
+        ["res_x", {"num_layers": 1, "inject_noise": False}],
+    ],
+    "encoder_base_channels": 8,
+    "decoder_base_channels": 8,
+    "scaling_factor": 1.0,
+    "norm_layer": "pixel_norm",
+    "patch_size": 4,
+    "latent_log_var": "uniform",
+    "use_quant_conv": False,
+    "causal_decoder": False,
+    "timestep_conditioning": True,
+}
 
 
 def tiny_ltx2_vae(generator):
     """ComfyUI's LTX-2 video VAE at 8 base channels, as comfy.sd.VAE builds it from a checkpoint's
     config metadata."""
     import comfy.ldm.lightricks.vae.causal_video_autoencoder as ltx_vae
+
     model = ltx_vae.VideoVAE(config=LTX2_VAE)
     init_weights(model, generator)
     stats = model.per_channel_statistics  # built empty; a checkpoint carries them
     stats.get_buffer("mean-of-means").zero_()
     stats.get_buffer("std-of-means").fill_(1.0)
-    return comfy.sd.VAE(sd=model.state_dict(), metadata={"config": json.dumps({"vae": LTX2_VAE})},
-                        dtype=torch.float32)
+    return comfy.sd.VAE(sd=model.state_dict(), metadata={"config": json.dumps({"vae": LTX2_VAE})}, dtype=torch.float32)
 
 
 def tiny_ltx2(seed: int = 0):
@@ -159,6 +204,12 @@ def tiny_ltx2(seed: int = 0):
 
 
 FAMILIES = {
-    "kandinsky5": TinyFamily(tiny_kandinsky5, family="Kandinsky 5.0 Video (Lite, Pro)", video_frames=VIDEO_FRAMES, needs=("Kandinsky5",), since="0.28.0"),
+    "kandinsky5": TinyFamily(
+        tiny_kandinsky5,
+        family="Kandinsky 5.0 Video (Lite, Pro)",
+        video_frames=VIDEO_FRAMES,
+        needs=("Kandinsky5",),
+        since="0.28.0",
+    ),
     "ltx2": TinyFamily(tiny_ltx2, family="LTX-2 (video)", video_frames=VIDEO_FRAMES, needs=("LTXAV",), since="0.28.0"),
 }

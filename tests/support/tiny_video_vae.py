@@ -1,9 +1,9 @@
 """A tiny random-init Wan 2.1 video VAE (ComfyUI's own WanVAE, 8x spatial and 4x temporal
 compression, 4k+1 frames), for the video tests and tiny video stacks. Import after runtime.start_host()."""
-import torch
 
 import comfy.ldm.wan.vae
 import comfy.sd
+import torch
 
 from eridiffusion.tiny_models import init_weights
 
@@ -16,8 +16,15 @@ WAN21_LATENT_CHANNELS = 16
 
 def tiny_wan_vae(generator: torch.Generator, dim: int = 8) -> comfy.sd.VAE:
     """ComfyUI's Wan 2.1 VAE at width `dim` (the real one is 96), float32, random init."""
-    model = comfy.ldm.wan.vae.WanVAE(dim=dim, z_dim=WAN21_LATENT_CHANNELS, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
-                                     attn_scales=[], temperal_downsample=[False, True, True], dropout=0.0)
+    model = comfy.ldm.wan.vae.WanVAE(
+        dim=dim,
+        z_dim=WAN21_LATENT_CHANNELS,
+        dim_mult=[1, 2, 4, 4],
+        num_res_blocks=2,
+        attn_scales=[],
+        temperal_downsample=[False, True, True],
+        dropout=0.0,
+    )
     init_weights(model, generator)
     with torch.no_grad():
         for name, p in model.named_parameters():

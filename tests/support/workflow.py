@@ -1,6 +1,7 @@
 """Running ComfyUI workflows headless: load EriDiffusion into the host as ComfyUI does, turn a
 UI-format workflow (what the browser saves) into an API prompt, and run it through ComfyUI's
 own PromptExecutor."""
+
 import asyncio
 import copy
 import json
@@ -18,6 +19,7 @@ def load_extension():
     """ComfyUI's built-in extra nodes (its own trainer among them), then EriDiffusion through
     ComfyUI's custom-node loader, as a server start does. Once per process."""
     import nodes
+
     if "EriDiffusion_LoRATrainer" not in nodes.NODE_CLASS_MAPPINGS:
         asyncio.run(nodes.init_extra_nodes(init_custom_nodes=False, init_api_nodes=False))
         if not asyncio.run(nodes.load_custom_node(ROOT)):
@@ -39,6 +41,7 @@ def _has_control_widget(name, spec):
 def widget_inputs(class_type):
     """[(input name, spec)] of a node's widget inputs in the order the browser lays them out."""
     import nodes
+
     definition = nodes.NODE_CLASS_MAPPINGS[class_type].INPUT_TYPES()
     ordered = list(definition.get("required", {}).items()) + list(definition.get("optional", {}).items())
     return [(name, spec) for name, spec in ordered if _is_widget(spec)]
@@ -99,6 +102,7 @@ class HeadlessServer:
 def run_prompt(prompt):
     """Validate and execute `prompt` with ComfyUI's executor; returns (executor, server)."""
     import execution
+
     prompt_id = str(uuid.uuid4())
     valid = asyncio.run(execution.validate_prompt(prompt_id, prompt, None))
     if not valid[0]:
@@ -120,6 +124,7 @@ def execution_error(executor):
 def widget_defaults(class_type):
     """{widget input: default} of a node."""
     from .example_workflows import _default
+
     return {name: _default(spec) for name, spec in widget_inputs(class_type)}
 
 
@@ -127,6 +132,7 @@ def trainer_setting_nodes():
     """{node type: LoRATrainer input it is linked to ('' for the trainer itself)} of the nodes that
     hold training settings: the trainer, its options nodes and TrainingObjective."""
     from eridiffusion.nodes.options_nodes import OPTIONS_NODES
+
     nodes = {"EriDiffusion_LoRATrainer": "", "EriDiffusion_TrainingObjective": "objective"}
     nodes.update({node.NODE_ID: node.TRAINER_INPUT for node in OPTIONS_NODES})
     return nodes
@@ -141,8 +147,7 @@ def set_training_settings(prompt, settings):
         if holder is None:
             raise KeyError(f"no node holds the training setting {name!r}")
         socket = trainer_setting_nodes()[holder]
-        node_id = trainer_id if not socket else next(
-            (i for i, n in prompt.items() if n["class_type"] == holder), None)
+        node_id = trainer_id if not socket else next((i for i, n in prompt.items() if n["class_type"] == holder), None)
         if node_id is None:
             node_id = str(max(int(i) for i in prompt) + 1)
             prompt[node_id] = {"class_type": holder, "inputs": widget_defaults(holder)}
@@ -151,8 +156,17 @@ def set_training_settings(prompt, settings):
     return prompt
 
 
-def training_prompt(dataset, trainer=None, resume=None, train_text_encoder=False, save=None, architecture="sd15",
-                    resolution=128, dataset_options=None, cache_folder=""):
+def training_prompt(
+    dataset,
+    trainer=None,
+    resume=None,
+    train_text_encoder=False,
+    save=None,
+    architecture="sd15",
+    resolution=128,
+    dataset_options=None,
+    cache_folder="",
+):
     """An API prompt: tiny demo model → LoadDataset(`dataset`) → CacheLatents → LoRATrainer → SaveLoRA.
     `trainer` holds training settings (each goes to the trainer or the options node that holds it),
     `save` and `dataset_options` override the widget values of SaveLoRA and LoadDataset; `resume` is a
@@ -160,15 +174,29 @@ def training_prompt(dataset, trainer=None, resume=None, train_text_encoder=False
     defaults = widget_defaults
     prompt = {
         "1": {"class_type": "EriDiffusion_TinyDemoModel", "inputs": {"architecture": architecture, "seed": 0}},
-        "2": {"class_type": "EriDiffusion_LoadDataset",
-              "inputs": {**defaults("EriDiffusion_LoadDataset"), "folder": str(dataset), **(dataset_options or {})}},
-        "3": {"class_type": "EriDiffusion_CacheLatents",
-              "inputs": {**defaults("EriDiffusion_CacheLatents"), "resolution": resolution, "dataset": ["2", 0],
-                         "vae": ["1", 2], "clip": ["1", 1], "cache_folder": str(cache_folder)}},
-        "4": {"class_type": "EriDiffusion_LoRATrainer",
-              "inputs": {**defaults("EriDiffusion_LoRATrainer"), "model": ["1", 0], "training_data": ["3", 0]}},
-        "5": {"class_type": "EriDiffusion_SaveLoRA",
-              "inputs": {**defaults("EriDiffusion_SaveLoRA"), "lora": ["4", 1], **(save or {})}},
+        "2": {
+            "class_type": "EriDiffusion_LoadDataset",
+            "inputs": {**defaults("EriDiffusion_LoadDataset"), "folder": str(dataset), **(dataset_options or {})},
+        },
+        "3": {
+            "class_type": "EriDiffusion_CacheLatents",
+            "inputs": {
+                **defaults("EriDiffusion_CacheLatents"),
+                "resolution": resolution,
+                "dataset": ["2", 0],
+                "vae": ["1", 2],
+                "clip": ["1", 1],
+                "cache_folder": str(cache_folder),
+            },
+        },
+        "4": {
+            "class_type": "EriDiffusion_LoRATrainer",
+            "inputs": {**defaults("EriDiffusion_LoRATrainer"), "model": ["1", 0], "training_data": ["3", 0]},
+        },
+        "5": {
+            "class_type": "EriDiffusion_SaveLoRA",
+            "inputs": {**defaults("EriDiffusion_SaveLoRA"), "lora": ["4", 1], **(save or {})},
+        },
     }
     set_training_settings(prompt, trainer or {})
     if train_text_encoder:
@@ -204,6 +232,7 @@ def run_training(dataset, run_name, resolution=64, trainer=None, **options):
     """Run training_prompt(dataset, QUICK settings updated with `trainer`, ...) through the executor as
     run `run_name` (unique in the test session: its folder is output/<run_name>)."""
     import folder_paths
+
     settings = {**QUICK, **(trainer or {}), "run_name": run_name}
     executor, _ = run_prompt(training_prompt(dataset, settings, resolution=resolution, **options))
     return Outcome(executor, os.path.join(folder_paths.get_output_directory(), run_name))

@@ -1,5 +1,6 @@
 """Adapters attached through ComfyUI's injections: each algorithm's bypass equals what ComfyUI
 builds from the saved file, at full and half strength, with and without conv layers."""
+
 import logging
 
 import comfy.model_management
@@ -8,11 +9,11 @@ import comfy.utils
 import pytest
 import torch
 
-from tests.support.tiny_models import build_tiny
 from eridiffusion.training.adapters import ALGORITHMS, AdapterSpec, attach_adapters
 from eridiffusion.training.adapters.attach import _BypassForward
 from eridiffusion.training.adapters.lora import LoRA
 from eridiffusion.training.lora_format import export_lora, loadable_weight_keys
+from tests.support.tiny_models import build_tiny
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +52,9 @@ def test_fresh_adapter_leaves_the_layer_output_unchanged(algorithm):
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 @pytest.mark.parametrize("conv_rank", [0, 4])
 def test_saved_file_reproduces_the_bypass_model_in_stock_comfyui(algorithm, conv_rank, sd15, tmp_path, caplog):
-    spec = AdapterSpec(algorithm=algorithm, rank=4, alpha=2.0, targets="all-linear", conv_rank=conv_rank,
-                       conv_alpha=2.0)
+    spec = AdapterSpec(
+        algorithm=algorithm, rank=4, alpha=2.0, targets="all-linear", conv_rank=conv_rank, conv_alpha=2.0
+    )
     prefixes = loadable_weight_keys(sd15.model)
     clone = sd15.clone()
     adapters = attach_adapters(clone, spec, prefixes.keys(), seed=1)
@@ -81,17 +83,19 @@ def test_lokr_full_rank_keeps_both_kronecker_factors_whole(sd15):
 
 def test_attention_preset_targets_only_attention_projections():
     model, _, _ = build_tiny("sdxl")
-    adapters = attach_adapters(model.clone(), AdapterSpec(rank=2, alpha=2, targets="attention"),
-                               loadable_weight_keys(model.model))
-    suffixes = {n[n.rindex(".to_") + 1:] for n in adapters.layer_names}
+    adapters = attach_adapters(
+        model.clone(), AdapterSpec(rank=2, alpha=2, targets="attention"), loadable_weight_keys(model.model)
+    )
+    suffixes = {n[n.rindex(".to_") + 1 :] for n in adapters.layer_names}
     assert suffixes == {"to_q", "to_k", "to_v", "to_out.0"}
     assert all(".to_" in n for n in adapters.layer_names)
 
 
 def test_injection_is_active_only_while_the_clone_is_loaded(sd15):
     clone = sd15.clone()
-    adapters = attach_adapters(clone, AdapterSpec(rank=2, alpha=2, targets="all-linear"),
-                               loadable_weight_keys(sd15.model))
+    adapters = attach_adapters(
+        clone, AdapterSpec(rank=2, alpha=2, targets="all-linear"), loadable_weight_keys(sd15.model)
+    )
     layer = dict(sd15.model.named_modules())[adapters.layer_names[0]]
     assert "forward" not in layer.__dict__
     with torch.inference_mode():

@@ -1,4 +1,5 @@
 """Aspect-ratio buckets: the size list, the bucket an image lands in, and fit-and-crop on real photos."""
+
 import math
 import os
 
@@ -21,15 +22,15 @@ def test_buckets_are_step_multiples_within_area_and_aspect(resolution):
     assert sizes
     for width, height in sizes:
         assert width % 64 == 0 and height % 64 == 0
-        assert width * height <= resolution ** 2
+        assert width * height <= resolution**2
         assert 1 / 4.0 <= width / height <= 4.0
 
 
 @pytest.mark.parametrize("resolution", [512, 1024])
 def test_no_bucket_side_can_grow_a_step_without_passing_the_area(resolution):
     for width, height in bucket_sizes(resolution):
-        assert (width + 64) * height > resolution ** 2
-        assert width * (height + 64) > resolution ** 2
+        assert (width + 64) * height > resolution**2
+        assert width * (height + 64) > resolution**2
 
 
 def test_bucket_list_for_256_is_exact():
@@ -38,9 +39,24 @@ def test_bucket_list_for_256_is_exact():
 
 def test_bucket_list_for_1024_is_exact():
     assert bucket_sizes(1024) == [
-        (512, 2048), (576, 1792), (640, 1600), (704, 1472), (768, 1344), (832, 1216), (896, 1152),
-        (960, 1088), (1024, 1024), (1088, 960), (1152, 896), (1216, 832), (1344, 768), (1472, 704),
-        (1600, 640), (1792, 576), (2048, 512)]
+        (512, 2048),
+        (576, 1792),
+        (640, 1600),
+        (704, 1472),
+        (768, 1344),
+        (832, 1216),
+        (896, 1152),
+        (960, 1088),
+        (1024, 1024),
+        (1088, 960),
+        (1152, 896),
+        (1216, 832),
+        (1344, 768),
+        (1472, 704),
+        (1600, 640),
+        (1792, 576),
+        (2048, 512),
+    ]
 
 
 def test_buckets_are_symmetric_and_hold_the_square():
@@ -50,15 +66,22 @@ def test_buckets_are_symmetric_and_hold_the_square():
 
 
 def test_max_aspect_limits_the_list():
-    assert bucket_sizes(1024, max_aspect=1.5) == [(832, 1216), (896, 1152), (960, 1088), (1024, 1024),
-                                                  (1088, 960), (1152, 896), (1216, 832)]
+    assert bucket_sizes(1024, max_aspect=1.5) == [
+        (832, 1216),
+        (896, 1152),
+        (960, 1088),
+        (1024, 1024),
+        (1088, 960),
+        (1152, 896),
+        (1216, 832),
+    ]
     assert bucket_sizes(1024, max_aspect=1.0) == [(1024, 1024)]
 
 
 def test_other_step_gives_multiples_of_that_step():
     sizes = bucket_sizes(512, step=32)
     assert (512, 512) in sizes
-    assert all(w % 32 == 0 and h % 32 == 0 and w * h <= 512 ** 2 for w, h in sizes)
+    assert all(w % 32 == 0 and h % 32 == 0 and w * h <= 512**2 for w, h in sizes)
     assert any(w % 64 for w, h in sizes)
 
 

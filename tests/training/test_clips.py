@@ -1,6 +1,7 @@
 """Video clips in a dataset: decoding to a frame count at a frame rate (mp4, webm, mov, gif, frame
 folders), and the errors a bad clip gives; on clips made from the real DreamBooth photos and on
 synthetic clips whose frame k is a flat gray of level 5k, so a decoded frame tells its index."""
+
 import os
 import shutil
 
@@ -8,13 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.support.photo_clips import (CLIP_FRAMES, CLIP_SIZE, pan_and_zoom, write_frame_folder, write_gif,
-                                           write_video)
 from eridiffusion.training.clips import VideoOptions, check_frames_for_vae, read_clip
 from eridiffusion.training.dataset import load_dataset
 from eridiffusion.training.errors import EriDiffusionError
-
-
+from tests.support.photo_clips import CLIP_FRAMES, CLIP_SIZE, pan_and_zoom, write_frame_folder, write_gif, write_video
 
 LEVEL_STEP = 5  # gray level between consecutive frames: far above codec error on flat frames
 
@@ -33,6 +31,7 @@ def caption(folder, stem, text="a photo of sks dog"):
 
 
 # --- decoding -------------------------------------------------------------------------------
+
 
 def test_dog_clips_load_as_five_captioned_clips_with_their_frame_size(dog_clips, datasets_dir):
     names = [os.path.basename(r.path) for r in dog_clips.records]
@@ -85,13 +84,16 @@ def test_webm_and_mov_decode(tmp_path, name):
 
 
 def test_frame_folder_is_read_in_number_order(tmp_path):
-    write_frame_folder(tmp_path / "walk", numbered_frames(12))  # frame_1 … frame_12: frame_10 sorts before frame_2 as text
+    write_frame_folder(
+        tmp_path / "walk", numbered_frames(12)
+    )  # frame_1 … frame_12: frame_10 sorts before frame_2 as text
     frames = read_clip(str(tmp_path / "walk"), VideoOptions(frames=12, fps=16))
     assert frame_indices(frames) == list(range(12))
 
 
 def test_clip_with_a_display_rotation_is_turned_upright(tmp_path):
     import av
+
     image = Image.new("RGB", (96, 64), (200, 0, 0))
     image.paste((0, 0, 200), (0, 0, 24, 24))  # a blue corner at the top left, as stored
     with av.open(str(tmp_path / "phone.mp4"), "w") as container:
@@ -117,11 +119,15 @@ def test_clip_ends_exactly_at_the_last_wanted_frame(tmp_path):
 
 # --- errors ---------------------------------------------------------------------------------
 
+
 def test_clip_shorter_than_the_frame_count_names_the_file_and_the_fix(tmp_path):
     write_video(tmp_path / "short.mp4", numbered_frames(12), 24)  # 0.5 s; 17 frames at 16 fps need 1.06 s
     caption(tmp_path, "short")
-    with pytest.raises(EriDiffusionError, match=r"short\.mp4 is too short: it gives 8 of the 17 frames at 16 fps "
-                                                 r"\(1\.06 s\).*use a longer clip, lower LoadDataset's frames"):
+    with pytest.raises(
+        EriDiffusionError,
+        match=r"short\.mp4 is too short: it gives 8 of the 17 frames at 16 fps "
+        r"\(1\.06 s\).*use a longer clip, lower LoadDataset's frames",
+    ):
         load_dataset(str(tmp_path), frames=17, fps=16)
 
 
@@ -135,8 +141,11 @@ def test_frame_folder_with_too_few_frames_names_the_folder(tmp_path):
 def test_clip_slower_than_the_asked_fps_is_refused(tmp_path):
     write_gif(tmp_path / "slow.gif", numbered_frames(30), 5)
     caption(tmp_path, "slow")
-    with pytest.raises(EriDiffusionError, match=r"slow\.gif is 5 fps, slower than the fps 16.*set LoadDataset's fps "
-                                                 r"to 5 or lower"):
+    with pytest.raises(
+        EriDiffusionError,
+        match=r"slow\.gif is 5 fps, slower than the fps 16.*set LoadDataset's fps "
+        r"to 5 or lower",
+    ):
         load_dataset(str(tmp_path), frames=9, fps=16)
 
 
@@ -146,7 +155,7 @@ def test_corrupt_clip_names_the_file_and_the_fix(tmp_path, damage):
     if damage == "truncated":
         write_video(path, numbered_frames(30), 16)
         data = path.read_bytes()
-        path.write_bytes(data[:len(data) // 3])
+        path.write_bytes(data[: len(data) // 3])
     else:
         path.write_text("not a video", encoding="utf-8")
     caption(tmp_path, "bad")
@@ -162,8 +171,11 @@ def test_clip_without_caption_names_the_caption_file_to_write(tmp_path):
 
 def test_frame_folder_without_caption_says_it_is_read_as_a_clip(tmp_path):
     write_frame_folder(tmp_path / "walk", numbered_frames(12))
-    with pytest.raises(EriDiffusionError, match=r"walk \(a frame folder, read as one clip\) has no caption; "
-                                                r"write walk\.txt beside it"):
+    with pytest.raises(
+        EriDiffusionError,
+        match=r"walk \(a frame folder, read as one clip\) has no caption; "
+        r"write walk\.txt beside it",
+    ):
         load_dataset(str(tmp_path), frames=9)
 
 
@@ -184,10 +196,13 @@ def test_frame_folder_mixing_sizes_is_refused(tmp_path):
         load_dataset(str(tmp_path), frames=9)
 
 
-@pytest.mark.parametrize("frames, temporal, message", [
-    (16, 4, r"takes 4k\+1 frames .*set LoadDataset's frames to 13 or 17"),
-    (20, 8, r"takes 8k\+1 frames .*set LoadDataset's frames to 17 or 25"),
-])
+@pytest.mark.parametrize(
+    "frames, temporal, message",
+    [
+        (16, 4, r"takes 4k\+1 frames .*set LoadDataset's frames to 13 or 17"),
+        (20, 8, r"takes 8k\+1 frames .*set LoadDataset's frames to 17 or 25"),
+    ],
+)
 def test_frame_count_off_the_vae_rule_names_the_rule(frames, temporal, message):
     with pytest.raises(EriDiffusionError, match=message):
         check_frames_for_vae(frames, temporal, "dataset x")
@@ -205,6 +220,7 @@ def test_bad_frame_settings_are_refused(frames, fps):
 
 
 # --- images unchanged, fingerprints -----------------------------------------------------------
+
 
 def test_image_dataset_fingerprint_ignores_the_frame_settings(datasets_dir):
     folder = os.path.join(datasets_dir, "dreambooth_dog")

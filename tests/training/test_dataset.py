@@ -1,5 +1,6 @@
 """Dataset scanning and image loading, on the real DreamBooth photos and odd cases derived from
 them in a temp dir (EXIF rotation, odd color modes, corrupt files, stray files, metadata.jsonl)."""
+
 import json
 import os
 import re
@@ -9,12 +10,21 @@ import pytest
 from PIL import Image
 
 from eridiffusion.training.dataset import (
-    CaptionOptions, Dataset, load_dataset, open_image_rgb, caption_variants,
+    CaptionOptions,
+    Dataset,
+    caption_variants,
+    load_dataset,
+    open_image_rgb,
 )
 from eridiffusion.training.errors import EriDiffusionError
 
-DOG_SIZES = {"00.jpg": (780, 780), "01.jpg": (781, 781), "02.jpg": (780, 780),
-             "03.jpg": (780, 780), "04.jpg": (687, 687)}
+DOG_SIZES = {
+    "00.jpg": (780, 780),
+    "01.jpg": (781, 781),
+    "02.jpg": (780, 780),
+    "03.jpg": (780, 780),
+    "04.jpg": (687, 687),
+}
 
 
 @pytest.fixture
@@ -54,6 +64,7 @@ def _pixels(image):
 
 # --- load_dataset on the real photos -------------------------------------------------------
 
+
 def test_load_dataset_pairs_each_photo_with_its_caption_and_size(dog_dir):
     dataset = load_dataset(dog_dir)
     assert [os.path.basename(r.path) for r in dataset.records] == sorted(DOG_SIZES)
@@ -68,10 +79,8 @@ def test_load_dataset_pairs_each_photo_with_its_caption_and_size(dog_dir):
 
 
 def test_load_dataset_stores_caption_options_and_repeats(dog_dir):
-    dataset = load_dataset(dog_dir, trigger_word="sks", caption_dropout=0.1, shuffle_tags=True,
-                           keep_tags=2, repeats=3)
-    assert dataset.captions == CaptionOptions(trigger_word="sks", dropout_rate=0.1, shuffle_tags=True,
-                                              keep_tags=2)
+    dataset = load_dataset(dog_dir, trigger_word="sks", caption_dropout=0.1, shuffle_tags=True, keep_tags=2, repeats=3)
+    assert dataset.captions == CaptionOptions(trigger_word="sks", dropout_rate=0.1, shuffle_tags=True, keep_tags=2)
     assert dataset.repeats == 3
 
 
@@ -131,6 +140,7 @@ def test_hidden_files_and_subfolders_are_ignored(dog_copy, dog_dir):
 
 # --- captions that are missing or stray ------------------------------------------------------
 
+
 def test_missing_caption_names_image_and_the_caption_file_to_write(dog_copy):
     os.remove(dog_copy / "03.txt")
     with pytest.raises(EriDiffusionError, match=r"03\.jpg has no caption; write 03\.txt"):
@@ -174,6 +184,7 @@ def test_two_images_sharing_a_stem_are_refused(dog_copy, dog_dir):
 
 # --- files that do not belong ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["notes.pdf", "05.bmp"])
 def test_stray_file_is_named_with_the_fix(dog_copy, dog_dir, name):
     if name.endswith(".bmp"):
@@ -187,7 +198,7 @@ def test_stray_file_is_named_with_the_fix(dog_copy, dog_dir, name):
 
 def test_truncated_jpeg_is_named_with_the_fix(dog_copy):
     data = (dog_copy / "02.jpg").read_bytes()
-    (dog_copy / "02.jpg").write_bytes(data[:len(data) // 2])
+    (dog_copy / "02.jpg").write_bytes(data[: len(data) // 2])
     with pytest.raises(EriDiffusionError, match=r"02\.jpg cannot be read as an image.*re-export it"):
         load_dataset(dog_copy)
 
@@ -208,6 +219,7 @@ def test_image_below_min_side_is_named_with_its_size(dog_copy, dog_dir):
 
 # --- folder and option errors ----------------------------------------------------------------
 
+
 def test_missing_folder_is_named(tmp_path):
     with pytest.raises(EriDiffusionError, match=re.escape(f"{tmp_path / 'nowhere'} does not exist")):
         load_dataset(tmp_path / "nowhere")
@@ -224,20 +236,24 @@ def test_folder_without_images_lists_supported_formats(tmp_path):
         load_dataset(tmp_path)
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("repeats", 0, "repeats 0 must be"),
-    ("caption_dropout", 1.5, "caption dropout 1.5 is outside 0..1"),
-    ("keep_tags", -1, "keep_tags -1 must be"),
-    ("min_side", 0, "min_side 0 must be"),
-    ("caption_ext", ".png", "is an image extension"),
-    ("caption_ext", "", "is not a file extension"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("repeats", 0, "repeats 0 must be"),
+        ("caption_dropout", 1.5, "caption dropout 1.5 is outside 0..1"),
+        ("keep_tags", -1, "keep_tags -1 must be"),
+        ("min_side", 0, "min_side 0 must be"),
+        ("caption_ext", ".png", "is an image extension"),
+        ("caption_ext", "", "is not a file extension"),
+    ],
+)
 def test_bad_option_is_refused_by_name(dog_dir, option, value, message):
     with pytest.raises(EriDiffusionError, match=message):
         load_dataset(dog_dir, **{option: value})
 
 
 # --- metadata.jsonl --------------------------------------------------------------------------
+
 
 def _write_metadata(folder, lines):
     (folder / "metadata.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -255,24 +271,31 @@ def test_metadata_jsonl_may_name_an_image_in_a_subfolder(dog_copy, dog_dir):
     _only(dog_copy, "00.jpg")
     (dog_copy / "extra").mkdir()
     _photo(dog_dir).save(dog_copy / "extra" / "05.png")
-    _write_metadata(dog_copy, ['{"file_name": "00.jpg", "text": "first"}',
-                               '{"file_name": "extra/05.png", "text": "second"}'])
+    _write_metadata(
+        dog_copy, ['{"file_name": "00.jpg", "text": "first"}', '{"file_name": "extra/05.png", "text": "second"}']
+    )
     dataset = load_dataset(dog_copy)
     assert [(r.path, r.caption, r.width, r.height) for r in dataset.records] == [
         (str(dog_copy / "00.jpg"), "first", 780, 780),
-        (str(dog_copy / "extra" / "05.png"), "second", 320, 240)]
+        (str(dog_copy / "extra" / "05.png"), "second", 320, 240),
+    ]
 
 
 def test_metadata_line_naming_missing_file_gives_line_number(dog_copy):
-    _write_metadata(dog_copy, ['{"file_name": "00.jpg", "text": "a"}',
-                               '{"file_name": "gone.jpg", "text": "b"}'])
+    _write_metadata(dog_copy, ['{"file_name": "00.jpg", "text": "a"}', '{"file_name": "gone.jpg", "text": "b"}'])
     with pytest.raises(EriDiffusionError, match=r"metadata\.jsonl line 2 names gone\.jpg, which is not in"):
         load_dataset(dog_copy)
 
 
 def test_metadata_bad_json_gives_line_number(dog_copy):
-    _write_metadata(dog_copy, ['{"file_name": "00.jpg", "text": "a"}', '{"file_name": "01.jpg", "text": "b"}',
-                               '{"file_name": "02.jpg", text: c}'])
+    _write_metadata(
+        dog_copy,
+        [
+            '{"file_name": "00.jpg", "text": "a"}',
+            '{"file_name": "01.jpg", "text": "b"}',
+            '{"file_name": "02.jpg", text: c}',
+        ],
+    )
     with pytest.raises(EriDiffusionError, match=r"metadata\.jsonl line 3 is not valid JSON"):
         load_dataset(dog_copy)
 
@@ -284,8 +307,14 @@ def test_metadata_line_without_file_name_gives_line_number(dog_copy):
 
 
 def test_metadata_naming_an_image_twice_gives_both_lines(dog_copy):
-    _write_metadata(dog_copy, ['{"file_name": "00.jpg", "text": "a"}', '{"file_name": "01.jpg", "text": "b"}',
-                               '{"file_name": "00.jpg", "text": "c"}'])
+    _write_metadata(
+        dog_copy,
+        [
+            '{"file_name": "00.jpg", "text": "a"}',
+            '{"file_name": "01.jpg", "text": "b"}',
+            '{"file_name": "00.jpg", "text": "c"}',
+        ],
+    )
     with pytest.raises(EriDiffusionError, match=r"line 3 names 00\.jpg again \(first on line 1\)"):
         load_dataset(dog_copy)
 
@@ -311,6 +340,7 @@ def test_metadata_csv_is_refused_with_the_jsonl_format(dog_copy):
 
 
 # --- open_image_rgb --------------------------------------------------------------------------
+
 
 def test_exif_orientation_turns_the_image_upright(dog_copy, dog_dir):
     exif = Image.Exif()
@@ -356,7 +386,7 @@ def test_palette_transparency_is_composited_on_white(tmp_path, dog_dir):
     image = open_image_rgb(tmp_path / "a.png")
     for x, y in ((0, 0), (100, 100), (319, 239)):
         index = palette.getpixel((x, y))
-        expected = (255, 255, 255) if index == transparent else tuple(colors[3 * index:3 * index + 3])
+        expected = (255, 255, 255) if index == transparent else tuple(colors[3 * index : 3 * index + 3])
         assert image.getpixel((x, y)) == expected
     assert image.getpixel((0, 0)) == (255, 255, 255)
 
@@ -403,6 +433,7 @@ def test_open_image_rgb_names_corrupt_file(dog_copy):
 
 # --- fingerprint -----------------------------------------------------------------------------
 
+
 def test_fingerprint_of_the_dog_photos_is_fixed(dog_dir):
     assert load_dataset(dog_dir).fingerprint() == DOG_FINGERPRINT
 
@@ -413,8 +444,9 @@ def test_fingerprint_does_not_depend_on_where_the_folder_is(dog_dir, dog_copy):
 
 def test_fingerprint_does_not_depend_on_record_order(dog_dir):
     dataset = load_dataset(dog_dir)
-    reordered = Dataset(folder=dataset.folder, records=dataset.records[::-1], captions=dataset.captions,
-                        repeats=dataset.repeats)
+    reordered = Dataset(
+        folder=dataset.folder, records=dataset.records[::-1], captions=dataset.captions, repeats=dataset.repeats
+    )
     assert reordered.fingerprint() == dataset.fingerprint()
 
 
@@ -467,8 +499,7 @@ def test_caption_variants_are_fixed_by_the_seed():
         "sks dog, blossoms, red wall, corgi, close-up, tongue out",
         "sks dog, corgi, blossoms, red wall, tongue out, close-up",
     ]
-    assert caption_variants(CAPTION, options, count=3, seed=1) != \
-        caption_variants(CAPTION, options, count=3, seed=0)
+    assert caption_variants(CAPTION, options, count=3, seed=1) != caption_variants(CAPTION, options, count=3, seed=0)
 
 
 def test_caption_variants_keep_zero_moves_every_tag():

@@ -1,6 +1,7 @@
 """Edit-pair datasets (Flux Kontext): each target photo with a reference image in control/, the
 reference encoded beside it and fed to the model as ComfyUI's ReferenceLatent node does; trained
 on a tiny Flux Kontext stack from ComfyUI's own classes (a "colorize" edit of the real photos)."""
+
 import os
 import shutil
 
@@ -8,7 +9,6 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from tests.support.tiny_models import TINY_FAMILIES, build_tiny
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.dataset import load_dataset
@@ -16,8 +16,8 @@ from eridiffusion.training.errors import EriDiffusionError
 from eridiffusion.training.latent_cache import build_training_data
 from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 from eridiffusion.training.trainer import train_lora
-
 from tests.support.photo_clips import write_video
+from tests.support.tiny_models import TINY_FAMILIES, build_tiny
 
 FAMILY = "flux_kontext"
 PAIRS = 4
@@ -52,17 +52,34 @@ def kontext(datasets_dir, tmp_path_factory):
         data = build_training_data(load_dataset(folder), vae, clip, family.resolution, str(root / "cache"))
     seen_tokens = []
     hook = model.model.diffusion_model.img_in.register_forward_hook(
-        lambda module, args, output: seen_tokens.append(args[0].shape[1]))
-    config = TrainConfig(gradient_checkpointing=False, steps=family.steps, learning_rate=family.learning_rate, dtype="fp32", seed=0,
-                         log_every=20, adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
-                         run_name="kontext_pairs")
+        lambda module, args, output: seen_tokens.append(args[0].shape[1])
+    )
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=family.steps,
+        learning_rate=family.learning_rate,
+        dtype="fp32",
+        seed=0,
+        log_every=20,
+        adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
+        run_name="kontext_pairs",
+    )
     try:
         with torch.inference_mode(False):
             result = train_lora(model, data, config, str(root / "run"))
     finally:
         hook.remove()
-    return {"model": model, "clip": clip, "vae": vae, "data": data, "result": result, "folder": folder,
-            "seen_tokens": seen_tokens, "cache": str(root / "cache"), "resolution": family.resolution}
+    return {
+        "model": model,
+        "clip": clip,
+        "vae": vae,
+        "data": data,
+        "result": result,
+        "folder": folder,
+        "seen_tokens": seen_tokens,
+        "cache": str(root / "cache"),
+        "resolution": family.resolution,
+    }
 
 
 def image_tokens(data, patch=2):
@@ -72,10 +89,12 @@ def image_tokens(data, patch=2):
 
 # --- the dataset ------------------------------------------------------------------------------
 
+
 def test_each_target_is_paired_with_the_reference_of_its_stem(pairs):
     dataset = load_dataset(pairs)
     assert [(os.path.basename(r.path), os.path.relpath(r.reference, pairs)) for r in dataset.records] == [
-        (f"{k:02d}.jpg", os.path.join("control", f"{k:02d}.png")) for k in range(PAIRS)]
+        (f"{k:02d}.jpg", os.path.join("control", f"{k:02d}.png")) for k in range(PAIRS)
+    ]
 
 
 def test_reference_folder_may_be_called_reference(datasets_dir, tmp_path):
@@ -85,8 +104,11 @@ def test_reference_folder_may_be_called_reference(datasets_dir, tmp_path):
 
 def test_target_without_reference_names_the_file_to_add(pairs):
     os.remove(os.path.join(pairs, "control", "02.png"))
-    with pytest.raises(EriDiffusionError, match=r"02\.jpg has no reference image: put the image it was edited from "
-                                                r"in .*control as 02\.png"):
+    with pytest.raises(
+        EriDiffusionError,
+        match=r"02\.jpg has no reference image: put the image it was edited from "
+        r"in .*control as 02\.png",
+    ):
         load_dataset(pairs)
 
 
@@ -119,14 +141,16 @@ def test_reference_change_changes_the_dataset_fingerprint(pairs):
 
 # --- caching and the model inputs --------------------------------------------------------------
 
+
 def test_reference_is_encoded_in_its_targets_bucket_and_cached(kontext):
     data = kontext["data"]
     assert [len(s.reference_latents) for s in data.samples] == [1] * PAIRS
     assert all(s.reference_latents[0].shape == s.latent.shape for s in data.samples)
     assert (data.stats.latents_encoded, data.stats.latents_loaded) == (2 * PAIRS, 0)
     with torch.inference_mode():
-        again = build_training_data(load_dataset(kontext["folder"]), kontext["vae"], kontext["clip"],
-                                    kontext["resolution"], kontext["cache"])
+        again = build_training_data(
+            load_dataset(kontext["folder"]), kontext["vae"], kontext["clip"], kontext["resolution"], kontext["cache"]
+        )
     assert (again.stats.latents_encoded, again.stats.latents_loaded) == (0, 2 * PAIRS)
     assert torch.equal(again.samples[3].reference_latents[0], data.samples[3].reference_latents[0])
 
@@ -134,8 +158,9 @@ def test_reference_is_encoded_in_its_targets_bucket_and_cached(kontext):
 def test_reference_latents_reach_flux_as_ref_latents_the_way_reference_latent_does(kontext):
     base = kontext["model"].model
     sample = kontext["data"].samples[0]
-    inputs = model_inputs(base, sample.conditionings[0], sample.latent, "cpu", sample.bucket,
-                          reference_latents=sample.reference_latents)
+    inputs = model_inputs(
+        base, sample.conditionings[0], sample.latent, "cpu", sample.bucket, reference_latents=sample.reference_latents
+    )
     expected = base.process_latent_in(sample.reference_latents[0][None])
     assert len(inputs["ref_latents"].cond) == 1
     assert torch.equal(inputs["ref_latents"].cond[0], expected)
@@ -145,8 +170,9 @@ def test_reference_latents_reach_flux_as_ref_latents_the_way_reference_latent_do
 def _output(model, sample, references):
     base = model.model
     x = base.process_latent_in(sample.latent[None])
-    inputs = batch_inputs([model_inputs(base, sample.conditionings[0], x[0], "cpu", sample.bucket,
-                                        reference_latents=references)])
+    inputs = batch_inputs(
+        [model_inputs(base, sample.conditionings[0], x[0], "cpu", sample.bucket, reference_latents=references)]
+    )
     noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(3))
     sigma = torch.tensor([0.7])
     with torch.inference_mode():
@@ -161,6 +187,7 @@ def test_model_output_follows_the_reference_image(kontext):
 
 
 # --- training -------------------------------------------------------------------------------------
+
 
 def test_every_training_forward_sees_the_reference_tokens(kontext):
     tokens = image_tokens(kontext["data"])

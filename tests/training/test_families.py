@@ -1,6 +1,7 @@
 """Every model family trains: a tiny stack of each family's ComfyUI classes learns from real photos
 (clips made from them for video), its saved LoRA loads in stock ComfyUI with zero unmatched keys
 and reproduces the trainer's output, and SampleDuringTraining renders at the requested size."""
+
 import gc
 import os
 
@@ -8,7 +9,6 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.support.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from eridiffusion.nodes.sampling_node import encode
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
@@ -16,6 +16,7 @@ from eridiffusion.training.families import family_named
 from eridiffusion.training.latent_cache import build_training_data
 from eridiffusion.training.sample_render import SampleSettings
 from eridiffusion.training.trainer import train_lora
+from tests.support.tiny_models import TINY_FAMILIES, build_tiny, family_params
 
 from ..conftest import ProbeInput
 from .test_trainer import load_with_stock_comfyui, relative_error
@@ -35,24 +36,52 @@ def _train(name, request, tmp_path_factory):
     folder = str(tmp_path_factory.mktemp(f"family_{name}"))
     model, clip, vae = build_tiny(name, seed=0)
     with torch.inference_mode():  # as ComfyUI runs nodes
-        data = build_training_data(_dataset_for(family, request), vae, clip, family.resolution,
-                                   os.path.join(folder, "cache"))
-        sample = SampleSettings(prompts=("a photo of sks dog",), positives=(encode(clip, "a photo of sks dog"),),
-                                negative=encode(clip, ""), vae=vae, every=10_000, seed=0, steps=2, cfg=1.0,
-                                sampler="euler", scheduler="simple",
-                                width=family.sample_size[0], height=family.sample_size[1],
-                                frames=family.video_frames or 1)
+        data = build_training_data(
+            _dataset_for(family, request), vae, clip, family.resolution, os.path.join(folder, "cache")
+        )
+        sample = SampleSettings(
+            prompts=("a photo of sks dog",),
+            positives=(encode(clip, "a photo of sks dog"),),
+            negative=encode(clip, ""),
+            vae=vae,
+            every=10_000,
+            seed=0,
+            steps=2,
+            cfg=1.0,
+            sampler="euler",
+            scheduler="simple",
+            width=family.sample_size[0],
+            height=family.sample_size[1],
+            frames=family.video_frames or 1,
+        )
     data.samples = data.samples[:4]
     probe = ProbeInput.of(model, data)
     before = probe.output(model)
-    config = TrainConfig(gradient_checkpointing=False, steps=family.steps, learning_rate=family.learning_rate, dtype="fp32", seed=0, log_every=20,
-                         adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"), run_name=f"family_{name}")
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=family.steps,
+        learning_rate=family.learning_rate,
+        dtype="fp32",
+        seed=0,
+        log_every=20,
+        adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
+        run_name=f"family_{name}",
+    )
     with torch.inference_mode(False):
         result = train_lora(model, data, config, os.path.join(folder, "run"), sample_settings=sample)
-    return {"model": model, "clip": clip, "vae": vae, "data": data, "config": config, "result": result,
-            "family": family.family,
-            "sample_size": family.sample_size,
-            "probe": probe, "base_output_before": before, "frames": family.video_frames or 1}
+    return {
+        "model": model,
+        "clip": clip,
+        "vae": vae,
+        "data": data,
+        "config": config,
+        "result": result,
+        "family": family.family,
+        "sample_size": family.sample_size,
+        "probe": probe,
+        "base_output_before": before,
+        "frames": family.video_frames or 1,
+    }
 
 
 @pytest.fixture(scope="module", autouse=True)

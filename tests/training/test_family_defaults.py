@@ -1,4 +1,5 @@
 """The family table: which ComfyUI model classes train, with which defaults, and the README's copy of it."""
+
 import os
 import re
 
@@ -8,9 +9,9 @@ import pytest
 from eridiffusion.comfy_compat import host_version
 from eridiffusion.training.errors import EriDiffusionError
 from eridiffusion.training.families import FAMILIES, family_named, family_of, resolve_objective, resolve_targets
+from eridiffusion.training.objective import ObjectiveSpec
 from tests.support.support_table import support_table
 from tests.support.tiny_models import TINY_FAMILIES, build_tiny, hosts_running
-from eridiffusion.training.objective import ObjectiveSpec
 
 README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
 
@@ -51,6 +52,7 @@ def test_a_family_this_comfyui_lacks_gets_a_clear_error():
 def test_an_unknown_model_class_is_refused_by_name():
     class Unknown:
         model_config = comfy.supported_models.SD_X4Upscaler({})
+
     with pytest.raises(EriDiffusionError, match="SD_X4Upscaler"):
         family_of(Unknown())
 
@@ -65,22 +67,28 @@ def test_auto_takes_the_family_default_and_explicit_settings_stay():
     assert resolve_targets("auto", family_named("SDXL")) == "attention"
 
 
-@pytest.mark.parametrize("name, config, expected", [
-    ("flux_dev", {}, {"guidance": 1.0}),                                  # the family's training default
-    ("flux_dev", {"guidance": 2.5}, {"guidance": 2.5}),                   # an explicit value wins
-    ("flux_dev", {"bypass_guidance_embedding": True}, {"guidance": None}),  # skips the embedding
-    ("chroma", {}, {}),                                                   # the model's own ComfyUI default
-])
+@pytest.mark.parametrize(
+    "name, config, expected",
+    [
+        ("flux_dev", {}, {"guidance": 1.0}),  # the family's training default
+        ("flux_dev", {"guidance": 2.5}, {"guidance": 2.5}),  # an explicit value wins
+        ("flux_dev", {"bypass_guidance_embedding": True}, {"guidance": None}),  # skips the embedding
+        ("chroma", {}, {}),  # the model's own ComfyUI default
+    ],
+)
 def test_guidance_fed_to_the_model(name, config, expected):
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.prepared_data import conditioning_options
+
     model, _, _ = build_tiny(name)
     assert conditioning_options(TrainConfig(**config), family_of(model.model)) == expected
 
 
 def test_bypassing_the_guidance_embedding_removes_the_guidance_input():
     import torch
+
     from eridiffusion.training.model_inputs import model_inputs
+
     model, clip, _ = build_tiny("flux_dev")
     conditioning = clip.encode_from_tokens_scheduled(clip.tokenize("a dog"))
     latent = torch.zeros(16, 8, 8)

@@ -1,5 +1,6 @@
 """Regression guards for the fast path of a training step: nothing is read back from the device
 except on logging steps, and bypass adapters never build a full-size ΔW."""
+
 import collections
 
 import pytest
@@ -12,8 +13,16 @@ from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.trainer import TrainingHooks, TrainingRun
 
 # Tensor → Python conversions: on a GPU each one waits for the device to catch up.
-READ_BACKS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.__bool__,
-              torch.Tensor.__float__, torch.Tensor.__int__, torch.Tensor.__index__}
+READ_BACKS = {
+    torch.Tensor.item,
+    torch.Tensor.tolist,
+    torch.Tensor.cpu,
+    torch.Tensor.numpy,
+    torch.Tensor.__bool__,
+    torch.Tensor.__float__,
+    torch.Tensor.__int__,
+    torch.Tensor.__index__,
+}
 
 
 class ReadBackCounter(TorchFunctionMode):
@@ -50,8 +59,16 @@ def _run(trained_lora, tmp_path, config, watch):
 # on_nan=skip leaves a bad step out on the device (AdamW is fused): no read-back either.
 @pytest.mark.parametrize("on_nan", ["stop", "skip"])
 def test_a_step_reads_nothing_back_from_the_device_except_on_logging_steps(on_nan, trained_lora, tmp_path):
-    config = TrainConfig(gradient_checkpointing=False, steps=8, learning_rate=1e-3, dtype="fp32", log_every=4, run_name="sync", on_nan=on_nan,
-                         adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"))
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=8,
+        learning_rate=1e-3,
+        dtype="fp32",
+        log_every=4,
+        run_name="sync",
+        on_nan=on_nan,
+        adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"),
+    )
     counter = ReadBackCounter()
     _run(trained_lora, tmp_path, config, counter)
     in_steps = {step: n for step, n in counter.counts.items() if step <= config.steps}
@@ -69,7 +86,7 @@ class NewTensorShapes(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if not func.is_view:
-            for t in (out if isinstance(out, (tuple, list)) else [out]):
+            for t in out if isinstance(out, (tuple, list)) else [out]:
                 if isinstance(t, torch.Tensor):
                     self.shapes.add(tuple(t.shape))
         return out
@@ -99,8 +116,15 @@ def test_bypass_adapters_never_build_a_full_size_delta_weight(algorithm, kind):
 
 def test_cuda_graphs_on_a_cpu_is_refused_with_the_fix(trained_lora, tmp_path):
     from eridiffusion.training.errors import EriDiffusionError
-    config = TrainConfig(gradient_checkpointing=False, steps=1, dtype="fp32", cuda_graphs="on", run_name="graphs",
-                         adapter=AdapterSpec(rank=2, alpha=2.0, targets="attention"))
+
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=1,
+        dtype="fp32",
+        cuda_graphs="on",
+        run_name="graphs",
+        adapter=AdapterSpec(rank=2, alpha=2.0, targets="attention"),
+    )
     run = TrainingRun(trained_lora["model"], trained_lora["data"], config, str(tmp_path))
     try:
         with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="cuda_graphs needs a CUDA device"):

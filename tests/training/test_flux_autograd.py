@@ -1,12 +1,12 @@
 """Flux-family models train through our frozen-weight aliases and bypass adapters although their
 blocks add residuals in place (`img += ...`): with and without gradient checkpointing, to the
 same gradients."""
+
 import os
 
 import pytest
 import torch
 
-from tests.support.tiny_models import TINY_FAMILIES, build_tiny
 from eridiffusion.training import model_loading
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.autograd_inplace import OutOfPlaceAugmentedAssignments
@@ -15,6 +15,7 @@ from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.latent_cache import build_training_data
 from eridiffusion.training.model_forward import prediction
 from eridiffusion.training.trainer import TrainingRun, train_lora
+from tests.support.tiny_models import TINY_FAMILIES, build_tiny
 
 from ..conftest import ProbeInput
 
@@ -40,9 +41,15 @@ def flux_stack(request, dog_dataset, tmp_path_factory):
 
 
 def _config(checkpointing, steps=1):
-    return TrainConfig(steps=steps, learning_rate=3e-3, dtype="fp32", seed=0, log_every=10,
-                       gradient_checkpointing=checkpointing,
-                       adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"))
+    return TrainConfig(
+        steps=steps,
+        learning_rate=3e-3,
+        dtype="fp32",
+        seed=0,
+        log_every=10,
+        gradient_checkpointing=checkpointing,
+        adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
+    )
 
 
 def _adapter_gradients(model, data, probe, checkpointing, run_dir):
@@ -121,8 +128,9 @@ def test_flux_training_with_checkpointing_follows_the_same_losses(dog_dataset, t
     results = {}
     for checkpointing in (False, True):
         with torch.inference_mode(False):
-            results[checkpointing] = train_lora(model, data, _config(checkpointing, steps=30),
-                                                os.path.join(str(tmp_path), str(checkpointing)))
+            results[checkpointing] = train_lora(
+                model, data, _config(checkpointing, steps=30), os.path.join(str(tmp_path), str(checkpointing))
+            )
     plain, checkpointed = torch.tensor(results[False].losses), torch.tensor(results[True].losses)
     assert len(plain) == 30
     assert float(((checkpointed - plain).abs() / plain).max()) < 1e-4

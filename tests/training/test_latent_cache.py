@@ -1,13 +1,14 @@
 """CacheLatents' core: real photos through a tiny ComfyUI VAE and CLIP, cached on disk."""
+
 import os
 import shutil
 
 import pytest
 import torch
 
-from tests.support.tiny_models import build_tiny
 from eridiffusion.training.dataset import load_dataset
 from eridiffusion.training.latent_cache import build_training_data
+from tests.support.tiny_models import build_tiny
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +19,7 @@ def sd15_stack():
 def copy_dataset(datasets_dir, tmp_path, count=3):
     folder = tmp_path / "photos"
     folder.mkdir()
-    for name in sorted(os.listdir(os.path.join(datasets_dir, "dreambooth_dog")))[:2 * count]:
+    for name in sorted(os.listdir(os.path.join(datasets_dir, "dreambooth_dog")))[: 2 * count]:
         shutil.copy(os.path.join(datasets_dir, "dreambooth_dog", name), folder / name)
     return folder
 
@@ -80,8 +81,9 @@ def test_conditioning_equals_what_clip_text_encode_gives(datasets_dir, tmp_path,
 
 
 def test_tag_shuffling_encodes_the_requested_number_of_variants(datasets_dir, tmp_path, sd15_stack):
-    data = encode(copy_dataset(datasets_dir, tmp_path, count=1), sd15_stack, tmp_path / "cache",
-                  shuffle_tags=True, keep_tags=1)
+    data = encode(
+        copy_dataset(datasets_dir, tmp_path, count=1), sd15_stack, tmp_path / "cache", shuffle_tags=True, keep_tags=1
+    )
     assert len(data.samples[0].conditionings) == 4
 
 

@@ -1,4 +1,5 @@
 """The objective derived from ComfyUI's model_sampling: targets, loss and timestep sampling."""
+
 import math
 
 import comfy.model_sampling
@@ -13,6 +14,7 @@ from eridiffusion.training.objective import Objective, ObjectiveSpec, resolution
 def model_sampling(prediction, base=comfy.model_sampling.ModelSamplingDiscrete, **settings):
     class Sampling(base, prediction):
         pass
+
     model_config = comfy.supported_models.SD15({})
     model_config.sampling_settings = dict(model_config.sampling_settings, **settings)
     return Sampling(model_config)
@@ -21,8 +23,9 @@ def model_sampling(prediction, base=comfy.model_sampling.ModelSamplingDiscrete, 
 SAMPLINGS = {
     "eps": lambda: model_sampling(comfy.model_sampling.EPS),
     "v_prediction": lambda: model_sampling(comfy.model_sampling.V_PREDICTION),
-    "rectified_flow": lambda: model_sampling(comfy.model_sampling.CONST, comfy.model_sampling.ModelSamplingDiscreteFlow,
-                                             shift=3.0, multiplier=1000),
+    "rectified_flow": lambda: model_sampling(
+        comfy.model_sampling.CONST, comfy.model_sampling.ModelSamplingDiscreteFlow, shift=3.0, multiplier=1000
+    ),
 }
 
 
@@ -69,6 +72,7 @@ def test_discrete_timesteps_are_uniform_over_the_schedule():
 def all_model_samplings():
     """Every (schedule, prediction) pair ComfyUI builds for the model types it loads."""
     import comfy.model_base
+
     config = comfy.supported_models.SD15({})
     out = {}
     for model_type in comfy.model_base.ModelType:
@@ -87,8 +91,9 @@ def test_target_satisfies_calculate_denoised_for_every_comfyui_model_type(name):
 
 # --- timestep samplers: the empirical distribution of 20k draws against the definition (KS test)
 
+
 def _normal_cdf(x):
-    return 0.5 * (1 + torch.erf(x / 2 ** 0.5))
+    return 0.5 * (1 + torch.erf(x / 2**0.5))
 
 
 def _logit(x):
@@ -100,7 +105,7 @@ def _inverse_shift(sigma, s):
 
 
 KS_N = 20_000
-KS_CRITICAL = 1.949 / KS_N ** 0.5  # alpha = 0.001
+KS_CRITICAL = 1.949 / KS_N**0.5  # alpha = 0.001
 
 
 def _ks_statistic(samples, cdf):
@@ -114,15 +119,27 @@ def _ks_statistic(samples, cdf):
 
 SAMPLERS = {
     "uniform": (ObjectiveSpec(timestep_sampling="uniform"), None, lambda x: x),
-    "logit_normal": (ObjectiveSpec(timestep_sampling="logit_normal", logit_mean=0.5, logit_std=0.8), None,
-                     lambda x: _normal_cdf((_logit(x) - 0.5) / 0.8)),
-    "sigmoid": (ObjectiveSpec(timestep_sampling="sigmoid", sigmoid_scale=1.7), None,
-                lambda x: _normal_cdf(_logit(x) / 1.7)),
-    "shift_fixed": (ObjectiveSpec(timestep_sampling="shift", shift=3.0), None,
-                    lambda x: _normal_cdf(_logit(_inverse_shift(x, 3.0)))),
+    "logit_normal": (
+        ObjectiveSpec(timestep_sampling="logit_normal", logit_mean=0.5, logit_std=0.8),
+        None,
+        lambda x: _normal_cdf((_logit(x) - 0.5) / 0.8),
+    ),
+    "sigmoid": (
+        ObjectiveSpec(timestep_sampling="sigmoid", sigmoid_scale=1.7),
+        None,
+        lambda x: _normal_cdf(_logit(x) / 1.7),
+    ),
+    "shift_fixed": (
+        ObjectiveSpec(timestep_sampling="shift", shift=3.0),
+        None,
+        lambda x: _normal_cdf(_logit(_inverse_shift(x, 3.0))),
+    ),
     # 1024² Flux: 4096 tokens, mu = 1.15
-    "shift_resolution": (ObjectiveSpec(timestep_sampling="shift", shift=0.0), 4096,
-                         lambda x: _normal_cdf(_logit(_inverse_shift(x, math.exp(1.15))))),
+    "shift_resolution": (
+        ObjectiveSpec(timestep_sampling="shift", shift=0.0),
+        4096,
+        lambda x: _normal_cdf(_logit(_inverse_shift(x, math.exp(1.15)))),
+    ),
 }
 
 
@@ -150,10 +167,13 @@ def test_flow_sigmas_are_the_sampled_flow_times():
 
 def test_min_snr_weights_eps_and_v_losses():
     sigma = torch.tensor([0.1, 0.5, 2.0])  # SNR 100, 4, 0.25
-    eps = Objective(SAMPLINGS["eps"](), ObjectiveSpec(timestep_sampling="uniform", loss_weighting="min_snr",
-                                                      min_snr_gamma=5.0))
-    v = Objective(SAMPLINGS["v_prediction"](), ObjectiveSpec(timestep_sampling="uniform", loss_weighting="min_snr",
-                                                             min_snr_gamma=5.0))
+    eps = Objective(
+        SAMPLINGS["eps"](), ObjectiveSpec(timestep_sampling="uniform", loss_weighting="min_snr", min_snr_gamma=5.0)
+    )
+    v = Objective(
+        SAMPLINGS["v_prediction"](),
+        ObjectiveSpec(timestep_sampling="uniform", loss_weighting="min_snr", min_snr_gamma=5.0),
+    )
     torch.testing.assert_close(eps.weights(sigma), torch.tensor([5 / 100, 1.0, 1.0]))
     torch.testing.assert_close(v.weights(sigma), torch.tensor([5 / 101, 4 / 5, 0.25 / 1.25]))
 

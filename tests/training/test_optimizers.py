@@ -1,5 +1,6 @@
 """Every optimizer a LoRA maker expects: those that run on this CPU train a tiny SD1.5 model on
 real photos, those that cannot are refused with the fix before any training work starts."""
+
 import os
 
 import pytest
@@ -14,15 +15,22 @@ from eridiffusion.training.trainer import train_lora
 # A learning rate and step count per optimizer that lower the tiny model's evaluation loss: Lion's
 # sign update takes ~3x less lr than Adam's; Prodigy's lr multiplies its own step size, which
 # starts at 1e-6 and needs ~100 steps to grow (20 steps leave the loss unchanged).
-RUNS_ON_CPU = {"AdamW": (3e-3, 20), "AdamW8bit": (3e-3, 20), "Lion": (1e-3, 20), "Lion8bit": (1e-3, 20),
-               "Adafactor": (3e-3, 20), "Prodigy": (1.0, 120)}
+RUNS_ON_CPU = {
+    "AdamW": (3e-3, 20),
+    "AdamW8bit": (3e-3, 20),
+    "Lion": (1e-3, 20),
+    "Lion8bit": (1e-3, 20),
+    "Adafactor": (3e-3, 20),
+    "Prodigy": (1.0, 120),
+}
 NEEDS_CUDA = ("PagedAdamW", "PagedAdamW8bit")
 
 
 @pytest.fixture(scope="module")
 def tiny_sd15(dog_dataset, tmp_path_factory):
-    from tests.support.tiny_models import build_tiny
     from eridiffusion.training.latent_cache import build_training_data
+    from tests.support.tiny_models import build_tiny
+
     model, clip, vae = build_tiny("sd15", seed=0)
     with torch.inference_mode():  # as ComfyUI runs nodes
         data = build_training_data(dog_dataset, vae, clip, 128, str(tmp_path_factory.mktemp("optimizers_cache")))
@@ -32,9 +40,17 @@ def tiny_sd15(dog_dataset, tmp_path_factory):
 
 def train(tiny_sd15, name, learning_rate, steps, run_dir):
     model, data = tiny_sd15
-    config = TrainConfig(gradient_checkpointing=False, steps=steps, learning_rate=learning_rate, optimizer=name, dtype="fp32", seed=0,
-                         log_every=steps, adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
-                         run_name=f"optimizer_{name}")
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=steps,
+        learning_rate=learning_rate,
+        optimizer=name,
+        dtype="fp32",
+        seed=0,
+        log_every=steps,
+        adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
+        run_name=f"optimizer_{name}",
+    )
     with torch.inference_mode(False):
         return train_lora(model, data, config, str(run_dir))
 
@@ -69,12 +85,19 @@ def test_8bit_optimizer_keeps_uint8_state_on_cpu_and_fits_a_weight(name, learnin
     assert float(((weight.detach() - target) ** 2).mean()) < 0.7 * first
 
 
-@pytest.mark.parametrize("name, settings", [
-    ("AdamW", {"fused": True}),  # fused on CPUs too: its step counters never come back to the host
-    ("AdamW8bit", {}), ("PagedAdamW", {}), ("PagedAdamW8bit", {}), ("Lion", {}), ("Lion8bit", {}),
-    ("Prodigy", {"safeguard_warmup": True, "use_bias_correction": True}),
-    ("Adafactor", {"relative_step": False, "scale_parameter": False, "warmup_init": False}),
-])
+@pytest.mark.parametrize(
+    "name, settings",
+    [
+        ("AdamW", {"fused": True}),  # fused on CPUs too: its step counters never come back to the host
+        ("AdamW8bit", {}),
+        ("PagedAdamW", {}),
+        ("PagedAdamW8bit", {}),
+        ("Lion", {}),
+        ("Lion8bit", {}),
+        ("Prodigy", {"safeguard_warmup": True, "use_bias_correction": True}),
+        ("Adafactor", {"relative_step": False, "scale_parameter": False, "warmup_init": False}),
+    ],
+)
 def test_make_optimizer_builds_the_named_class_with_the_lora_settings(name, settings):
     optimizer = make_optimizer(name, [torch.nn.Parameter(torch.zeros(4, 4))], 2e-3, 0.05, torch.device("cpu"))
     group = optimizer.param_groups[0]
@@ -83,9 +106,16 @@ def test_make_optimizer_builds_the_named_class_with_the_lora_settings(name, sett
     assert {key: group[key] for key in settings} == settings
 
 
-@pytest.mark.parametrize("name, paged, bits", [("AdamW8bit", False, 8), ("PagedAdamW", True, 32),
-                                               ("PagedAdamW8bit", True, 8), ("Lion", False, 32),
-                                               ("Lion8bit", False, 8)])
+@pytest.mark.parametrize(
+    "name, paged, bits",
+    [
+        ("AdamW8bit", False, 8),
+        ("PagedAdamW", True, 32),
+        ("PagedAdamW8bit", True, 8),
+        ("Lion", False, 32),
+        ("Lion8bit", False, 8),
+    ],
+)
 def test_bitsandbytes_optimizer_is_paged_and_8bit_as_its_name_says(name, paged, bits):
     optimizer = make_optimizer(name, [torch.nn.Parameter(torch.zeros(4, 4))], 2e-3, 0.05, torch.device("cpu"))
     assert (optimizer.is_paged, optimizer.args.optim_bits) == (paged, bits)
@@ -93,12 +123,17 @@ def test_bitsandbytes_optimizer_is_paged_and_8bit_as_its_name_says(name, paged, 
 
 def test_prodigy_refuses_parameter_groups_with_different_learning_rates():
     def groups(text_encoder_lr):
-        return [{"params": [torch.nn.Parameter(torch.zeros(4))], "lr": 1.0},
-                {"params": [torch.nn.Parameter(torch.zeros(4))], "lr": text_encoder_lr}]
+        return [
+            {"params": [torch.nn.Parameter(torch.zeros(4))], "lr": 1.0},
+            {"params": [torch.nn.Parameter(torch.zeros(4))], "lr": text_encoder_lr},
+        ]
+
     with pytest.raises(EriDiffusionError) as info:
         make_optimizer("Prodigy", groups(0.5), 1.0, 0.01, torch.device("cpu"))
-    assert str(info.value) == ("optimizer Prodigy needs one learning rate for every parameter group (got [0.5, 1.0]): "
-                               "give the text encoder the model's learning rate (1.0) or 0.")
+    assert str(info.value) == (
+        "optimizer Prodigy needs one learning rate for every parameter group (got [0.5, 1.0]): "
+        "give the text encoder the model's learning rate (1.0) or 0."
+    )
     for text_encoder_lr in (1.0, 0.0):  # what Prodigy itself steps with
         optimizer = make_optimizer("Prodigy", groups(text_encoder_lr), 1.0, 0.01, torch.device("cpu"))
         for group in optimizer.param_groups:
@@ -112,10 +147,14 @@ def test_paged_optimizer_on_cpu_is_refused_naming_it_and_the_fix(name):
     with pytest.raises(EriDiffusionError) as info:
         check_optimizer_runs(name, torch.device("cpu"))
     message = str(info.value)
-    assert message.startswith(f"optimizer {name} cannot run on cpu: UserWarning: Paged optimizers are not "
-                              "supported on CPU.")
-    assert message.endswith(f"Choose another optimizer, e.g. {name[len('Paged'):]} (the same without paging) "
-                            "or AdamW." if name != "PagedAdamW" else "Choose another optimizer, e.g. AdamW.")
+    assert message.startswith(
+        f"optimizer {name} cannot run on cpu: UserWarning: Paged optimizers are not supported on CPU."
+    )
+    assert message.endswith(
+        f"Choose another optimizer, e.g. {name[len('Paged') :]} (the same without paging) or AdamW."
+        if name != "PagedAdamW"
+        else "Choose another optimizer, e.g. AdamW."
+    )
     assert "\n" not in message
 
 
@@ -127,8 +166,10 @@ def test_train_lora_refuses_paged_optimizer_on_cpu_before_writing_any_file(name,
 
 
 def test_unknown_optimizer_is_refused_listing_every_valid_name():
-    expected = ("optimizer 'SGD' unknown; choose one of AdamW, AdamW8bit, PagedAdamW, PagedAdamW8bit, Prodigy, "
-                "Adafactor, Lion, Lion8bit.")
+    expected = (
+        "optimizer 'SGD' unknown; choose one of AdamW, AdamW8bit, PagedAdamW, PagedAdamW8bit, Prodigy, "
+        "Adafactor, Lion, Lion8bit."
+    )
     with pytest.raises(EriDiffusionError) as checked:
         check_optimizer_runs("SGD", torch.device("cpu"))
     with pytest.raises(EriDiffusionError) as made:

@@ -1,33 +1,44 @@
 """Stopping and resuming: N + N steps equal 2N uninterrupted, checkpoints kept, clear refusals."""
+
 import os
 
 import pytest
 import torch
 
-from tests.support.tiny_models import build_tiny
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.errors import EriDiffusionError
+from eridiffusion.training.evaluation import evaluation_loss
 from eridiffusion.training.latent_cache import build_training_data
 from eridiffusion.training.resume import load_resume_point, state_path
-from eridiffusion.training.evaluation import evaluation_loss
 from eridiffusion.training.trainer import train_lora
+from tests.support.tiny_models import build_tiny
 
 
 @pytest.fixture(scope="module")
 def stack(dog_dataset, tmp_path_factory):
     model, clip, vae = build_tiny("sd15", seed=0)
     with torch.inference_mode():
-        data = build_training_data(dog_dataset, vae, clip, 128, str(tmp_path_factory.mktemp("cache")),
-                                   shuffle_variants=1)
+        data = build_training_data(
+            dog_dataset, vae, clip, 128, str(tmp_path_factory.mktemp("cache")), shuffle_variants=1
+        )
     data.samples = data.samples[:4]
     return model, clip, data
 
 
 def config(algorithm="lora", **overrides):
-    settings = dict(steps=12, learning_rate=3e-3, dtype="fp32", seed=3, log_every=4, save_every=6, gradient_checkpointing=False,
-                    batch_size=2, run_name="resumable",
-                    adapter=AdapterSpec(algorithm=algorithm, rank=4, alpha=4.0, targets="all-linear"))
+    settings = dict(
+        steps=12,
+        learning_rate=3e-3,
+        dtype="fp32",
+        seed=3,
+        log_every=4,
+        save_every=6,
+        gradient_checkpointing=False,
+        batch_size=2,
+        run_name="resumable",
+        adapter=AdapterSpec(algorithm=algorithm, rank=4, alpha=4.0, targets="all-linear"),
+    )
     settings.update(overrides)
     return TrainConfig(**settings)
 
@@ -68,8 +79,12 @@ def test_resuming_with_a_trained_text_encoder_gives_the_uninterrupted_result(sta
 def test_periodic_checkpoints_keep_the_newest_n_with_their_state(stack, tmp_path):
     run(stack, config(steps=12, save_every=3, keep_last=2), tmp_path)
     files = sorted(os.listdir(tmp_path / "checkpoints"))
-    assert files == ["resumable_step000009.safetensors", "resumable_step000009.training_state",
-                     "resumable_step000012.safetensors", "resumable_step000012.training_state"]
+    assert files == [
+        "resumable_step000009.safetensors",
+        "resumable_step000009.training_state",
+        "resumable_step000012.safetensors",
+        "resumable_step000012.training_state",
+    ]
 
 
 def test_resuming_with_other_settings_is_refused_naming_them(stack, tmp_path):

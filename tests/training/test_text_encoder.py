@@ -1,5 +1,6 @@
 """Training the text encoder(s) too: the saved file, loaded for model and clip by stock ComfyUI,
 reproduces the trained conditioning and model output; the input CLIP is unchanged."""
+
 import logging
 
 import comfy.sd
@@ -7,12 +8,12 @@ import comfy.utils
 import pytest
 import torch
 
-from tests.support.tiny_models import build_tiny
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.latent_cache import build_training_data
 from eridiffusion.training.model_inputs import batch_inputs, model_inputs
 from eridiffusion.training.trainer import train_lora
+from tests.support.tiny_models import build_tiny
 
 PROMPT = "a photo of sks dog, on a beach"
 
@@ -24,6 +25,7 @@ def encode(clip):
 
 def model_output(patcher, conditioning, latent):
     import comfy.model_management
+
     with torch.inference_mode():
         comfy.model_management.load_models_gpu([patcher], force_full_load=True)
         base = patcher.model
@@ -43,12 +45,26 @@ def trained(request, dog_dataset, tmp_path_factory):
         data = build_training_data(dog_dataset, vae, clip, 128, str(tmp_path_factory.mktemp("cache")))
     data.samples = data.samples[:4]
     before = encode(clip)
-    config = TrainConfig(gradient_checkpointing=False, steps=30, learning_rate=3e-3, text_encoder_lr=3e-3, dtype="fp32", log_every=10,
-                         adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"), run_name="te")
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=30,
+        learning_rate=3e-3,
+        text_encoder_lr=3e-3,
+        dtype="fp32",
+        log_every=10,
+        adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"),
+        run_name="te",
+    )
     with torch.inference_mode(False):
         result = train_lora(model, data, config, str(tmp_path_factory.mktemp("run")), clip=clip)
-    return {"arch": request.param, "model": model, "clip": clip, "data": data, "result": result,
-            "conditioning_before": before}
+    return {
+        "arch": request.param,
+        "model": model,
+        "clip": clip,
+        "data": data,
+        "result": result,
+        "conditioning_before": before,
+    }
 
 
 def test_input_clip_encodes_bit_identically_after_training(trained):
@@ -71,11 +87,15 @@ def test_loraloader_model_and_clip_reproduce_conditioning_and_output(trained, tm
     path = trained["result"].lora.save(str(tmp_path / "te.safetensors"), dtype="fp32")
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        model, clip = comfy.sd.load_lora_for_models(trained["model"], trained["clip"],
-                                                    comfy.utils.load_torch_file(path), 1.0, 1.0)
+        model, clip = comfy.sd.load_lora_for_models(
+            trained["model"], trained["clip"], comfy.utils.load_torch_file(path), 1.0, 1.0
+        )
     assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage() or "NOT LOADED" in r.getMessage()]
     ours, theirs = encode(trained["result"].clip), encode(clip)
     assert relative_error(theirs[0][0], ours[0][0]) < 1e-4
     assert relative_error(theirs[0][1]["pooled_output"], ours[0][1]["pooled_output"]) < 1e-4
     latent = trained["data"].samples[0].latent
-    assert relative_error(model_output(model, theirs, latent), model_output(trained["result"].patcher, ours, latent)) < 1e-4
+    assert (
+        relative_error(model_output(model, theirs, latent), model_output(trained["result"].patcher, ours, latent))
+        < 1e-4
+    )

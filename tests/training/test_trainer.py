@@ -1,5 +1,6 @@
 """Training tiny ComfyUI SD1.5 and SDXL models on real photos: learning, the saved file in stock
 ComfyUI, and the input model left alone."""
+
 import logging
 import os
 
@@ -20,8 +21,11 @@ def load_with_stock_comfyui(model, path, strength, caplog):
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         patched, _ = comfy.sd.load_lora_for_models(model, None, comfy.utils.load_torch_file(path), strength, 0)
-    unmatched = [r.getMessage() for r in caplog.records
-                 if "lora key not loaded" in r.getMessage() or "NOT LOADED" in r.getMessage()]
+    unmatched = [
+        r.getMessage()
+        for r in caplog.records
+        if "lora key not loaded" in r.getMessage() or "NOT LOADED" in r.getMessage()
+    ]
     return patched, unmatched
 
 
@@ -86,8 +90,16 @@ def test_input_model_output_is_bit_identical_after_training(trained):
 def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained_lora, tmp_path, caplog):
     trained = trained_lora
     model = trained["model"]
-    config = TrainConfig(gradient_checkpointing=False, steps=50, learning_rate=1e-3, dtype="fp32", save_every=2, log_every=1,
-                         adapter=AdapterSpec(rank=4, alpha=4.0), run_name="cancelled")
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=50,
+        learning_rate=1e-3,
+        dtype="fp32",
+        save_every=2,
+        log_every=1,
+        adapter=AdapterSpec(rank=4, alpha=4.0),
+        run_name="cancelled",
+    )
     seen = []
 
     def on_progress(step, total, losses, stats):
@@ -95,8 +107,9 @@ def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained_l
         if step == 5:
             comfy.model_management.interrupt_current_processing(True)  # what ComfyUI's Cancel does
 
-    hooks = TrainingHooks(on_progress=on_progress,
-                          check_cancel=comfy.model_management.throw_exception_if_processing_interrupted)
+    hooks = TrainingHooks(
+        on_progress=on_progress, check_cancel=comfy.model_management.throw_exception_if_processing_interrupted
+    )
     try:
         with torch.inference_mode(False), pytest.raises(comfy.model_management.InterruptProcessingException):
             train_lora(model, trained["data"], config, str(tmp_path), hooks=hooks)

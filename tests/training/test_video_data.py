@@ -1,5 +1,6 @@
 """CacheLatents' core on clips: the real-photo clips through a tiny Wan 2.1 VAE (ComfyUI's WanVAE,
 4x temporal compression), bucketed by (frames, width, height) and cached on disk."""
+
 import os
 import shutil
 
@@ -8,15 +9,14 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.support.tiny_models import build_tiny
-from tests.support.tiny_video_vae import tiny_wan_vae
 from eridiffusion.training.buckets import fit_to_bucket
 from eridiffusion.training.clips import read_clip
 from eridiffusion.training.dataset import load_dataset
 from eridiffusion.training.errors import EriDiffusionError
 from eridiffusion.training.latent_cache import build_training_data
-
 from tests.support.photo_clips import CLIP_FRAMES
+from tests.support.tiny_models import build_tiny
+from tests.support.tiny_video_vae import tiny_wan_vae
 
 RESOLUTION = 64
 LATENT_FRAMES = (CLIP_FRAMES - 1) // 4 + 1  # the first frame alone, then groups of 4
@@ -54,8 +54,9 @@ def test_clips_encode_to_c_t_h_w_latents_in_one_frames_bucket(dog_clips, wan_vae
 def test_clip_latent_is_the_vae_encoding_of_the_sampled_cropped_frames(dog_clips, wan_vae, clip, tmp_path):
     data = encode(dog_clips, wan_vae, clip, tmp_path / "cache")
     frames = read_clip(dog_clips.records[1].path, dog_clips.video)
-    pixels = torch.from_numpy(np.stack([np.asarray(fit_to_bucket(f, (64, 64))[0], dtype=np.float32)
-                                        for f in frames]) / 255.0)
+    pixels = torch.from_numpy(
+        np.stack([np.asarray(fit_to_bucket(f, (64, 64))[0], dtype=np.float32) for f in frames]) / 255.0
+    )
     with torch.inference_mode():
         expected = wan_vae.encode(pixels)[0]
     assert torch.equal(data.samples[1].latent, expected)
@@ -82,8 +83,9 @@ def test_other_frame_settings_or_changed_frames_reencode_only_what_changed(dog_c
     assert tuple(shorter.samples[0].latent.shape) == (16, 2, 8, 8)
 
 
-def test_images_beside_clips_are_one_frame_samples_in_their_own_bucket(dog_clips, datasets_dir, wan_vae, clip,
-                                                                       tmp_path):
+def test_images_beside_clips_are_one_frame_samples_in_their_own_bucket(
+    dog_clips, datasets_dir, wan_vae, clip, tmp_path
+):
     folder = tmp_path / "mixed"
     shutil.copytree(dog_clips.folder, folder)
     for name in ("00.jpg", "00.txt"):
@@ -95,8 +97,11 @@ def test_images_beside_clips_are_one_frame_samples_in_their_own_bucket(dog_clips
 
 def test_frame_count_off_the_4k_plus_1_rule_is_refused_before_encoding(dog_clips, wan_vae, clip, tmp_path):
     dataset = load_dataset(dog_clips.folder, frames=8)
-    with pytest.raises(EriDiffusionError, match=r"clips of 8 frames do not fit this VAE, which compresses time 4x "
-                                                r"and takes 4k\+1 frames.*set LoadDataset's frames to 5 or 9"):
+    with pytest.raises(
+        EriDiffusionError,
+        match=r"clips of 8 frames do not fit this VAE, which compresses time 4x "
+        r"and takes 4k\+1 frames.*set LoadDataset's frames to 5 or 9",
+    ):
         encode(dataset, wan_vae, clip, tmp_path / "cache")
     assert not os.path.exists(tmp_path / "cache")
 
@@ -109,8 +114,9 @@ def test_clips_with_an_image_vae_are_refused(dog_clips, clip, tmp_path):
 
 def test_photos_through_an_image_vae_are_unchanged(datasets_dir, clip, tmp_path):
     image_vae = build_tiny("sd15", seed=0)[2]
-    data = encode(load_dataset(os.path.join(datasets_dir, "dreambooth_dog")), image_vae, clip, tmp_path / "cache",
-                  resolution=128)
+    data = encode(
+        load_dataset(os.path.join(datasets_dir, "dreambooth_dog")), image_vae, clip, tmp_path / "cache", resolution=128
+    )
     assert [tuple(s.latent.shape) for s in data.samples] == [(4, 16, 16)] * 5
     assert [(s.frames, s.reference_latents) for s in data.samples] == [(1, ())] * 5
     assert data.buckets() == {(1, 128, 128): [0, 1, 2, 3, 4]}

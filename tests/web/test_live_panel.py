@@ -1,6 +1,7 @@
 """The live panel in a real browser: a real ComfyUI server (the host's main.py) with EriDiffusion in
 its custom_nodes, the tiny demo workflow loaded into the page and queued there, Debian's
 Chromium driven by Playwright. Screenshots go to test-artifacts/."""
+
 import json
 import os
 import shutil
@@ -38,9 +39,23 @@ def comfy_server(tmp_path_factory, datasets_dir):
         json.dump({"Comfy.TutorialCompleted": True}, f)
     port = free_port()
     log = open(base / "server.log", "w")
-    server = subprocess.Popen([sys.executable, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
-                               "--base-directory", str(base), "--disable-auto-launch"],
-                              cwd=host.comfyui_path(), stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "main.py",
+            "--cpu",
+            "--listen",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--base-directory",
+            str(base),
+            "--disable-auto-launch",
+        ],
+        cwd=host.comfyui_path(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -69,16 +84,29 @@ def ours(message, server_url):
 
 def test_panel_shows_progress_samples_and_stops_and_saves(comfy_server):
     from playwright.sync_api import sync_playwright
+
     url, base = comfy_server
     os.makedirs(ARTIFACTS, exist_ok=True)
     workflow = load_example("tiny_demo_lora.json")
     errors = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1600, "height": 2200})
-        page.on("console", lambda m: errors.append(f"{m.text} {m.location.get('url', '')}") if m.type == "error" else None)
+        page.on(
+            "console", lambda m: errors.append(f"{m.text} {m.location.get('url', '')}") if m.type == "error" else None
+        )
         page.on("pageerror", lambda e: errors.append(f"{e} {e.stack}"))
         page.goto(url)
         page.wait_for_function("window.app && window.app.graph", timeout=120_000)
@@ -91,11 +119,11 @@ def test_panel_shows_progress_samples_and_stops_and_saves(comfy_server):
                                      () => window.eridiffusionEvents.push(performance.now())); }""")
         page.wait_for_function("window.app.graph.getNodeById(5)?.eridiffusionPanel !== undefined")
         page.evaluate("() => window.app.queuePrompt(0)")
-        page.wait_for_function("window.app.graph.getNodeById(5).eridiffusionPanel.losses.length >= 10",
-                               timeout=300_000)
+        page.wait_for_function("window.app.graph.getNodeById(5).eridiffusionPanel.losses.length >= 10", timeout=300_000)
         first_text = page.inner_text(".eridiffusion-stats")
-        page.wait_for_function("window.app.graph.getNodeById(5).eridiffusionPanel.samples.children.length >= 1",
-                               timeout=300_000)
+        page.wait_for_function(
+            "window.app.graph.getNodeById(5).eridiffusionPanel.samples.children.length >= 1", timeout=300_000
+        )
         page.screenshot(path=os.path.join(ARTIFACTS, "live_panel_training.png"))
         later_text = page.inner_text(".eridiffusion-stats")
         times = page.evaluate("window.eridiffusionEvents")

@@ -6,13 +6,13 @@ model for use and unwrapped when it unpatches it, so the shared modules and thei
 are never changed and other branches of the graph see the plain model. The same works for a
 CLIP's patcher (text-encoder adapters).
 """
+
 import itertools
 import logging
 from dataclasses import dataclass
 
-import torch
-
 import comfy.patcher_extension
+import torch
 
 from ..errors import EriDiffusionError
 from ..forward_swap import SwappedForward, swap_in, swap_out
@@ -66,24 +66,36 @@ def _is_resnet_conv(name, module, modules_by_name):
 @dataclass(frozen=True)
 class AdapterSpec:
     """What to train: the algorithm, its size and which layers get it."""
-    algorithm: str = setting("lora", "lora; dora (LoRA + learned magnitude); lokr (Kronecker); loha (Hadamard).",
-                             choices=tuple(ALGORITHMS))
+
+    algorithm: str = setting(
+        "lora", "lora; dora (LoRA + learned magnitude); lokr (Kronecker); loha (Hadamard).", choices=tuple(ALGORITHMS)
+    )
     rank: int = setting(16, "Adapter rank (its size).", minimum=1, maximum=1024)
-    alpha: float = setting(16.0, "The adapter is scaled by alpha / rank (LoKr with full factors: 1).",
-                           minimum=0.01, maximum=1024.0, step=0.5)
-    targets: str = setting(AUTO_TARGETS, "auto: the model family's default (UNets: attention; transformers: blocks). "
-                           "attention: q/k/v/out projections; blocks: every linear layer of the transformer blocks; "
-                           "all-linear: every linear layer.", choices=(AUTO_TARGETS,) + tuple(TARGET_PRESETS))
-    conv_rank: int = setting(0, "> 0 also adapts the UNet's resnet convolutions (LoCon) at this rank.",
-                             minimum=0, maximum=1024)
+    alpha: float = setting(
+        16.0,
+        "The adapter is scaled by alpha / rank (LoKr with full factors: 1).",
+        minimum=0.01,
+        maximum=1024.0,
+        step=0.5,
+    )
+    targets: str = setting(
+        AUTO_TARGETS,
+        "auto: the model family's default (UNets: attention; transformers: blocks). "
+        "attention: q/k/v/out projections; blocks: every linear layer of the transformer blocks; "
+        "all-linear: every linear layer.",
+        choices=(AUTO_TARGETS,) + tuple(TARGET_PRESETS),
+    )
+    conv_rank: int = setting(
+        0, "> 0 also adapts the UNet's resnet convolutions (LoCon) at this rank.", minimum=0, maximum=1024
+    )
     conv_alpha: float = setting(1.0, "Alpha of the conv adapters.", minimum=0.01, maximum=1024.0, step=0.5)
-    lokr_factor: int = setting(-1, "LoKr only: Kronecker factor (-1: as balanced as the layer allows).",
-                               minimum=-1, maximum=64)
+    lokr_factor: int = setting(
+        -1, "LoKr only: Kronecker factor (-1: as balanced as the layer allows).", minimum=-1, maximum=64
+    )
     lokr_full_rank: bool = setting(False, "LoKr only: keep both Kronecker factors whole (no low-rank split).")
 
     def __post_init__(self):
         check_settings(self, "adapter")
-
 
     def build(self, layer, seed):
         """A fresh adapter for `layer` (linear or conv)."""
@@ -105,12 +117,17 @@ def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
         kind = layer_kind(module)
         if kind == "linear" and wanted(name, module, modules_by_name):
             layers.append((name, module))
-        elif kind == "conv" and spec.conv_rank > 0 and isinstance(module, torch.nn.Conv2d) \
-                and _is_resnet_conv(name, module, modules_by_name):
+        elif (
+            kind == "conv"
+            and spec.conv_rank > 0
+            and isinstance(module, torch.nn.Conv2d)
+            and _is_resnet_conv(name, module, modules_by_name)
+        ):
             layers.append((name, module))
     if not layers:
-        raise EriDiffusionError(f"targets '{spec.targets}' matched no layer of {type(root).__name__}; "
-                                "try 'all-linear'.")
+        raise EriDiffusionError(
+            f"targets '{spec.targets}' matched no layer of {type(root).__name__}; try 'all-linear'."
+        )
     return layers
 
 
@@ -125,8 +142,9 @@ class _BypassForward(SwappedForward):
     def __call__(self, x, *args, **kwargs):
         def forward(inp):
             return self.base(inp, *args, **kwargs)
+
         for adapter in self.adapters:
-            forward = (lambda a, below: (lambda inp: a(inp, below)))(adapter, forward)
+            forward = (lambda a, below: lambda inp: a(inp, below))(adapter, forward)
         return forward(x)
 
 
@@ -207,16 +225,20 @@ def warn_narrow_layers(spec, narrow):
     if not narrow:
         return
     names = ", ".join(f"{name} ({width})" for name, width in narrow[:5]) + (", …" if len(narrow) > 5 else "")
-    logging.warning(f"EriDiffusion: rank {spec.rank} (conv_rank {spec.conv_rank}) is larger than the width of "
-                    f"{len(narrow)} adapted layers: {names}. An adapter of a layer cannot use more rank than its "
-                    f"width, so the rest only adds parameters to the file; lower the rank to "
-                    f"{min(width for _, width in narrow)} or less.")
+    logging.warning(
+        f"EriDiffusion: rank {spec.rank} (conv_rank {spec.conv_rank}) is larger than the width of "
+        f"{len(narrow)} adapted layers: {names}. An adapter of a layer cannot use more rank than its "
+        f"width, so the rest only adds parameters to the file; lower the rank to "
+        f"{min(width for _, width in narrow)} or less."
+    )
 
 
 def attach_adapters(patcher, spec, allowed_keys, seed=0, prefix="diffusion_model."):
     """Create fresh adapters for the layers `spec` targets and attach them to `patcher`."""
-    adapters = {name: spec.build(module, seed * 100003 + index)
-                for index, (name, module) in enumerate(target_layers(patcher.model, spec, allowed_keys, prefix))}
+    adapters = {
+        name: spec.build(module, seed * 100003 + index)
+        for index, (name, module) in enumerate(target_layers(patcher.model, spec, allowed_keys, prefix))
+    }
     adapter_set = AdapterSet(spec, adapters).to(patcher.load_device)
     adapter_set.attach_to(patcher)
     return adapter_set

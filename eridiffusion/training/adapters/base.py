@@ -5,6 +5,7 @@ LoRA, LoHa and LoKr wrap LyCORIS modules (their parameterization is the one Comf
 when it loads `lora_*`, `hada_*` and `lokr_*` keys); only LyCORIS's bypass term is used, so the
 layer is never rebuilt and LyCORIS never hooks into the model.
 """
+
 import os
 
 import torch
@@ -84,6 +85,7 @@ class LycorisAdapter(Adapter):
 def seeded(seed):
     """Run a block with torch's global RNG seeded and restored afterwards: LyCORIS draws its
     initial values from the global generator, and a run's seed must fix them."""
+
     class _Seeded:
         def __enter__(self):
             self.fork = torch.random.fork_rng(devices=[])
@@ -92,6 +94,7 @@ def seeded(seed):
 
         def __exit__(self, *exc):
             return self.fork.__exit__(*exc)
+
     return _Seeded()
 
 

@@ -8,6 +8,7 @@ test holds on both.) Since W' only rescales input columns, W'·x = (W + ΔW)·(x
 r = dora_scale / ‖W + ΔW‖, so the layer still runs in bypass form. ‖W + ΔW‖² is computed from
 ‖W‖², the cross term Wᵀ·up and (up·down)'s Gram form — ΔW itself is never built.
 """
+
 import torch
 from lycoris.modules.locon import LoConModule
 
@@ -46,14 +47,14 @@ class DoRA(Adapter):
     def column_norms(self):
         """‖W + ΔW‖ per input column, without building ΔW."""
         weight = self.layer[0].weight.detach().flatten(1)
-        up = self.lycoris.lora_up.weight.flatten(1).float()        # (out, r)
-        down = self.lycoris.lora_down.weight.flatten(1).float()    # (r, in·k)
+        up = self.lycoris.lora_up.weight.flatten(1).float()  # (out, r)
+        down = self.lycoris.lora_down.weight.flatten(1).float()  # (r, in·k)
         scale = self.lycoris.scale
         r = down.shape[0]
         base_sq = self._base_column_sq_norms(weight)
-        up_t_w = (up.t().to(weight.dtype) @ weight).float()        # (r, in·k)
+        up_t_w = (up.t().to(weight.dtype) @ weight).float()  # (r, in·k)
         cross = (down * up_t_w).reshape(r, self.in_channels, -1).sum(dim=(0, 2))
-        gram = up.t() @ up                                           # (r, r)
+        gram = up.t() @ up  # (r, r)
         delta_sq = ((gram @ down) * down).reshape(r, self.in_channels, -1).sum(dim=(0, 2))
         squared = base_sq + 2 * scale * cross + scale * scale * delta_sq
         # ComfyUI 0.3.75 adds the weight dtype's eps to the norm; keep that for an exact match.
@@ -75,5 +76,9 @@ class DoRA(Adapter):
         return tensors
 
     def tensor_targets(self):
-        return {"lora_up.weight": self.lycoris.lora_up.weight, "lora_down.weight": self.lycoris.lora_down.weight,
-                "alpha": self.lycoris.alpha, "dora_scale": self.magnitude}
+        return {
+            "lora_up.weight": self.lycoris.lora_up.weight,
+            "lora_down.weight": self.lycoris.lora_down.weight,
+            "alpha": self.lycoris.alpha,
+            "dora_scale": self.magnitude,
+        }

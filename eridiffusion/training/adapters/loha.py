@@ -1,4 +1,5 @@
 """LoHa: ΔW = (alpha / rank) · (w1_a·w1_b) ⊙ (w2_a·w2_b), through LyCORIS's LohaModule."""
+
 from lycoris.modules.loha import LohaModule
 
 from .base import LycorisAdapter, seeded

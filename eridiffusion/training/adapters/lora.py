@@ -1,4 +1,5 @@
 """LoRA (and LoCon, its conv form): ΔW = (alpha / rank) · up · down, through LyCORIS's LoConModule."""
+
 from lycoris.modules.locon import LoConModule
 
 from .base import LycorisAdapter, seeded
