@@ -90,9 +90,10 @@ def test_a_value_outside_a_setting_s_bounds_names_the_setting_and_its_range():
     )
 
 
-def test_registering_the_nodes_imports_no_test_support_module():
-    """A fresh interpreter loads EriDiffusion as ComfyUI does (comfy_entrypoint + the node list);
-    nothing under tests/ or the tiny families of the test support is imported."""
+def test_registering_the_nodes_imports_no_test_support_module_and_warns_of_nothing():
+    """A fresh interpreter loads EriDiffusion as ComfyUI does (comfy_entrypoint + the node list):
+    nothing under tests/ or the tiny families of the test support is imported, nor the training
+    libraries that only a run needs (LyCORIS imports bitsandbytes, which warns on a CPU machine)."""
     code = (
         "import asyncio, importlib.util, sys, tempfile\n"
         "from eridiffusion.runtime import start_host\n"
@@ -121,3 +122,10 @@ def test_registering_the_nodes_imports_no_test_support_module():
         if m.startswith(("tests", "demo")) or ".tests." in m or "tiny_flux" in m or "tiny_dit" in m or "tiny_video" in m
     ]
     assert support == []
+    assert not [m for m in modules if m.split(".")[0] in ("lycoris", "bitsandbytes", "prodigyopt")]
+    ours = [
+        line
+        for line in done.stderr.splitlines()
+        if any(w in line.lower() for w in ("eridiffusion", "lycoris", "bitsandbytes"))
+    ]
+    assert ours == []

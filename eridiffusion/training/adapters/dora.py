@@ -10,7 +10,6 @@ r = dora_scale / ‖W + ΔW‖, so the layer still runs in bypass form. ‖W + �
 """
 
 import torch
-from lycoris.modules.locon import LoConModule
 
 from .base import Adapter, seeded
 
@@ -25,6 +24,8 @@ class DoRA(Adapter):
 
     def __init__(self, layer, rank, alpha, seed=0):
         super().__init__()
+        from lycoris.modules.locon import LoConModule  # LyCORIS (and bitsandbytes) load when an adapter is made
+
         with seeded(seed):
             self.lycoris = LoConModule("", layer, lora_dim=rank, alpha=alpha)
         self.layer = [layer]  # a list: the frozen layer is read, never registered or trained

@@ -5,8 +5,6 @@ keeps both factors as full matrices. ComfyUI's scale rule matches LyCORIS's: alp
 a factor is decomposed into _a·_b, else 1.
 """
 
-from lycoris.modules.lokr import LokrModule
-
 from .base import LycorisAdapter, layer_kind, seeded
 
 
@@ -26,5 +24,7 @@ class LoKr(LycorisAdapter):
         )
 
     def __init__(self, layer, rank, alpha, seed=0, factor=-1, full_rank=False):
+        from lycoris.modules.lokr import LokrModule  # LyCORIS (and bitsandbytes) load when an adapter is made
+
         with seeded(seed):
             super().__init__(LokrModule("", layer, lora_dim=rank, alpha=alpha, factor=factor, full_matrix=full_rank))

@@ -1,7 +1,5 @@
 """LoRA (and LoCon, its conv form): ΔW = (alpha / rank) · up · down, through LyCORIS's LoConModule."""
 
-from lycoris.modules.locon import LoConModule
-
 from .base import LycorisAdapter, seeded
 
 
@@ -9,6 +7,8 @@ class LoRA(LycorisAdapter):
     algorithm = "lora"
 
     def __init__(self, layer, rank, alpha, seed=0):
+        from lycoris.modules.locon import LoConModule  # LyCORIS (and bitsandbytes) load when an adapter is made
+
         with seeded(seed):
             super().__init__(LoConModule("", layer, lora_dim=rank, alpha=alpha))
         self.rank, self.alpha = rank, float(alpha)
