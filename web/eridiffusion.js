@@ -1,6 +1,7 @@
 // EriDiffusion in the ComfyUI page: a live panel on LoRATrainer (loss chart, step, s/step, ETA,
 // learning rate, peak VRAM, samples, Stop & save) fed by the trainer's "eridiffusion.progress"
-// events, and the text other EriDiffusion nodes report when they finish.
+// events, the text other EriDiffusion nodes report when they finish, and the migration of
+// LoRATrainer nodes saved before its settings moved to the options nodes.
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 import { ComfyWidgets } from "../../scripts/widgets.js";
@@ -240,6 +241,188 @@ function summaryWidget(node) {
   return widget;
 }
 
+function notify(summary, detail) {
+  console.warn(`EriDiffusion: ${summary} ${detail}`);
+  app.extensionManager.toast.add({ severity: "warn", summary: `EriDiffusion: ${summary}`, detail });
+}
+
+// ---- Workflows saved before LoRATrainer's settings moved to the options nodes (issue 12) ----
+
+// LoRATrainer's widgets in the layouts EriDiffusion used before, newest first. A saved node's
+// widgets_values are in one of these orders, told apart by their count.
+const OLD_TRAINER_LAYOUTS = [
+  [
+    "steps", "learning_rate", "algorithm", "rank", "alpha", "conv_rank", "conv_alpha", "lokr_factor",
+    "lokr_full_rank", "batch_size", "grad_accum", "optimizer", "text_encoder_lr", "lr_schedule", "warmup_steps",
+    "seed", "dtype", "gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs", "targets",
+    "save_every", "keep_last", "on_nan", "run_name",
+  ],
+  [
+    "steps", "learning_rate", "algorithm", "rank", "alpha", "conv_rank", "conv_alpha", "lokr_factor",
+    "lokr_full_rank", "batch_size", "grad_accum", "optimizer", "text_encoder_lr", "lr_schedule", "warmup_steps",
+    "seed", "dtype", "gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs", "targets",
+    "save_every", "keep_last", "run_name",
+  ],
+  [
+    "steps", "learning_rate", "algorithm", "rank", "alpha", "conv_rank", "conv_alpha", "lokr_factor",
+    "lokr_full_rank", "batch_size", "grad_accum", "optimizer", "text_encoder_lr", "lr_schedule", "warmup_steps",
+    "seed", "dtype", "gradient_checkpointing", "targets", "save_every", "keep_last", "run_name",
+  ],
+];
+
+// The node definitions of EriDiffusion's nodes, as the server sent them.
+const definitions = new Map();
+
+/** {setting: {type, socket}}: the options node type that holds each setting now and the trainer
+ * input it links to, read from the node definitions (an options node's one output is the type of
+ * one of LoRATrainer's optional inputs). */
+function settingHolders() {
+  const sockets = Object.entries(definitions.get(TRAINER)?.input?.optional ?? {});
+  const holders = {};
+  for (const [type, definition] of definitions) {
+    const socket = sockets.find(([, spec]) => definition.output?.length === 1 && spec[0] === definition.output[0]);
+    if (!socket) continue;
+    for (const setting of Object.keys(definition.input?.required ?? {})) holders[setting] = { type, socket: socket[0] };
+  }
+  return holders;
+}
+
+/** The default of a widget input `spec` of a node definition. */
+function defaultOf(spec) {
+  const [type, options = {}] = spec;
+  if ("default" in options) return options.default;
+  return (Array.isArray(type) ? type : options.options ?? [])[0];
+}
+
+/** Why `value` does not fit `widget`, or null. */
+function refusal(widget, value) {
+  const values = widget.options?.values;
+  if (widget.type === "combo" && Array.isArray(values) && !values.includes(value)) {
+    return `${JSON.stringify(value)} is not one of ${values.join(", ")}`;
+  }
+  if (widget.type === "toggle" && typeof value !== "boolean") return `${JSON.stringify(value)} is not true/false`;
+  if (widget.type === "number") {
+    if (typeof value !== "number" || !isFinite(value)) return `${JSON.stringify(value)} is not a number`;
+    const { min, max } = widget.options ?? {};
+    if ((min != null && value < min) || (max != null && value > max)) return `${value} is outside ${min}…${max}`;
+  }
+  return null;
+}
+
+function overlaps(a, b) {
+  return a[0] < b[0] + b[2] && b[0] < a[0] + a[2] && a[1] < b[1] + b[3] && b[1] < a[1] + a[3];
+}
+
+/** [x, y, width, height] of a node with its title bar, measured now (getBounding() is the box of
+ * the last frame drawn). */
+function boxOf(node) {
+  const box = [0, 0, 0, 0];
+  node.measure(box);
+  return box;
+}
+
+/** A position for `node` beside `anchor` (left, then right of it, going down) where its box meets
+ * no other node's; below the whole graph when there is none. */
+function freeSpotBeside(anchor, node) {
+  const gap = 30;
+  const others = anchor.graph._nodes.filter((n) => n !== node).map(boxOf);
+  const [w, h] = node.size;
+  const title = LiteGraph.NODE_TITLE_HEIGHT;
+  const box = (x, y) => [x - gap / 2, y - title - gap / 2, w + gap, h + title + gap];
+  for (const x of [anchor.pos[0] - w - gap, anchor.pos[0] + anchor.size[0] + gap]) {
+    for (let y = anchor.pos[1]; y < anchor.pos[1] + 3000; y += 20) {
+      if (!others.some((other) => overlaps(box(x, y), other))) return [x, y];
+    }
+  }
+  return [anchor.pos[0], Math.max(...others.map((b) => b[1] + b[3])) + title + gap];
+}
+
+/** Put an old-layout trainer's settings where they live now: its own widgets, and options nodes
+ * (made, set and linked to it) for the moved settings whose value is not the default, so the run
+ * is the one that was saved. Returns the problems: settings it could not carry over, which keep
+ * their defaults. */
+function migrateTrainer(trainer, names, values) {
+  const problems = [];
+  const holders = settingHolders();
+  const optionsNodes = new Map(); // node type → {holder, node, changed}
+  resetToDefaults(trainer); // the page has put the old values into its widgets by position
+  names.forEach((name, i) => {
+    const value = values[i];
+    let widget = trainer.widgets.find((w) => w.name === name && w.serialize !== false);
+    let entry = null;
+    if (!widget && holders[name]) {
+      const { type } = holders[name];
+      if (!optionsNodes.has(type)) {
+        optionsNodes.set(type, { holder: holders[name], node: LiteGraph.createNode(type), changed: false });
+      }
+      entry = optionsNodes.get(type);
+      widget = entry.node.widgets.find((w) => w.name === name);
+    }
+    if (!widget) {
+      problems.push(`${name} (no node holds it any more)`);
+      return;
+    }
+    const why = refusal(widget, value);
+    if (why) {
+      problems.push(`${name}: ${why}`);
+      return;
+    }
+    if (entry && widget.value !== value) entry.changed = true;
+    widget.value = value;
+  });
+  for (const { holder, node, changed } of optionsNodes.values()) {
+    if (!changed) continue; // all its settings at their defaults: the trainer needs no such node
+    trainer.graph.add(node);
+    node.pos = freeSpotBeside(trainer, node);
+    node.connect(0, trainer, trainer.findInputSlot(holder.socket));
+  }
+  fitToContent(trainer);
+  return problems;
+}
+
+/** Set the trainer's own settings to their defaults. */
+function resetToDefaults(trainer) {
+  const required = definitions.get(TRAINER).input.required;
+  for (const widget of trainer.widgets) if (widget.name in required) widget.value = defaultOf(required[widget.name]);
+}
+
+/** {names, settings} of saved trainer `values` in an old layout; names is undefined when none fits. */
+function oldLayout(values) {
+  const candidates = [values];
+  // pages of earlier versions saved the panel's empty value after the settings (a run_name is never empty)
+  if (values.at(-1) === "" || values.at(-1) == null) candidates.unshift(values.slice(0, -1));
+  for (const settings of candidates) {
+    const names = OLD_TRAINER_LAYOUTS.find((layout) => layout.length === settings.length);
+    if (names) return { names, settings };
+  }
+  return { names: undefined, settings: values };
+}
+
+function migrateOldTrainers(graph) {
+  for (const trainer of graph._nodes.filter((n) => n.eridiffusionOldValues)) {
+    const values = trainer.eridiffusionOldValues;
+    delete trainer.eridiffusionOldValues;
+    const { names, settings } = oldLayout(values);
+    if (!names) {
+      resetToDefaults(trainer);
+      notify(
+        `LoRATrainer #${trainer.id} could not be migrated`,
+        `It holds ${values.length} saved settings, a layout this version does not know, so its settings are ` +
+          "back at their defaults: set them (and the options nodes) before queueing.",
+      );
+      continue;
+    }
+    const problems = migrateTrainer(trainer, names, settings);
+    if (problems.length) {
+      notify(
+        `LoRATrainer #${trainer.id}: some settings could not be migrated`,
+        `These keep their defaults: ${problems.join("; ")}. Set them before queueing.`,
+      );
+    }
+  }
+  graph.setDirtyCanvas(true, true);
+}
+
 app.registerExtension({
   name: "EriDiffusion.Nodes",
   async setup() {
@@ -248,8 +431,12 @@ app.registerExtension({
       node?.eridiffusionPanel?.update(detail);
     });
   },
+  async afterConfigureGraph() {
+    migrateOldTrainers(app.graph);
+  },
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (!nodeData.name.startsWith("EriDiffusion_")) return;
+    definitions.set(nodeData.name, nodeData);
     const trainer = nodeData.name === TRAINER;
     const onNodeCreated = nodeType.prototype.onNodeCreated;
     nodeType.prototype.onNodeCreated = function () {
@@ -267,9 +454,17 @@ app.registerExtension({
       fitToContent(this);
     };
     const onConfigure = nodeType.prototype.onConfigure;
-    nodeType.prototype.onConfigure = function () {
+    nodeType.prototype.onConfigure = function (info) {
       onConfigure?.apply(this, arguments);
-      this.eridiffusionPanel?.restore();
+      if (trainer) {
+        const own = this.widgets.filter((w) => w.serialize !== false).length;
+        const values = info.widgets_values ?? [];
+        // more values than settings (one more: the panel's, saved by earlier versions): an old
+        // layout, which the page has put into the widgets by position. The migration, once the
+        // whole graph is there, puts them where they belong.
+        if (values.length > own + 1) this.eridiffusionOldValues = values.slice();
+        this.eridiffusionPanel?.restore();
+      }
       fitToContent(this);
     };
     const onExecuted = nodeType.prototype.onExecuted;
