@@ -1,6 +1,6 @@
 """The browser tests' setup: one real ComfyUI server (the host's main.py) with EriDiffusion in its
-custom_nodes and the dog photos in its input/, and one headless Debian Chromium driven by
-Playwright, both shared by the whole browser suite. Screenshots go to test-artifacts/."""
+custom_nodes and the dog photos in its input/, shared by the whole browser suite, and a headless
+Debian Chromium driven by Playwright for each test module. Screenshots go to test-artifacts/."""
 
 import json
 import os
@@ -71,8 +71,10 @@ def comfy_server(tmp_path_factory, datasets_dir):
     log.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    # per module: Playwright's sync API runs an event loop in this thread while it is open, which
+    # would stop the asyncio.run() of any test after it in the session
     from playwright.sync_api import sync_playwright
 
     os.makedirs(ARTIFACTS, exist_ok=True)
