@@ -1,13 +1,24 @@
 // EriDiffusion in the ComfyUI page: a live panel on LoRATrainer (loss chart, step, s/step, ETA,
 // learning rate, peak VRAM, samples, Stop & save) fed by the trainer's "eridiffusion.progress"
-// events, and the text other EriDiffusion nodes report when they finish.
+// events, the text other EriDiffusion nodes report when they finish, and the migration of
+// LoRATrainer nodes saved before its settings moved to the options nodes.
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 import { ComfyWidgets } from "../../scripts/widgets.js";
 
 const TRAINER = "EriDiffusion_LoRATrainer";
 const SUMMARY = "eridiffusion_summary";
+// Nodes that report a line of text when they finish: the box for it is there from the start, so
+// the node never grows over its neighbours after a run.
+const REPORTING = new Set(["EriDiffusion_SaveLoRA", "EriDiffusion_LoadLoRAForTraining"]);
 const SMOOTHING = 0.9;
+
+// The height LoRATrainer reserves for its live panel up front, so that nothing the panel shows
+// (samples, the summary) makes the node grow over its neighbours. The panel's rows are fixed and
+// the run's summary takes the rest. tests/support/example_workflows.py reads this line to size
+// the example workflows.
+const PANEL_HEIGHT = 316;
+const PANEL_ROWS = { chart: 130, stats: 32, samples: 64, buttons: 24 };
 
 function smoothed(values) {
   const out = [];
@@ -26,48 +37,148 @@ function formatSeconds(s) {
   return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
 }
 
+/** A line chart of loss series over steps: each series has a label, a colour and [step, value]
+ * points (null values are steps without a finite loss); `smooth` adds its running average on top
+ * of a faint raw line. All series share the axes; the legend names them. */
+class LossChart {
+  constructor(canvas) {
+    this.canvas = canvas;
+    this.series = [];
+    this.logScale = false;
+  }
+
+  addSeries({ label, color, smooth = false }) {
+    const series = { label, color, smooth, points: [] };
+    this.series.push(series);
+    return series;
+  }
+
+  draw() {
+    const ctx = this.canvas.getContext("2d");
+    const { width, height } = this.canvas;
+    ctx.clearRect(0, 0, width, height);
+    const map = (v) => (this.logScale ? Math.log10(Math.max(v, 1e-12)) : v);
+    const drawn = this.series.map((s) => ({ ...s, points: s.points.filter(([, v]) => v != null && isFinite(v)) }));
+    const all = drawn.flatMap((s) => s.points);
+    if (all.length < 2) return;
+    const steps = all.map(([step]) => step);
+    const values = all.map(([, v]) => map(v));
+    const [x0, x1] = [Math.min(...steps), Math.max(...steps)];
+    const [lo, hi] = [Math.min(...values), Math.max(...values)];
+    const pad = 6;
+    const top = 20; // the legend's row
+    const x = (step) => pad + ((width - 2 * pad) * (step - x0)) / (x1 - x0 || 1);
+    const y = (v) => height - pad - ((height - pad - top) * (map(v) - lo)) / (hi - lo || 1);
+    const line = (points, color, lineWidth) => {
+      ctx.strokeStyle = color;
+      ctx.lineWidth = lineWidth;
+      ctx.beginPath();
+      points.forEach(([step, v], i) => (i ? ctx.lineTo(x(step), y(v)) : ctx.moveTo(x(step), y(v))));
+      ctx.stroke();
+    };
+    ctx.font = "11px sans-serif";
+    let legendX = pad;
+    for (const s of drawn) {
+      if (!s.points.length) continue;
+      if (s.smooth) {
+        ctx.globalAlpha = 0.4;
+        line(s.points, s.color, 1);
+        ctx.globalAlpha = 1;
+        const average = smoothed(s.points.map(([, v]) => v));
+        line(s.points.map(([step], i) => [step, average[i]]), s.color, 2);
+      } else {
+        line(s.points, s.color, 2);
+      }
+      const last = s.points[s.points.length - 1][1];
+      const label = `${s.label} ${last.toPrecision(4)}`;
+      ctx.fillStyle = s.color;
+      ctx.fillRect(legendX, pad, 8, 8);
+      ctx.fillStyle = "#aaa";
+      ctx.fillText(label, legendX + 11, pad + 8);
+      legendX += 11 + ctx.measureText(label).width + 10;
+    }
+  }
+}
+
+function row(tag, height, css = "") {
+  const element = document.createElement(tag);
+  element.style.cssText = `flex:0 0 ${height}px;height:${height}px;overflow:hidden;${css}`;
+  return element;
+}
+
 class TrainerPanel {
   constructor(node) {
     this.node = node;
-    this.losses = [];
-    this.logScale = false;
     this.root = document.createElement("div");
-    this.root.style.cssText = "display:flex;flex-direction:column;gap:4px;font:12px sans-serif;color:var(--input-text,#ddd)";
-    this.canvas = document.createElement("canvas");
+    this.root.className = "eridiffusion-panel";
+    this.root.style.cssText =
+      "display:flex;flex-direction:column;gap:4px;height:100%;overflow:hidden;" +
+      "box-sizing:border-box;font:12px/15px sans-serif;color:var(--input-text,#ddd)";
+    this.canvas = row("canvas", PANEL_ROWS.chart, "width:100%;background:var(--comfy-input-bg,#222);border-radius:4px");
     this.canvas.width = 360;
-    this.canvas.height = 140;
-    this.canvas.style.cssText = "width:100%;height:140px;background:var(--comfy-input-bg,#222);border-radius:4px";
-    this.text = document.createElement("div");
+    this.canvas.height = PANEL_ROWS.chart;
+    this.canvas.onclick = () => this.toggleLogScale();
+    this.chart = new LossChart(this.canvas);
+    this.trainingLoss = this.chart.addSeries({ label: "loss", color: "rgb(80,140,255)", smooth: true });
+    this.text = row("div", PANEL_ROWS.stats);
     this.text.className = "eridiffusion-stats";
-    this.samples = document.createElement("div");
-    this.samples.style.cssText = "display:flex;gap:4px;flex-wrap:wrap";
-    const buttons = document.createElement("div");
-    buttons.style.cssText = "display:flex;gap:6px";
+    this.summary = document.createElement("div");
+    this.summary.style.cssText = "flex:1 1 0;min-height:0;overflow-y:auto;opacity:0.8;user-select:text";
+    this.summary.className = "eridiffusion-summary";
+    this.samples = row("div", PANEL_ROWS.samples, "display:flex;gap:4px");
+    const buttons = row("div", PANEL_ROWS.buttons, "display:flex;gap:6px");
     this.stopButton = document.createElement("button");
     this.stopButton.textContent = "Stop & save";
     this.stopButton.disabled = true;
     this.stopButton.onclick = () => this.stop();
     const logButton = document.createElement("button");
     logButton.textContent = "log scale";
-    logButton.onclick = () => { this.logScale = !this.logScale; this.draw(); };
+    logButton.onclick = () => this.toggleLogScale();
     buttons.append(this.stopButton, logButton);
-    this.root.append(this.canvas, this.text, this.samples, buttons);
+    this.root.append(this.canvas, this.text, this.summary, this.samples, buttons);
     this.text.textContent = "not started";
   }
 
+  /** The training loss per step (null: a skipped, non-finite step). */
+  get losses() {
+    return this.trainingLoss.points.map(([, v]) => v);
+  }
+
+  toggleLogScale() {
+    this.chart.logScale = !this.chart.logScale;
+    this.chart.draw();
+  }
+
   update(event) {
-    this.promptId = event.prompt_id;
+    if (event.prompt_id !== this.promptId) this.startRun(event.prompt_id);
     this.node.properties.eridiffusion_run = event.run;
-    this.losses.push(...event.losses);
+    const points = this.trainingLoss.points;
+    for (const loss of event.losses) points.push([points.length + 1, loss]);
     const parts = [`step ${event.step} / ${event.total}`];
     if (event.seconds_per_step != null) parts.push(`${event.seconds_per_step.toFixed(3)} s/step`);
     parts.push(`ETA ${formatSeconds(event.eta_seconds)}`);
     if (event.lr != null) parts.push(`lr ${event.lr.toExponential(2)}`);
     if (event.peak_vram_gib != null) parts.push(`peak VRAM ${event.peak_vram_gib.toFixed(1)} GiB`);
+    if (this.stopping) parts.push("stopping at the next step");
     this.text.textContent = parts.join(" · ");
-    this.stopButton.disabled = event.step >= event.total;
+    this.stopButton.disabled = this.stopping || event.step >= event.total;
     for (const sample of event.samples) this.addSample(sample);
-    this.draw();
+    this.chart.draw();
+  }
+
+  /** A new run on this node (a prompt queued again): its own chart, samples and summary. */
+  startRun(promptId) {
+    this.promptId = promptId;
+    this.stopping = false;
+    for (const series of this.chart.series) series.points = [];
+    this.samples.replaceChildren();
+    this.summary.textContent = "";
+  }
+
+  /** The run has ended (its node has finished). */
+  finish(text) {
+    this.summary.textContent = text;
+    this.stopButton.disabled = true;
   }
 
   addSample(sample) {
@@ -75,13 +186,14 @@ class TrainerPanel {
     const image = document.createElement("img");
     image.src = api.apiURL(`/view?${query}`);
     image.title = sample.filename;
-    image.style.cssText = "width:64px;height:64px;object-fit:cover;cursor:zoom-in;border-radius:3px";
+    image.style.cssText = "flex:0 0 64px;width:64px;height:64px;object-fit:cover;cursor:zoom-in;border-radius:3px";
     image.onclick = () => window.open(image.src, "_blank");
     this.samples.prepend(image);
     while (this.samples.children.length > 8) this.samples.lastChild.remove();
   }
 
   async stop() {
+    this.stopping = true;
     this.stopButton.disabled = true;
     const response = await api.fetchApi("/eridiffusion/stop", {
       method: "POST",
@@ -89,6 +201,7 @@ class TrainerPanel {
       body: JSON.stringify({ prompt_id: this.promptId, node_id: String(this.node.id) }),
     });
     if (!response.ok) {
+      this.stopping = false;
       const answer = await response.json().catch(() => ({}));
       this.text.textContent += ` · ${answer.error ?? "stop refused"}`;
       return;
@@ -98,43 +211,216 @@ class TrainerPanel {
 
   async restore() {
     const run = this.node.properties?.eridiffusion_run;
-    if (!run || this.losses.length) return;
+    if (!run || this.trainingLoss.points.length) return;
     const response = await api.fetchApi(`/eridiffusion/loss?run=${encodeURIComponent(run)}`);
     if (!response.ok) return;
     const history = await response.json();
-    this.losses = history.loss ?? [];
+    this.trainingLoss.points = (history.loss ?? []).map((v, i) => [i + 1, v]);
     for (const sample of history.samples ?? []) this.addSample(sample);
-    this.text.textContent = `${this.losses.length} steps (${run})`;
-    this.draw();
+    this.text.textContent = `${this.trainingLoss.points.length} steps (${run})`;
+    this.chart.draw();
   }
+}
 
-  draw() {
-    const ctx = this.canvas.getContext("2d");
-    const { width, height } = this.canvas;
-    ctx.clearRect(0, 0, width, height);
-    // a skipped (non-finite) step comes as null: it has no point on the chart
-    const losses = this.losses.filter((v) => v != null && isFinite(v));
-    if (losses.length < 2) return;
-    const map = (v) => (this.logScale ? Math.log10(Math.max(v, 1e-12)) : v);
-    const values = losses.map(map);
-    const lo = Math.min(...values);
-    const hi = Math.max(...values);
-    const span = hi - lo || 1;
-    const pad = 6;
-    const point = (i, v) => [pad + ((width - 2 * pad) * i) / (values.length - 1),
-                             height - pad - ((height - 2 * pad) * (v - lo)) / span];
-    const line = (series, color, widthPx) => {
-      ctx.strokeStyle = color;
-      ctx.lineWidth = widthPx;
-      ctx.beginPath();
-      series.forEach((v, i) => { const [x, y] = point(i, v); i ? ctx.lineTo(x, y) : ctx.moveTo(x, y); });
-      ctx.stroke();
-    };
-    line(values, "rgba(120,150,220,0.45)", 1);
-    line(smoothed(losses).map(map), "rgb(80,140,255)", 2);
-    ctx.fillStyle = "#aaa";
-    ctx.fillText(losses[losses.length - 1].toPrecision(4), width - 60, 12);
+/** Grow `node` to its computed size (its reserved widgets included), never shrink it. */
+function fitToContent(node) {
+  const [width, height] = node.computeSize();
+  if (node.size[0] < width || node.size[1] < height) {
+    node.setSize([Math.max(node.size[0], width), Math.max(node.size[1], height)]);
   }
+}
+
+function summaryWidget(node) {
+  let widget = node.widgets?.find((w) => w.name === SUMMARY);
+  if (!widget) {
+    widget = ComfyWidgets.STRING(node, SUMMARY, ["STRING", { multiline: true }], app).widget;
+    widget.element.readOnly = true;
+    widget.element.placeholder = "reported here after a run";
+    widget.serialize = false; // a report, not a setting: keep it out of saved workflows
+  }
+  return widget;
+}
+
+function notify(summary, detail) {
+  console.warn(`EriDiffusion: ${summary} ${detail}`);
+  app.extensionManager.toast.add({ severity: "warn", summary: `EriDiffusion: ${summary}`, detail });
+}
+
+// ---- Workflows saved before LoRATrainer's settings moved to the options nodes (issue 12) ----
+
+// LoRATrainer's widgets in the layouts EriDiffusion used before, newest first. A saved node's
+// widgets_values are in one of these orders, told apart by their count.
+const OLD_TRAINER_LAYOUTS = [
+  [
+    "steps", "learning_rate", "algorithm", "rank", "alpha", "conv_rank", "conv_alpha", "lokr_factor",
+    "lokr_full_rank", "batch_size", "grad_accum", "optimizer", "text_encoder_lr", "lr_schedule", "warmup_steps",
+    "seed", "dtype", "gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs", "targets",
+    "save_every", "keep_last", "on_nan", "run_name",
+  ],
+  [
+    "steps", "learning_rate", "algorithm", "rank", "alpha", "conv_rank", "conv_alpha", "lokr_factor",
+    "lokr_full_rank", "batch_size", "grad_accum", "optimizer", "text_encoder_lr", "lr_schedule", "warmup_steps",
+    "seed", "dtype", "gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs", "targets",
+    "save_every", "keep_last", "run_name",
+  ],
+  [
+    "steps", "learning_rate", "algorithm", "rank", "alpha", "conv_rank", "conv_alpha", "lokr_factor",
+    "lokr_full_rank", "batch_size", "grad_accum", "optimizer", "text_encoder_lr", "lr_schedule", "warmup_steps",
+    "seed", "dtype", "gradient_checkpointing", "targets", "save_every", "keep_last", "run_name",
+  ],
+];
+
+// The node definitions of EriDiffusion's nodes, as the server sent them.
+const definitions = new Map();
+
+/** {setting: {type, socket}}: the options node type that holds each setting now and the trainer
+ * input it links to, read from the node definitions (an options node's one output is the type of
+ * one of LoRATrainer's optional inputs). */
+function settingHolders() {
+  const sockets = Object.entries(definitions.get(TRAINER)?.input?.optional ?? {});
+  const holders = {};
+  for (const [type, definition] of definitions) {
+    const socket = sockets.find(([, spec]) => definition.output?.length === 1 && spec[0] === definition.output[0]);
+    if (!socket) continue;
+    for (const setting of Object.keys(definition.input?.required ?? {})) holders[setting] = { type, socket: socket[0] };
+  }
+  return holders;
+}
+
+/** The default of a widget input `spec` of a node definition. */
+function defaultOf(spec) {
+  const [type, options = {}] = spec;
+  if ("default" in options) return options.default;
+  return (Array.isArray(type) ? type : options.options ?? [])[0];
+}
+
+/** Why `value` does not fit `widget`, or null. */
+function refusal(widget, value) {
+  const values = widget.options?.values;
+  if (widget.type === "combo" && Array.isArray(values) && !values.includes(value)) {
+    return `${JSON.stringify(value)} is not one of ${values.join(", ")}`;
+  }
+  if (widget.type === "toggle" && typeof value !== "boolean") return `${JSON.stringify(value)} is not true/false`;
+  if (widget.type === "number") {
+    if (typeof value !== "number" || !isFinite(value)) return `${JSON.stringify(value)} is not a number`;
+    const { min, max } = widget.options ?? {};
+    if ((min != null && value < min) || (max != null && value > max)) return `${value} is outside ${min}…${max}`;
+  }
+  return null;
+}
+
+function overlaps(a, b) {
+  return a[0] < b[0] + b[2] && b[0] < a[0] + a[2] && a[1] < b[1] + b[3] && b[1] < a[1] + a[3];
+}
+
+/** [x, y, width, height] of a node with its title bar, measured now (getBounding() is the box of
+ * the last frame drawn). */
+function boxOf(node) {
+  const box = [0, 0, 0, 0];
+  node.measure(box);
+  return box;
+}
+
+/** A position for `node` beside `anchor` (left, then right of it, going down) where its box meets
+ * no other node's; below the whole graph when there is none. */
+function freeSpotBeside(anchor, node) {
+  const gap = 30;
+  const others = anchor.graph._nodes.filter((n) => n !== node).map(boxOf);
+  const [w, h] = node.size;
+  const title = LiteGraph.NODE_TITLE_HEIGHT;
+  const box = (x, y) => [x - gap / 2, y - title - gap / 2, w + gap, h + title + gap];
+  for (const x of [anchor.pos[0] - w - gap, anchor.pos[0] + anchor.size[0] + gap]) {
+    for (let y = anchor.pos[1]; y < anchor.pos[1] + 3000; y += 20) {
+      if (!others.some((other) => overlaps(box(x, y), other))) return [x, y];
+    }
+  }
+  return [anchor.pos[0], Math.max(...others.map((b) => b[1] + b[3])) + title + gap];
+}
+
+/** Put an old-layout trainer's settings where they live now: its own widgets, and options nodes
+ * (made, set and linked to it) for the moved settings whose value is not the default, so the run
+ * is the one that was saved. Returns the problems: settings it could not carry over, which keep
+ * their defaults. */
+function migrateTrainer(trainer, names, values) {
+  const problems = [];
+  const holders = settingHolders();
+  const optionsNodes = new Map(); // node type → {holder, node, changed}
+  resetToDefaults(trainer); // the page has put the old values into its widgets by position
+  names.forEach((name, i) => {
+    const value = values[i];
+    let widget = trainer.widgets.find((w) => w.name === name && w.serialize !== false);
+    let entry = null;
+    if (!widget && holders[name]) {
+      const { type } = holders[name];
+      if (!optionsNodes.has(type)) {
+        optionsNodes.set(type, { holder: holders[name], node: LiteGraph.createNode(type), changed: false });
+      }
+      entry = optionsNodes.get(type);
+      widget = entry.node.widgets.find((w) => w.name === name);
+    }
+    if (!widget) {
+      problems.push(`${name} (no node holds it any more)`);
+      return;
+    }
+    const why = refusal(widget, value);
+    if (why) {
+      problems.push(`${name}: ${why}`);
+      return;
+    }
+    if (entry && widget.value !== value) entry.changed = true;
+    widget.value = value;
+  });
+  for (const { holder, node, changed } of optionsNodes.values()) {
+    if (!changed) continue; // all its settings at their defaults: the trainer needs no such node
+    trainer.graph.add(node);
+    node.pos = freeSpotBeside(trainer, node);
+    node.connect(0, trainer, trainer.findInputSlot(holder.socket));
+  }
+  fitToContent(trainer);
+  return problems;
+}
+
+/** Set the trainer's own settings to their defaults. */
+function resetToDefaults(trainer) {
+  const required = definitions.get(TRAINER).input.required;
+  for (const widget of trainer.widgets) if (widget.name in required) widget.value = defaultOf(required[widget.name]);
+}
+
+/** {names, settings} of saved trainer `values` in an old layout; names is undefined when none fits. */
+function oldLayout(values) {
+  const candidates = [values];
+  // pages of earlier versions saved the panel's empty value after the settings (a run_name is never empty)
+  if (values.at(-1) === "" || values.at(-1) == null) candidates.unshift(values.slice(0, -1));
+  for (const settings of candidates) {
+    const names = OLD_TRAINER_LAYOUTS.find((layout) => layout.length === settings.length);
+    if (names) return { names, settings };
+  }
+  return { names: undefined, settings: values };
+}
+
+function migrateOldTrainers(graph) {
+  for (const trainer of graph._nodes.filter((n) => n.eridiffusionOldValues)) {
+    const values = trainer.eridiffusionOldValues;
+    delete trainer.eridiffusionOldValues;
+    const { names, settings } = oldLayout(values);
+    if (!names) {
+      resetToDefaults(trainer);
+      notify(
+        `LoRATrainer #${trainer.id} could not be migrated`,
+        `It holds ${values.length} saved settings, a layout this version does not know, so its settings are ` +
+          "back at their defaults: set them (and the options nodes) before queueing.",
+      );
+      continue;
+    }
+    const problems = migrateTrainer(trainer, names, settings);
+    if (problems.length) {
+      notify(
+        `LoRATrainer #${trainer.id}: some settings could not be migrated`,
+        `These keep their defaults: ${problems.join("; ")}. Set them before queueing.`,
+      );
+    }
+  }
+  graph.setDirtyCanvas(true, true);
 }
 
 app.registerExtension({
@@ -145,33 +431,50 @@ app.registerExtension({
       node?.eridiffusionPanel?.update(detail);
     });
   },
+  async afterConfigureGraph() {
+    migrateOldTrainers(app.graph);
+  },
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (!nodeData.name.startsWith("EriDiffusion_")) return;
-    if (nodeData.name === TRAINER) {
-      const onNodeCreated = nodeType.prototype.onNodeCreated;
-      nodeType.prototype.onNodeCreated = function () {
-        onNodeCreated?.apply(this, arguments);
+    definitions.set(nodeData.name, nodeData);
+    const trainer = nodeData.name === TRAINER;
+    const onNodeCreated = nodeType.prototype.onNodeCreated;
+    nodeType.prototype.onNodeCreated = function () {
+      onNodeCreated?.apply(this, arguments);
+      if (trainer) {
         this.eridiffusionPanel = new TrainerPanel(this);
-        this.addDOMWidget("eridiffusion_live", "eridiffusion_live", this.eridiffusionPanel.root, { serialize: false });
-      };
-      const onConfigure = nodeType.prototype.onConfigure;
-      nodeType.prototype.onConfigure = function () {
-        onConfigure?.apply(this, arguments);
+        const panel = this.addDOMWidget("eridiffusion_live", "eridiffusion_live", this.eridiffusionPanel.root, {
+          serialize: false,
+          getMinHeight: () => PANEL_HEIGHT,
+          getMaxHeight: () => PANEL_HEIGHT,
+        });
+        panel.serialize = false; // what the page reads when it saves and loads widgets_values
+      }
+      if (REPORTING.has(nodeData.name)) summaryWidget(this);
+      fitToContent(this);
+    };
+    const onConfigure = nodeType.prototype.onConfigure;
+    nodeType.prototype.onConfigure = function (info) {
+      onConfigure?.apply(this, arguments);
+      if (trainer) {
+        const own = this.widgets.filter((w) => w.serialize !== false).length;
+        const values = info.widgets_values ?? [];
+        // more values than settings (one more: the panel's, saved by earlier versions): an old
+        // layout, which the page has put into the widgets by position. The migration, once the
+        // whole graph is there, puts them where they belong.
+        if (values.length > own + 1) this.eridiffusionOldValues = values.slice();
         this.eridiffusionPanel?.restore();
-      };
-    }
+      }
+      fitToContent(this);
+    };
     const onExecuted = nodeType.prototype.onExecuted;
     nodeType.prototype.onExecuted = function (message) {
       onExecuted?.apply(this, arguments);
       const text = message?.text?.join("\n");
       if (!text) return;
-      let widget = this.widgets?.find((w) => w.name === SUMMARY);
-      if (!widget) {
-        widget = ComfyWidgets.STRING(this, SUMMARY, ["STRING", { multiline: true }], app).widget;
-        widget.inputEl.readOnly = true;
-        widget.serialize = false; // a report, not a setting: keep it out of saved workflows
-      }
-      widget.value = text;
+      if (this.eridiffusionPanel) this.eridiffusionPanel.finish(text);
+      else summaryWidget(this).value = text;
+      fitToContent(this);
       this.setDirtyCanvas(true, true);
     };
   },

@@ -13,6 +13,7 @@ from eridiffusion.comfy_compat import prompt_executor
 from .paths import ROOT
 
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
+PAGE_ONLY = ("Note", "MarkdownNote")  # nodes the page keeps to itself: never part of a prompt
 
 
 def load_extension():
@@ -48,11 +49,11 @@ def widget_inputs(class_type):
 
 
 def ui_to_api(workflow):
-    """The API prompt of a UI-format workflow (muted and bypassed nodes left out)."""
+    """The API prompt of a UI-format workflow (muted and bypassed nodes, and notes, left out)."""
     links = {link[0]: link for link in workflow["links"]}
     prompt = {}
     for node in workflow["nodes"]:
-        if node.get("mode", 0) != 0:
+        if node.get("mode", 0) != 0 or node["type"] in PAGE_ONLY:
             continue
         inputs = {}
         values = list(node.get("widgets_values", []))

@@ -1,0 +1,192 @@
+"""The canvas of a real ComfyUI page: every example workflow laid out on a grid in its groups, no
+node over another at the sizes the page computes; a workflow saved when LoRATrainer still held all
+its settings loads with them moved to the options nodes, and trains."""
+
+import copy
+import json
+import os
+import time
+
+import pytest
+
+from tests.support.browser import ComfyPage
+from tests.support.example_workflows import EXAMPLES, load_example
+
+# tiny_demo_lora.json as EriDiffusion wrote it before the options nodes (commit 918dab5): its
+# LoRATrainer holds 26 settings, gradient_checkpointing off and targets all-linear among them.
+OLD_WORKFLOW = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_demo_lora_before_options_nodes.json")
+TRAINER = 5
+# Which group each node of an example belongs in, by type: the graph reads Model → Data → Train → Test.
+GROUPS = {
+    "Model": {"Note", "CheckpointLoaderSimple", "EriDiffusion_TinyDemoModel"},
+    "Data": {"Note", "EriDiffusion_LoadDataset", "EriDiffusion_CacheLatents"},
+    "Train": {
+        "Note",
+        "EriDiffusion_SampleDuringTraining",
+        "EriDiffusion_LoRATrainer",
+        "EriDiffusion_AdapterOptions",
+        "EriDiffusion_OptimizerOptions",
+        "EriDiffusion_MemoryOptions",
+        "EriDiffusion_SaveLoRA",
+        "EriDiffusion_LossGraph",
+        "PreviewImage",
+    },
+    "Test": {"Note", "CLIPTextEncode", "EmptyLatentImage", "KSampler", "VAEDecode", "SaveImage"},
+}
+# The options nodes each example shows: the tiny demo's settings, and where small GPUs find help.
+OPTIONS = {
+    "sdxl_lora.json": {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"},
+    "sd15_lora.json": {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"},
+    "tiny_demo_lora.json": {"EriDiffusion_AdapterOptions", "EriDiffusion_MemoryOptions"},
+}
+
+# The trainer's own settings and, per linked options socket, that node's type and settings.
+TRAINER_STATE = """(id) => {
+  const graph = window.app.graph;
+  const trainer = graph.getNodeById(id);
+  const values = (node) => Object.fromEntries(
+    node.widgets.filter((w) => w.serialize !== false && w.options?.serialize !== false).map((w) => [w.name, w.value]));
+  const options = {};
+  for (const input of trainer.inputs) {
+    if (input.link == null || !input.name.endsWith("_options")) continue;
+    const link = graph.links instanceof Map ? graph.links.get(input.link) : graph.links[input.link];
+    const source = graph.getNodeById(link.origin_id);
+    options[input.name] = { type: source.type, values: values(source) };
+  }
+  const saved = graph.serialize().nodes.find((n) => n.id === id);
+  return { widgets: values(trainer), options, saved: saved.widgets_values };
+}"""
+
+
+@pytest.fixture(scope="module")
+def page(browser, comfy_server):
+    url, _ = comfy_server
+    page = ComfyPage(browser, url, height=1200)
+    yield page
+    page.close()
+
+
+def old_workflow():
+    with open(OLD_WORKFLOW) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_example_workflow_loads_on_a_grid_of_groups_with_a_note_each_and_no_overlaps(page, example):
+    workflow = load_example(example)
+    page.load(workflow)
+    page.fit_view()
+    page.screenshot(f"canvas_{example[:-5]}.png")
+    layout = page.layout()
+    assert layout["problems"] == []
+    assert list(layout["groups"]) == list(GROUPS)
+    for title, members in layout["groups"].items():
+        types = [node_type for _, node_type in members]
+        assert set(types) <= GROUPS[title] and types.count("Note") == 1, (title, types)
+    grouped = {node_type for members in layout["groups"].values() for _, node_type in members}
+    assert {t for t in grouped if t.endswith("Options")} == OPTIONS[example]
+    # the sizes the file gives are the ones the page keeps: right on first load, nothing grown
+    assert page.sizes() == {node["id"]: node["size"] for node in workflow["nodes"]}
+    assert page.our_errors() == []
+
+
+def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_uses_them(page, comfy_server):
+    _, base = comfy_server
+    page.load(old_workflow())
+    state = page.page.evaluate(TRAINER_STATE, TRAINER)
+    page.show_node(TRAINER)
+    page.screenshot("canvas_migrated_old_workflow.png")
+    assert state["widgets"] == {
+        "steps": 200,
+        "learning_rate": 0.003,
+        "algorithm": "lora",
+        "rank": 8,
+        "alpha": 8.0,
+        "batch_size": 1,
+        "seed": 0,
+        "dtype": "fp32",
+        "save_every": 0,
+        "run_name": "sks_dog",
+    }
+    assert state["options"] == {
+        "adapter_options": {
+            "type": "EriDiffusion_AdapterOptions",
+            "values": {
+                "targets": "all-linear",
+                "conv_rank": 0,
+                "conv_alpha": 1.0,
+                "lokr_factor": -1,
+                "lokr_full_rank": False,
+            },
+        },
+        "memory_options": {
+            "type": "EriDiffusion_MemoryOptions",
+            "values": {
+                "gradient_checkpointing": False,
+                "weights_vram_gib": 0.0,
+                "torch_compile": False,
+                "cuda_graphs": "auto",
+            },
+        },
+    }
+    assert state["saved"] == list(state["widgets"].values())  # saved again: the new layout
+    # the options nodes are put where they cover nothing (the old layout's own overlaps aside)
+    assert [p for p in page.layout()["problems"] if "overlaps" in p and "Options" in p] == []
+    # a short run of the migrated graph, under its own names; its test image left out (muted)
+    page.page.evaluate(
+        """(id) => {
+          const graph = window.app.graph;
+          const byType = (type) => graph._nodes.find((n) => n.type === type);
+          const set = (node, name, value) => { node.widgets.find((w) => w.name === name).value = value; };
+          set(graph.getNodeById(id), "steps", 4);
+          set(graph.getNodeById(id), "run_name", "migrated");
+          set(byType("EriDiffusion_SampleDuringTraining"), "steps", 1);
+          set(byType("EriDiffusion_SaveLoRA"), "filename_prefix", "eridiffusion/migrated");
+          for (const type of ["KSampler", "VAEDecode", "SaveImage"]) byType(type).mode = 2;
+          return window.app.queuePrompt(0);
+        }""",
+        TRAINER,
+    )
+    summary = base / "output" / "migrated" / "summary.json"
+    deadline = time.time() + 300
+    while not summary.exists() and time.time() < deadline:
+        time.sleep(0.5)
+    assert summary.exists(), open(base / "server.log").read()[-3000:]
+    with open(summary) as f:
+        run = json.load(f)
+    assert run["steps"] == 4
+    config = run["config"]
+    assert (config["learning_rate"], config["dtype"], config["gradient_checkpointing"]) == (0.003, "fp32", False)
+    assert (config["adapter"]["targets"], config["adapter"]["rank"], config["adapter"]["alpha"]) == (
+        "all-linear",
+        8,
+        8.0,
+    )
+    assert page.our_errors() == []
+
+
+def test_old_trainer_settings_that_cannot_move_are_named_in_a_message(page):
+    older = old_workflow()
+    trainer = next(n for n in older["nodes"] if n["id"] == TRAINER)
+    # the 25-setting layout (before on_nan) as the page saved it (the panel's empty value last),
+    # with an optimizer this version does not have
+    del trainer["widgets_values"][24]
+    trainer["widgets_values"][11] = "SGD"
+    trainer["widgets_values"].append("")
+    page.load(older)
+    page.page.wait_for_selector("text=some settings could not be migrated", timeout=10_000)
+    assert "optimizer" in page.page.inner_text("body")
+    state = page.page.evaluate(TRAINER_STATE, TRAINER)
+    assert state["widgets"]["run_name"] == "sks_dog" and state["widgets"]["dtype"] == "fp32"
+    assert set(state["options"]) == {"adapter_options", "memory_options"}  # no OptimizerOptions: AdamW stays
+    unknown = copy.deepcopy(older)
+    next(n for n in unknown["nodes"] if n["id"] == TRAINER)["widgets_values"] = list(range(14))
+    page.load(unknown)
+    page.page.wait_for_selector("text=LoRATrainer #5 could not be migrated", timeout=10_000)
+    page.screenshot("canvas_migration_message.png")
+    defaults = page.page.evaluate(
+        """() => Object.fromEntries(LiteGraph.createNode("EriDiffusion_LoRATrainer").widgets
+                   .filter((w) => w.serialize !== false).map((w) => [w.name, w.value]))"""
+    )
+    assert defaults["run_name"] == "eridiffusion_lora"
+    assert page.page.evaluate(TRAINER_STATE, TRAINER)["widgets"] == defaults  # not the values by position
