@@ -21,6 +21,7 @@ FREE_ON_RESUME = (
     "weights_vram_gib",
     "torch_compile",
     "on_nan",
+    "device",
 )
 
 

@@ -84,6 +84,8 @@ class TrainingRun:
         # patcher where ComfyUI's dynamic VRAM manages the input); `patcher`: the clone trained on.
         self.source = trainable_model_clone(model_patcher)
         self.patcher = self.source.clone()
+        if config.device != "auto":  # another GPU than ComfyUI's; the result MODEL goes back to the input's
+            self.patcher.load_device = torch.device(config.device)
         self.base = self.patcher.model
         self.prefixes = loadable_weight_keys(self.base)
         self.device = self.patcher.load_device
