@@ -4,8 +4,10 @@ a checkpoint of it continues in one process, and `--gpus` without GPUs says what
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -136,6 +138,37 @@ def test_a_checkpoint_of_two_processes_resumed_at_another_global_batch_is_refuse
         train_lora(inputs.model, data, run.train_config(config), str(folder / "refused"), resume=point)
     assert "the global batch (batch_size x processes) was 2 x 1 = 2 and is 1 x 1 = 1 here" in str(refused.value)
     assert "set batch_size to 2 for 1 process(es)" in str(refused.value)
+
+
+def test_ctrl_c_under_torchrun_stops_every_process_at_one_step_and_rank_0_saves_it(tmp_path):
+    """torchrun hands its Ctrl-C to each process; they agree on the step (else one would wait for the
+    other's all-reduce forever) and rank 0 saves that step."""
+    config = write_yaml(
+        tmp_path / "long.yaml",
+        f"_base_: {os.path.join(CONFIGS, 'tiny_demo.yaml')}\ncache: {{resolution: 64}}\n"
+        "train: {steps: 1000, run_name: stopped}\nsample: null\n",
+    )
+    with open(tmp_path / "stderr.txt", "w") as err:
+        launcher = subprocess.Popen(
+            torchrun_command(config, 2, output=str(tmp_path / "out")),
+            cwd=tmp_path,
+            env=cli_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        losses, deadline = tmp_path / "out" / "stopped" / "loss.json", time.monotonic() + 300
+        while not losses.exists() and launcher.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        launcher.send_signal(signal.SIGINT)
+        launcher.wait(timeout=300)
+    stderr = (tmp_path / "stderr.txt").read_text()
+    steps = read_json(tmp_path / "out" / "stopped" / "summary.json")["steps"]
+    assert 10 <= steps < 1000, stderr
+    assert len(read_json(losses)["loss"]) == steps
+    saved = tmp_path / "out" / "stopped" / "checkpoints" / f"stopped_step{steps:06d}.training_state"
+    assert saved.exists()
+    assert stderr.count(f"stopped at step {steps} of 1000") == 1
+    assert stderr.count("Ctrl-C: stopping after this step") == 1  # rank 0 alone says so
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: --gpus would start torchrun")
