@@ -9,6 +9,7 @@ and the summary as JSON; writes $OUT/multi_gpu.json.
     COMFYUI_PATH=... python bench/multi_gpu.py                    # PLAN=1x1,2x1,1x2 MODEL=sdxl
     PLAN=1x1,2x1,4x1 MODEL=flux CKPT=1 python bench/multi_gpu.py
     PLAN=device python bench/multi_gpu.py                         # the node path on cuda:1
+    WEIGHTS=fp8 STREAM_GIB=6 MODEL=flux python bench/multi_gpu.py # fp8 base weights, streamed weights
     MODEL=tiny PLAN=1x1,2x1 python bench/multi_gpu.py            # CPU smoke run: tiny SDXL, gloo
     python bench/multi_gpu.py --plan                              # print the commands, run nothing
 
@@ -112,7 +113,7 @@ def worker(name):
     if model_name == "tiny":
         patcher, data = tiny_inputs()
     else:
-        patcher, data = build(model_name), random_data(model_name, images=8)
+        patcher, data = build(model_name, os.environ.get("WEIGHTS", "bf16")), random_data(model_name, images=8)
     device = "cuda:1" if name == "device" else "auto"
     times, events = [], []
 
@@ -124,14 +125,16 @@ def worker(name):
         else:
             times.append(time.perf_counter())
 
-    checkpointing = os.environ.get("CKPT", "1" if model_name == "flux" else "0") == "1"
+    stream = float(os.environ.get("STREAM_GIB", "0"))  # weights_vram_gib: graphs cannot replay streamed weights
+    checkpointing = stream > 0 or os.environ.get("CKPT", "1" if model_name == "flux" else "0") == "1"
     config = TrainConfig(
         steps=STEPS,
         learning_rate=1e-4,
         dtype="bf16" if cuda else "fp32",
         batch_size=batch,
         gradient_checkpointing=checkpointing,
-        cuda_graphs="on" if cuda else "off",
+        cuda_graphs="on" if cuda and not stream else "off",
+        weights_vram_gib=stream,
         device=device,
         adapter=AdapterSpec(rank=16, alpha=16.0, targets="attention" if model_name in ("sdxl", "tiny") else "auto"),
         log_every=STEPS,
@@ -168,6 +171,8 @@ def worker(name):
             "peak_GiB_per_process": [g["peak_GiB"] for g in gathered],
             "losses": result.losses,
             "gradient_checkpointing": checkpointing,
+            "weights": os.environ.get("WEIGHTS", "bf16"),
+            "weights_vram_gib": stream,
         }
         if name == "device":  # trained on cuda:1: what each GPU of this process held at its peak
             r["peak_GiB_per_device"] = per_gpu
