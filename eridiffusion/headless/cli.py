@@ -1,7 +1,9 @@
 """The command line: `eridiffusion train CONFIG.yaml [--output DIR] [--resume auto|CHECKPOINT]
-[--print-config | --dry-run]` (also `python -m eridiffusion train ...`)."""
+[--gpus N] [--print-config | --dry-run]` (also `python -m eridiffusion train ...`, and under torchrun:
+`torchrun --standalone --nproc_per_node=N -m eridiffusion train ...`)."""
 
 import argparse
+import logging
 import os
 import shutil
 import sys
@@ -40,6 +42,13 @@ def parser():
         help="continue the run: auto takes its newest checkpoint in the output folder; or give "
         "a checkpoint (relative: in the output folder, then in its loras/)",
     )
+    train.add_argument(
+        "--gpus",
+        type=_positive,
+        metavar="N",
+        help="train on N GPUs of this machine, one process each (the command runs itself again under torchrun); "
+        "a run started by torchrun itself leaves this out",
+    )
     mode = train.add_mutually_exclusive_group()
     mode.add_argument(
         "--print-config",
@@ -54,36 +63,65 @@ def parser():
     return root
 
 
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more (got {value})")
+    return value
+
+
 def main(argv=None):
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    name = "eridiffusion"
+    try:
+        if args.gpus and not (args.print_config or args.dry_run):
+            from .launch import become_torchrun, check_gpus
+
+            if args.gpus > 1:
+                become_torchrun(args)  # this process becomes torchrun: nothing below runs
+            import torch
+
+            check_gpus(args.gpus, torch.cuda.device_count(), started_by_torchrun=False)
+        from ..training.distributed import join_processes
+
+        processes = join_processes()  # before ComfyUI is imported: it takes the current GPU as its device
+    except EriDiffusionError as error:
+        print(f"{name}: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    if processes.distributed and not processes.is_main:
+        name = f"eridiffusion (process {processes.rank} of {processes.world_size})"
+        logging.getLogger().setLevel(logging.ERROR)  # rank 0 alone talks to the terminal
     host_folders = tempfile.mkdtemp(prefix="eridiffusion-host-")  # ComfyUI's input and temp, for this run only
     try:
-        return _train(args, host_folders)
+        status = _train(args, host_folders, processes)
     except (EriDiffusionError, HostNotFound) as error:
-        print(f"eridiffusion: error: {error}", file=sys.stderr)
+        print(f"{name}: error: {error}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("eridiffusion: aborted (checkpoints written so far are kept)", file=sys.stderr)
+        print(f"{name}: aborted (checkpoints written so far are kept)", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         shutil.rmtree(host_folders, ignore_errors=True)
+    processes.close()  # after a run that ended in every process (a failed one leaves the others to torchrun)
+    return status
 
 
-def _train(args, host_folders):
+def _train(args, host_folders, processes):
     from ..runtime import start_host
 
     start_host(host_folders)
     from .run_config import config_yaml, load_run_config
 
     config = load_run_config(args.config)
-    if config.unsupported:
+    if config.unsupported and processes.is_main:
         print(
             f"eridiffusion: warning: {len(config.unsupported)} setting(s) of {args.config} are not supported "
             "yet and do not apply as written:\n  " + "\n  ".join(config.unsupported),
             file=sys.stderr,
         )
     if args.print_config:
-        print(config_yaml(config), end="")
+        if processes.is_main:
+            print(config_yaml(config), end="")
         return 0
     from . import run
 
@@ -92,7 +130,9 @@ def _train(args, host_folders):
     if args.dry_run:
         from .plan import plan_lines
 
-        inputs = run.load_inputs(config)
-        print("\n".join(plan_lines(config, inputs, run.train_config(config), output)))
+        if processes.is_main:
+            inputs = run.load_inputs(config)
+            count = max(args.gpus or 1, processes.world_size)
+            print("\n".join(plan_lines(config, inputs, run.train_config(config), output, processes=count)))
         return 0
-    return EXIT_INTERRUPTED if run.train_from_config(config, args.resume) else 0
+    return EXIT_INTERRUPTED if run.train_from_config(config, args.resume, processes) else 0

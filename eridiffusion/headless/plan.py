@@ -50,8 +50,8 @@ def adapter_parameters(model, settings, family):
     return len(layers), count
 
 
-def plan_lines(config, inputs, settings, output):
-    """The dry run's report, one line per item."""
+def plan_lines(config, inputs, settings, output, processes=1):
+    """The dry run's report, one line per item (`processes`: the run's, each on its own device)."""
     import comfy.model_management
 
     from ..training.families import resolve_objective
@@ -60,7 +60,7 @@ def plan_lines(config, inputs, settings, output):
     resolution = config.cache["resolution"]
     sizes = buckets(dataset, resolution)
     images = sum(sizes.values())
-    seen = settings.steps * settings.batch_size * settings.grad_accum
+    seen = settings.steps * settings.batch_size * settings.grad_accum * processes
     layers, parameters = adapter_parameters(model, settings, family)
     objective = resolve_objective(settings.objective, family)
 
@@ -87,8 +87,9 @@ def plan_lines(config, inputs, settings, output):
         ),
         f"buckets  at {resolution}: " + ", ".join(f"{w}x{h} x{n}" for (w, h), n in sizes.items()),
         (
-            f"steps    {settings.steps} x batch {settings.batch_size} x grad_accum {settings.grad_accum} = {seen} "
-            f"images seen, {seen / images:.1f} epochs"
+            f"steps    {settings.steps} x batch {settings.batch_size} x grad_accum {settings.grad_accum}"
+            + (f" x {processes} processes" if processes > 1 else "")
+            + f" = {seen} images seen, {seen / images:.1f} epochs"
         ),
         (
             f"adapter  {settings.adapter.algorithm} rank {settings.adapter.rank} alpha {settings.adapter.alpha:g} on "
@@ -96,7 +97,9 @@ def plan_lines(config, inputs, settings, output):
             + (" (and the text encoders')" if settings.text_encoder_lr > 0 else "")
         ),
         (
-            f"memory   about {(resident + adapter_bytes + latent_bytes) / GIB:.2f} GiB on {device}: weights "
+            f"memory   about {(resident + adapter_bytes + latent_bytes) / GIB:.2f} GiB on "
+            + (f"each of {processes} devices" if processes > 1 else f"{device}")
+            + ": weights "
             f"{resident / GIB:.2f}, adapters with gradients and {settings.optimizer} state {adapter_bytes / GIB:.2f}, "
             f"latents {latent_bytes / GIB:.3f}; {activations}"
         ),

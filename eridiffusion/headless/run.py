@@ -1,7 +1,9 @@
 """A training run from a RunConfig, in the order a graph of EriDiffusion's nodes runs: load the
 model, LoadDataset, CacheLatents, SampleDuringTraining and TrainingObjective, LoRATrainer, SaveLoRA
 and LossGraph; each step through that node, or through the core function it calls where the node
-holds ComfyUI's page (its progress bar, its Stop button)."""
+holds ComfyUI's page (its progress bar, its Stop button). In a run of several processes (torchrun)
+every process loads the model, encodes its share of the dataset and trains; rank 0 alone decides the
+run folder, writes files and talks to the terminal."""
 
 import os
 import re
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..training.distributed import SINGLE_PROCESS
 from ..training.errors import EriDiffusionError
 from . import terminal
 from .models import load_models, model_family
@@ -46,8 +49,8 @@ def load_inputs(config):
     return Inputs(model, clip, vae, family, dataset)
 
 
-def cache_latents(config, inputs, progress=None):
-    """CacheLatents' work (its node adds only ComfyUI's progress bar)."""
+def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
+    """CacheLatents' work (its node adds only ComfyUI's progress bar), shared among the processes."""
     from ..nodes.cache_node import default_cache_folder
     from ..training.latent_cache import build_training_data
 
@@ -61,6 +64,7 @@ def cache_latents(config, inputs, progress=None):
             folder,
             shuffle_variants=config.cache["shuffle_variants"],
             progress=progress,
+            processes=processes,
         )
 
 
@@ -103,13 +107,17 @@ def newest_checkpoint(output, run_name):
     return max(found)[1]
 
 
-def resume_point(config, resume, output, steps):
-    """LoadLoRAForTraining's RESUME for --resume auto (the run's newest checkpoint) or a path."""
+def resume_point(config, resume, output, steps, processes=SINGLE_PROCESS):
+    """LoadLoRAForTraining's RESUME for --resume auto (the run's newest checkpoint, as rank 0 finds
+    it) or a path."""
     if not resume:
         return None
     from ..nodes.resume_node import LoadLoRAForTraining
 
-    path = newest_checkpoint(output, config.train["run_name"].strip()) if resume == "auto" else resume
+    if resume == "auto":
+        path = processes.decided_by_main(lambda: newest_checkpoint(output, config.train["run_name"].strip()))
+    else:
+        path = resume
     point = LoadLoRAForTraining.execute(path).result[0]
     if point.state is not None and point.state["step"] >= steps:
         raise EriDiffusionError(
@@ -137,39 +145,53 @@ def save_outputs(config, result):
     return path
 
 
-def train_from_config(config, resume=None):
-    """Run the whole config; True when Ctrl-C ended it early (after it saved)."""
+def _resuming_line(point):
+    if not point.state:
+        return f"resuming from {point.path} (its weights; no training state beside it)"
+    seen = point.state.get("samples_seen")
+    processes = point.state.get("world_size", 1)
+    return f"resuming from {point.path} at step {point.state['step']}" + (
+        f" ({seen} samples seen, by {processes} process{'es' if processes > 1 else ''})" if seen is not None else ""
+    )
+
+
+def train_from_config(config, resume=None, processes=SINGLE_PROCESS):
+    """Run the whole config (as one of `processes`); True when Ctrl-C ended it early (after it saved)."""
     import comfy.model_management
     import folder_paths
 
     from ..training.run_folder import unique_run_dir
-    from ..training.trainer import train_lora
+    from ..training.trainer import TrainingHooks, train_lora
 
+    main = processes.is_main
+    say = terminal.say if main else (lambda line: None)
     if config.logging["tensorboard"]:
         terminal.tensorboard_writer_class()  # missing: fail before any work
     output = folder_paths.get_output_directory()
     started = time.monotonic()
     inputs = load_inputs(config)
-    terminal.say(
-        f"model {config.model.describe()}: {inputs.family.name} on {comfy.model_management.get_torch_device()}"
-    )
-    progress, bar = terminal.caching_progress(len(inputs.dataset.records))
-    data = cache_latents(config, inputs, progress)
-    bar.close()
+    device = comfy.model_management.get_torch_device()
+    where = f"in {processes.world_size} processes (rank 0 on {device})" if processes.distributed else f"on {device}"
+    say(f"model {config.model.describe()}: {inputs.family.name} {where}")
+    progress, bar = terminal.caching_progress(len(inputs.dataset.records)) if main else (None, None)
+    data = cache_latents(config, inputs, progress, processes)
+    if bar is not None:
+        bar.close()
     settings = train_config(config)
-    point = resume_point(config, resume, output, settings.steps)
+    point = resume_point(config, resume, output, settings.steps, processes)
     if point is not None:
-        terminal.say(
-            f"resuming from {point.path}"
-            + (f" at step {point.state['step']}" if point.state else " (its weights; no training state beside it)")
-        )
+        say(_resuming_line(point))
     samples = sample_settings(config, inputs)
-    run_dir = unique_run_dir(output, settings.run_name)
-    with open(os.path.join(run_dir, "config.yaml"), "w", encoding="utf-8") as f:
-        f.write(config_yaml(config))
+    run_dir = processes.decided_by_main(lambda: unique_run_dir(output, settings.run_name))
+    if main:
+        with open(os.path.join(run_dir, "config.yaml"), "w", encoding="utf-8") as f:
+            f.write(config_yaml(config))
     start = point.state["step"] if point is not None and point.state else 0
-    with terminal.CtrlC() as stop:
-        progress = terminal.TrainingProgress(settings.steps, start, run_dir, stop, config.logging["tensorboard"])
+    with terminal.CtrlC(announce=main) as stop:
+        progress = None
+        if main:
+            progress = terminal.TrainingProgress(settings.steps, start, run_dir, stop, config.logging["tensorboard"])
+        hooks = progress.hooks() if progress is not None else TrainingHooks(should_stop=lambda: stop.requested)
         result = None
         try:
             with torch.inference_mode(False), torch.enable_grad():  # as LoRATrainer's execute
@@ -179,12 +201,16 @@ def train_from_config(config, resume=None):
                     settings,
                     run_dir,
                     sample_settings=samples,
-                    hooks=progress.hooks(),
+                    hooks=hooks,
                     clip=inputs.clip,
                     resume=point,
+                    processes=processes,
                 )
         finally:
-            progress.close(result)
+            if progress is not None:
+                progress.close(result)
+    if not main:
+        return len(result.losses) < settings.steps and stop.requested
     lora_path = save_outputs(config, result)
     stopped = len(result.losses) < settings.steps
     terminal.say(

@@ -37,10 +37,12 @@ def tensorboard_writer_class():
 
 class CtrlC:
     """While active, the first Ctrl-C asks the run to stop at the next step boundary; a second one
-    raises KeyboardInterrupt (abort: checkpoints already written stay)."""
+    raises KeyboardInterrupt (abort: checkpoints already written stay). `announce`: say so on the
+    terminal (under torchrun, which hands a Ctrl-C to every process, rank 0 alone does)."""
 
-    def __init__(self):
+    def __init__(self, announce=True):
         self.requested = False
+        self.announce = announce
         self._previous = None
 
     def __enter__(self):
@@ -55,7 +57,8 @@ class CtrlC:
             signal.signal(signal.SIGINT, self._previous)
             raise KeyboardInterrupt
         self.requested = True
-        say("Ctrl-C: stopping after this step and saving (Ctrl-C again aborts)")
+        if self.announce:
+            say("Ctrl-C: stopping after this step and saving (Ctrl-C again aborts)")
 
 
 class TrainingProgress:
@@ -143,4 +146,9 @@ def caching_progress(total):
         file=sys.stderr,
         mininterval=0.5 if _interactive() else 30,
     )
-    return (lambda done, count: bar.update(done - bar.n)), bar
+
+    def progress(done, count):
+        bar.total = count  # a run of several processes counts this process's share
+        bar.update(done - bar.n)
+
+    return progress, bar

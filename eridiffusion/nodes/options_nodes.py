@@ -60,9 +60,12 @@ class OptimizerOptionsNode(TrainerOptionsNode):
 
 class MemoryOptionsNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_MemoryOptions", "MemoryOptions"
-    DESCRIPTION = "Memory and speed: gradient checkpointing, streamed weights, torch.compile, CUDA graphs."
+    DESCRIPTION = (
+        "Memory and speed: gradient checkpointing, streamed weights, torch.compile, CUDA graphs, and the GPU "
+        "that trains."
+    )
     SOCKET, TRAINER_INPUT = MemoryOptions, "memory_options"
-    SETTINGS = ("gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs")
+    SETTINGS = ("gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs", "device")
 
 
 class CheckpointOptionsNode(TrainerOptionsNode):

@@ -14,6 +14,15 @@ from .settings import check_settings, setting, settings_of
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 LR_SCHEDULES = ("constant", "cosine")
 CUDA_GRAPHS = ("auto", "on", "off")
+
+
+def device_choices(cuda_devices):
+    """The `device` setting's choices on a machine with `cuda_devices` CUDA GPUs: auto, and each GPU
+    by name where there are several to choose from (with one, auto is that GPU)."""
+    return ("auto",) + (tuple(f"cuda:{i}" for i in range(cuda_devices)) if cuda_devices > 1 else ())
+
+
+DEVICES = device_choices(torch.cuda.device_count())  # counts without starting CUDA
 # 255 bytes (the usual file-name limit) less the longest name a run writes after it:
 # "<run_name>_step1000000.training_state".
 MAX_RUN_NAME_BYTES = 255 - len("_step1000000.training_state")
@@ -97,6 +106,13 @@ class TrainConfig:
         "otherwise). auto: on for CUDA without text-encoder training and with plain tensor inputs; each image "
         "size/prompt length is captured once (a few seconds).",
         choices=CUDA_GRAPHS,
+    )
+    device: str = setting(
+        "auto",
+        "The GPU this run trains on. auto: the one ComfyUI loads the MODEL on (its default GPU; the CPU "
+        "without one). cuda:N, offered where the machine has several GPUs: that one, leaving ComfyUI's own "
+        "work where it is. A run of the command line over several GPUs (--gpus, torchrun) needs auto.",
+        choices=DEVICES,
     )
     on_nan: str = setting(
         "stop",

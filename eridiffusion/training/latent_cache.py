@@ -143,14 +143,16 @@ def clip_identity(clip):
 
 
 class LatentCache:
-    """Files under `folder`: latents/<key>.safetensors and text/<key>.safetensors."""
+    """Files under `folder`: latents/<key>.safetensors and text/<key>.safetensors. Several processes
+    may write one folder at once (entries are written whole under their content key); only one of
+    them sweeps the temp files killed processes left (`sweep`), before any of them writes."""
 
-    def __init__(self, folder, vae, clip):
+    def __init__(self, folder, vae, clip, sweep=True):
         self.folder = folder
         self.vae, self.clip = vae, clip
         self.vae_id, self.clip_id = vae_identity(vae), clip_identity(clip)
         self.stats = CacheStats()
-        for kind in ("latents", "text"):  # left by a process killed mid-write
+        for kind in ("latents", "text") if sweep else ():  # left by a process killed mid-write
             sweep_stale_temp_files(os.path.join(folder, kind))
 
     def _path(self, kind, *parts):
@@ -276,35 +278,57 @@ def check_vae_takes_clips(dataset, vae):
     check_frames_for_vae(dataset.video.frames, temporal, f"dataset {dataset.folder}")
 
 
-def build_training_data(dataset, vae, clip, resolution, cache_folder, shuffle_variants=4, seed=0, progress=None):
+def _training_sample(cache, dataset, index, resolution, variants_wanted, seed):
+    """The TrainingSample of record `index` of `dataset`, encoded or read back through `cache`."""
+    record = dataset.records[index]
+    if record.clip:
+        latent, bucket = cache.clip_latent(record, resolution, dataset.video)
+    else:
+        latent, bucket = cache.latent(record.path, resolution)
+    references = (cache.latent(record.reference, resolution, bucket)[0],) if record.reference else ()
+    texts = caption_variants(record.caption, dataset.captions, variants_wanted, seed + index)
+    return TrainingSample(
+        record.path,
+        latent,
+        [cache.conditioning(t) for t in texts],
+        bucket,
+        tuple(texts),
+        dataset.video.frames if record.clip else 1,
+        references,
+    )
+
+
+def build_training_data(
+    dataset, vae, clip, resolution, cache_folder, shuffle_variants=4, seed=0, progress=None, processes=None
+):
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
-    `resolution`; clips are sampled as the dataset says (its frames and fps)."""
+    `resolution`; clips are sampled as the dataset says (its frames and fps).
+
+    `processes` (distributed.TrainingProcesses) of a run of several: each process first encodes its
+    share of the records (rank, rank + N, ...) into the shared cache folder and, once all have, reads
+    every entry back. Entries are keyed by content, so they are the ones one process would write;
+    `progress` then counts this process's share."""
     check_vae_takes_clips(dataset, vae)
-    cache = LatentCache(cache_folder, vae, clip)
-    options = dataset.captions
-    variants_wanted = shuffle_variants if options.shuffle_tags else 1
+    distributed = processes is not None and processes.distributed
+    cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
+    variants_wanted = shuffle_variants if dataset.captions.shuffle_tags else 1
+    count = len(dataset.records)
+    if distributed:
+        processes.barrier()  # rank 0 swept the temp files before anyone writes
+        share = range(processes.rank, count, processes.world_size)
+        for done, index in enumerate(share):
+            _training_sample(cache, dataset, index, resolution, variants_wanted, seed)
+            if progress is not None:
+                progress(done + 1, len(share))
+        if processes.is_main:
+            cache.conditioning("")
+        processes.barrier()  # every entry is on disk
     samples = []
-    for index, record in enumerate(dataset.records):
-        if record.clip:
-            latent, bucket = cache.clip_latent(record, resolution, dataset.video)
-        else:
-            latent, bucket = cache.latent(record.path, resolution)
-        references = (cache.latent(record.reference, resolution, bucket)[0],) if record.reference else ()
-        texts = caption_variants(record.caption, options, variants_wanted, seed + index)
-        samples.append(
-            TrainingSample(
-                record.path,
-                latent,
-                [cache.conditioning(t) for t in texts],
-                bucket,
-                tuple(texts),
-                dataset.video.frames if record.clip else 1,
-                references,
-            )
-        )
-        if progress is not None:
-            progress(index + 1, len(dataset.records))
+    for index in range(count):
+        samples.append(_training_sample(cache, dataset, index, resolution, variants_wanted, seed))
+        if progress is not None and not distributed:
+            progress(index + 1, count)
     empty = cache.conditioning("")
     return TrainingData(
-        samples, empty, options.dropout_rate, dataset.repeats, resolution, dataset.fingerprint(), cache.stats
+        samples, empty, dataset.captions.dropout_rate, dataset.repeats, resolution, dataset.fingerprint(), cache.stats
     )

@@ -1,6 +1,9 @@
 """What of a run's loop an exact continuation needs beside the adapter weights (step, optimizer,
 LR schedule, loss scaler, batch order, random generators, losses), and the settings that must not
-change between the run that wrote it and the one that resumes it. resume.py stores it in a file."""
+change between the run that wrote it and the one that resumes it. resume.py stores it in a file.
+The state is the same in every process of a multi-process run (rank 0 writes it) and holds the
+global step and the samples seen, so a run continues on another number of processes as long as
+the global batch stays."""
 
 import hashlib
 import json
@@ -21,16 +24,40 @@ FREE_ON_RESUME = (
     "weights_vram_gib",
     "torch_compile",
     "on_nan",
+    "device",
 )
 
 
-def resumable_settings(config):
-    """The settings a resumed run must share with the run that wrote the state."""
-    return {k: v for k, v in config.as_dict().items() if k not in FREE_ON_RESUME}
+def _resumable(values, world_size):
+    kept = {k: v for k, v in values.items() if k not in FREE_ON_RESUME}
+    # the batch that counts is the global micro-batch: 2 processes x batch_size 1 draw the samples,
+    # noise and noise levels 1 process x batch_size 2 draws (trainer.py), so either continues the other
+    kept["batch_size"] = values["batch_size"] * world_size
+    return kept
 
 
-def config_fingerprint(config):
-    return hashlib.sha256(json.dumps(resumable_settings(config), sort_keys=True).encode()).hexdigest()[:16]
+def resumable_settings(config, world_size=1):
+    """The settings a resumed run must share with the run that wrote the state (batch_size as
+    batch_size x the number of processes)."""
+    return _resumable(config.as_dict(), world_size)
+
+
+def config_fingerprint(config, world_size=1):
+    return hashlib.sha256(json.dumps(resumable_settings(config, world_size), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _global_batch_advice(state, config, world_size):
+    written_processes = state.get("world_size", 1)
+    written = state["config"]["batch_size"] * written_processes
+    fix = (
+        f"set batch_size to {written // world_size} for {world_size} process(es)"
+        if written % world_size == 0
+        else f"run it on a number of processes that divides {written}"
+    )
+    return (
+        f"the global batch (batch_size x processes) was {written_processes} x {state['config']['batch_size']} = "
+        f"{written} and is {world_size} x {config.batch_size} = {config.batch_size * world_size} here: {fix}"
+    )
 
 
 def capture(run, step):
@@ -45,15 +72,24 @@ def capture(run, step):
         "noise": run.noise_gen.get_state(),
         "losses": list(run.losses),
         "eval_loss_before": run.eval_before,
-        "config_fingerprint": config_fingerprint(run.config),
+        "config_fingerprint": config_fingerprint(run.config, run.processes.world_size),
         "config": run.config.as_dict(),
+        "world_size": run.processes.world_size,
+        "samples_seen": step * run.config.grad_accum * run.config.batch_size * run.processes.world_size,
     }
 
 
 def restore(run, state, path):
     """Put TrainingRun `run` back where `state` (read beside the adapter at `path`) left it."""
-    if state["config_fingerprint"] != config_fingerprint(run.config):
-        changed = sorted(k for k, v in resumable_settings(run.config).items() if state["config"].get(k) != v)
+    world_size = run.processes.world_size
+    if state["config_fingerprint"] != config_fingerprint(run.config, world_size):
+        written = _resumable(state["config"], state.get("world_size", 1))
+        changed = sorted(k for k, v in resumable_settings(run.config, world_size).items() if written.get(k) != v)
+        if changed == ["batch_size"]:
+            raise EriDiffusionError(
+                f"{state_path(path)} continues exactly only with the batch it was trained with: "
+                f"{_global_batch_advice(state, run.config, world_size)}."
+            )
         raise EriDiffusionError(
             f"{state_path(path)} was written with other settings ({', '.join(changed)} "
             "differ); use the same settings to resume, or start a new run."

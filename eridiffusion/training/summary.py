@@ -11,6 +11,8 @@ def run_summary(result, config):
         "last_loss": result.losses[-1],
         "seconds_per_step": result.seconds_per_step,
         "peak_memory_gib": result.peak_memory_gib,
+        "processes": len(result.peak_memory_gib_per_process),
+        "peak_memory_gib_per_process": result.peak_memory_gib_per_process,
         "skipped_steps": result.skipped_steps,
         "checkpoints": result.checkpoints,
         "samples": result.sample_paths,

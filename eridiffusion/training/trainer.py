@@ -3,6 +3,8 @@
 Works on a ComfyUI ModelPatcher (and optionally its CLIP) and the TrainingData of CacheLatents.
 The inputs are never changed: training happens on clones with adapters injected in bypass
 form, and the results are other clones of the inputs with the trained adapters attached.
+In a run of several processes (distributed.py) each trains its part of every global micro-batch,
+the gradients are averaged once per optimizer step, and rank 0 alone writes files.
 """
 
 import dataclasses
@@ -23,6 +25,7 @@ from .batches import BatchSampler
 from .checkpointing import checkpointing_injection
 from .compile_blocks import compile_blocks_injection
 from .cuda_graphs import GraphedLoss
+from .distributed import SINGLE_PROCESS
 from .errors import EriDiffusionError
 from .evaluation import evaluation_loss
 from .families import family_of, resolve_objective, resolve_targets
@@ -66,12 +69,13 @@ class TrainResult:
     peak_memory_gib: float = 0.0
     clip: object = None  # a clone of the input CLIP with its trained adapters, if trained
     skipped_steps: int = 0  # on_nan=skip: steps whose update was left out (non-finite)
+    peak_memory_gib_per_process: list = field(default_factory=list)  # [rank 0's, rank 1's, ...]
 
 
 class TrainingRun:
     """One run's moving parts, built in __init__ (nothing trained yet) and driven by train()."""
 
-    def __init__(self, model_patcher, data, config, run_dir, clip=None, resume=None):
+    def __init__(self, model_patcher, data, config, run_dir, clip=None, resume=None, processes=SINGLE_PROCESS):
         if not data.samples:
             raise EriDiffusionError("TRAINING_DATA holds no samples; check the LoadDataset folder.")
         if config.text_encoder_lr > 0 and clip is None:
@@ -79,11 +83,19 @@ class TrainingRun:
                 "text_encoder_lr > 0 trains the text encoder: connect the graph's CLIP to "
                 "LoRATrainer's clip input (or set text_encoder_lr to 0)."
             )
+        if processes.distributed and config.device != "auto":
+            raise EriDiffusionError(
+                f"device {config.device}: a run of {processes.world_size} processes trains each on its own GPU "
+                "(torchrun's LOCAL_RANK); set device to auto."
+            )
         self.model_patcher, self.data, self.config, self.run_dir = model_patcher, data, config, run_dir
+        self.processes = processes
         # `source`: the input MODEL as training sees it (the same weights; reloaded as a plain
         # patcher where ComfyUI's dynamic VRAM manages the input); `patcher`: the clone trained on.
         self.source = trainable_model_clone(model_patcher)
         self.patcher = self.source.clone()
+        if config.device != "auto":  # another GPU than ComfyUI's; the result MODEL goes back to the input's
+            self.patcher.load_device = torch.device(config.device)
         self.base = self.patcher.model
         self.prefixes = loadable_weight_keys(self.base)
         self.device = self.patcher.load_device
@@ -136,6 +148,7 @@ class TrainingRun:
                     "to another model."
                 )
 
+        processes.broadcast_parameters(self._trained_parameters())  # as DDP starts: rank 0's weights everywhere
         groups = parameter_groups(self.adapters, config.learning_rate, self.text_encoder, config.text_encoder_lr)
         self.optimizer = make_optimizer(
             config.optimizer, groups, config.learning_rate, config.weight_decay, self.device
@@ -145,7 +158,8 @@ class TrainingRun:
         self.scaler = torch.amp.GradScaler(
             self.device.type, enabled=config.dtype == "fp16" and self.device.type == "cuda"
         )
-        self.batches = BatchSampler(data, config.batch_size, config.seed)
+        # the global micro-batch: every process draws it alike and trains its part (see _micro_batch)
+        self.batches = BatchSampler(data, config.batch_size * processes.world_size, config.seed)
         self.choice = random.Random(config.seed + 1)  # captions and dropout, host side
         self.noise_gen = torch.Generator(device=self.device).manual_seed(config.seed + 2)
         self.start_step, self.losses, self.eval_before = 0, [], None
@@ -163,35 +177,46 @@ class TrainingRun:
         )
 
     def save_checkpoint(self, step):
+        """Rank 0 writes the checkpoint (and drops those keep_last lets go) while the others wait."""
         path = os.path.join(self.run_dir, "checkpoints", f"{self.config.run_name}_step{step:06d}.safetensors")
-        lora = self._export(step)
-        check_finite(lora.tensors, lora.tensors, "fp32", path)  # before its state is written
-        save_state(path, run_state.capture(self, step))
-        self.checkpoints.append(lora.save(path, dtype="fp32", overwrite=True))
+        if self.processes.is_main:
+            lora = self._export(step)
+            check_finite(lora.tensors, lora.tensors, "fp32", path)  # before its state is written
+            save_state(path, run_state.capture(self, step))
+            lora.save(path, dtype="fp32", overwrite=True)
+        self.checkpoints.append(path)
         keep = self.config.keep_last
         if keep and len(self.checkpoints) > keep:
-            for old in self.checkpoints[:-keep]:
-                for file in (old, state_path(old)):
+            dropped, self.checkpoints = self.checkpoints[:-keep], self.checkpoints[-keep:]
+            if self.processes.is_main:
+                for file in [f for old in dropped for f in (old, state_path(old))]:
                     if os.path.exists(file):
                         os.remove(file)
-            self.checkpoints = self.checkpoints[-keep:]
+        self.processes.barrier()
 
     # --- one optimizer step
     def _micro_batch(self, prepared, objective, transformer_options):
-        indices = self.batches.next()
-        x0 = torch.stack([prepared.latents[i] for i in indices])
-        chosen = []
-        for i in indices:
+        # Captions, noise and noise levels are drawn for the whole global micro-batch from
+        # generators every process holds alike, and each process keeps its part: so N processes x
+        # batch_size b train exactly what 1 process x batch_size N*b trains (and a state continues on
+        # either), each process on other samples with other noise. Seeding each process apart would
+        # tie the result to the number of processes.
+        batch = self.batches.next()
+        variants = []
+        for i in batch:
             dropped = self.data.caption_dropout > 0 and self.choice.random() < self.data.caption_dropout
-            variant = None if dropped else self.choice.randrange(prepared.variants(i))
-            chosen.append(prepared.inputs_for(i, variant, self.text_encoder))
-        noise = objective.noise(x0.shape, self.noise_gen, self.device).to(x0.dtype)
+            variants.append(None if dropped else self.choice.randrange(prepared.variants(i)))
+        part = self.processes.part(batch)
+        indices = batch[part]
+        x0 = torch.stack([prepared.latents[i] for i in indices])
+        chosen = [prepared.inputs_for(i, v, self.text_encoder) for i, v in zip(indices, variants[part])]
+        noise = objective.noise((len(batch), *x0.shape[1:]), self.noise_gen, self.device)[part].to(x0.dtype)
         sigma = objective.sample_sigmas(
-            len(indices),
+            len(batch),
             self.noise_gen,
             self.device,
             tokens=token_count(x0, self.base.diffusion_model, self.family.latent_patch),
-        )
+        )[part]
         x_t = objective.noisy_latent(x0, noise, sigma)
         if self.text_encoder is not None:
             model_loading.load(self.patcher, self.config.weights_vram_gib)  # encoding loaded the CLIP
@@ -316,6 +341,8 @@ class TrainingRun:
                     loss = self._micro_batch(prepared, objective, transformer_options)
                     self.scaler.scale(loss).backward()
                     step_loss += loss.detach()
+            # several processes: the gradients summed over the micro-batches, then averaged (DDP with no_sync)
+            step_loss = self.processes.average_gradients(self._trained_parameters(), step_loss)
             self.scaler.unscale_(self.optimizer)
             norm = gradient_norm(self._trained_parameters(), config.max_grad_norm)
             finite = health.finite(step_loss, norm) if config.on_nan == "skip" else None
@@ -325,7 +352,8 @@ class TrainingRun:
             health.record(step, step_loss, norm)
 
             done = step + 1
-            stopping = hooks.should_stop is not None and done < config.steps and hooks.should_stop()
+            asked = hooks.should_stop is not None and done < config.steps and hooks.should_stop()
+            stopping = self.processes.any(asked)  # all processes stop at one step (a Ctrl-C reaches each)
             last = done == config.steps or stopping
             checkpoint_due = config.save_every and done % config.save_every == 0 and not last
             sampling_due = sample_settings is not None and (done % sample_settings.every == 0 or last)
@@ -334,7 +362,8 @@ class TrainingRun:
             if done % config.log_every == 0 or last or checkpoint_due or sampling_due:
                 new, norms = health.read(logged, done)  # the one device sync of a logging step
                 self.losses += new
-                write_json_atomic(os.path.join(self.run_dir, "loss.json"), {"loss": self.losses})
+                if self.processes.is_main:
+                    write_json_atomic(os.path.join(self.run_dir, "loss.json"), {"loss": self.losses})
                 self._check_finite(health, logged, new, norms)
                 logged = done
                 if timed_from is None:
@@ -346,13 +375,15 @@ class TrainingRun:
                 hooks.on_progress(done, config.steps, new, stats)
             if checkpoint_due:
                 self.save_checkpoint(done)
-            if sampling_due:
+            if sampling_due and self.processes.is_main:
                 samples, paths = render_samples(
                     self.patcher, sample_settings, done, os.path.join(self.run_dir, "samples")
                 )
                 sample_paths += paths
                 if hooks.on_samples is not None:
                     hooks.on_samples(done, samples, paths)
+            if sampling_due:
+                self.processes.barrier()
             if stopping:
                 break
 
@@ -379,6 +410,7 @@ class TrainingRun:
             sample_paths=sample_paths,
             peak_memory_gib=peak,
             skipped_steps=health.skipped,
+            peak_memory_gib_per_process=self.processes.gather(peak),
         )
 
     def release(self):
@@ -388,9 +420,20 @@ class TrainingRun:
             self.text_encoder.unload()
 
 
-def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks=None, clip=None, resume=None):
-    """Train, save checkpoints to run_dir, and return the trained MODEL (and CLIP) clones and LoRA."""
-    run = TrainingRun(model_patcher, data, config, run_dir, clip=clip, resume=resume)
+def train_lora(
+    model_patcher,
+    data,
+    config,
+    run_dir,
+    sample_settings=None,
+    hooks=None,
+    clip=None,
+    resume=None,
+    processes=SINGLE_PROCESS,
+):
+    """Train, save checkpoints to run_dir, and return the trained MODEL (and CLIP) clones and LoRA.
+    `processes`: this process's place in a run of several (distributed.join_processes)."""
+    run = TrainingRun(model_patcher, data, config, run_dir, clip=clip, resume=resume, processes=processes)
     try:
         result = run.train(sample_settings, hooks or TrainingHooks())
     finally:
@@ -399,5 +442,6 @@ def train_lora(model_patcher, data, config, run_dir, sample_settings=None, hooks
     run.adapters.attach_to(result.patcher)
     if run.text_encoder is not None:
         result.clip = run.text_encoder.result_clip()
-    write_json_atomic(os.path.join(run_dir, "summary.json"), run_summary(result, config))
+    if processes.is_main:
+        write_json_atomic(os.path.join(run_dir, "summary.json"), run_summary(result, config))
     return result

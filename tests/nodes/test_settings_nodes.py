@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from eridiffusion.nodes.options_nodes import OPTIONS_NODES
 from eridiffusion.training.config import TrainConfig, train_config_from, training_settings
@@ -129,3 +130,24 @@ def test_registering_the_nodes_imports_no_test_support_module_and_warns_of_nothi
         if any(w in line.lower() for w in ("eridiffusion", "lycoris", "bitsandbytes"))
     ]
     assert ours == []
+
+
+def test_device_offers_each_gpu_by_name_only_where_there_are_several_to_choose_from(registered):
+    from eridiffusion.training.config import device_choices
+
+    assert device_choices(0) == ("auto",)
+    assert device_choices(1) == ("auto",)
+    assert device_choices(3) == ("auto", "cuda:0", "cuda:1", "cuda:2")
+    memory = widget_specs(registered["EriDiffusion_MemoryOptions"])
+    assert list(memory) == ["gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs", "device"]
+    offered = memory["device"][1]["options"] if memory["device"][0] == "COMBO" else memory["device"][0]
+    assert list(offered) == list(device_choices(torch.cuda.device_count()))
+    assert memory["device"][1]["default"] == "auto"
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 1, reason="this machine has a cuda:1")
+def test_a_device_the_machine_lacks_is_refused_naming_the_choices():
+    from eridiffusion.training.errors import EriDiffusionError
+
+    with pytest.raises(EriDiffusionError, match="device 'cuda:1' unknown; choose one of auto"):
+        train_config_from({"device": "cuda:1"})

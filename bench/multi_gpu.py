@@ -1,0 +1,227 @@
+"""Training on 1 GPU against 2 (or more): images per second and peak memory per GPU of full-size SDXL
+or Flux.1-dev with random weights (bench/train_speed.py builds and saves them once), rank 16,
+1024², bf16, CUDA graphs on where the setting allows, each experiment a torchrun of its own (the
+launch `eridiffusion train --gpus N` does). Also two checks: 2 GPUs x batch 1 against 1 GPU x
+batch 2 (the same global batch: the losses agree to bf16 precision), and the node path's `device`
+choice (training on cuda:1 leaves cuda:0 untouched). Prints one `RESULT {json}` line per experiment
+and the summary as JSON; writes $OUT/multi_gpu.json.
+
+    COMFYUI_PATH=... python bench/multi_gpu.py                    # PLAN=1x1,2x1,1x2 MODEL=sdxl
+    PLAN=1x1,2x1,4x1 MODEL=flux CKPT=1 python bench/multi_gpu.py
+    PLAN=device python bench/multi_gpu.py                         # the node path on cuda:1
+    WEIGHTS=fp8 STREAM_GIB=6 MODEL=flux python bench/multi_gpu.py # fp8 base weights, streamed weights
+    MODEL=tiny PLAN=1x1,2x1 python bench/multi_gpu.py            # CPU smoke run: tiny SDXL, gloo
+    python bench/multi_gpu.py --plan                              # print the commands, run nothing
+
+An experiment GxB is G processes (GPUs) x batch B per process; images/s = G x B / (s/step), s/step
+the median of CUDA-event times between steps after WARMUP steps, measured on every rank.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+STEPS = int(os.environ.get("STEPS", "14"))
+WARMUP = int(os.environ.get("WARMUP", "4"))
+
+
+def experiments(plan):
+    """[(name, processes, batch per process)] of PLAN entries GxB; 'device' is the node-path check."""
+    found = []
+    for item in (p.strip() for p in plan.split(",") if p.strip()):
+        if item == "device":
+            found.append((item, 1, 1))
+            continue
+        processes, batch = (int(n) for n in item.split("x"))
+        found.append((item, processes, batch))
+    return found
+
+
+def worker_command(name, processes):
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        os.path.abspath(__file__),
+        "--worker",
+        name,
+    ]
+
+
+def comparisons(results):
+    """Speed-up of each Gx1 over 1x1 (and its scaling efficiency), and 2x1 against 1x2's losses."""
+    by = {r["exp"]: r for r in results if "s_per_step" in r}
+    out = {}
+    base = by.get("1x1")
+    for name, r in by.items():
+        if base is not None and r["batch_per_process"] == 1 and r["processes"] > 1:
+            speedup = r["images_per_s"] / base["images_per_s"]
+            out[f"{name}_vs_1x1"] = {
+                "speedup": round(speedup, 3),
+                "scaling_efficiency": round(speedup / r["processes"], 3),
+                "peak_GiB_per_gpu": r["peak_GiB_per_process"],
+                "peak_GiB_1x1": base["peak_GiB_per_process"],
+            }
+    if "2x1" in by and "1x2" in by:
+        a, b = by["2x1"]["losses"], by["1x2"]["losses"]
+        out["2x1_vs_1x2_max_loss_difference"] = max(abs(x - y) for x, y in zip(a, b))
+    return out
+
+
+def tiny_inputs():
+    """The tiny SDXL stack and the DreamBooth photos at 64 px, encoded (the CPU smoke run)."""
+    import torch
+
+    from eridiffusion.tiny_models import build_tiny_demo
+    from eridiffusion.training.dataset import load_dataset
+    from eridiffusion.training.latent_cache import build_training_data
+
+    model, clip, vae = build_tiny_demo("sdxl", seed=0)
+    dataset = load_dataset(os.path.join(ROOT, "demo", "data", "dreambooth_dog"))
+    with torch.inference_mode():
+        data = build_training_data(dataset, vae, clip, 64, tempfile.mkdtemp(prefix="eridiffusion-bench-cache-"))
+    return model, data
+
+
+def worker(name):
+    """One experiment in one of torchrun's processes; rank 0 prints the RESULT line."""
+    from eridiffusion.training.distributed import join_processes
+
+    processes = join_processes()  # before ComfyUI is imported: its device is this process's GPU
+    from eridiffusion.runtime import start_host
+
+    start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
+    import torch
+
+    from bench.train_speed import build, random_data
+    from eridiffusion.training.adapters import AdapterSpec
+    from eridiffusion.training.config import TrainConfig
+    from eridiffusion.training.trainer import TrainingHooks, train_lora
+
+    model_name = os.environ.get("MODEL", "sdxl")
+    cuda = torch.cuda.is_available()
+    batch = 1 if name == "device" else int(name.split("x")[1])
+    if model_name == "tiny":
+        patcher, data = tiny_inputs()
+    else:
+        patcher, data = build(model_name, os.environ.get("WEIGHTS", "bf16")), random_data(model_name, images=8)
+    device = "cuda:1" if name == "device" else "auto"
+    times, events = [], []
+
+    def on_progress(step, total, losses, stats):
+        if cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            events.append(event)
+        else:
+            times.append(time.perf_counter())
+
+    stream = float(os.environ.get("STREAM_GIB", "0"))  # weights_vram_gib: graphs cannot replay streamed weights
+    checkpointing = stream > 0 or os.environ.get("CKPT", "1" if model_name == "flux" else "0") == "1"
+    config = TrainConfig(
+        steps=STEPS,
+        learning_rate=1e-4,
+        dtype="bf16" if cuda else "fp32",
+        batch_size=batch,
+        gradient_checkpointing=checkpointing,
+        cuda_graphs="on" if cuda and not stream else "off",
+        weights_vram_gib=stream,
+        device=device,
+        adapter=AdapterSpec(rank=16, alpha=16.0, targets="attention" if model_name in ("sdxl", "tiny") else "auto"),
+        log_every=STEPS,
+        eval_images=1,
+        eval_timesteps=1,
+        run_name="bench",
+    )
+    if cuda:
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.reset_peak_memory_stats(index)
+    run_dir = processes.decided_by_main(lambda: tempfile.mkdtemp(prefix="eridiffusion-bench-run-"))
+    with torch.inference_mode(False):
+        result = train_lora(
+            patcher, data, config, run_dir, hooks=TrainingHooks(on_progress=on_progress), processes=processes
+        )
+    if cuda:
+        torch.cuda.synchronize()
+        times = [a.elapsed_time(b) / 1000 for a, b in zip(events[WARMUP:], events[WARMUP + 1 :])]
+    else:
+        times = [b - a for a, b in zip(times[WARMUP:], times[WARMUP + 1 :])]
+    seconds = statistics.median(times)
+    per_gpu = [torch.cuda.max_memory_allocated(i) / 2**30 for i in range(torch.cuda.device_count())] if cuda else []
+    gathered = processes.gather({"s_per_step": seconds, "peak_GiB": result.peak_memory_gib})
+    if processes.is_main:
+        slowest = max(g["s_per_step"] for g in gathered)  # a step ends when every GPU has finished it
+        r = {
+            "exp": name,
+            "model": model_name,
+            "processes": processes.world_size,
+            "batch_per_process": batch,
+            "s_per_step": slowest,
+            "s_per_step_per_process": [g["s_per_step"] for g in gathered],
+            "images_per_s": processes.world_size * batch / slowest,
+            "peak_GiB_per_process": [g["peak_GiB"] for g in gathered],
+            "losses": result.losses,
+            "gradient_checkpointing": checkpointing,
+            "weights": os.environ.get("WEIGHTS", "bf16"),
+            "weights_vram_gib": stream,
+        }
+        if name == "device":  # trained on cuda:1: what each GPU of this process held at its peak
+            r["peak_GiB_per_device"] = per_gpu
+        print("RESULT", json.dumps(r), flush=True)
+    processes.close()
+
+
+def main():
+    plan = experiments(os.environ.get("PLAN", "1x1,2x1,1x2"))
+    if "--plan" in sys.argv:
+        print(json.dumps({name: worker_command(name, processes) for name, processes, _ in plan}, indent=1))
+        return
+    import torch
+
+    model_name = os.environ.get("MODEL", "sdxl")
+    if model_name != "tiny":
+        from eridiffusion.runtime import start_host
+
+        start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
+        from bench.train_speed import weights_file
+
+        weights_file(model_name)  # once, here: the workers all load it
+    results = []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+    for name, processes, _ in plan:
+        started = time.time()
+        done = subprocess.run(worker_command(name, processes), env=env, capture_output=True, text=True, check=False)
+        lines = [line[len("RESULT ") :] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+        r = json.loads(lines[-1]) if lines else {"exp": name, "error": done.stderr[-2000:]}
+        r["wall_s"] = round(time.time() - started, 1)
+        results.append(r)
+        print("RESULT", json.dumps(r), flush=True)
+    summary = {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "gpus": torch.cuda.device_count(),
+        "torch": torch.__version__,
+        "model": model_name,
+        "steps": STEPS,
+        "results": results,
+        "comparisons": comparisons(results),
+    }
+    with open(os.path.join(os.environ.get("OUT", tempfile.gettempdir()), "multi_gpu.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        worker(sys.argv[2])
+    else:
+        main()
