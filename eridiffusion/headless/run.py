@@ -124,13 +124,7 @@ def save_outputs(config, result):
     from ..nodes.save_node import SaveLoRA
     from ..training.loss_plot import LossHistory
 
-    history = LossHistory(
-        tuple(result.losses),
-        result.eval_loss_before,
-        result.eval_loss_after,
-        result.seconds_per_step,
-        os.path.abspath(result.run_dir),
-    )
+    history = LossHistory.of(result)
     with torch.inference_mode():
         path = SaveLoRA.execute(result.lora, **config.save).result[0]
         LossGraph.execute(history)
@@ -143,6 +137,7 @@ def train_from_config(config, resume=None):
     import folder_paths
 
     from ..training.run_folder import unique_run_dir
+    from ..training.summary import validation_summary
     from ..training.trainer import train_lora
 
     if config.logging["tensorboard"]:
@@ -190,7 +185,7 @@ def train_from_config(config, resume=None):
     terminal.say(
         f"{'stopped at' if stopped else 'trained'} step {len(result.losses)} of {settings.steps} in "
         f"{time.monotonic() - started:.0f} s ({result.seconds_per_step:.3g} s/step); evaluation loss "
-        f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}"
+        f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}{validation_summary(result)}"
     )
     terminal.say(f"run folder {os.path.relpath(run_dir)}; LoRA {os.path.relpath(lora_path)}")
     return stopped and stop.requested

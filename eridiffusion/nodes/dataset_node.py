@@ -5,7 +5,7 @@ import os
 import folder_paths
 from comfy_api.latest import io
 
-from ..training.dataset import load_dataset
+from ..training.dataset import MAX_VALIDATION_FRACTION, load_dataset
 from .types import CATEGORY, Dataset
 
 MISSING_CAPTION = {"error": "error", "use trigger word": "trigger_word"}
@@ -84,6 +84,17 @@ class LoadDataset(io.ComfyNode):
                     tooltip="Clips only: the rate frames are taken at (Wan 16, HunyuanVideo and LTX-Video "
                     "24); 0 takes every stored frame. Frame folders are read frame by frame.",
                 ),
+                io.Float.Input(  # optional: workflows saved before it existed still run
+                    "validation",
+                    optional=True,
+                    default=0.0,
+                    min=0.0,
+                    max=MAX_VALIDATION_FRACTION,
+                    step=0.05,
+                    tooltip="Fraction of the images held out of training (evenly spread over the names) to "
+                    "measure a validation loss on: LoRATrainer tracks it, keeps the best checkpoint and can "
+                    "stop early (ValidationOptions). 0: off.",
+                ),
             ],
             outputs=[Dataset.Output(display_name="dataset", tooltip="The images and their captions.")],
         )
@@ -101,6 +112,7 @@ class LoadDataset(io.ComfyNode):
         repeats,
         frames,
         fps,
+        validation=0.0,
     ):
         dataset = load_dataset(
             resolve_dataset_folder(folder),
@@ -113,5 +125,6 @@ class LoadDataset(io.ComfyNode):
             repeats=repeats,
             frames=frames,
             fps=fps,
+            validation=validation,
         )
         return io.NodeOutput(dataset)

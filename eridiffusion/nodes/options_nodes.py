@@ -1,5 +1,5 @@
 """The small optional nodes that feed LoRATrainer the settings users change less often (adapter
-shape, optimizer and schedule, memory and speed, checkpoints), so the trainer's own face holds only
+shape, optimizer and schedule, memory and speed, checkpoints, validation), so the trainer's own face holds only
 the essentials. Each input is a training setting (training/config.py) with its default; a node
 left out means those defaults."""
 
@@ -7,7 +7,7 @@ from comfy_api.latest import io
 
 from ..training.config import training_settings
 from .setting_inputs import SettingValues, inputs_for
-from .types import CATEGORY, AdapterOptions, CheckpointOptions, MemoryOptions, OptimizerOptions
+from .types import CATEGORY, AdapterOptions, CheckpointOptions, MemoryOptions, OptimizerOptions, ValidationOptions
 
 
 class TrainerOptionsNode(io.ComfyNode):
@@ -72,4 +72,20 @@ class CheckpointOptionsNode(TrainerOptionsNode):
     SETTINGS = ("keep_last", "on_nan")
 
 
-OPTIONS_NODES = (AdapterOptionsNode, OptimizerOptionsNode, MemoryOptionsNode, CheckpointOptionsNode)
+class ValidationOptionsNode(TrainerOptionsNode):
+    NODE_ID, DISPLAY_NAME = "EriDiffusion_ValidationOptions", "ValidationOptions"
+    DESCRIPTION = (
+        "How often the validation loss is measured (on LoadDataset's held-out images or CacheLatents' "
+        "validation_dataset) and when a run that stopped improving ends."
+    )
+    SOCKET, TRAINER_INPUT = ValidationOptions, "validation_options"
+    SETTINGS = ("validate_every", "early_stop_patience")
+
+
+OPTIONS_NODES = (
+    AdapterOptionsNode,
+    OptimizerOptionsNode,
+    MemoryOptionsNode,
+    CheckpointOptionsNode,
+    ValidationOptionsNode,
+)

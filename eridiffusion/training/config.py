@@ -113,6 +113,19 @@ class TrainConfig:
         maximum=1000000,
     )
     keep_last: int = setting(0, "Keep only the newest N periodic checkpoints (0: keep all).", minimum=0, maximum=1000)
+    validate_every: int = setting(
+        50,
+        "With validation images (LoadDataset's validation fraction, or a validation folder into CacheLatents): "
+        "measure the loss on them every N steps and at the end; the lowest is kept as checkpoints/best.safetensors.",
+        minimum=1,
+        maximum=1000000,
+    )
+    early_stop_patience: int = setting(
+        0,
+        "End the run (saving it) when the validation loss has not improved for N checks in a row (0: never).",
+        minimum=0,
+        maximum=1000,
+    )
     run_name: str = setting(
         "eridiffusion_lora", "Folder under ComfyUI's output for checkpoints, samples and the loss log."
     )

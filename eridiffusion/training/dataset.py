@@ -70,6 +70,7 @@ class Dataset:
     captions: CaptionOptions
     repeats: int
     video: VideoOptions = VideoOptions()  # how clips are sampled (unused without clips)
+    held_out: tuple[ImageRecord, ...] = ()  # records kept out of training to measure validation loss
 
     @property
     def has_clips(self):
@@ -122,11 +123,13 @@ def load_dataset(
     min_side=64,
     frames=17,
     fps=16.0,
+    validation=0.0,
 ):
     """Scan `folder`, pair each image, clip (mp4, webm, mov, gif) and frame folder (a subfolder of
     numbered images: one clip) with its caption and, when a control/ (or reference/) subfolder
     exists, with its reference image; decode every image and the `frames` frames at `fps` of every
-    clip once to prove they are readable, and return the records sorted by name."""
+    clip once to prove they are readable, and return the records sorted by name. A `validation`
+    fraction of them (evenly spread over the names) is held out of training (Dataset.held_out)."""
     options = CaptionOptions(
         trigger_word=trigger_word, dropout_rate=caption_dropout, shuffle_tags=shuffle_tags, keep_tags=keep_tags
     )
@@ -195,7 +198,39 @@ def load_dataset(
                 reference=references.get(name, ""),
             )
         )
-    return Dataset(folder=folder, records=tuple(records), captions=options, repeats=repeats, video=video)
+    held = held_out_indices(len(records), validation, folder)
+    return Dataset(
+        folder=folder,
+        records=tuple(r for i, r in enumerate(records) if i not in held),
+        captions=options,
+        repeats=repeats,
+        video=video,
+        held_out=tuple(records[i] for i in held),
+    )
+
+
+MAX_VALIDATION_FRACTION = 0.5
+
+
+def held_out_indices(count, fraction, folder):
+    """Indices of the `fraction` of `count` name-sorted records held out for validation, spread
+    evenly over the names: no randomness, so a folder always splits the same way."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise EriDiffusionError(f"validation {fraction!r} must be a fraction such as 0.1 (0 turns it off).")
+    if not 0.0 <= fraction <= MAX_VALIDATION_FRACTION:
+        raise EriDiffusionError(
+            f"validation {fraction} is outside 0..{MAX_VALIDATION_FRACTION}: it is the fraction of the images "
+            "held out of training (0.1 is usual, 0 turns it off)."
+        )
+    if fraction == 0:
+        return set()
+    held = max(1, round(count * fraction))
+    if held >= count:
+        raise EriDiffusionError(
+            f"{folder} has {count} image(s): holding out a validation fraction of {fraction} leaves none "
+            "to train on; add images, or connect a separate validation folder to CacheLatents instead."
+        )
+    return {int((i + 0.5) * count / held) for i in range(held)}
 
 
 def _no_caption_error(folder, name, caption_ext, has_metadata, empty):

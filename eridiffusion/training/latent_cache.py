@@ -54,6 +54,7 @@ class TrainingData:
     resolution: int
     dataset_fingerprint: str
     stats: CacheStats = field(default_factory=CacheStats)
+    validation: "TrainingData | None" = None  # held-out images (and a validation folder's): never trained on
 
     def buckets(self):
         """{(frames, width, height): [sample indices]}, each index listed `repeats` times: samples
@@ -276,35 +277,70 @@ def check_vae_takes_clips(dataset, vae):
     check_frames_for_vae(dataset.video.frames, temporal, f"dataset {dataset.folder}")
 
 
-def build_training_data(dataset, vae, clip, resolution, cache_folder, shuffle_variants=4, seed=0, progress=None):
+def build_training_data(
+    dataset,
+    vae,
+    clip,
+    resolution,
+    cache_folder,
+    shuffle_variants=4,
+    seed=0,
+    progress=None,
+    validation_dataset=None,
+):
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
-    `resolution`; clips are sampled as the dataset says (its frames and fps)."""
+    `resolution`; clips are sampled as the dataset says (its frames and fps). The dataset's held-out
+    records and those of `validation_dataset` (a second DATASET) become the validation data."""
     check_vae_takes_clips(dataset, vae)
+    validation = [(record, dataset.video) for record in dataset.held_out]
+    if validation_dataset is not None:
+        check_vae_takes_clips(validation_dataset, vae)
+        validation += [(r, validation_dataset.video) for r in validation_dataset.records + validation_dataset.held_out]
     cache = LatentCache(cache_folder, vae, clip)
     options = dataset.captions
-    variants_wanted = shuffle_variants if options.shuffle_tags else 1
-    samples = []
-    for index, record in enumerate(dataset.records):
-        if record.clip:
-            latent, bucket = cache.clip_latent(record, resolution, dataset.video)
-        else:
-            latent, bucket = cache.latent(record.path, resolution)
-        references = (cache.latent(record.reference, resolution, bucket)[0],) if record.reference else ()
-        texts = caption_variants(record.caption, options, variants_wanted, seed + index)
-        samples.append(
-            TrainingSample(
-                record.path,
-                latent,
-                [cache.conditioning(t) for t in texts],
-                bucket,
-                tuple(texts),
-                dataset.video.frames if record.clip else 1,
-                references,
-            )
-        )
+    total = len(dataset.records) + len(validation)
+    done = [0]
+
+    def encoded(record, video, variants, index):
+        sample = _sample_of(record, video, cache, resolution, options, variants, seed + index)
+        done[0] += 1
         if progress is not None:
-            progress(index + 1, len(dataset.records))
+            progress(done[0], total)
+        return sample
+
+    variants_wanted = shuffle_variants if options.shuffle_tags else 1
+    samples = [encoded(record, dataset.video, variants_wanted, i) for i, record in enumerate(dataset.records)]
+    held_out = [encoded(record, video, 1, i) for i, (record, video) in enumerate(validation)]
     empty = cache.conditioning("")
+    validation_data = None
+    if held_out:
+        validation_data = TrainingData(held_out, empty, 0.0, 1, resolution, "", cache.stats)
     return TrainingData(
-        samples, empty, options.dropout_rate, dataset.repeats, resolution, dataset.fingerprint(), cache.stats
+        samples,
+        empty,
+        options.dropout_rate,
+        dataset.repeats,
+        resolution,
+        dataset.fingerprint(),
+        cache.stats,
+        validation=validation_data,
+    )
+
+
+def _sample_of(record, video, cache, resolution, options, variants_wanted, seed):
+    """The TrainingSample of one record: its latent, reference latents and caption variants."""
+    if record.clip:
+        latent, bucket = cache.clip_latent(record, resolution, video)
+    else:
+        latent, bucket = cache.latent(record.path, resolution)
+    references = (cache.latent(record.reference, resolution, bucket)[0],) if record.reference else ()
+    texts = caption_variants(record.caption, options, variants_wanted, seed)
+    return TrainingSample(
+        record.path,
+        latent,
+        [cache.conditioning(t) for t in texts],
+        bucket,
+        tuple(texts),
+        video.frames if record.clip else 1,
+        references,
     )

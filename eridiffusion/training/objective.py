@@ -119,10 +119,20 @@ class Objective:
 
     def sample_sigmas(self, batch, generator, device, tokens=None):
         """Noise levels for one batch, as sigmas in ComfyUI's convention for this model."""
+        return self.sigmas_at(sample_fractions(self.spec, batch, generator, tokens), device)
+
+    def spread_sigmas(self, count, device):
+        """`count` fixed noise levels spread evenly over the schedule (the middles of `count` equal
+        parts): what evaluation and validation measure at, the same every time."""
+        return self.sigmas_at((torch.arange(count, dtype=torch.float32) + 0.5) / count, device)
+
+    def sigmas_at(self, u, device):
+        """Sigmas of schedule fractions `u` in (0, 1): the flow time σ itself for flow models, the
+        fraction of the discrete schedule's timesteps for ε/v models."""
         ms = self.model_sampling
         # all on the schedule's device, with tensor bounds: no device→host sync in the step
         home = ms.sigma_min.device
-        u = sample_fractions(self.spec, batch, generator, tokens).float().to(home)
+        u = u.float().to(home)
         if self.flow:
             # σ is the flow time itself, kept inside the model's own schedule range
             return torch.minimum(torch.maximum(u, ms.sigma_min.float()), ms.sigma_max.float()).to(device)
@@ -162,7 +172,10 @@ class Objective:
             return clipped / (snr + 1)
         return clipped / snr
 
-    def loss(self, denoised, x0, sigma):
-        """Per-sample weighted mean squared error in the native parameterization, shape (batch,)."""
+    def loss(self, denoised, x0, sigma, mask=None):
+        """Per-sample weighted mean squared error in the native parameterization, shape (batch,).
+        `mask` (broadcast against x0, e.g. (batch, 1, h, w)) weighs each latent position; the mean
+        is over all positions, so a position of weight 0 contributes nothing (and no gradient)."""
         error = (denoised.float() - x0.float()) / self._output_scale(sigma, x0.ndim)
-        return error.square().flatten(1).mean(dim=1) * self.weights(sigma)
+        squared = error.square() if mask is None else error.square() * mask
+        return squared.flatten(1).mean(dim=1) * self.weights(sigma)

@@ -21,6 +21,8 @@ FREE_ON_RESUME = (
     "weights_vram_gib",
     "torch_compile",
     "on_nan",
+    "validate_every",
+    "early_stop_patience",
 )
 
 
@@ -45,6 +47,9 @@ def capture(run, step):
         "noise": run.noise_gen.get_state(),
         "losses": list(run.losses),
         "eval_loss_before": run.eval_before,
+        "validation": [list(point) for point in run.validation_points],
+        "best": dict(run.best) if run.best else None,
+        "checks_since_best": run.checks_since_best,
         "config_fingerprint": config_fingerprint(run.config),
         "config": run.config.as_dict(),
     }
@@ -66,3 +71,6 @@ def restore(run, state, path):
     run.noise_gen.set_state(state["noise"].to(run.noise_gen.get_state().device))
     run.start_step, run.losses = state["step"], list(state["losses"])
     run.eval_before = state["eval_loss_before"]
+    # (states written before validation existed have none of it)
+    run.validation_points = [list(point) for point in state.get("validation", [])]
+    run.best, run.checks_since_best = state.get("best"), state.get("checks_since_best", 0)

@@ -38,6 +38,7 @@ from .resume import adapters_from_tensors, save_state, state_path
 from .sample_render import render_samples
 from .summary import run_summary
 from .text_encoder import TextEncoderTraining, parameter_groups
+from .validation import ValidationLoss
 
 
 @dataclass
@@ -66,6 +67,9 @@ class TrainResult:
     peak_memory_gib: float = 0.0
     clip: object = None  # a clone of the input CLIP with its trained adapters, if trained
     skipped_steps: int = 0  # on_nan=skip: steps whose update was left out (non-finite)
+    validation: list = field(default_factory=list)  # [[step, validation loss], ...]
+    best: dict | None = None  # {"step", "loss", "path"} of the lowest validation loss
+    stopped_early: bool = False  # early_stop_patience ended the run
 
 
 class TrainingRun:
@@ -150,6 +154,7 @@ class TrainingRun:
         self.noise_gen = torch.Generator(device=self.device).manual_seed(config.seed + 2)
         self.start_step, self.losses, self.eval_before = 0, [], None
         self.checkpoints = []
+        self.validation_points, self.best, self.checks_since_best = [], None, 0
         if resume is not None and resume.state is not None:
             run_state.restore(self, resume.state, resume.path)
 
@@ -162,8 +167,11 @@ class TrainingRun:
             text_encoder=text_encoder,
         )
 
+    def _checkpoint_path(self, name):
+        return os.path.join(self.run_dir, "checkpoints", name)
+
     def save_checkpoint(self, step):
-        path = os.path.join(self.run_dir, "checkpoints", f"{self.config.run_name}_step{step:06d}.safetensors")
+        path = self._checkpoint_path(f"{self.config.run_name}_step{step:06d}.safetensors")
         lora = self._export(step)
         check_finite(lora.tensors, lora.tensors, "fp32", path)  # before its state is written
         save_state(path, run_state.capture(self, step))
@@ -175,6 +183,27 @@ class TrainingRun:
                     if os.path.exists(file):
                         os.remove(file)
             self.checkpoints = self.checkpoints[-keep:]
+
+    def _validate(self, step, validation, transformer_options):
+        """Measure the validation loss after `step` steps (its one read-back), keep the adapter as
+        best.safetensors when it is the lowest so far, and count the checks since the best."""
+        value = float(validation(self.patcher, transformer_options))
+        self.validation_points.append([step, value])
+        if self.best is None or value < self.best["loss"]:
+            path = self._checkpoint_path("best.safetensors")
+            lora = self._export(step)
+            lora.metadata["validation_loss"] = repr(value)
+            lora.save(path, dtype="fp32", overwrite=True)
+            self.best, self.checks_since_best = {"step": step, "loss": value, "path": path}, 0
+        else:
+            self.checks_since_best += 1
+        return [step, value]
+
+    def _write_loss_log(self):
+        log = {"loss": self.losses}
+        if self.validation_points:
+            log["validation"] = self.validation_points
+        write_json_atomic(os.path.join(self.run_dir, "loss.json"), log)
 
     # --- one optimizer step
     def _micro_batch(self, prepared, objective, transformer_options):
@@ -299,6 +328,18 @@ class TrainingRun:
         )
         transformer_options = transformer_options_of(self.patcher)
         self.graphed = self._graphed_loss(objective, transformer_options)
+        validation = None
+        if self.data.validation is not None:
+            validation = ValidationLoss(
+                self.base,
+                self.data.validation,
+                device,
+                objective,
+                config,
+                conditioning_options(config, self.family),
+                self.text_encoder,
+            )
+        stopped_early = False
         health = StepHealth(config.steps, device, config.on_nan, self.scaler.is_enabled())
         skip_on_the_device = skip_on_device(self.optimizer, self.scaler)
         samples, sample_paths = None, []
@@ -329,18 +370,28 @@ class TrainingRun:
             last = done == config.steps or stopping
             checkpoint_due = config.save_every and done % config.save_every == 0 and not last
             sampling_due = sample_settings is not None and (done % sample_settings.every == 0 or last)
-            new = None
-            # checkpoints and samples come after a check: none is made from a diverged adapter
-            if done % config.log_every == 0 or last or checkpoint_due or sampling_due:
+            validation_due = validation is not None and (done % config.validate_every == 0 or last)
+            new, point = None, None
+            # checkpoints, samples and validation come after a check: none is made from a diverged adapter
+            if done % config.log_every == 0 or last or checkpoint_due or sampling_due or validation_due:
                 new, norms = health.read(logged, done)  # the one device sync of a logging step
                 self.losses += new
-                write_json_atomic(os.path.join(self.run_dir, "loss.json"), {"loss": self.losses})
+                self._write_loss_log()
                 self._check_finite(health, logged, new, norms)
                 logged = done
                 if timed_from is None:
                     timed_from = (done, time.perf_counter())
+            if validation_due:
+                point = self._validate(done, validation, transformer_options)
+                patience = config.early_stop_patience
+                if patience and self.checks_since_best >= patience and not last:
+                    stopping = last = stopped_early = True  # ends here, as Stop & save does
+                    checkpoint_due, sampling_due = False, sample_settings is not None
+                self._write_loss_log()
             if hooks.on_progress is not None:
                 stats = {"lr": self.scheduler.get_last_lr()[0]}
+                if point is not None:
+                    stats["validation"] = [point]
                 if device.type == "cuda":  # allocator bookkeeping: no device sync
                     stats["peak_vram_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
                 hooks.on_progress(done, config.steps, new, stats)
@@ -379,6 +430,9 @@ class TrainingRun:
             sample_paths=sample_paths,
             peak_memory_gib=peak,
             skipped_steps=health.skipped,
+            validation=list(self.validation_points),
+            best=dict(self.best) if self.best else None,
+            stopped_early=stopped_early,
         )
 
     def release(self):

@@ -69,6 +69,7 @@ def test_the_trainer_shows_the_essentials_and_the_options_nodes_the_rest(registe
         "EriDiffusion_OptimizerOptions",
         "EriDiffusion_MemoryOptions",
         "EriDiffusion_CheckpointOptions",
+        "EriDiffusion_ValidationOptions",
     ]
 
 
@@ -113,7 +114,7 @@ def test_registering_the_nodes_imports_no_test_support_module():
     )
     assert done.returncode == 0, done.stderr
     count, *modules = done.stdout.split()
-    assert int(count) == 13
+    assert int(count) == 14
     assert any(m.startswith("EriDiffusion.eridiffusion.nodes") for m in modules)
     support = [
         m
