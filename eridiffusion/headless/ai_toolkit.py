@@ -437,7 +437,19 @@ def _train(t, train, at):
     if "dtype" in train:
         t.put("train", "dtype", t.choice(train["dtype"], DTYPES, at + ("dtype",)), at + ("dtype",))
     _train_objective(t, train, at)
+    _train_ema(t, train.get("ema_config"), at + ("ema_config",))
     _train_unsupported(t, train, at)
+
+
+def _train_ema(t, ema, at):
+    """ema_config {use_ema, ema_decay}: ai-toolkit's EMA of the trained weights (its decay 0.999 by default)."""
+    if ema is None:
+        return
+    ema = t.mapping(ema, at, ("use_ema", "ema_decay"))
+    if ema.get("use_ema"):
+        t.put(
+            "train", "ema_decay", ema.get("ema_decay", 0.999), at + ("ema_decay" if "ema_decay" in ema else "use_ema",)
+        )
 
 
 def _train_objective(t, train, at):
@@ -483,9 +495,6 @@ def _train_unsupported(t, train, at):
     for key, value in accepted.items():
         if key in train:
             t.unless(train[key], value, at + (key,), reasons.get(key, "not supported yet"))
-    ema = train.get("ema_config")
-    if isinstance(ema, dict) and ema.get("use_ema"):
-        t.skip(at + ("ema_config",), "EMA is not supported yet")
     why = {
         "noise_scheduler": "the model's own noise schedule (ComfyUI's model_sampling) is used",
         "lr_scheduler_params": "not supported yet",

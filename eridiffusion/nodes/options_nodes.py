@@ -1,13 +1,21 @@
 """The small optional nodes that feed LoRATrainer the settings users change less often (adapter
-shape, optimizer and schedule, memory and speed, checkpoints, validation), so the trainer's own face holds only
-the essentials. Each input is a training setting (training/config.py) with its default; a node
-left out means those defaults."""
+shape, optimizer and schedule, memory and speed, checkpoints, validation, EMA and the loss's
+extras), so the trainer's own face holds only the essentials. Each input is a training setting
+(training/config.py) with its default; a node left out means those defaults."""
 
 from comfy_api.latest import io
 
 from ..training.config import training_settings
 from .setting_inputs import SettingValues, inputs_for
-from .types import CATEGORY, AdapterOptions, CheckpointOptions, MemoryOptions, OptimizerOptions, ValidationOptions
+from .types import (
+    CATEGORY,
+    AdapterOptions,
+    CheckpointOptions,
+    MemoryOptions,
+    OptimizerOptions,
+    TrainingExtras,
+    ValidationOptions,
+)
 
 
 class TrainerOptionsNode(io.ComfyNode):
@@ -82,10 +90,18 @@ class ValidationOptionsNode(TrainerOptionsNode):
     SETTINGS = ("validate_every", "early_stop_patience")
 
 
+class TrainingExtrasNode(TrainerOptionsNode):
+    NODE_ID, DISPLAY_NAME = "EriDiffusion_TrainingExtras", "TrainingExtras"
+    DESCRIPTION = "An EMA of the adapter weights."
+    SOCKET, TRAINER_INPUT = TrainingExtras, "training_extras"
+    SETTINGS = ("ema_decay", "ema_warmup")
+
+
 OPTIONS_NODES = (
     AdapterOptionsNode,
     OptimizerOptionsNode,
     MemoryOptionsNode,
     CheckpointOptionsNode,
     ValidationOptionsNode,
+    TrainingExtrasNode,
 )

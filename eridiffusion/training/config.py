@@ -126,6 +126,20 @@ class TrainConfig:
         minimum=0,
         maximum=1000,
     )
+    ema_decay: float = setting(
+        0.0,
+        "> 0: keep an exponential moving average of the adapter weights (e.g. 0.999); samples, validation and "
+        "the saved LoRA use it, and the trained weights are saved beside as *_raw.safetensors. 0: off.",
+        minimum=0.0,
+        maximum=0.99999,
+        step=0.0001,
+    )
+    ema_warmup: int = setting(
+        0,
+        "Steps over which the EMA's decay ramps up linearly from 0 to ema_decay (0: ema_decay from the start).",
+        minimum=0,
+        maximum=1000000,
+    )
     run_name: str = setting(
         "eridiffusion_lora", "Folder under ComfyUI's output for checkpoints, samples and the loss log."
     )

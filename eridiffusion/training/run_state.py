@@ -5,6 +5,8 @@ change between the run that wrote it and the one that resumes it. resume.py stor
 import hashlib
 import json
 
+import torch
+
 from .errors import EriDiffusionError
 from .resume import state_path
 
@@ -50,6 +52,9 @@ def capture(run, step):
         "validation": [list(point) for point in run.validation_points],
         "best": dict(run.best) if run.best else None,
         "checks_since_best": run.checks_since_best,
+        # with EMA the checkpoint file holds the averages: the trained weights come back from here
+        "ema": run.ema.state() if run.ema is not None else None,
+        "trained_parameters": [p.detach() for p in run.ema.parameters] if run.ema is not None else None,
         "config_fingerprint": config_fingerprint(run.config),
         "config": run.config.as_dict(),
     }
@@ -74,3 +79,8 @@ def restore(run, state, path):
     # (states written before validation existed have none of it)
     run.validation_points = [list(point) for point in state.get("validation", [])]
     run.best, run.checks_since_best = state.get("best"), state.get("checks_since_best", 0)
+    if run.ema is not None:
+        run.ema.load_state(state["ema"])
+        with torch.no_grad():
+            for parameter, trained in zip(run.ema.parameters, state["trained_parameters"]):
+                parameter.copy_(trained)

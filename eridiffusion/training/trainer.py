@@ -5,6 +5,7 @@ The inputs are never changed: training happens on clones with adapters injected 
 form, and the results are other clones of the inputs with the trained adapters attached.
 """
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -23,10 +24,11 @@ from .batches import BatchSampler
 from .checkpointing import checkpointing_injection
 from .compile_blocks import compile_blocks_injection
 from .cuda_graphs import GraphedLoss
+from .ema import AdapterEMA
 from .errors import EriDiffusionError
 from .evaluation import evaluation_loss
 from .families import family_of, resolve_objective, resolve_targets
-from .lora_format import check_finite, export_lora, loadable_weight_keys, run_metadata
+from .lora_format import check_finite, export_lora, loadable_weight_keys, raw_path, run_metadata
 from .lr_schedule import lr_factor
 from .model_forward import prediction, token_count, transformer_options_of
 from .model_inputs import batch_inputs
@@ -145,6 +147,9 @@ class TrainingRun:
             config.optimizer, groups, config.learning_rate, config.weight_decay, self.device
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(config))
+        self.ema = None
+        if config.ema_decay > 0:
+            self.ema = AdapterEMA(self._trained_parameters(), config.ema_decay, config.ema_warmup)
         # fp16 gradients underflow without loss scaling; bf16 and fp32 need none (the scaler is then a no-op).
         self.scaler = torch.amp.GradScaler(
             self.device.type, enabled=config.dtype == "fp16" and self.device.type == "cuda"
@@ -159,13 +164,29 @@ class TrainingRun:
             run_state.restore(self, resume.state, resume.path)
 
     def _export(self, step):
+        """The adapter as a LoRA file's content: with EMA, the averaged weights, the trained ones as `raw`."""
         text_encoder = (self.text_encoder.adapters, self.text_encoder.prefixes) if self.text_encoder else None
-        return export_lora(
-            self.adapters,
-            self.prefixes,
-            run_metadata(self.base, self.config, self.data, step),
-            text_encoder=text_encoder,
-        )
+
+        def export():
+            return export_lora(
+                self.adapters,
+                self.prefixes,
+                run_metadata(self.base, self.config, self.data, step),
+                text_encoder=text_encoder,
+            )
+
+        if self.ema is None:
+            return export()
+        raw = export()
+        with self.ema.applied():
+            averaged = export()
+        averaged.metadata["eridiffusion_weights"] = f"ema (decay {self.config.ema_decay:g}; trained weights: *_raw)"
+        averaged.raw = raw
+        return averaged
+
+    def _averaged(self):
+        """The block runs on the EMA weights when the run keeps them (sampling, validation)."""
+        return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
 
     def _checkpoint_path(self, name):
         return os.path.join(self.run_dir, "checkpoints", name)
@@ -174,12 +195,14 @@ class TrainingRun:
         path = self._checkpoint_path(f"{self.config.run_name}_step{step:06d}.safetensors")
         lora = self._export(step)
         check_finite(lora.tensors, lora.tensors, "fp32", path)  # before its state is written
+        if lora.raw is not None:
+            check_finite(lora.raw.tensors, lora.raw.tensors, "fp32", raw_path(path))
         save_state(path, run_state.capture(self, step))
         self.checkpoints.append(lora.save(path, dtype="fp32", overwrite=True))
         keep = self.config.keep_last
         if keep and len(self.checkpoints) > keep:
             for old in self.checkpoints[:-keep]:
-                for file in (old, state_path(old)):
+                for file in (old, state_path(old), raw_path(old)):
                     if os.path.exists(file):
                         os.remove(file)
             self.checkpoints = self.checkpoints[-keep:]
@@ -187,7 +210,8 @@ class TrainingRun:
     def _validate(self, step, validation, transformer_options):
         """Measure the validation loss after `step` steps (its one read-back), keep the adapter as
         best.safetensors when it is the lowest so far, and count the checks since the best."""
-        value = float(validation(self.patcher, transformer_options))
+        with self._averaged():
+            value = float(validation(self.patcher, transformer_options))
         self.validation_points.append([step, value])
         if self.best is None or value < self.best["loss"]:
             path = self._checkpoint_path("best.safetensors")
@@ -361,6 +385,8 @@ class TrainingRun:
             norm = gradient_norm(self._trained_parameters(), config.max_grad_norm)
             finite = health.finite(step_loss, norm) if config.on_nan == "skip" else None
             self._optimizer_step(finite, skip_on_the_device)
+            if self.ema is not None:
+                self.ema.update()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             health.record(step, step_loss, norm)
@@ -398,9 +424,10 @@ class TrainingRun:
             if checkpoint_due:
                 self.save_checkpoint(done)
             if sampling_due:
-                samples, paths = render_samples(
-                    self.patcher, sample_settings, done, os.path.join(self.run_dir, "samples")
-                )
+                with self._averaged():
+                    samples, paths = render_samples(
+                        self.patcher, sample_settings, done, os.path.join(self.run_dir, "samples")
+                    )
                 sample_paths += paths
                 if hooks.on_samples is not None:
                     hooks.on_samples(done, samples, paths)
@@ -415,10 +442,13 @@ class TrainingRun:
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
         self.save_checkpoint(done)
 
+        lora = self._export(done)
+        if self.ema is not None:
+            self.ema.copy_to_parameters()  # the run's result (MODEL, evaluation) is the averaged adapter
         self.adapters.requires_grad_(False)
         eval_after = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
         return TrainResult(
-            lora=self._export(done),
+            lora=lora,
             losses=self.losses,
             eval_loss_before=self.eval_before,
             eval_loss_after=eval_after,

@@ -183,6 +183,7 @@ def test_ai_toolkit_config_becomes_the_node_inputs_it_means(tmp_path):
             "save_every",
             "keep_last",
             "text_encoder_lr",
+            "ema_decay",
         )
     } == {
         "run_name": "my_first_flux_lora_v1",
@@ -198,6 +199,7 @@ def test_ai_toolkit_config_becomes_the_node_inputs_it_means(tmp_path):
         "save_every": 250,
         "keep_last": 4,
         "text_encoder_lr": 0.0,
+        "ema_decay": 0.99,
     }
     assert {k: config.dataset[k] for k in ("folder", "caption_ext", "caption_dropout", "trigger_word")} == {
         "folder": "/path/to/images/folder",
@@ -226,7 +228,6 @@ def test_ai_toolkit_keys_read_but_not_supported_are_all_listed(tmp_path):
         "config.process[0].device",
         "config.process[0].datasets[0].resolution",
         "config.process[0].train.linear_timesteps",
-        "config.process[0].train.ema_config",
         "config.process[0].train.noise_scheduler",
         "config.process[0].sample.guidance_scale",
         "config.process[0].sample.sampler",

@@ -52,3 +52,27 @@ def test_validation_through_the_executor_keeps_the_checkpoint_of_the_lowest_loss
     )
     summary = read_json(outcome, "summary.json")
     assert summary["best_step"] == best_step and summary["validation"] == points
+
+
+def test_ema_through_the_executor_saves_the_average_and_the_trained_weights_beside_it(
+    registered, dogs, comfy_dirs, caplog
+):
+    import logging
+
+    import nodes
+
+    from tests.support.tiny_models import build_tiny
+
+    outcome = run_training(
+        dogs, "ema_node", trainer={"steps": 4, "ema_decay": 0.5}, save={"filename_prefix": "ema/dog", "dtype": "fp32"}
+    )
+    assert outcome.success, outcome.error
+    averaged = tensors(os.path.join(comfy_dirs["loras"], "ema", "dog.safetensors"))
+    trained = tensors(os.path.join(comfy_dirs["loras"], "ema", "dog_raw.safetensors"))
+    assert averaged.keys() == trained.keys() and not same_tensors(averaged, trained)
+    model, clip, _ = build_tiny("sd15", seed=0)
+    for name in ("ema/dog.safetensors", "ema/dog_raw.safetensors"):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            nodes.LoraLoader().load_lora(model, clip, name, 1.0, 1.0)
+        assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]

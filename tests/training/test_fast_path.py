@@ -76,7 +76,7 @@ def test_a_step_reads_nothing_back_from_the_device_except_on_logging_steps(on_na
     assert in_steps == {4: 1, 8: 1}
 
 
-def test_validation_reads_back_only_on_its_own_steps(trained_lora, tmp_path):
+def test_validation_and_ema_read_back_only_on_validation_steps(trained_lora, tmp_path):
     import dataclasses
 
     from eridiffusion.training.latent_cache import TrainingData
@@ -90,6 +90,7 @@ def test_validation_reads_back_only_on_its_own_steps(trained_lora, tmp_path):
         dtype="fp32",
         log_every=4,
         validate_every=3,
+        ema_decay=0.9,
         run_name="sync_validation",
         adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"),
     )

@@ -21,15 +21,10 @@ from eridiffusion.training.trainer import train_lora
 from eridiffusion.training.validation import ValidationLoss
 
 
-@pytest.fixture(scope="module")
-def tiny_with_validation(datasets_dir, tmp_path_factory):
+@pytest.fixture
+def tiny_with_validation(quality_stack):
     """Tiny SD1.5 and the dog photos at 64 px with one of the five held out."""
-    from tests.support.tiny_models import build_tiny
-
-    model, clip, vae = build_tiny("sd15", seed=0)
-    dataset = load_dataset(os.path.join(datasets_dir, "dreambooth_dog"), validation=0.2)
-    with torch.inference_mode():
-        data = build_training_data(dataset, vae, clip, 64, str(tmp_path_factory.mktemp("validation_cache")))
+    model, _, _, data = quality_stack
     return model, data
 
 
