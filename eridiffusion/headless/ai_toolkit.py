@@ -261,7 +261,6 @@ DATASET_DEFAULTS = {
     "is_reg": False,
     "control_path": None,
     "mask_path": None,
-    "flip_x": False,
     "flip_y": False,
     "random_crop": False,
     "random_scale": False,
@@ -285,6 +284,7 @@ DATASET_KEYS = (
     "num_frames",
     "fps",
     "buckets",
+    "flip_x",
     *DATASET_DEFAULTS,
 )
 
@@ -316,6 +316,8 @@ def _dataset(t, dataset, at):
         t.put("cache", "resolution", max(sizes), at + ("resolution",))
         if len(sizes) > 1:
             t.skip(at + ("resolution",), f"multi-resolution: trains at {max(sizes)} only")
+    if "flip_x" in dataset:
+        t.put("dataset", "flip", dataset["flip_x"], at + ("flip_x",))
     for key in ("cache_latents_to_disk", "cache_latents", "buckets"):
         if key in dataset:
             t.unless(dataset[key], True, at + (key,), "latents are always cached on disk, in aspect-ratio buckets")

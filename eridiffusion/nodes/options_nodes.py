@@ -92,9 +92,9 @@ class ValidationOptionsNode(TrainerOptionsNode):
 
 class TrainingExtrasNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_TrainingExtras", "TrainingExtras"
-    DESCRIPTION = "An EMA of the adapter weights."
+    DESCRIPTION = "An EMA of the adapter weights; the loss weight outside masks."
     SOCKET, TRAINER_INPUT = TrainingExtras, "training_extras"
-    SETTINGS = ("ema_decay", "ema_warmup")
+    SETTINGS = ("ema_decay", "ema_warmup", "mask_min")
 
 
 OPTIONS_NODES = (

@@ -140,6 +140,14 @@ class TrainConfig:
         minimum=0,
         maximum=1000000,
     )
+    mask_min: float = setting(
+        0.0,
+        "Datasets with a masks/ folder: the loss weight where the mask is black (0: those parts teach nothing; "
+        "grey parts weigh in between).",
+        minimum=0.0,
+        maximum=1.0,
+        step=0.01,
+    )
     run_name: str = setting(
         "eridiffusion_lora", "Folder under ComfyUI's output for checkpoints, samples and the loss log."
     )

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import safetensors
 import torch
+from PIL import Image, ImageOps
 
 from .atomic_file import sweep_stale_temp_files, write_safetensors_atomic
 from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
 from .clips import check_frames_for_vae, read_clip
-from .dataset import caption_variants, media_sha256, open_image_rgb
+from .dataset import caption_variants, media_sha256, open_image_rgb, open_mask
 from .errors import EriDiffusionError
 
 CACHE_FORMAT = 1  # bump when the stored content changes meaning
@@ -41,6 +42,8 @@ class TrainingSample:
     captions: tuple = ()  # the caption variants' texts (text-encoder training encodes them live)
     frames: int = 1  # pixel frames the latent encodes (clips: the dataset's frame count)
     reference_latents: tuple = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
+    mask: torch.Tensor | None = None  # (1, h, w) loss mask on the latent grid in [0, 1] (white = 1), CPU
+    mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
 
 
 @dataclass
@@ -158,20 +161,23 @@ class LatentCache:
         key = hashlib.sha256(json.dumps([CACHE_FORMAT, *parts]).encode()).hexdigest()
         return os.path.join(self.folder, kind, f"{key}.safetensors")
 
-    def latent(self, image_path, resolution, bucket=None):
+    def latent(self, image_path, resolution, bucket=None, mirror=False):
         """(latent (C,h,w), bucket) of one image, encoded or read back; in its aspect-ratio bucket
-        at `resolution`, or in `bucket` (width, height) when given (a reference fits its target's)."""
+        at `resolution`, or in `bucket` (width, height) when given (a reference fits its target's);
+        `mirror`: the image flipped left to right first."""
         with open(image_path, "rb") as f:
             image_digest = hashlib.sha256(f.read()).hexdigest()
         image = open_image_rgb(image_path)
         bucket = bucket or bucket_for(image.width, image.height, resolution)
-        fitted, crop = fit_to_bucket(image, bucket)
-        path = self._path("latents", image_digest, list(bucket), list(crop), self.vae_id)
+        fitted, crop = fit_to_bucket(mirrored(image, mirror), bucket)
+        flipped = ["mirror"] if mirror else []  # (unmirrored entries keep the keys they always had)
+        path = self._path("latents", image_digest, list(bucket), list(crop), self.vae_id, *flipped)
         return self._encoded(path, lambda: [fitted], image_path), bucket
 
-    def clip_latent(self, record, resolution, video):
+    def clip_latent(self, record, resolution, video, mirror=False):
         """(latent (C,t,h,w), bucket) of one clip (file or frame folder) sampled by `video`
-        (VideoOptions), encoded or read back; every frame gets the same resize and center crop."""
+        (VideoOptions), encoded or read back; every frame gets the same resize and center crop
+        (and, with `mirror`, the same flip first)."""
         bucket = bucket_for(record.width, record.height, resolution)
         crop = crop_to_bucket((record.width, record.height), bucket)[1]
         path = self._path(
@@ -183,9 +189,12 @@ class LatentCache:
             list(bucket),
             list(crop),
             self.vae_id,
+            *(["mirror"] if mirror else []),
         )
         return self._encoded(
-            path, lambda: [fit_to_bucket(frame, bucket)[0] for frame in read_clip(record.path, video)], record.path
+            path,
+            lambda: [fit_to_bucket(mirrored(frame, mirror), bucket)[0] for frame in read_clip(record.path, video)],
+            record.path,
         ), bucket
 
     def _stored(self, path, source):
@@ -298,18 +307,22 @@ def build_training_data(
         validation += [(r, validation_dataset.video) for r in validation_dataset.records + validation_dataset.held_out]
     cache = LatentCache(cache_folder, vae, clip)
     options = dataset.captions
-    total = len(dataset.records) + len(validation)
+    total = len(dataset.records) * (2 if dataset.flip else 1) + len(validation)
     done = [0]
 
-    def encoded(record, video, variants, index):
-        sample = _sample_of(record, video, cache, resolution, options, variants, seed + index)
+    def encoded(record, video, variants, index, mirror=False):
+        sample = _sample_of(record, video, cache, resolution, options, variants, seed + index, mirror)
         done[0] += 1
         if progress is not None:
             progress(done[0], total)
         return sample
 
     variants_wanted = shuffle_variants if options.shuffle_tags else 1
-    samples = [encoded(record, dataset.video, variants_wanted, i) for i, record in enumerate(dataset.records)]
+    samples = []
+    for index, record in enumerate(dataset.records):
+        samples.append(encoded(record, dataset.video, variants_wanted, index))
+        if dataset.flip:
+            samples.append(encoded(record, dataset.video, variants_wanted, index, mirror=True))
     held_out = [encoded(record, video, 1, i) for i, (record, video) in enumerate(validation)]
     empty = cache.conditioning("")
     validation_data = None
@@ -327,13 +340,18 @@ def build_training_data(
     )
 
 
-def _sample_of(record, video, cache, resolution, options, variants_wanted, seed):
-    """The TrainingSample of one record: its latent, reference latents and caption variants."""
+def mirrored(image, mirror):
+    return ImageOps.mirror(image) if mirror else image
+
+
+def _sample_of(record, video, cache, resolution, options, variants_wanted, seed, mirror=False):
+    """The TrainingSample of one record: its latent, reference latents, mask and caption variants;
+    `mirror`: all of them flipped left to right."""
     if record.clip:
-        latent, bucket = cache.clip_latent(record, resolution, video)
+        latent, bucket = cache.clip_latent(record, resolution, video, mirror)
     else:
-        latent, bucket = cache.latent(record.path, resolution)
-    references = (cache.latent(record.reference, resolution, bucket)[0],) if record.reference else ()
+        latent, bucket = cache.latent(record.path, resolution, mirror=mirror)
+    references = (cache.latent(record.reference, resolution, bucket, mirror)[0],) if record.reference else ()
     texts = caption_variants(record.caption, options, variants_wanted, seed)
     return TrainingSample(
         record.path,
@@ -343,4 +361,18 @@ def _sample_of(record, video, cache, resolution, options, variants_wanted, seed)
         tuple(texts),
         video.frames if record.clip else 1,
         references,
+        mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
+        mirrored=mirror,
     )
+
+
+def mask_on_latent_grid(record, bucket, grid, mirror=False):
+    """The (1, h, w) loss mask of `record` on its latent's grid in [0, 1]: scaled to the image's size,
+    flipped with it (`mirror`), resized and cropped into the bucket exactly as the image is
+    (fit_to_bucket), then averaged over each latent cell."""
+    mask = open_mask(record.mask)
+    if mask.size != (record.width, record.height):
+        mask = mask.resize((record.width, record.height), Image.Resampling.BILINEAR)
+    fitted, _ = fit_to_bucket(mirrored(mask, mirror), bucket)
+    pixels = torch.from_numpy(np.asarray(fitted, dtype=np.float32) / 255.0)[None, None]
+    return torch.nn.functional.interpolate(pixels, size=tuple(grid), mode="area")[0]

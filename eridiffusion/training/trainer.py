@@ -42,6 +42,8 @@ from .summary import run_summary
 from .text_encoder import TextEncoderTraining, parameter_groups
 from .validation import ValidationLoss
 
+INPUT = "input."  # the model inputs' names in a micro-batch's dict of tensors
+
 
 @dataclass
 class TrainingHooks:
@@ -230,7 +232,10 @@ class TrainingRun:
         write_json_atomic(os.path.join(self.run_dir, "loss.json"), log)
 
     # --- one optimizer step
-    def _micro_batch(self, prepared, objective, transformer_options):
+    def _micro_batch(self, prepared):
+        """One micro-batch's loss: a batch drawn, noised, and its loss (replayed from a CUDA graph
+        when there is one)."""
+        objective = self.objective
         indices = self.batches.next()
         x0 = torch.stack([prepared.latents[i] for i in indices])
         chosen = []
@@ -245,25 +250,38 @@ class TrainingRun:
             self.device,
             tokens=token_count(x0, self.base.diffusion_model, self.family.latent_patch),
         )
-        x_t = objective.noisy_latent(x0, noise, sigma)
+        batch = {"x_t": objective.noisy_latent(x0, noise, sigma), "sigma": sigma, "x0": x0}
+        mask = prepared.mask_weights(indices)
+        if mask is not None:
+            batch["mask"] = mask
         if self.text_encoder is not None:
             model_loading.load(self.patcher, self.config.weights_vram_gib)  # encoding loaded the CLIP
-        inputs = batch_inputs(chosen)
-        loss = self.graphed(x_t, sigma, x0, inputs) if self.graphed is not None else None
-        if loss is not None:
-            return loss / self.config.grad_accum
-        denoised = prediction(
-            self.base,
-            transformer_options,
-            x_t,
-            sigma,
-            inputs,
-            self.config.torch_dtype,
-            copy_saved=self.family.copies_saved_activations,
-        )
-        return objective.loss(denoised, x0, sigma).mean() / self.config.grad_accum
+        batch.update({INPUT + name: value for name, value in batch_inputs(chosen).items()})
+        loss = self.graphed(batch) if self.graphed is not None else None
+        return loss if loss is not None else self.loss_of(batch)
 
-    def _graphed_loss(self, objective, transformer_options):
+    def _loss_function(self, transformer_options, cast_cache=True):
+        """loss(batch) of a micro-batch as _micro_batch builds it: the objective's loss of the
+        model's prediction (weighted by the batch's mask, if any)."""
+        objective, dtype = self.objective, self.config.torch_dtype
+
+        def loss(batch):
+            inputs = {name[len(INPUT) :]: value for name, value in batch.items() if name.startswith(INPUT)}
+            denoised = prediction(
+                self.base,
+                transformer_options,
+                batch["x_t"],
+                batch["sigma"],
+                inputs,
+                dtype,
+                cast_cache=cast_cache,
+                copy_saved=self.family.copies_saved_activations,
+            )
+            return objective.loss(denoised, batch["x0"], batch["sigma"], batch.get("mask")).mean()
+
+        return loss
+
+    def _graphed_loss(self, transformer_options):
         """The micro-batch loss as CUDA graphs (config.cuda_graphs), else None."""
         setting = self.config.cuda_graphs
         streamed = self.config.weights_vram_gib > 0
@@ -285,22 +303,8 @@ class TrainingRun:
                 "cuda_graphs cannot hold the text encoder's live encoding: set text_encoder_lr "
                 "to 0 or turn cuda_graphs off."
             )
-        dtype = self.config.torch_dtype
-
-        def loss(x_t, sigma, x0, inputs):
-            denoised = prediction(
-                self.base,
-                transformer_options,
-                x_t,
-                sigma,
-                inputs,
-                dtype,
-                cast_cache=False,
-                copy_saved=self.family.copies_saved_activations,
-            )
-            return objective.loss(denoised, x0, sigma).mean()
-
-        return GraphedLoss(loss, self.adapters, strict=setting == "on")
+        # (a capture needs autocast's cast cache off: cached casts would outlive it)
+        return GraphedLoss(self._loss_function(transformer_options, cast_cache=False), self.adapters, setting == "on")
 
     def _trained_parameters(self):
         params = list(self.adapters.parameters())
@@ -349,9 +353,11 @@ class TrainingRun:
             device,
             cached_inputs=self.text_encoder is None,
             options=conditioning_options(config, self.family),
+            mask_floor=config.mask_min,
         )
         transformer_options = transformer_options_of(self.patcher)
-        self.graphed = self._graphed_loss(objective, transformer_options)
+        self.loss_of = self._loss_function(transformer_options)
+        self.graphed = self._graphed_loss(transformer_options)
         validation = None
         if self.data.validation is not None:
             validation = ValidationLoss(
@@ -378,7 +384,7 @@ class TrainingRun:
             step_loss = torch.zeros((), device=device)
             with training_forward():
                 for _ in range(config.grad_accum):
-                    loss = self._micro_batch(prepared, objective, transformer_options)
+                    loss = self._micro_batch(prepared) / config.grad_accum
                     self.scaler.scale(loss).backward()
                     step_loss += loss.detach()
             self.scaler.unscale_(self.optimizer)

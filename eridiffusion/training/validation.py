@@ -18,7 +18,14 @@ class ValidationLoss:
         self.base, self.device, self.objective, self.config = base, device, objective, config
         self.text_encoder, self.seed = text_encoder, seed
         with torch.no_grad():
-            self.prepared = PreparedData(base, data, device, cached_inputs=text_encoder is None, options=options)
+            self.prepared = PreparedData(
+                base,
+                data,
+                device,
+                cached_inputs=text_encoder is None,
+                options=options,
+                mask_floor=config.mask_min,
+            )
         self.sigmas = objective.spread_sigmas(config.eval_timesteps, device)
 
     def __call__(self, patcher, transformer_options):
@@ -43,5 +50,6 @@ class ValidationLoss:
                     batch_inputs([inputs] * count),
                     self.config.torch_dtype,
                 )
-                total += self.objective.loss(denoised, x0, self.sigmas).sum()
+                mask = self.prepared.mask_weights([index])  # (masked images: the loss where they learn)
+                total += self.objective.loss(denoised, x0, self.sigmas, mask).sum()
         return total / (count * len(self.prepared.latents))

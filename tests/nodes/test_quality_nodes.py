@@ -76,3 +76,20 @@ def test_ema_through_the_executor_saves_the_average_and_the_trained_weights_besi
         with caplog.at_level(logging.WARNING):
             nodes.LoraLoader().load_lora(model, clip, name, 1.0, 1.0)
         assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
+
+
+def test_masks_flip_and_mask_min_through_the_executor(registered, datasets_dir, tmp_path):
+    from tests.training.test_masks import copy_photos, half_black_masks
+
+    folder = copy_photos(datasets_dir, str(tmp_path / "masked"))
+    half_black_masks(folder, names=("00",))
+    refused = run_training(folder, "masked_refused", trainer={"steps": 1})
+    assert not refused.success and "01.jpg has no mask" in refused.error
+    outcome = run_training(
+        folder,
+        "masked_node",
+        trainer={"steps": 2, "mask_min": 0.1},
+        dataset_options={"missing_mask": "weight 1", "flip": True},
+    )
+    assert outcome.success, outcome.error
+    assert read_json(outcome, "summary.json")["config"]["mask_min"] == 0.1
