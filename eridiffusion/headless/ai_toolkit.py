@@ -440,7 +440,26 @@ def _train(t, train, at):
         t.put("train", "dtype", t.choice(train["dtype"], DTYPES, at + ("dtype",)), at + ("dtype",))
     _train_objective(t, train, at)
     _train_ema(t, train.get("ema_config"), at + ("ema_config",))
+    _train_preservation(t, train, at)
     _train_unsupported(t, train, at)
+
+
+def _train_preservation(t, train, at):
+    """diff_output_preservation (+ _class, _multiplier): the class phrase whose prediction the adapter must
+    leave as the model had it. ai-toolkit puts the class in place of the trigger word in each caption; here
+    the class is the preservation prompt itself."""
+    if not train.get("diff_output_preservation"):
+        return
+    phrase = train.get("diff_output_preservation_class")
+    if not isinstance(phrase, str) or not phrase.strip():
+        raise EriDiffusionError(
+            f"{t.text.origin(at)}: {label(at + ('diff_output_preservation',))} needs "
+            f"{label(at + ('diff_output_preservation_class',))}, the class without the trigger word (e.g. person)."
+        )
+    t.put("train", "preservation_prompt", phrase.strip(), at + ("diff_output_preservation_class",))
+    if "diff_output_preservation_multiplier" in train:
+        key = at + ("diff_output_preservation_multiplier",)
+        t.put("train", "preservation_weight", train["diff_output_preservation_multiplier"], key)
 
 
 def _train_ema(t, ema, at):
@@ -487,7 +506,6 @@ def _train_unsupported(t, train, at):
         "weight_jitter": 0.0,
         "loss_type": "mse",
         "do_cfg": False,
-        "diff_output_preservation": False,
     }
     reasons = {
         "skip_first_sample": "EriDiffusion samples after training steps only",
@@ -502,8 +520,6 @@ def _train_unsupported(t, train, at):
         "lr_scheduler_params": "not supported yet",
         "xformers": "ComfyUI picks the attention",
         "sdp": "ComfyUI picks the attention",
-        "diff_output_preservation_multiplier": "not supported yet",
-        "diff_output_preservation_class": "not supported yet",
         "switch_boundary_every": "not supported yet",
     }
     for key, reason in why.items():

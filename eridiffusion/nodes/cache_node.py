@@ -55,13 +55,30 @@ class CacheLatents(io.ComfyNode):
                     tooltip="A second LoadDataset of images never trained on (optional): LoRATrainer measures "
                     "the validation loss on them (beside any fraction LoadDataset held out).",
                 ),
+                Dataset.Input(
+                    "regularization_dataset",
+                    optional=True,
+                    tooltip="Class images (optional; DreamBooth's prior preservation), from a second LoadDataset: "
+                    "each training micro-batch comes with one of these, its loss weighted by TrainingExtras' "
+                    "prior_weight, so the class keeps its look.",
+                ),
             ],
             outputs=[TrainingData.Output(display_name="training_data", tooltip="Latents and conditionings.")],
             hidden=[io.Hidden.unique_id],
         )
 
     @classmethod
-    def execute(cls, dataset, vae, clip, resolution, shuffle_variants, cache_folder, validation_dataset=None):
+    def execute(
+        cls,
+        dataset,
+        vae,
+        clip,
+        resolution,
+        shuffle_variants,
+        cache_folder,
+        validation_dataset=None,
+        regularization_dataset=None,
+    ):
         progress = ProgressBar(len(dataset.records), node_id=cls.hidden.unique_id)
         data = build_training_data(
             dataset,
@@ -72,5 +89,6 @@ class CacheLatents(io.ComfyNode):
             shuffle_variants=shuffle_variants,
             progress=lambda done, total: progress.update_absolute(done, total),
             validation_dataset=validation_dataset,
+            regularization_dataset=regularization_dataset,
         )
         return io.NodeOutput(data)

@@ -92,9 +92,19 @@ class ValidationOptionsNode(TrainerOptionsNode):
 
 class TrainingExtrasNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_TrainingExtras", "TrainingExtras"
-    DESCRIPTION = "An EMA of the adapter weights; the loss weight outside masks."
+    DESCRIPTION = (
+        "An EMA of the adapter weights; the loss weight outside masks; prior preservation (the weight of "
+        "regularization images, and differential output preservation of a class phrase)."
+    )
     SOCKET, TRAINER_INPUT = TrainingExtras, "training_extras"
-    SETTINGS = ("ema_decay", "ema_warmup", "mask_min")
+    SETTINGS = (
+        "ema_decay",
+        "ema_warmup",
+        "mask_min",
+        "prior_weight",
+        "preservation_prompt",
+        "preservation_weight",
+    )
 
 
 OPTIONS_NODES = (

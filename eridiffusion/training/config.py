@@ -148,6 +148,28 @@ class TrainConfig:
         maximum=1.0,
         step=0.01,
     )
+    prior_weight: float = setting(
+        1.0,
+        "With regularization (class) images (CacheLatents' regularization_dataset): each training micro-batch "
+        "comes with one of them, and their loss counts this much (DreamBooth's prior_loss_weight).",
+        minimum=0.0,
+        maximum=10.0,
+        step=0.05,
+    )
+    preservation_prompt: str = setting(
+        "",
+        "Differential output preservation: the class phrase without the trigger word (e.g. 'a photo of a dog'). "
+        "Each step also pulls the adapted model's prediction for it, on the same noisy image, towards the "
+        "model's own prediction with the adapter bypassed, so the class keeps its look. Needs the CLIP "
+        "connected to LoRATrainer. Empty: off.",
+    )
+    preservation_weight: float = setting(
+        1.0,
+        "Weight of the preservation loss against the training loss (with a preservation_prompt).",
+        minimum=0.0,
+        maximum=10.0,
+        step=0.05,
+    )
     run_name: str = setting(
         "eridiffusion_lora", "Folder under ComfyUI's output for checkpoints, samples and the loss log."
     )
@@ -169,6 +191,11 @@ class TrainConfig:
             raise EriDiffusionError(
                 "Prodigy needs one learning rate for all adapters: set text_encoder_lr to "
                 f"{self.learning_rate:g} (the learning_rate) or 0."
+            )
+        if self.preservation_prompt.strip() and self.text_encoder_lr > 0:
+            raise EriDiffusionError(
+                "preservation_prompt compares predictions for one fixed encoding of the class phrase, which "
+                "text-encoder training would change: set text_encoder_lr to 0, or clear preservation_prompt."
             )
         if self.weights_vram_gib > 0 and not self.gradient_checkpointing:
             raise EriDiffusionError(

@@ -58,6 +58,7 @@ class TrainingData:
     dataset_fingerprint: str
     stats: CacheStats = field(default_factory=CacheStats)
     validation: "TrainingData | None" = None  # held-out images (and a validation folder's): never trained on
+    regularization: "TrainingData | None" = None  # class images drawn beside the training images
 
     def buckets(self):
         """{(frames, width, height): [sample indices]}, each index listed `repeats` times: samples
@@ -296,47 +297,67 @@ def build_training_data(
     seed=0,
     progress=None,
     validation_dataset=None,
+    regularization_dataset=None,
 ):
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
     `resolution`; clips are sampled as the dataset says (its frames and fps). The dataset's held-out
-    records and those of `validation_dataset` (a second DATASET) become the validation data."""
+    records and those of `validation_dataset` (a second DATASET) become the validation data, and
+    `regularization_dataset` (class images, DreamBooth's prior preservation) the regularization data."""
     check_vae_takes_clips(dataset, vae)
     validation = [(record, dataset.video) for record in dataset.held_out]
     if validation_dataset is not None:
         check_vae_takes_clips(validation_dataset, vae)
         validation += [(r, validation_dataset.video) for r in validation_dataset.records + validation_dataset.held_out]
     cache = LatentCache(cache_folder, vae, clip)
-    options = dataset.captions
     total = len(dataset.records) * (2 if dataset.flip else 1) + len(validation)
+    if regularization_dataset is not None:
+        check_vae_takes_clips(regularization_dataset, vae)
+        total += len(regularization_dataset.records) * (2 if regularization_dataset.flip else 1)
     done = [0]
 
-    def encoded(record, video, variants, index, mirror=False):
-        sample = _sample_of(record, video, cache, resolution, options, variants, seed + index, mirror)
+    def encoded(record, video, captions, variants, index, mirror=False):
+        sample = _sample_of(record, video, cache, resolution, captions, variants, seed + index, mirror)
         done[0] += 1
         if progress is not None:
             progress(done[0], total)
         return sample
 
-    variants_wanted = shuffle_variants if options.shuffle_tags else 1
-    samples = []
-    for index, record in enumerate(dataset.records):
-        samples.append(encoded(record, dataset.video, variants_wanted, index))
-        if dataset.flip:
-            samples.append(encoded(record, dataset.video, variants_wanted, index, mirror=True))
-    held_out = [encoded(record, video, 1, i) for i, (record, video) in enumerate(validation)]
+    def training_samples(source):
+        """Every record of DATASET `source` (and its mirror image, with flip) with its caption variants."""
+        wanted = shuffle_variants if source.captions.shuffle_tags else 1
+        return [
+            encoded(record, source.video, source.captions, wanted, index, mirror)
+            for index, record in enumerate(source.records)
+            for mirror in ((False, True) if source.flip else (False,))
+        ]
+
+    samples = training_samples(dataset)
+    held_out = [encoded(record, video, dataset.captions, 1, i) for i, (record, video) in enumerate(validation)]
     empty = cache.conditioning("")
     validation_data = None
     if held_out:
         validation_data = TrainingData(held_out, empty, 0.0, 1, resolution, "", cache.stats)
+    regularization = None
+    if regularization_dataset is not None:
+        regularization = TrainingData(
+            training_samples(regularization_dataset),
+            empty,
+            regularization_dataset.captions.dropout_rate,
+            regularization_dataset.repeats,
+            resolution,
+            regularization_dataset.fingerprint(),
+            cache.stats,
+        )
     return TrainingData(
         samples,
         empty,
-        options.dropout_rate,
+        dataset.captions.dropout_rate,
         dataset.repeats,
         resolution,
         dataset.fingerprint(),
         cache.stats,
         validation=validation_data,
+        regularization=regularization,
     )
 
 

@@ -20,11 +20,14 @@ class PreparedData:
     """Latents (model space), loss weights of masked samples and, unless captions are encoded live,
     model inputs of every sample, on the training device."""
 
-    def __init__(self, base_model, data, device, limit=None, cached_inputs=True, options=None, mask_floor=0.0):
+    def __init__(
+        self, base_model, data, device, limit=None, cached_inputs=True, options=None, mask_floor=0.0, preservation=None
+    ):
         self.base_model, self.device, self.options = base_model, device, options or {}
         self.latents, self.inputs, self.empty_inputs, self.captions, self.sizes = [], [], [], [], []
         self.references = []  # edit pairs: each sample's reference latents (VAE space)
         self.masks = []  # per latent position: mask_floor + (1 - mask_floor) · mask; None without a mask
+        self.preservation_inputs = []  # with a `preservation` conditioning: its model inputs for each sample
         for sample in data.samples[:limit]:
             latent = base_model.process_latent_in(sample.latent[None].float()).to(device, copy=True)[0]
             self.latents.append(latent)
@@ -46,6 +49,18 @@ class PreparedData:
                             for c in sample.conditionings
                         ]
                     )
+                    if preservation is not None:
+                        self.preservation_inputs.append(
+                            model_inputs(
+                                base_model,
+                                preservation,
+                                latent,
+                                device,
+                                sample.bucket,
+                                self.options,
+                                sample.reference_latents,
+                            )
+                        )
                     self.empty_inputs.append(
                         model_inputs(
                             base_model,

@@ -45,6 +45,7 @@ def capture(run, step):
         "scheduler": run.scheduler.state_dict(),
         "scaler": run.scaler.state_dict(),
         "batches": run.batches.state(),
+        "prior_batches": run.prior_batches.state() if run.prior_batches is not None else None,
         "choice": run.choice.getstate(),
         "noise": run.noise_gen.get_state(),
         "losses": list(run.losses),
@@ -72,6 +73,8 @@ def restore(run, state, path):
     run.scheduler.load_state_dict(state["scheduler"])
     run.scaler.load_state_dict(state["scaler"])
     run.batches.load_state(state["batches"])
+    if run.prior_batches is not None and state.get("prior_batches") is not None:
+        run.prior_batches.load_state(state["prior_batches"])
     run.choice.setstate(state["choice"])
     run.noise_gen.set_state(state["noise"].to(run.noise_gen.get_state().device))
     run.start_step, run.losses = state["step"], list(state["losses"])

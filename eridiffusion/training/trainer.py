@@ -43,6 +43,7 @@ from .text_encoder import TextEncoderTraining, parameter_groups
 from .validation import ValidationLoss
 
 INPUT = "input."  # the model inputs' names in a micro-batch's dict of tensors
+PRESERVED = "preserved."  # the preservation prompt's model inputs there
 
 
 @dataclass
@@ -96,6 +97,20 @@ class TrainingRun:
         self.prefixes = loadable_weight_keys(self.base)
         self.device = self.patcher.load_device
         check_optimizer_runs(config.optimizer, self.device)  # before any heavy work
+        if data.regularization is not None and config.prior_weight == 0:
+            raise EriDiffusionError(
+                "regularization images are connected to CacheLatents but prior_weight is 0, so they would be "
+                "drawn and ignored: raise prior_weight (DreamBooth uses 1.0) or disconnect them."
+            )
+        self.preservation = None  # differential output preservation: the class phrase's conditioning
+        if config.preservation_prompt.strip():
+            if clip is None:
+                raise EriDiffusionError(
+                    "preservation_prompt needs the text encoder to encode the class phrase: connect the graph's "
+                    "CLIP to LoRATrainer's clip input (or clear preservation_prompt)."
+                )
+            with torch.no_grad():
+                self.preservation = clip.encode_from_tokens_scheduled(clip.tokenize(config.preservation_prompt))
 
         # a clone with autograd-safe weights, adapters (fresh or from the resume file), checkpointing
         if self.base.get_dtype() != config.torch_dtype:
@@ -157,6 +172,9 @@ class TrainingRun:
             self.device.type, enabled=config.dtype == "fp16" and self.device.type == "cuda"
         )
         self.batches = BatchSampler(data, config.batch_size, config.seed)
+        self.prior_batches = None  # regularization (class) images, one micro-batch beside each training one
+        if data.regularization is not None:
+            self.prior_batches = BatchSampler(data.regularization, config.batch_size, config.seed + 3)
         self.choice = random.Random(config.seed + 1)  # captions and dropout, host side
         self.noise_gen = torch.Generator(device=self.device).manual_seed(config.seed + 2)
         self.start_step, self.losses, self.eval_before = 0, [], None
@@ -232,15 +250,23 @@ class TrainingRun:
         write_json_atomic(os.path.join(self.run_dir, "loss.json"), log)
 
     # --- one optimizer step
-    def _micro_batch(self, prepared):
+    def _micro_batches(self, prepared, prior):
+        """The losses of one micro-batch of training images and, with regularization images, of one of
+        those (times prior_weight), in turn: each is backpropagated before the next is drawn (CUDA
+        graphs share one memory pool)."""
+        yield self._micro_batch(prepared, self.batches, self.data, preserve=self.preservation is not None)
+        if prior is not None:
+            yield self.config.prior_weight * self._micro_batch(prior, self.prior_batches, self.data.regularization)
+
+    def _micro_batch(self, prepared, batches, data, preserve=False):
         """One micro-batch's loss: a batch drawn, noised, and its loss (replayed from a CUDA graph
-        when there is one)."""
+        when there is one); `preserve` adds the preservation prompt's inputs (see _loss_function)."""
         objective = self.objective
-        indices = self.batches.next()
+        indices = batches.next()
         x0 = torch.stack([prepared.latents[i] for i in indices])
         chosen = []
         for i in indices:
-            dropped = self.data.caption_dropout > 0 and self.choice.random() < self.data.caption_dropout
+            dropped = data.caption_dropout > 0 and self.choice.random() < data.caption_dropout
             variant = None if dropped else self.choice.randrange(prepared.variants(i))
             chosen.append(prepared.inputs_for(i, variant, self.text_encoder))
         noise = objective.noise(x0.shape, self.noise_gen, self.device).to(x0.dtype)
@@ -257,17 +283,22 @@ class TrainingRun:
         if self.text_encoder is not None:
             model_loading.load(self.patcher, self.config.weights_vram_gib)  # encoding loaded the CLIP
         batch.update({INPUT + name: value for name, value in batch_inputs(chosen).items()})
+        if preserve:
+            preserved = batch_inputs([prepared.preservation_inputs[i] for i in indices])
+            batch.update({PRESERVED + name: value for name, value in preserved.items()})
         loss = self.graphed(batch) if self.graphed is not None else None
         return loss if loss is not None else self.loss_of(batch)
 
     def _loss_function(self, transformer_options, cast_cache=True):
         """loss(batch) of a micro-batch as _micro_batch builds it: the objective's loss of the
-        model's prediction (weighted by the batch's mask, if any)."""
-        objective, dtype = self.objective, self.config.torch_dtype
+        model's prediction (weighted by the batch's mask, if any). With the preservation prompt's
+        inputs, plus preservation_weight times the same loss between the adapted prediction for that
+        prompt and the prediction with the adapters bypassed (under no_grad: the target)."""
+        objective, dtype, config = self.objective, self.config.torch_dtype, self.config
 
-        def loss(batch):
-            inputs = {name[len(INPUT) :]: value for name, value in batch.items() if name.startswith(INPUT)}
-            denoised = prediction(
+        def predict(batch, prefix):
+            inputs = {name[len(prefix) :]: value for name, value in batch.items() if name.startswith(prefix)}
+            return prediction(
                 self.base,
                 transformer_options,
                 batch["x_t"],
@@ -277,7 +308,15 @@ class TrainingRun:
                 cast_cache=cast_cache,
                 copy_saved=self.family.copies_saved_activations,
             )
-            return objective.loss(denoised, batch["x0"], batch["sigma"], batch.get("mask")).mean()
+
+        def loss(batch):
+            total = objective.loss(predict(batch, INPUT), batch["x0"], batch["sigma"], batch.get("mask")).mean()
+            if any(name.startswith(PRESERVED) for name in batch):
+                with torch.no_grad(), self.adapters.bypassed():
+                    base = predict(batch, PRESERVED)
+                drift = objective.loss(predict(batch, PRESERVED), base, batch["sigma"]).mean()
+                total = total + config.preservation_weight * drift
+            return total
 
         return loss
 
@@ -354,7 +393,18 @@ class TrainingRun:
             cached_inputs=self.text_encoder is None,
             options=conditioning_options(config, self.family),
             mask_floor=config.mask_min,
+            preservation=self.preservation,
         )
+        prior = None
+        if self.data.regularization is not None:
+            prior = PreparedData(
+                self.base,
+                self.data.regularization,
+                device,
+                cached_inputs=self.text_encoder is None,
+                options=conditioning_options(config, self.family),
+                mask_floor=config.mask_min,
+            )
         transformer_options = transformer_options_of(self.patcher)
         self.loss_of = self._loss_function(transformer_options)
         self.graphed = self._graphed_loss(transformer_options)
@@ -384,9 +434,10 @@ class TrainingRun:
             step_loss = torch.zeros((), device=device)
             with training_forward():
                 for _ in range(config.grad_accum):
-                    loss = self._micro_batch(prepared) / config.grad_accum
-                    self.scaler.scale(loss).backward()
-                    step_loss += loss.detach()
+                    for loss in self._micro_batches(prepared, prior):
+                        loss = loss / config.grad_accum
+                        self.scaler.scale(loss).backward()
+                        step_loss += loss.detach()
             self.scaler.unscale_(self.optimizer)
             norm = gradient_norm(self._trained_parameters(), config.max_grad_norm)
             finite = health.finite(step_loss, norm) if config.on_nan == "skip" else None

@@ -266,3 +266,15 @@ def test_model_section_takes_unetloaders_weight_dtypes_and_comfyuis_clip_types()
     assert settings["weight_dtype"].options == tuple(nodes.UNETLoader.INPUT_TYPES()["required"]["weight_dtype"][0])
     assert set(settings["weight_dtype"].options) == set(WEIGHT_DTYPE_OPTIONS)
     assert "flux" in settings["clip_type"].options and len(settings["clip_type"].options) == len(comfy.sd.CLIPType)
+
+
+def test_ai_toolkit_output_preservation_and_flip_become_their_settings(tmp_path):
+    text = AI_TOOLKIT.replace(
+        "        dtype: bf16\n",
+        "        dtype: bf16\n        diff_output_preservation: true\n"
+        "        diff_output_preservation_class: person\n        diff_output_preservation_multiplier: 0.5\n",
+    ).replace("          shuffle_tokens: false\n", "          shuffle_tokens: false\n          flip_x: true\n")
+    config = load_run_config(write_yaml(tmp_path / "dop.yaml", text))
+    assert (config.train["preservation_prompt"], config.train["preservation_weight"]) == ("person", 0.5)
+    assert config.dataset["flip"] is True
+    assert not [entry for entry in config.unsupported if "preservation" in entry or "flip" in entry]

@@ -8,7 +8,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from tests.support.workflow import load_extension, run_training
+from tests.support.workflow import execution_error, load_extension, run_training
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +93,25 @@ def test_masks_flip_and_mask_min_through_the_executor(registered, datasets_dir, 
     )
     assert outcome.success, outcome.error
     assert read_json(outcome, "summary.json")["config"]["mask_min"] == 0.1
+
+
+def test_regularization_images_and_output_preservation_through_the_executor(registered, dogs, datasets_dir):
+    import folder_paths
+
+    from tests.support.workflow import QUICK, run_prompt, training_prompt, widget_defaults
+
+    settings = {**QUICK, "steps": 2, "run_name": "preserved", "preservation_prompt": "a photo of dog"}
+    prompt = training_prompt(dogs, settings, resolution=64, train_text_encoder=True)  # (links the CLIP)
+    prompt["9"] = {
+        "class_type": "EriDiffusion_LoadDataset",
+        "inputs": {
+            **widget_defaults("EriDiffusion_LoadDataset"),
+            "folder": os.path.join(datasets_dir, "dreambooth_cat"),
+        },
+    }
+    prompt["3"]["inputs"]["regularization_dataset"] = ["9", 0]
+    executor, _ = run_prompt(prompt)
+    assert executor.success, execution_error(executor)
+    with open(os.path.join(folder_paths.get_output_directory(), "preserved", "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["steps"] == 2 and summary["config"]["preservation_prompt"] == "a photo of dog"

@@ -7,6 +7,7 @@ are never changed and other branches of the graph see the plain model. The same 
 CLIP's patcher (text-encoder adapters).
 """
 
+import contextlib
 import itertools
 import logging
 from dataclasses import dataclass
@@ -179,6 +180,17 @@ class AdapterSet(torch.nn.Module):
     def set_multiplier(self, multiplier):
         for _, adapter in self.items():
             adapter.multiplier = multiplier
+
+    @contextlib.contextmanager
+    def bypassed(self):
+        """The model as without these adapters for the block (their multiplier at 0), then as before."""
+        before = [adapter.multiplier for _, adapter in self.items()]
+        self.set_multiplier(0.0)
+        try:
+            yield
+        finally:
+            for (_, adapter), multiplier in zip(self.items(), before):
+                adapter.multiplier = multiplier
 
     def attach_to(self, patcher):
         """Register the bypass injection on `patcher` (a clone); active whenever ComfyUI patches it."""
