@@ -352,6 +352,8 @@ TRAIN_KEYS = (
     "linear_timesteps",
     "linear_timesteps2",
     "timestep_type",
+    "min_denoising_steps",
+    "max_denoising_steps",
     "bypass_guidance_embedding",
     "noise_offset",
     "min_snr_gamma",
@@ -487,6 +489,13 @@ def _train_objective(t, train, at):
     for key in ("bypass_guidance_embedding", "noise_offset"):
         if key in train:
             t.put("objective", key, train[key], at + (key,))
+    # ai-toolkit's timestep range is in steps of its 1000-step schedule
+    for key, ours in (("min_denoising_steps", "timestep_min"), ("max_denoising_steps", "timestep_max")):
+        if key in train:
+            value = train[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise EriDiffusionError(f"{t.text.origin(at + (key,))}: {label(at + (key,))} must be a number 0..1000.")
+            t.put("objective", ours, value / 1000, at + (key,))
     for key in ("min_snr_gamma", "snr_gamma"):
         if train.get(key):
             t.put("objective", "loss_weighting", "min_snr", at + (key,))

@@ -46,14 +46,20 @@ class TrainerOptionsNode(io.ComfyNode):
 
 class AdapterOptionsNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_AdapterOptions", "AdapterOptions"
-    DESCRIPTION = "Which layers get adapters, conv adapters (LoCon) and LoKr's factors, for LoRATrainer."
+    DESCRIPTION = (
+        "Which layers get adapters (preset, then include/exclude patterns on their names), conv adapters "
+        "(LoCon) and LoKr's factors, for LoRATrainer."
+    )
     SOCKET, TRAINER_INPUT = AdapterOptions, "adapter_options"
-    SETTINGS = ("targets", "conv_rank", "conv_alpha", "lokr_factor", "lokr_full_rank")
+    SETTINGS = ("targets", "conv_rank", "conv_alpha", "lokr_factor", "lokr_full_rank", "include", "exclude")
 
 
 class OptimizerOptionsNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_OptimizerOptions", "OptimizerOptions"
-    DESCRIPTION = "The optimizer, learning-rate schedule, gradient accumulation and text-encoder rate, for LoRATrainer."
+    DESCRIPTION = (
+        "The optimizer, learning-rate schedule, gradient accumulation, text-encoder rate and per-block rates, "
+        "for LoRATrainer."
+    )
     SOCKET, TRAINER_INPUT = OptimizerOptions, "optimizer_options"
     SETTINGS = (
         "optimizer",
@@ -63,6 +69,7 @@ class OptimizerOptionsNode(TrainerOptionsNode):
         "text_encoder_lr",
         "weight_decay",
         "max_grad_norm",
+        "block_lr",
     )
 
 

@@ -6,6 +6,7 @@ import torch
 
 from .adapters import AdapterSpec
 from .errors import EriDiffusionError
+from .layer_selection import parse_block_lr
 from .non_finite import MAX_SKIPS_IN_A_ROW, ON_NAN
 from .objective import ObjectiveSpec
 from .optimizers import OPTIMIZERS
@@ -60,6 +61,12 @@ class TrainConfig:
         "8-bit and paged variants (bitsandbytes) save memory; Prodigy sets its own step "
         "size (use learning_rate 1.0). Checked on your device before training.",
         choices=OPTIMIZERS,
+    )
+    block_lr: str = setting(
+        "",
+        "Learning-rate multipliers per block of the diffusion model, e.g. 'input:0.5,middle:1,output:1' "
+        "(SD/SDXL), 'double:1,single:0.5' (Flux), 'blocks.0-9:0.5' (a block list with an index range). "
+        "Unlisted blocks: 1. Empty: one rate.",
     )
     weight_decay: float = setting(
         0.01, "Decoupled weight decay of the optimizer.", minimum=0.0, maximum=1.0, step=0.001
@@ -187,6 +194,9 @@ class TrainConfig:
             raise EriDiffusionError(
                 f"learning_rate {self.learning_rate} is outside (0, {top:g}]; LoRA uses ~1e-4 (Prodigy: 1.0)."
             )
+        parse_block_lr(self.block_lr)  # the syntax now; the model's blocks when training starts
+        if self.optimizer == "Prodigy" and self.block_lr.strip():
+            raise EriDiffusionError("Prodigy needs one learning rate for all adapters: clear block_lr.")
         if self.optimizer == "Prodigy" and self.text_encoder_lr not in (0.0, self.learning_rate):
             raise EriDiffusionError(
                 "Prodigy needs one learning rate for all adapters: set text_encoder_lr to "

@@ -139,6 +139,10 @@ def export_lora(adapter_set, prefixes, metadata, text_encoder=None):
         "eridiffusion_rank": str(spec.rank),
         "eridiffusion_alpha": str(spec.alpha),
         "eridiffusion_targets": spec.targets,
+        # the adapted layers, by their names in the model (the text encoder's under their own key)
+        "eridiffusion_modules": json.dumps(list(adapter_set.layer_names)),
     }
+    if text_encoder:
+        meta["eridiffusion_text_encoder_modules"] = json.dumps(list(text_encoder[0].layer_names))
     meta.update(metadata)
     return TrainedLoRA(tensors, meta)

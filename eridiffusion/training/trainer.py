@@ -28,6 +28,7 @@ from .ema import AdapterEMA
 from .errors import EriDiffusionError
 from .evaluation import evaluation_loss
 from .families import family_of, resolve_objective, resolve_targets
+from .layer_selection import block_multipliers
 from .lora_format import check_finite, export_lora, loadable_weight_keys, raw_path, run_metadata
 from .lr_schedule import lr_factor
 from .model_forward import prediction, token_count, transformer_options_of
@@ -159,7 +160,10 @@ class TrainingRun:
                     "to another model."
                 )
 
-        groups = parameter_groups(self.adapters, config.learning_rate, self.text_encoder, config.text_encoder_lr)
+        multipliers = block_multipliers(self.adapters.layer_names, config.block_lr) if config.block_lr.strip() else None
+        groups = parameter_groups(
+            self.adapters, config.learning_rate, self.text_encoder, config.text_encoder_lr, multipliers
+        )
         self.optimizer = make_optimizer(
             config.optimizer, groups, config.learning_rate, config.weight_decay, self.device
         )

@@ -272,9 +272,11 @@ def test_ai_toolkit_output_preservation_and_flip_become_their_settings(tmp_path)
     text = AI_TOOLKIT.replace(
         "        dtype: bf16\n",
         "        dtype: bf16\n        diff_output_preservation: true\n"
+        "        min_denoising_steps: 200\n        max_denoising_steps: 900\n"
         "        diff_output_preservation_class: person\n        diff_output_preservation_multiplier: 0.5\n",
     ).replace("          shuffle_tokens: false\n", "          shuffle_tokens: false\n          flip_x: true\n")
     config = load_run_config(write_yaml(tmp_path / "dop.yaml", text))
     assert (config.train["preservation_prompt"], config.train["preservation_weight"]) == ("person", 0.5)
     assert config.dataset["flip"] is True
+    assert (config.objective["timestep_min"], config.objective["timestep_max"]) == (0.2, 0.9)
     assert not [entry for entry in config.unsupported if "preservation" in entry or "flip" in entry]

@@ -115,3 +115,31 @@ def test_regularization_images_and_output_preservation_through_the_executor(regi
     with open(os.path.join(folder_paths.get_output_directory(), "preserved", "summary.json")) as f:
         summary = json.load(f)
     assert summary["steps"] == 2 and summary["config"]["preservation_prompt"] == "a photo of dog"
+
+
+def test_layer_selection_block_rates_and_timestep_range_through_the_executor(registered, dogs, comfy_dirs):
+    outcome = run_training(
+        dogs,
+        "selected_node",
+        trainer={
+            "steps": 2,
+            "include": "attn2",
+            "exclude": "output_blocks",
+            "block_lr": "input:0.5,middle:2",
+            "timestep_min": 0.2,
+            "timestep_max": 0.6,
+        },
+        save={"filename_prefix": "selected/dog", "dtype": "fp32"},
+    )
+    assert outcome.success, outcome.error
+    with safetensors.safe_open(os.path.join(comfy_dirs["loras"], "selected", "dog.safetensors"), "pt") as f:
+        modules = json.loads(f.metadata()["eridiffusion_modules"])
+    assert modules and all("attn2" in m and "output_blocks" not in m for m in modules)
+    config = read_json(outcome, "summary.json")["config"]
+    assert (config["block_lr"], config["objective"]["timestep_min"], config["objective"]["timestep_max"]) == (
+        "input:0.5,middle:2",
+        0.2,
+        0.6,
+    )
+    refused = run_training(dogs, "selected_refused", trainer={"steps": 1, "include": "no_such_layer"})
+    assert not refused.success and "their names look like diffusion_model." in refused.error

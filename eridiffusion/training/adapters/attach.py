@@ -17,6 +17,7 @@ import torch
 
 from ..errors import EriDiffusionError
 from ..forward_swap import SwappedForward, swap_in, swap_out
+from ..layer_selection import select_layers
 from ..settings import check_settings, setting
 from .base import layer_kind
 from .dora import DoRA
@@ -94,6 +95,16 @@ class AdapterSpec:
         -1, "LoKr only: Kronecker factor (-1: as balanced as the layer allows).", minimum=-1, maximum=64
     )
     lokr_full_rank: bool = setting(False, "LoKr only: keep both Kronecker factors whole (no low-rank split).")
+    include: str = setting(
+        "",
+        "Regular expression: of the layers `targets` picks, adapt only those whose name matches (searched), "
+        "e.g. 'attn2' (SD cross-attention) or 'output_blocks|middle_block'. Empty: all of them.",
+    )
+    exclude: str = setting(
+        "",
+        "Regular expression: leave out the targeted layers whose name matches, e.g. 'ff\\.net' or "
+        "'single_blocks\\.(3[0-7])\\.'. Empty: none.",
+    )
 
     def __post_init__(self):
         check_settings(self, "adapter")
@@ -129,7 +140,7 @@ def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
         raise EriDiffusionError(
             f"targets '{spec.targets}' matched no layer of {type(root).__name__}; try 'all-linear'."
         )
-    return layers
+    return select_layers(layers, spec.include, spec.exclude)
 
 
 class _BypassForward(SwappedForward):
