@@ -8,6 +8,8 @@ import { ComfyWidgets } from "../../scripts/widgets.js";
 const TRAINER = "EriDiffusion_LoRATrainer";
 const SUMMARY = "eridiffusion_summary";
 const SMOOTHING = 0.9;
+const TRAIN_COLOR = "rgb(80,140,255)";
+const VALIDATION_COLOR = "rgb(255,150,40)";
 
 function smoothed(values) {
   const out = [];
@@ -30,6 +32,7 @@ class TrainerPanel {
   constructor(node) {
     this.node = node;
     this.losses = [];
+    this.validation = []; // [step, validation loss] pairs
     this.logScale = false;
     this.root = document.createElement("div");
     this.root.style.cssText = "display:flex;flex-direction:column;gap:4px;font:12px sans-serif;color:var(--input-text,#ddd)";
@@ -59,6 +62,7 @@ class TrainerPanel {
     this.promptId = event.prompt_id;
     this.node.properties.eridiffusion_run = event.run;
     this.losses.push(...event.losses);
+    this.validation.push(...(event.validation ?? []));
     const parts = [`step ${event.step} / ${event.total}`];
     if (event.seconds_per_step != null) parts.push(`${event.seconds_per_step.toFixed(3)} s/step`);
     parts.push(`ETA ${formatSeconds(event.eta_seconds)}`);
@@ -103,6 +107,7 @@ class TrainerPanel {
     if (!response.ok) return;
     const history = await response.json();
     this.losses = history.loss ?? [];
+    this.validation = history.validation ?? [];
     for (const sample of history.samples ?? []) this.addSample(sample);
     this.text.textContent = `${this.losses.length} steps (${run})`;
     this.draw();
@@ -112,28 +117,52 @@ class TrainerPanel {
     const ctx = this.canvas.getContext("2d");
     const { width, height } = this.canvas;
     ctx.clearRect(0, 0, width, height);
-    // a skipped (non-finite) step comes as null: it has no point on the chart
-    const losses = this.losses.filter((v) => v != null && isFinite(v));
-    if (losses.length < 2) return;
+    // [step, loss] points; a skipped (non-finite) step comes as null: it has no point on the chart
+    const finite = ([, v]) => v != null && isFinite(v);
+    const training = this.losses.map((v, i) => [i + 1, v]).filter(finite);
+    const validation = this.validation.filter(finite);
+    if (training.length < 2 && !validation.length) return;
     const map = (v) => (this.logScale ? Math.log10(Math.max(v, 1e-12)) : v);
-    const values = losses.map(map);
+    const values = [...training, ...validation].map(([, v]) => map(v));
     const lo = Math.min(...values);
     const hi = Math.max(...values);
     const span = hi - lo || 1;
+    const lastStep = Math.max(this.losses.length, ...validation.map(([step]) => step), 2);
     const pad = 6;
-    const point = (i, v) => [pad + ((width - 2 * pad) * i) / (values.length - 1),
-                             height - pad - ((height - 2 * pad) * (v - lo)) / span];
-    const line = (series, color, widthPx) => {
+    const point = (step, v) => [pad + ((width - 2 * pad) * (step - 1)) / (lastStep - 1),
+                                height - pad - ((height - 2 * pad) * (map(v) - lo)) / span];
+    const line = (points, color, widthPx) => {
       ctx.strokeStyle = color;
       ctx.lineWidth = widthPx;
       ctx.beginPath();
-      series.forEach((v, i) => { const [x, y] = point(i, v); i ? ctx.lineTo(x, y) : ctx.moveTo(x, y); });
+      points.forEach(([step, v], i) => { const [x, y] = point(step, v); i ? ctx.lineTo(x, y) : ctx.moveTo(x, y); });
       ctx.stroke();
     };
-    line(values, "rgba(120,150,220,0.45)", 1);
-    line(smoothed(losses).map(map), "rgb(80,140,255)", 2);
+    line(training, "rgba(120,150,220,0.45)", 1);
+    const trend = smoothed(training.map(([, v]) => v));
+    line(training.map(([step], i) => [step, trend[i]]), TRAIN_COLOR, 2);
+    if (validation.length) {
+      line(validation, VALIDATION_COLOR, 2);
+      ctx.fillStyle = VALIDATION_COLOR;
+      for (const [step, v] of validation) {
+        const [x, y] = point(step, v);
+        ctx.fillRect(x - 2, y - 2, 4, 4);
+      }
+      // legend, bottom left (the curves start high on the left): which line is which
+      ctx.fillStyle = TRAIN_COLOR;
+      ctx.fillRect(pad, height - 26, 10, 3);
+      ctx.fillStyle = VALIDATION_COLOR;
+      ctx.fillRect(pad, height - 14, 10, 3);
+      ctx.fillStyle = "#aaa";
+      ctx.fillText("training", pad + 14, height - 21);
+      ctx.fillText("validation", pad + 14, height - 9);
+    }
     ctx.fillStyle = "#aaa";
-    ctx.fillText(losses[losses.length - 1].toPrecision(4), width - 60, 12);
+    if (training.length) ctx.fillText(training[training.length - 1][1].toPrecision(4), width - 60, 12);
+    if (validation.length) {
+      ctx.fillStyle = VALIDATION_COLOR;
+      ctx.fillText(validation[validation.length - 1][1].toPrecision(4), width - 60, 24);
+    }
   }
 }
 
