@@ -161,12 +161,17 @@ def _process(t, process, at):
     if "save" in process:
         _save(t, process["save"], at + ("save",))
     datasets = process.get("datasets", [])
-    if not isinstance(datasets, list) or len(datasets) != 1:
+    regularization = (
+        [isinstance(d, dict) and d.get("is_reg") is True for d in datasets] if isinstance(datasets, list) else []
+    )
+    if not isinstance(datasets, list) or regularization.count(False) != 1 or regularization.count(True) > 1:
         raise EriDiffusionError(
-            f"{t.text.origin(at)}: {label(at + ('datasets',))} must list one dataset; "
-            "EriDiffusion trains on one folder per run."
+            f"{t.text.origin(at)}: {label(at + ('datasets',))} must list one dataset, and at most one more "
+            "with is_reg: true (class images); EriDiffusion trains on one folder per run."
         )
-    _dataset(t, datasets[0], at + ("datasets", 0))
+    for index, dataset in enumerate(datasets):
+        section = "regularization_dataset" if regularization[index] else "dataset"
+        _dataset(t, dataset, at + ("datasets", index), section)
     train = process.get("train", {})
     _train(t, train, at + ("train",))
     if "model" in process:
@@ -258,7 +263,6 @@ def _save(t, save, at):
 DATASET_DEFAULTS = {
     "default_caption": None,
     "token_dropout_rate": 0.0,
-    "is_reg": False,
     "control_path": None,
     "mask_path": None,
     "flip_y": False,
@@ -285,11 +289,14 @@ DATASET_KEYS = (
     "fps",
     "buckets",
     "flip_x",
+    "is_reg",
     *DATASET_DEFAULTS,
 )
 
 
-def _dataset(t, dataset, at):
+def _dataset(t, dataset, at, section="dataset"):
+    """One entry of datasets: LoadDataset's inputs in `section` (dataset, or regularization_dataset for
+    ai-toolkit's is_reg class images, which train at the first dataset's resolution)."""
     dataset = t.mapping(dataset, at, DATASET_KEYS)
     renamed = {
         "folder_path": "folder",
@@ -302,11 +309,13 @@ def _dataset(t, dataset, at):
     }
     for key, ours in renamed.items():
         if key in dataset:
-            t.put("dataset", ours, dataset[key], at + (key,))
+            t.put(section, ours, dataset[key], at + (key,))
     if "caption_ext" in dataset:
         ext = str(dataset["caption_ext"])
-        t.put("dataset", "caption_ext", ext if ext.startswith(".") else "." + ext, at + ("caption_ext",))
-    if "resolution" in dataset:
+        t.put(section, "caption_ext", ext if ext.startswith(".") else "." + ext, at + ("caption_ext",))
+    if "resolution" in dataset and section != "dataset":
+        t.skip(at + ("resolution",), "class images train at the resolution of the first dataset")
+    elif "resolution" in dataset:
         sizes = dataset["resolution"] if isinstance(dataset["resolution"], list) else [dataset["resolution"]]
         if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes):
             raise EriDiffusionError(
@@ -317,7 +326,7 @@ def _dataset(t, dataset, at):
         if len(sizes) > 1:
             t.skip(at + ("resolution",), f"multi-resolution: trains at {max(sizes)} only")
     if "flip_x" in dataset:
-        t.put("dataset", "flip", dataset["flip_x"], at + ("flip_x",))
+        t.put(section, "flip", dataset["flip_x"], at + ("flip_x",))
     for key in ("cache_latents_to_disk", "cache_latents", "buckets"):
         if key in dataset:
             t.unless(dataset[key], True, at + (key,), "latents are always cached on disk, in aspect-ratio buckets")

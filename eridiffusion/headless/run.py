@@ -34,6 +34,8 @@ class Inputs:
     vae: object
     family: object
     dataset: object
+    validation_dataset: object = None  # the config's second and third LoadDatasets, if any
+    regularization_dataset: object = None
 
 
 def load_inputs(config):
@@ -42,8 +44,11 @@ def load_inputs(config):
     with torch.inference_mode():  # as ComfyUI's executor runs every node
         model, clip, vae = load_models(config.model)
         family = model_family(model, config.model)
-        dataset = LoadDataset.execute(**config.dataset).result[0]
-    return Inputs(model, clip, vae, family, dataset)
+        dataset, validation, regularization = (
+            LoadDataset.execute(**values).result[0] if values is not None else None
+            for values in (config.dataset, config.validation_dataset, config.regularization_dataset)
+        )
+    return Inputs(model, clip, vae, family, dataset, validation, regularization)
 
 
 def cache_latents(config, inputs, progress=None):
@@ -61,6 +66,8 @@ def cache_latents(config, inputs, progress=None):
             folder,
             shuffle_variants=config.cache["shuffle_variants"],
             progress=progress,
+            validation_dataset=inputs.validation_dataset,
+            regularization_dataset=inputs.regularization_dataset,
         )
 
 

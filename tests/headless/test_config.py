@@ -70,7 +70,11 @@ def test_values_outside_the_node_inputs_bounds_are_an_error_naming_the_key(tmp_p
 
 def test_every_node_input_is_a_key_of_its_section_with_the_nodes_default(tmp_path):
     config = load_run_config(
-        write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\nobjective: {}\nsample: {}\n")
+        write_yaml(
+            tmp_path / "top.yaml",
+            "model: tiny-sdxl\ndataset: {folder: x}\nobjective: {}\nsample: {}\n"
+            "validation_dataset: {folder: v}\nregularization_dataset: {folder: r}\n",
+        )
     )
     for section, nodes in section_nodes().items():
         widgets = {
@@ -280,3 +284,41 @@ def test_ai_toolkit_output_preservation_and_flip_become_their_settings(tmp_path)
     assert config.dataset["flip"] is True
     assert (config.objective["timestep_min"], config.objective["timestep_max"]) == (0.2, 0.9)
     assert not [entry for entry in config.unsupported if "preservation" in entry or "flip" in entry]
+
+
+def test_validation_and_regularization_sections_are_second_datasets_for_cache_latents(tmp_path):
+    from eridiffusion.headless.run import cache_latents, load_inputs
+    from tests.support.paths import shared_datasets
+
+    datasets = shared_datasets()
+    path = write_yaml(
+        tmp_path / "second_datasets.yaml",
+        f"""
+model: tiny-sd15
+dataset: {{folder: {datasets}/dreambooth_dog, validation: 0.2}}
+cache: {{resolution: 64, cache_folder: cache}}
+validation_dataset: {{folder: {datasets}/dreambooth_backpack}}
+regularization_dataset: {{folder: ../{os.path.relpath(os.path.join(datasets, "dreambooth_cat"), tmp_path.parent)}}}
+""",
+    )
+    config = load_run_config(path)
+    assert config.regularization_dataset["folder"] == os.path.join(datasets, "dreambooth_cat")
+    assert config.validation_dataset["missing_caption"] == "error"  # LoadDataset's defaults filled in
+    data = cache_latents(config, load_inputs(config))
+    assert (len(data.samples), len(data.validation.samples), len(data.regularization.samples)) == (4, 1 + 6, 5)
+    with pytest.raises(EriDiffusionError, match="regularization_dataset.folder is missing"):
+        load_run_config(write_yaml(tmp_path / "bad.yaml", "dataset: {folder: x}\nregularization_dataset: {}\n"))
+
+
+def test_ai_toolkit_is_reg_dataset_becomes_the_regularization_dataset(tmp_path):
+    text = AI_TOOLKIT.replace(
+        "          resolution: [ 512, 768, 1024 ]\n",
+        "          resolution: [ 512, 768, 1024 ]\n"
+        "        - folder_path: /path/to/class/images\n          is_reg: true\n",
+    )
+    config = load_run_config(write_yaml(tmp_path / "reg.yaml", text))
+    assert config.regularization_dataset["folder"] == "/path/to/class/images"
+    assert config.dataset["folder"] == "/path/to/images/folder"
+    twice = text.replace("is_reg: true", "is_reg: false")
+    with pytest.raises(EriDiffusionError, match="at most one more with is_reg: true"):
+        load_run_config(write_yaml(tmp_path / "two.yaml", twice))
