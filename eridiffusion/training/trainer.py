@@ -349,6 +349,18 @@ class TrainingRun:
         # (a capture needs autocast's cast cache off: cached casts would outlive it)
         return GraphedLoss(self._loss_function(transformer_options, cast_cache=False), self.adapters, setting == "on")
 
+    def _prepared(self, data, preservation=None):
+        """PreparedData of `data` (the training or the regularization images) for this run."""
+        return PreparedData(
+            self.base,
+            data,
+            self.device,
+            cached_inputs=self.text_encoder is None,
+            options=conditioning_options(self.config, self.family),
+            mask_floor=self.config.mask_min,
+            preservation=preservation,
+        )
+
     def _trained_parameters(self):
         params = list(self.adapters.parameters())
         return params + (list(self.text_encoder.adapters.parameters()) if self.text_encoder else [])
@@ -390,25 +402,8 @@ class TrainingRun:
             self.eval_before = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
         model_loading.load(self.patcher, config.weights_vram_gib)
         objective = self.objective
-        prepared = PreparedData(
-            self.base,
-            self.data,
-            device,
-            cached_inputs=self.text_encoder is None,
-            options=conditioning_options(config, self.family),
-            mask_floor=config.mask_min,
-            preservation=self.preservation,
-        )
-        prior = None
-        if self.data.regularization is not None:
-            prior = PreparedData(
-                self.base,
-                self.data.regularization,
-                device,
-                cached_inputs=self.text_encoder is None,
-                options=conditioning_options(config, self.family),
-                mask_floor=config.mask_min,
-            )
+        prepared = self._prepared(self.data, self.preservation)
+        prior = self._prepared(self.data.regularization) if self.data.regularization is not None else None
         transformer_options = transformer_options_of(self.patcher)
         self.loss_of = self._loss_function(transformer_options)
         self.graphed = self._graphed_loss(transformer_options)
