@@ -162,6 +162,23 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture(scope="session")
+def quality_stack(datasets_dir, tmp_path_factory):
+    """Tiny SD1.5 (model, clip, vae) and its TrainingData of the dog photos at 64 px with one of the five
+    held out for validation: the stack of issue 14's tests (validation, EMA, masks, preservation)."""
+    import torch
+
+    from eridiffusion.training.dataset import load_dataset
+    from eridiffusion.training.latent_cache import build_training_data
+    from tests.support.tiny_models import build_tiny
+
+    model, clip, vae = build_tiny("sd15", seed=0)
+    dataset = load_dataset(os.path.join(datasets_dir, "dreambooth_dog"), validation=0.2)
+    with torch.inference_mode():
+        data = build_training_data(dataset, vae, clip, 64, str(tmp_path_factory.mktemp("quality_cache")))
+    return model, clip, vae, data
+
+
+@pytest.fixture(scope="session")
 def dog_clips(datasets_dir, tmp_path_factory):
     """A clip dataset from the DreamBooth photos (demo/photo_clips.py), loaded at CLIP_FRAMES frames
     and 16 fps."""

@@ -12,6 +12,8 @@ const SUMMARY = "eridiffusion_summary";
 // the node never grows over its neighbours after a run.
 const REPORTING = new Set(["EriDiffusion_SaveLoRA", "EriDiffusion_LoadLoRAForTraining"]);
 const SMOOTHING = 0.9;
+const TRAIN_COLOR = "rgb(80,140,255)";
+const VALIDATION_COLOR = "rgb(255,150,40)";
 
 // The height LoRATrainer reserves for its live panel up front, so that nothing the panel shows
 // (samples, the summary) makes the node grow over its neighbours. The panel's rows are fixed and
@@ -47,8 +49,8 @@ class LossChart {
     this.logScale = false;
   }
 
-  addSeries({ label, color, smooth = false }) {
-    const series = { label, color, smooth, points: [] };
+  addSeries({ label, color, smooth = false, dots = false }) {
+    const series = { label, color, smooth, dots, points: [] };
     this.series.push(series);
     return series;
   }
@@ -89,6 +91,10 @@ class LossChart {
       } else {
         line(s.points, s.color, 2);
       }
+      if (s.dots) {
+        ctx.fillStyle = s.color;
+        for (const [step, v] of s.points) ctx.fillRect(x(step) - 2, y(v) - 2, 4, 4);
+      }
       const last = s.points[s.points.length - 1][1];
       const label = `${s.label} ${last.toPrecision(4)}`;
       ctx.fillStyle = s.color;
@@ -119,7 +125,9 @@ class TrainerPanel {
     this.canvas.height = PANEL_ROWS.chart;
     this.canvas.onclick = () => this.toggleLogScale();
     this.chart = new LossChart(this.canvas);
-    this.trainingLoss = this.chart.addSeries({ label: "loss", color: "rgb(80,140,255)", smooth: true });
+    this.trainingLoss = this.chart.addSeries({ label: "loss", color: TRAIN_COLOR, smooth: true });
+    // [step, loss] of each validation check (a held-out set, measured every validate_every steps)
+    this.validationLoss = this.chart.addSeries({ label: "validation", color: VALIDATION_COLOR, dots: true });
     this.text = row("div", PANEL_ROWS.stats);
     this.text.className = "eridiffusion-stats";
     this.summary = document.createElement("div");
@@ -144,6 +152,11 @@ class TrainerPanel {
     return this.trainingLoss.points.map(([, v]) => v);
   }
 
+  /** [step, validation loss] of each check. */
+  get validation() {
+    return this.validationLoss.points;
+  }
+
   toggleLogScale() {
     this.chart.logScale = !this.chart.logScale;
     this.chart.draw();
@@ -154,6 +167,7 @@ class TrainerPanel {
     this.node.properties.eridiffusion_run = event.run;
     const points = this.trainingLoss.points;
     for (const loss of event.losses) points.push([points.length + 1, loss]);
+    this.validationLoss.points.push(...(event.validation ?? []));
     const parts = [`step ${event.step} / ${event.total}`];
     if (event.seconds_per_step != null) parts.push(`${event.seconds_per_step.toFixed(3)} s/step`);
     parts.push(`ETA ${formatSeconds(event.eta_seconds)}`);
@@ -216,6 +230,7 @@ class TrainerPanel {
     if (!response.ok) return;
     const history = await response.json();
     this.trainingLoss.points = (history.loss ?? []).map((v, i) => [i + 1, v]);
+    this.validationLoss.points = history.validation ?? [];
     for (const sample of history.samples ?? []) this.addSample(sample);
     this.text.textContent = `${this.trainingLoss.points.length} steps (${run})`;
     this.chart.draw();

@@ -161,12 +161,17 @@ def _process(t, process, at):
     if "save" in process:
         _save(t, process["save"], at + ("save",))
     datasets = process.get("datasets", [])
-    if not isinstance(datasets, list) or len(datasets) != 1:
+    regularization = (
+        [isinstance(d, dict) and d.get("is_reg") is True for d in datasets] if isinstance(datasets, list) else []
+    )
+    if not isinstance(datasets, list) or regularization.count(False) != 1 or regularization.count(True) > 1:
         raise EriDiffusionError(
-            f"{t.text.origin(at)}: {label(at + ('datasets',))} must list one dataset; "
-            "EriDiffusion trains on one folder per run."
+            f"{t.text.origin(at)}: {label(at + ('datasets',))} must list one dataset, and at most one more "
+            "with is_reg: true (class images); EriDiffusion trains on one folder per run."
         )
-    _dataset(t, datasets[0], at + ("datasets", 0))
+    for index, dataset in enumerate(datasets):
+        section = "regularization_dataset" if regularization[index] else "dataset"
+        _dataset(t, dataset, at + ("datasets", index), section)
     train = process.get("train", {})
     _train(t, train, at + ("train",))
     if "model" in process:
@@ -258,10 +263,8 @@ def _save(t, save, at):
 DATASET_DEFAULTS = {
     "default_caption": None,
     "token_dropout_rate": 0.0,
-    "is_reg": False,
     "control_path": None,
     "mask_path": None,
-    "flip_x": False,
     "flip_y": False,
     "random_crop": False,
     "random_scale": False,
@@ -285,11 +288,15 @@ DATASET_KEYS = (
     "num_frames",
     "fps",
     "buckets",
+    "flip_x",
+    "is_reg",
     *DATASET_DEFAULTS,
 )
 
 
-def _dataset(t, dataset, at):
+def _dataset(t, dataset, at, section="dataset"):
+    """One entry of datasets: LoadDataset's inputs in `section` (dataset, or regularization_dataset for
+    ai-toolkit's is_reg class images, which train at the first dataset's resolution)."""
     dataset = t.mapping(dataset, at, DATASET_KEYS)
     renamed = {
         "folder_path": "folder",
@@ -302,11 +309,13 @@ def _dataset(t, dataset, at):
     }
     for key, ours in renamed.items():
         if key in dataset:
-            t.put("dataset", ours, dataset[key], at + (key,))
+            t.put(section, ours, dataset[key], at + (key,))
     if "caption_ext" in dataset:
         ext = str(dataset["caption_ext"])
-        t.put("dataset", "caption_ext", ext if ext.startswith(".") else "." + ext, at + ("caption_ext",))
-    if "resolution" in dataset:
+        t.put(section, "caption_ext", ext if ext.startswith(".") else "." + ext, at + ("caption_ext",))
+    if "resolution" in dataset and section != "dataset":
+        t.skip(at + ("resolution",), "class images train at the resolution of the first dataset")
+    elif "resolution" in dataset:
         sizes = dataset["resolution"] if isinstance(dataset["resolution"], list) else [dataset["resolution"]]
         if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes):
             raise EriDiffusionError(
@@ -316,6 +325,8 @@ def _dataset(t, dataset, at):
         t.put("cache", "resolution", max(sizes), at + ("resolution",))
         if len(sizes) > 1:
             t.skip(at + ("resolution",), f"multi-resolution: trains at {max(sizes)} only")
+    if "flip_x" in dataset:
+        t.put(section, "flip", dataset["flip_x"], at + ("flip_x",))
     for key in ("cache_latents_to_disk", "cache_latents", "buckets"):
         if key in dataset:
             t.unless(dataset[key], True, at + (key,), "latents are always cached on disk, in aspect-ratio buckets")
@@ -350,6 +361,8 @@ TRAIN_KEYS = (
     "linear_timesteps",
     "linear_timesteps2",
     "timestep_type",
+    "min_denoising_steps",
+    "max_denoising_steps",
     "bypass_guidance_embedding",
     "noise_offset",
     "min_snr_gamma",
@@ -437,7 +450,38 @@ def _train(t, train, at):
     if "dtype" in train:
         t.put("train", "dtype", t.choice(train["dtype"], DTYPES, at + ("dtype",)), at + ("dtype",))
     _train_objective(t, train, at)
+    _train_ema(t, train.get("ema_config"), at + ("ema_config",))
+    _train_preservation(t, train, at)
     _train_unsupported(t, train, at)
+
+
+def _train_preservation(t, train, at):
+    """diff_output_preservation (+ _class, _multiplier): the class phrase whose prediction the adapter must
+    leave as the model had it. ai-toolkit puts the class in place of the trigger word in each caption; here
+    the class is the preservation prompt itself."""
+    if not train.get("diff_output_preservation"):
+        return
+    phrase = train.get("diff_output_preservation_class")
+    if not isinstance(phrase, str) or not phrase.strip():
+        raise EriDiffusionError(
+            f"{t.text.origin(at)}: {label(at + ('diff_output_preservation',))} needs "
+            f"{label(at + ('diff_output_preservation_class',))}, the class without the trigger word (e.g. person)."
+        )
+    t.put("train", "preservation_prompt", phrase.strip(), at + ("diff_output_preservation_class",))
+    if "diff_output_preservation_multiplier" in train:
+        key = at + ("diff_output_preservation_multiplier",)
+        t.put("train", "preservation_weight", train["diff_output_preservation_multiplier"], key)
+
+
+def _train_ema(t, ema, at):
+    """ema_config {use_ema, ema_decay}: ai-toolkit's EMA of the trained weights (its decay 0.999 by default)."""
+    if ema is None:
+        return
+    ema = t.mapping(ema, at, ("use_ema", "ema_decay"))
+    if ema.get("use_ema"):
+        t.put(
+            "train", "ema_decay", ema.get("ema_decay", 0.999), at + ("ema_decay" if "ema_decay" in ema else "use_ema",)
+        )
 
 
 def _train_objective(t, train, at):
@@ -454,6 +498,13 @@ def _train_objective(t, train, at):
     for key in ("bypass_guidance_embedding", "noise_offset"):
         if key in train:
             t.put("objective", key, train[key], at + (key,))
+    # ai-toolkit's timestep range is in steps of its 1000-step schedule
+    for key, ours in (("min_denoising_steps", "timestep_min"), ("max_denoising_steps", "timestep_max")):
+        if key in train:
+            value = train[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise EriDiffusionError(f"{t.text.origin(at + (key,))}: {label(at + (key,))} must be a number 0..1000.")
+            t.put("objective", ours, value / 1000, at + (key,))
     for key in ("min_snr_gamma", "snr_gamma"):
         if train.get(key):
             t.put("objective", "loss_weighting", "min_snr", at + (key,))
@@ -473,7 +524,6 @@ def _train_unsupported(t, train, at):
         "weight_jitter": 0.0,
         "loss_type": "mse",
         "do_cfg": False,
-        "diff_output_preservation": False,
     }
     reasons = {
         "skip_first_sample": "EriDiffusion samples after training steps only",
@@ -483,16 +533,11 @@ def _train_unsupported(t, train, at):
     for key, value in accepted.items():
         if key in train:
             t.unless(train[key], value, at + (key,), reasons.get(key, "not supported yet"))
-    ema = train.get("ema_config")
-    if isinstance(ema, dict) and ema.get("use_ema"):
-        t.skip(at + ("ema_config",), "EMA is not supported yet")
     why = {
         "noise_scheduler": "the model's own noise schedule (ComfyUI's model_sampling) is used",
         "lr_scheduler_params": "not supported yet",
         "xformers": "ComfyUI picks the attention",
         "sdp": "ComfyUI picks the attention",
-        "diff_output_preservation_multiplier": "not supported yet",
-        "diff_output_preservation_class": "not supported yet",
         "switch_boundary_every": "not supported yet",
     }
     for key, reason in why.items():

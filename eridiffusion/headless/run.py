@@ -37,6 +37,8 @@ class Inputs:
     vae: object
     family: object
     dataset: object
+    validation_dataset: object = None  # the config's second and third LoadDatasets, if any
+    regularization_dataset: object = None
 
 
 def load_inputs(config):
@@ -45,8 +47,11 @@ def load_inputs(config):
     with torch.inference_mode():  # as ComfyUI's executor runs every node
         model, clip, vae = load_models(config.model)
         family = model_family(model, config.model)
-        dataset = LoadDataset.execute(**config.dataset).result[0]
-    return Inputs(model, clip, vae, family, dataset)
+        dataset, validation, regularization = (
+            LoadDataset.execute(**values).result[0] if values is not None else None
+            for values in (config.dataset, config.validation_dataset, config.regularization_dataset)
+        )
+    return Inputs(model, clip, vae, family, dataset, validation, regularization)
 
 
 def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
@@ -65,6 +70,8 @@ def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
             shuffle_variants=config.cache["shuffle_variants"],
             progress=progress,
             processes=processes,
+            validation_dataset=inputs.validation_dataset,
+            regularization_dataset=inputs.regularization_dataset,
         )
 
 
@@ -132,13 +139,7 @@ def save_outputs(config, result):
     from ..nodes.save_node import SaveLoRA
     from ..training.loss_plot import LossHistory
 
-    history = LossHistory(
-        tuple(result.losses),
-        result.eval_loss_before,
-        result.eval_loss_after,
-        result.seconds_per_step,
-        os.path.abspath(result.run_dir),
-    )
+    history = LossHistory.of(result)
     with torch.inference_mode():
         path = SaveLoRA.execute(result.lora, **config.save).result[0]
         LossGraph.execute(history)
@@ -161,6 +162,7 @@ def train_from_config(config, resume=None, processes=SINGLE_PROCESS):
     import folder_paths
 
     from ..training.run_folder import unique_run_dir
+    from ..training.summary import validation_summary
     from ..training.trainer import TrainingHooks, train_lora
 
     main = processes.is_main
@@ -216,7 +218,7 @@ def train_from_config(config, resume=None, processes=SINGLE_PROCESS):
     terminal.say(
         f"{'stopped at' if stopped else 'trained'} step {len(result.losses)} of {settings.steps} in "
         f"{time.monotonic() - started:.0f} s ({result.seconds_per_step:.3g} s/step); evaluation loss "
-        f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}"
+        f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}{validation_summary(result)}"
     )
     terminal.say(f"run folder {os.path.relpath(run_dir)}; LoRA {os.path.relpath(lora_path)}")
     return stopped and stop.requested

@@ -37,6 +37,8 @@ class RunConfig:
     sample: dict | None
     save: dict
     logging: dict
+    validation_dataset: dict | None = None  # LoadDataset's inputs for CacheLatents' validation_dataset
+    regularization_dataset: dict | None = None  # ... and for its regularization_dataset (class images)
     output: str = ""  # ComfyUI's output folder for the run ("": the command line's)
     unsupported: tuple = ()  # "key (why)" of settings read but not honoured
     schema: str = "eridiffusion"  # or "ai-toolkit": the format the file was written in
@@ -119,11 +121,13 @@ def _complete(path, raw, labels, output, unsupported, schema):
         if not isinstance(given, (dict, type(None))):
             raise EriDiffusionError(f"{origin}: {where} must be a mapping of keys (got {given!r}).")
         resolved[section] = _complete_section(section, given or {}, labels, path)
-    if "folder" not in (raw.get("dataset") or {}):
-        raise EriDiffusionError(
-            f"{path}: dataset.folder is missing: give the folder of training images "
-            "(relative to the config file, or absolute)."
-        )
+    for section in ("dataset", "validation_dataset", "regularization_dataset"):
+        if (section == "dataset" or raw.get(section) is not None) and "folder" not in (raw.get(section) or {}):
+            raise EriDiffusionError(
+                f"{path}: {section}.folder is missing: give the folder of "
+                f"{'training' if section == 'dataset' else section.split('_')[0]} images "
+                "(relative to the config file, or absolute)."
+            )
     if output:
         folder, origin = output
         if not isinstance(folder, str) or not folder:

@@ -10,12 +10,23 @@ from dataclasses import dataclass
 from ..training.errors import EriDiffusionError
 
 # Sections named after the node whose inputs they hold. `objective` and `sample` are the
-# trainer's optional inputs: a section left out (or null) is a node not connected.
-NODE_SECTIONS = ("dataset", "cache", "train", "objective", "sample", "save")
-OPTIONAL_SECTIONS = ("objective", "sample")
+# trainer's optional inputs, `validation_dataset` and `regularization_dataset` second LoadDatasets
+# into CacheLatents' inputs of those names: a section left out (or null) is a node not connected.
+NODE_SECTIONS = (
+    "dataset",
+    "cache",
+    "train",
+    "objective",
+    "sample",
+    "save",
+    "validation_dataset",
+    "regularization_dataset",
+)
+OPTIONAL_SECTIONS = ("objective", "sample", "validation_dataset", "regularization_dataset")
+DATASET_SECTIONS = ("dataset", "validation_dataset", "regularization_dataset")  # LoadDataset's inputs each
 SECTIONS = ("model",) + NODE_SECTIONS + ("logging",)
 # Node inputs that name a folder: a relative one is taken from the config file that sets it.
-FOLDER_INPUTS = {("dataset", "folder"), ("cache", "cache_folder")}
+FOLDER_INPUTS = {(section, "folder") for section in DATASET_SECTIONS} | {("cache", "cache_folder")}
 WIDGET_KINDS = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
 
 
@@ -118,6 +129,8 @@ def section_nodes():
         "objective": (TrainingObjective,),
         "sample": (SampleDuringTraining,),
         "save": (SaveLoRA,),
+        "validation_dataset": (LoadDataset,),
+        "regularization_dataset": (LoadDataset,),
     }
 
 

@@ -49,13 +49,36 @@ class CacheLatents(io.ComfyNode):
                 io.String.Input(
                     "cache_folder", default="", tooltip="Where encodings are kept; empty: output/eridiffusion_cache."
                 ),
+                Dataset.Input(
+                    "validation_dataset",
+                    optional=True,
+                    tooltip="A second LoadDataset of images never trained on (optional): LoRATrainer measures "
+                    "the validation loss on them (beside any fraction LoadDataset held out).",
+                ),
+                Dataset.Input(
+                    "regularization_dataset",
+                    optional=True,
+                    tooltip="Class images (optional; DreamBooth's prior preservation), from a second LoadDataset: "
+                    "each training micro-batch comes with one of these, its loss weighted by TrainingExtras' "
+                    "prior_weight, so the class keeps its look.",
+                ),
             ],
             outputs=[TrainingData.Output(display_name="training_data", tooltip="Latents and conditionings.")],
             hidden=[io.Hidden.unique_id],
         )
 
     @classmethod
-    def execute(cls, dataset, vae, clip, resolution, shuffle_variants, cache_folder):
+    def execute(
+        cls,
+        dataset,
+        vae,
+        clip,
+        resolution,
+        shuffle_variants,
+        cache_folder,
+        validation_dataset=None,
+        regularization_dataset=None,
+    ):
         progress = ProgressBar(len(dataset.records), node_id=cls.hidden.unique_id)
         data = build_training_data(
             dataset,
@@ -65,5 +88,7 @@ class CacheLatents(io.ComfyNode):
             cache_folder.strip() or default_cache_folder(),
             shuffle_variants=shuffle_variants,
             progress=lambda done, total: progress.update_absolute(done, total),
+            validation_dataset=validation_dataset,
+            regularization_dataset=regularization_dataset,
         )
         return io.NodeOutput(data)

@@ -5,10 +5,11 @@ import os
 import folder_paths
 from comfy_api.latest import io
 
-from ..training.dataset import load_dataset
+from ..training.dataset import MAX_VALIDATION_FRACTION, load_dataset
 from .types import CATEGORY, Dataset
 
 MISSING_CAPTION = {"error": "error", "use trigger word": "trigger_word"}
+MISSING_MASK = {"error": "error", "weight 1": "weight_1"}
 
 
 def resolve_dataset_folder(folder):
@@ -25,7 +26,8 @@ class LoadDataset(io.ComfyNode):
             display_name="LoadDataset",
             category=CATEGORY,
             description="Reads a folder of images, video clips or frame folders with same-name caption files "
-            "(or a metadata.jsonl); a control/ subfolder makes it an edit-pair dataset.",
+            "(or a metadata.jsonl); a control/ subfolder makes it an edit-pair dataset, a masks/ subfolder "
+            "gives each image a loss mask.",
             inputs=[
                 io.String.Input(
                     "folder",
@@ -84,6 +86,33 @@ class LoadDataset(io.ComfyNode):
                     tooltip="Clips only: the rate frames are taken at (Wan 16, HunyuanVideo and LTX-Video "
                     "24); 0 takes every stored frame. Frame folders are read frame by frame.",
                 ),
+                io.Float.Input(  # optional: workflows saved before it existed still run
+                    "validation",
+                    optional=True,
+                    default=0.0,
+                    min=0.0,
+                    max=MAX_VALIDATION_FRACTION,
+                    step=0.05,
+                    tooltip="Fraction of the images held out of training (evenly spread over the names) to "
+                    "measure a validation loss on: LoRATrainer tracks it, keeps the best checkpoint and can "
+                    "stop early (ValidationOptions). 0: off.",
+                ),
+                io.Combo.Input(
+                    "missing_mask",
+                    optional=True,
+                    options=list(MISSING_MASK),
+                    default="error",
+                    tooltip="With a masks/ subfolder (a greyscale mask per image, same stem: white = learn, "
+                    "black = ignore, grey = in between; TrainingExtras' mask_min sets the floor): an image "
+                    "without a mask stops with an error naming it, or trains with weight 1 everywhere.",
+                ),
+                io.Boolean.Input(
+                    "flip",
+                    optional=True,
+                    default=False,
+                    tooltip="Also train on every image mirrored left to right (twice the images; masks and "
+                    "reference images are mirrored with them). Leave off for asymmetric subjects (text, logos).",
+                ),
             ],
             outputs=[Dataset.Output(display_name="dataset", tooltip="The images and their captions.")],
         )
@@ -101,6 +130,9 @@ class LoadDataset(io.ComfyNode):
         repeats,
         frames,
         fps,
+        validation=0.0,
+        missing_mask="error",
+        flip=False,
     ):
         dataset = load_dataset(
             resolve_dataset_folder(folder),
@@ -113,5 +145,8 @@ class LoadDataset(io.ComfyNode):
             repeats=repeats,
             frames=frames,
             fps=fps,
+            validation=validation,
+            missing_mask=MISSING_MASK[missing_mask],
+            flip=flip,
         )
         return io.NodeOutput(dataset)

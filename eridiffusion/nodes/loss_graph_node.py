@@ -16,7 +16,7 @@ class LossGraph(io.ComfyNode):
             node_id="EriDiffusion_LossGraph",
             display_name="LossGraph",
             category=CATEGORY,
-            description="Plots the training loss, raw and smoothed.",
+            description="Plots the training loss, raw and smoothed, and the validation loss when there is one.",
             is_output_node=True,
             inputs=[Loss.Input("loss", tooltip="From LoRATrainer.")],
             outputs=[io.Image.Output(display_name="image", tooltip="The plot.")],
@@ -27,7 +27,9 @@ class LossGraph(io.ComfyNode):
         title = (
             f"loss (eval {loss.eval_loss_before:.4g} -> {loss.eval_loss_after:.4g}, {loss.seconds_per_step:.3g} s/step)"
         )
-        picture = draw_loss_plot(list(loss.losses), title=title)
+        if loss.best_step is not None:
+            title += f"; best validation at step {loss.best_step}"
+        picture = draw_loss_plot(list(loss.losses), title=title, validation=loss.validation)
         write_atomic(
             os.path.join(loss.run_dir, "loss.png"), lambda tmp: picture.save(tmp, format="PNG"), overwrite=True
         )

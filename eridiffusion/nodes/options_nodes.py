@@ -1,13 +1,21 @@
 """The small optional nodes that feed LoRATrainer the settings users change less often (adapter
-shape, optimizer and schedule, memory and speed, checkpoints), so the trainer's own face holds only
-the essentials. Each input is a training setting (training/config.py) with its default; a node
-left out means those defaults."""
+shape, optimizer and schedule, memory and speed, checkpoints, validation, EMA and the loss's
+extras), so the trainer's own face holds only the essentials. Each input is a training setting
+(training/config.py) with its default; a node left out means those defaults."""
 
 from comfy_api.latest import io
 
 from ..training.config import training_settings
 from .setting_inputs import SettingValues, inputs_for
-from .types import CATEGORY, AdapterOptions, CheckpointOptions, MemoryOptions, OptimizerOptions
+from .types import (
+    CATEGORY,
+    AdapterOptions,
+    CheckpointOptions,
+    MemoryOptions,
+    OptimizerOptions,
+    TrainingExtras,
+    ValidationOptions,
+)
 
 
 class TrainerOptionsNode(io.ComfyNode):
@@ -38,14 +46,20 @@ class TrainerOptionsNode(io.ComfyNode):
 
 class AdapterOptionsNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_AdapterOptions", "AdapterOptions"
-    DESCRIPTION = "Which layers get adapters, conv adapters (LoCon) and LoKr's factors, for LoRATrainer."
+    DESCRIPTION = (
+        "Which layers get adapters (preset, then include/exclude patterns on their names), conv adapters "
+        "(LoCon) and LoKr's factors, for LoRATrainer."
+    )
     SOCKET, TRAINER_INPUT = AdapterOptions, "adapter_options"
-    SETTINGS = ("targets", "conv_rank", "conv_alpha", "lokr_factor", "lokr_full_rank")
+    SETTINGS = ("targets", "conv_rank", "conv_alpha", "lokr_factor", "lokr_full_rank", "include", "exclude")
 
 
 class OptimizerOptionsNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_OptimizerOptions", "OptimizerOptions"
-    DESCRIPTION = "The optimizer, learning-rate schedule, gradient accumulation and text-encoder rate, for LoRATrainer."
+    DESCRIPTION = (
+        "The optimizer, learning-rate schedule, gradient accumulation, text-encoder rate and per-block rates, "
+        "for LoRATrainer."
+    )
     SOCKET, TRAINER_INPUT = OptimizerOptions, "optimizer_options"
     SETTINGS = (
         "optimizer",
@@ -55,6 +69,7 @@ class OptimizerOptionsNode(TrainerOptionsNode):
         "text_encoder_lr",
         "weight_decay",
         "max_grad_norm",
+        "block_lr",
     )
 
 
@@ -75,4 +90,38 @@ class CheckpointOptionsNode(TrainerOptionsNode):
     SETTINGS = ("keep_last", "on_nan")
 
 
-OPTIONS_NODES = (AdapterOptionsNode, OptimizerOptionsNode, MemoryOptionsNode, CheckpointOptionsNode)
+class ValidationOptionsNode(TrainerOptionsNode):
+    NODE_ID, DISPLAY_NAME = "EriDiffusion_ValidationOptions", "ValidationOptions"
+    DESCRIPTION = (
+        "How often the validation loss is measured (on LoadDataset's held-out images or CacheLatents' "
+        "validation_dataset) and when a run that stopped improving ends."
+    )
+    SOCKET, TRAINER_INPUT = ValidationOptions, "validation_options"
+    SETTINGS = ("validate_every", "early_stop_patience")
+
+
+class TrainingExtrasNode(TrainerOptionsNode):
+    NODE_ID, DISPLAY_NAME = "EriDiffusion_TrainingExtras", "TrainingExtras"
+    DESCRIPTION = (
+        "An EMA of the adapter weights; the loss weight outside masks; prior preservation (the weight of "
+        "regularization images, and differential output preservation of a class phrase)."
+    )
+    SOCKET, TRAINER_INPUT = TrainingExtras, "training_extras"
+    SETTINGS = (
+        "ema_decay",
+        "ema_warmup",
+        "mask_min",
+        "prior_weight",
+        "preservation_prompt",
+        "preservation_weight",
+    )
+
+
+OPTIONS_NODES = (
+    AdapterOptionsNode,
+    OptimizerOptionsNode,
+    MemoryOptionsNode,
+    CheckpointOptionsNode,
+    ValidationOptionsNode,
+    TrainingExtrasNode,
+)

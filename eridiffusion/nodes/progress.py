@@ -70,13 +70,14 @@ def server_sender():
 
 class ProgressReporter:
     """Turns the trainer's per-step callbacks into a few small events a second: the losses since
-    the last event, step/total, seconds per step, ETA, learning rate, peak VRAM, new samples."""
+    the last event, the validation points ([step, loss]) since the last event, step/total, seconds per
+    step, ETA, learning rate, peak VRAM, new samples."""
 
     def __init__(self, send, node_id, prompt_id, run_dir, clock=time.monotonic):
         self.send, self.node_id, self.prompt_id = send, str(node_id), str(prompt_id)
         self.run = os.path.basename(run_dir)
         self.clock = clock
-        self.pending_losses, self.pending_samples = [], []
+        self.pending_losses, self.pending_samples, self.pending_validation = [], [], []
         self.last_sent = None
         self.started, self.first_step = None, None
         self.events_sent = 0
@@ -89,8 +90,9 @@ class ProgressReporter:
             self.started, self.first_step = now, step
         if new_losses:
             self.pending_losses += new_losses
+        self.pending_validation += stats.get("validation", [])
         due = self.last_sent is None or now - self.last_sent >= MIN_INTERVAL_S
-        if due or step == total or self.pending_samples:
+        if due or step == total or self.pending_samples or self.pending_validation:
             self._send(step, total, stats, now)
 
     def on_samples(self, step, paths):
@@ -111,6 +113,7 @@ class ProgressReporter:
             "step": step,
             "total": total,
             "losses": self.pending_losses,
+            "validation": self.pending_validation,
             "seconds_per_step": seconds_per_step,
             "eta_seconds": seconds_per_step * (total - step) if seconds_per_step is not None else None,
             "lr": stats.get("lr"),
@@ -118,7 +121,7 @@ class ProgressReporter:
             "samples": self.pending_samples,
         }
         self.send(EVENT, json_safe(payload))
-        self.pending_losses, self.pending_samples = [], []
+        self.pending_losses, self.pending_samples, self.pending_validation = [], [], []
         self.last_sent = now
         self.events_sent += 1
 
@@ -143,6 +146,10 @@ def loss_history(run):
         raise EriDiffusionError(
             f"output/{run}/loss.json is not a loss history (an object with a list of numbers under 'loss')."
         )
+    if not _is_validation_history(history.get("validation", [])):
+        raise EriDiffusionError(
+            f"output/{run}/loss.json has a malformed validation history (a list of [step, loss] pairs)."
+        )
     samples = os.path.join(os.path.dirname(path), "samples")
     names = (
         sorted(os.listdir(samples), key=lambda n: os.path.getmtime(os.path.join(samples, n)))
@@ -155,6 +162,12 @@ def loss_history(run):
         if n.endswith(".png")
     ]
     return json_safe(history)
+
+
+def _is_validation_history(points):
+    return isinstance(points, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(v is None or isinstance(v, (int, float)) for v in p) for p in points
+    )
 
 
 def id_problem(name, value):

@@ -9,9 +9,16 @@ from comfy_api.latest import io
 SEEDS = ("seed",)  # no "control after generate" widget: a training run's seed stays what the user set
 
 
+# Settings added to a node after it shipped: optional inputs, so API prompts saved before they existed
+# still validate (a missing one takes its default).
+ADDED_LATER = ("include", "exclude", "block_lr", "timestep_min", "timestep_max")
+
+
 def input_for(s):
     """The io input of Setting `s`."""
     info, common = s.info, {"default": s.default, "tooltip": s.info.help}
+    if s.name in ADDED_LATER:
+        common["optional"] = True
     if info.choices is not None:
         return io.Combo.Input(s.name, options=list(info.choices), **common)
     if s.type is bool:

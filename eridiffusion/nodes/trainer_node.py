@@ -15,6 +15,7 @@ from ..training.atomic_file import write_json_atomic
 from ..training.config import train_config_from, training_settings
 from ..training.loss_plot import LossHistory
 from ..training.run_folder import unique_run_dir
+from ..training.summary import validation_summary
 from ..training.trainer import TrainingHooks, train_lora
 from .options_nodes import OPTIONS_NODES
 from .progress import ProgressReporter, begin_run, end_run, server_sender, stop_requested
@@ -162,19 +163,14 @@ class LoRATrainer(io.ComfyNode):
                 clip=clip,
                 resume=resume,
             )
-        history = LossHistory(
-            tuple(result.losses),
-            result.eval_loss_before,
-            result.eval_loss_after,
-            result.seconds_per_step,
-            os.path.abspath(run_dir),
-        )
+        history = LossHistory.of(result)
         samples = result.samples if result.samples is not None else torch.zeros(1, 64, 64, 3)
         memory = f", peak VRAM {result.peak_memory_gib:.1f} GiB" if result.peak_memory_gib else ""
         skipped = f" ({result.skipped_steps} skipped: non-finite loss or gradient)" if result.skipped_steps else ""
         summary = (
             f"{len(result.losses)} steps{skipped}, {result.seconds_per_step:.3g} s/step{memory}; evaluation "
-            f"loss {result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}; files in {run_dir}"
+            f"loss {result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}{validation_summary(result)}; "
+            f"files in {run_dir}"
         )
         out_clip = result.clip if result.clip is not None else clip
         return io.NodeOutput(result.patcher, result.lora, history, samples, out_clip, ui={"text": [summary]})

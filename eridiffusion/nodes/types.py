@@ -13,5 +13,7 @@ AdapterOptions = io.Custom("ERI_ADAPTER_OPTIONS")
 OptimizerOptions = io.Custom("ERI_OPTIMIZER_OPTIONS")
 MemoryOptions = io.Custom("ERI_MEMORY_OPTIONS")
 CheckpointOptions = io.Custom("ERI_CHECKPOINT_OPTIONS")
+ValidationOptions = io.Custom("ERI_VALIDATION_OPTIONS")
+TrainingExtras = io.Custom("ERI_TRAINING_EXTRAS")
 
 CATEGORY = "EriDiffusion"

@@ -6,6 +6,7 @@ import torch
 
 from .adapters import AdapterSpec
 from .errors import EriDiffusionError
+from .layer_selection import parse_block_lr
 from .non_finite import MAX_SKIPS_IN_A_ROW, ON_NAN
 from .objective import ObjectiveSpec
 from .optimizers import OPTIMIZERS
@@ -70,6 +71,12 @@ class TrainConfig:
         "size (use learning_rate 1.0). Checked on your device before training.",
         choices=OPTIMIZERS,
     )
+    block_lr: str = setting(
+        "",
+        "Learning-rate multipliers per block of the diffusion model, e.g. 'input:0.5,middle:1,output:1' "
+        "(SD/SDXL), 'double:1,single:0.5' (Flux), 'blocks.0-9:0.5' (a block list with an index range). "
+        "Unlisted blocks: 1. Empty: one rate.",
+    )
     weight_decay: float = setting(
         0.01, "Decoupled weight decay of the optimizer.", minimum=0.0, maximum=1.0, step=0.001
     )
@@ -129,6 +136,63 @@ class TrainConfig:
         maximum=1000000,
     )
     keep_last: int = setting(0, "Keep only the newest N periodic checkpoints (0: keep all).", minimum=0, maximum=1000)
+    validate_every: int = setting(
+        50,
+        "With validation images (LoadDataset's validation fraction, or a validation folder into CacheLatents): "
+        "measure the loss on them every N steps and at the end; the lowest is kept as checkpoints/best.safetensors.",
+        minimum=1,
+        maximum=1000000,
+    )
+    early_stop_patience: int = setting(
+        0,
+        "End the run (saving it) when the validation loss has not improved for N checks in a row (0: never).",
+        minimum=0,
+        maximum=1000,
+    )
+    ema_decay: float = setting(
+        0.0,
+        "> 0: keep an exponential moving average of the adapter weights (e.g. 0.999); samples, validation and "
+        "the saved LoRA use it, and the trained weights are saved beside as *_raw.safetensors. 0: off.",
+        minimum=0.0,
+        maximum=0.99999,
+        step=0.0001,
+    )
+    ema_warmup: int = setting(
+        0,
+        "Steps over which the EMA's decay ramps up linearly from 0 to ema_decay (0: ema_decay from the start).",
+        minimum=0,
+        maximum=1000000,
+    )
+    mask_min: float = setting(
+        0.0,
+        "Datasets with a masks/ folder: the loss weight where the mask is black (0: those parts teach nothing; "
+        "grey parts weigh in between).",
+        minimum=0.0,
+        maximum=1.0,
+        step=0.01,
+    )
+    prior_weight: float = setting(
+        1.0,
+        "With regularization (class) images (CacheLatents' regularization_dataset): each training micro-batch "
+        "comes with one of them, and their loss counts this much (DreamBooth's prior_loss_weight).",
+        minimum=0.0,
+        maximum=10.0,
+        step=0.05,
+    )
+    preservation_prompt: str = setting(
+        "",
+        "Differential output preservation: the class phrase without the trigger word (e.g. 'a photo of a dog'). "
+        "Each step also pulls the adapted model's prediction for it, on the same noisy image, towards the "
+        "model's own prediction with the adapter bypassed, so the class keeps its look. Needs the CLIP "
+        "connected to LoRATrainer. Empty: off.",
+    )
+    preservation_weight: float = setting(
+        1.0,
+        "Weight of the preservation loss against the training loss (with a preservation_prompt).",
+        minimum=0.0,
+        maximum=10.0,
+        step=0.05,
+    )
     run_name: str = setting(
         "eridiffusion_lora", "Folder under ComfyUI's output for checkpoints, samples and the loss log."
     )
@@ -146,10 +210,18 @@ class TrainConfig:
             raise EriDiffusionError(
                 f"learning_rate {self.learning_rate} is outside (0, {top:g}]; LoRA uses ~1e-4 (Prodigy: 1.0)."
             )
+        parse_block_lr(self.block_lr)  # the syntax now; the model's blocks when training starts
+        if self.optimizer == "Prodigy" and self.block_lr.strip():
+            raise EriDiffusionError("Prodigy needs one learning rate for all adapters: clear block_lr.")
         if self.optimizer == "Prodigy" and self.text_encoder_lr not in (0.0, self.learning_rate):
             raise EriDiffusionError(
                 "Prodigy needs one learning rate for all adapters: set text_encoder_lr to "
                 f"{self.learning_rate:g} (the learning_rate) or 0."
+            )
+        if self.preservation_prompt.strip() and self.text_encoder_lr > 0:
+            raise EriDiffusionError(
+                "preservation_prompt compares predictions for one fixed encoding of the class phrase, which "
+                "text-encoder training would change: set text_encoder_lr to 0, or clear preservation_prompt."
             )
         if self.weights_vram_gib > 0 and not self.gradient_checkpointing:
             raise EriDiffusionError(

@@ -21,23 +21,24 @@ class _LossOfBatch(torch.nn.Module):
         self.trained = trained
         self.loss_fn, self.names = loss_fn, names
 
-    def forward(self, x_t, sigma, x0, *conditions):
-        return self.loss_fn(x_t, sigma, x0, dict(zip(self.names, conditions)))
+    def forward(self, *tensors):
+        return self.loss_fn(dict(zip(self.names, tensors)))
 
 
 class GraphedLoss:
-    """loss_fn(x_t, sigma, x0, inputs) -> scalar loss, replayed from a CUDA graph per input shape.
-    `trained` is the module holding every trained parameter; its gradients accumulate as usual.
-    Inputs a graph cannot hold (lists of tensors, …) raise when `strict`, else the call returns
-    None and the caller runs the batch eagerly."""
+    """loss_fn(batch) -> scalar loss, replayed from a CUDA graph per input shape; `batch` is a dict
+    of named tensors (noisy latent, sigma, target, model inputs, ...). `trained` is the module
+    holding every trained parameter; its gradients accumulate as usual. Values a graph cannot hold
+    (lists of tensors, …) raise when `strict`, else the call returns None and the caller runs the
+    batch eagerly."""
 
     def __init__(self, loss_fn, trained, strict, warmup=3):
         self.loss_fn, self.trained, self.strict, self.warmup = loss_fn, trained, strict, warmup
         self.graphs = {}
         self.pool = torch.cuda.graph_pool_handle()
 
-    def __call__(self, x_t, sigma, x0, inputs):
-        odd = sorted(name for name, value in inputs.items() if not isinstance(value, torch.Tensor))
+    def __call__(self, batch):
+        odd = sorted(name for name, value in batch.items() if not isinstance(value, torch.Tensor))
         if odd and self.strict:
             raise EriDiffusionError(
                 f"cuda_graphs: this model takes non-tensor inputs ({', '.join(odd)}), which a "
@@ -45,8 +46,8 @@ class GraphedLoss:
             )
         if odd:
             return None
-        names = tuple(sorted(inputs))
-        args = (x_t, sigma, x0) + tuple(inputs[n] for n in names)
+        names = tuple(sorted(batch))
+        args = tuple(batch[n] for n in names)
         key = (names,) + tuple((tuple(a.shape), a.dtype) for a in args)
         if key not in self.graphs:
             module = _LossOfBatch(self.loss_fn, self.trained, names)

@@ -21,6 +21,10 @@ MISSING_CAPTION_MODES = ("error", "trigger_word")
 # target image, the reference image it was edited from under the same stem (ai-toolkit's and
 # musubi-tuner's control images).
 REFERENCE_FOLDERS = ("control", "reference")
+# A subfolder of this name holds loss masks: for an image, a greyscale image of the same stem (white:
+# learn, black: ignore, grey: in between), fitted to the image's bucket exactly as the image is.
+MASK_FOLDER = "masks"
+MISSING_MASK_MODES = ("error", "weight_1")  # an image without a mask: an error, or it weighs 1 everywhere
 
 _SUPPORTED = ", ".join(ext[1:] for ext in IMAGE_EXTENSIONS)
 _SUPPORTED_CLIPS = ", ".join(ext[1:] for ext in VIDEO_EXTENSIONS)
@@ -61,6 +65,7 @@ class ImageRecord:
     height: int
     clip: bool = False  # a video clip file or a frame folder rather than a still image
     reference: str = ""  # edit pairs: the reference (control) image this target was made from
+    mask: str = ""  # the loss mask of this image (masks/ folder), if any
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,8 @@ class Dataset:
     captions: CaptionOptions
     repeats: int
     video: VideoOptions = VideoOptions()  # how clips are sampled (unused without clips)
+    held_out: tuple[ImageRecord, ...] = ()  # records kept out of training to measure validation loss
+    flip: bool = False  # also train on every image mirrored left to right (with its mask and reference)
 
     @property
     def has_clips(self):
@@ -96,6 +103,8 @@ class Dataset:
         }
         if self.has_clips:  # only then: image-only datasets keep the fingerprint they always had
             options.update(frames=self.video.frames, fps=self.video.fps)
+        if self.flip:
+            options.update(flip=True)
         digest.update(json.dumps(options, sort_keys=True).encode())
         named = sorted(
             ((os.path.relpath(record.path, self.folder).replace(os.sep, "/"), record) for record in self.records),
@@ -107,6 +116,8 @@ class Dataset:
             digest.update(_length_prefixed(record.caption.encode()))
             if record.reference:
                 digest.update(b"reference" + _file_sha256(record.reference))
+            if record.mask:
+                digest.update(b"mask" + _file_sha256(record.mask))
         return digest.hexdigest()
 
 
@@ -122,15 +133,25 @@ def load_dataset(
     min_side=64,
     frames=17,
     fps=16.0,
+    validation=0.0,
+    missing_mask="error",
+    flip=False,
 ):
     """Scan `folder`, pair each image, clip (mp4, webm, mov, gif) and frame folder (a subfolder of
     numbered images: one clip) with its caption and, when a control/ (or reference/) subfolder
     exists, with its reference image; decode every image and the `frames` frames at `fps` of every
-    clip once to prove they are readable, and return the records sorted by name."""
+    clip once to prove they are readable, and return the records sorted by name. A `validation`
+    fraction of them (evenly spread over the names) is held out of training (Dataset.held_out). With a
+    masks/ subfolder each image gets its loss mask; `missing_mask` says what an image without one
+    means (MISSING_MASK_MODES). `flip` adds each image mirrored left to right (Dataset.flip)."""
     options = CaptionOptions(
         trigger_word=trigger_word, dropout_rate=caption_dropout, shuffle_tags=shuffle_tags, keep_tags=keep_tags
     )
     video = VideoOptions(frames=frames, fps=fps)
+    if missing_mask not in MISSING_MASK_MODES:
+        raise EriDiffusionError(
+            f"missing_mask {missing_mask!r} is not one of {', '.join(MISSING_MASK_MODES)}; pick one of those."
+        )
     if missing_caption not in MISSING_CAPTION_MODES:
         raise EriDiffusionError(
             f"missing_caption {missing_caption!r} is not one of {', '.join(MISSING_CAPTION_MODES)}; pick one of those."
@@ -158,7 +179,7 @@ def load_dataset(
         )
     folder = os.path.abspath(folder)
 
-    images, caption_files, has_metadata, reference_folder = _scan(folder, caption_ext)
+    images, caption_files, has_metadata, reference_folder, mask_folder = _scan(folder, caption_ext)
     if has_metadata:
         captions = _read_metadata(folder, images)
     else:
@@ -169,6 +190,7 @@ def load_dataset(
             "clips and frame folders. Put the training images directly in this folder."
         )
     references = _references(folder, reference_folder, images) if reference_folder else {}
+    masks = _masks(folder, mask_folder, images, missing_mask) if mask_folder else {}
 
     records = []
     for name in sorted(images):
@@ -185,6 +207,8 @@ def load_dataset(
                 f"{path} is {width}x{height}, smaller than {min_side} pixels on its short side "
                 "(the least EriDiffusion trains on); remove it from the folder or upscale it."
             )
+        if name in masks:
+            check_mask_fits(masks[name], path, (width, height))
         records.append(
             ImageRecord(
                 path=path,
@@ -193,9 +217,43 @@ def load_dataset(
                 height=height,
                 clip=clip,
                 reference=references.get(name, ""),
+                mask=masks.get(name, ""),
             )
         )
-    return Dataset(folder=folder, records=tuple(records), captions=options, repeats=repeats, video=video)
+    held = held_out_indices(len(records), validation, folder)
+    return Dataset(
+        folder=folder,
+        records=tuple(r for i, r in enumerate(records) if i not in held),
+        captions=options,
+        repeats=repeats,
+        video=video,
+        held_out=tuple(records[i] for i in held),
+        flip=flip,
+    )
+
+
+MAX_VALIDATION_FRACTION = 0.5
+
+
+def held_out_indices(count, fraction, folder):
+    """Indices of the `fraction` of `count` name-sorted records held out for validation, spread
+    evenly over the names: no randomness, so a folder always splits the same way."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise EriDiffusionError(f"validation {fraction!r} must be a fraction such as 0.1 (0 turns it off).")
+    if not 0.0 <= fraction <= MAX_VALIDATION_FRACTION:
+        raise EriDiffusionError(
+            f"validation {fraction} is outside 0..{MAX_VALIDATION_FRACTION}: it is the fraction of the images "
+            "held out of training (0.1 is usual, 0 turns it off)."
+        )
+    if fraction == 0:
+        return set()
+    held = max(1, round(count * fraction))
+    if held >= count:
+        raise EriDiffusionError(
+            f"{folder} has {count} image(s): holding out a validation fraction of {fraction} leaves none "
+            "to train on; add images, or connect a separate validation folder to CacheLatents instead."
+        )
+    return {int((i + 0.5) * count / held) for i in range(held)}
 
 
 def _no_caption_error(folder, name, caption_ext, has_metadata, empty):
@@ -301,9 +359,10 @@ def _normalize_caption_ext(caption_ext):
 
 def _scan(folder, caption_ext):
     """Image, clip and frame-folder names, {stem: caption file name}, whether metadata.jsonl is
-    present, and the reference folder's name (or None); any other visible file is an error so
-    nothing the user meant to train on is skipped silently."""
+    present, and the reference and mask folders' names (or None); any other visible file is an error
+    so nothing the user meant to train on is skipped silently."""
     images, frame_folders, caption_files, has_metadata, reference_folder = [], [], {}, False, None
+    mask_folder = None
     loose_folders = {}  # subfolders holding other things than frames: clips only when captioned
     with os.scandir(folder) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
@@ -318,6 +377,9 @@ def _scan(folder, caption_ext):
                             "folders; keep the reference images in one of them."
                         )
                     reference_folder = name
+                    continue
+                if name.lower() == MASK_FOLDER:
+                    mask_folder = name
                     continue
                 frames, others = frame_folder_files(entry.path)
                 if frames and not others:
@@ -358,7 +420,7 @@ def _scan(folder, caption_ext):
                 f"{os.path.join(folder, name, stray)} is not a frame of the frame folder "
                 f"{os.path.join(folder, name)} ({_SUPPORTED} images only); move it out."
             )
-    return images, caption_files, has_metadata, reference_folder
+    return images, caption_files, has_metadata, reference_folder, mask_folder
 
 
 def _read_caption_files(folder, images, caption_files, caption_ext):
@@ -492,6 +554,83 @@ def _references(folder, reference_folder, images):
     for path in references.values():
         open_image_rgb(path)  # proves it is readable now rather than at caching time
     return references
+
+
+def _masks(folder, mask_folder, images, missing_mask):
+    """{image name: path of its mask} from the mask folder: one mask per image under the image's stem
+    (an image in a subfolder: the same subfolder); an image without one is an error unless
+    `missing_mask` is "weight_1", a mask without an image always is."""
+    where = os.path.join(folder, mask_folder)
+    by_stem = {}
+    for root, _, files in os.walk(where):
+        for file in sorted(files):
+            if file.startswith("."):
+                continue
+            path = os.path.join(root, file)
+            if os.path.splitext(file.lower())[1] not in IMAGE_EXTENSIONS:
+                raise EriDiffusionError(
+                    f"{path} is not a mask image EriDiffusion reads (supported: {_SUPPORTED}); "
+                    f"move it out of {where} or convert it."
+                )
+            stem = os.path.splitext(os.path.relpath(path, where).replace(os.sep, "/"))[0]
+            if stem in by_stem:
+                raise EriDiffusionError(f"{by_stem[stem]} and {path} are both masks of '{stem}'; keep one of them.")
+            by_stem[stem] = path
+    masks = {}
+    for name in images:
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) or is_clip_file(name):
+            raise EriDiffusionError(
+                f"{path} is a clip, but {where} holds loss masks, which are for still images; move the "
+                "clip to a dataset folder without masks/."
+            )
+        stem = os.path.splitext(name)[0]
+        if stem in by_stem:
+            masks[name] = by_stem.pop(stem)
+        elif missing_mask == "error":
+            raise EriDiffusionError(
+                f"{path} has no mask: put one in {where} as {stem}.png (white: learn, black: ignore), or "
+                "set missing_mask to 'weight 1' to train on such images everywhere."
+            )
+    if by_stem:
+        stem, path = min(by_stem.items())
+        raise EriDiffusionError(
+            f"{path} is a mask for '{stem}', but the dataset has no image {stem}; add the image or delete the mask."
+        )
+    return masks
+
+
+def open_mask(path):
+    """The mask at `path` as an 8-bit greyscale PIL image, upright by its own EXIF orientation;
+    transparent parts count as black (ignored)."""
+    try:
+        with Image.open(path) as stored:
+            stored.load()
+            image = ImageOps.exif_transpose(stored)
+    except FileNotFoundError:
+        raise EriDiffusionError(f"mask {path} does not exist; put it back or reload the dataset.") from None
+    except (OSError, SyntaxError, ValueError) as error:
+        raise EriDiffusionError(
+            f"mask {path} cannot be read as an image ({error}); re-export it as a greyscale png."
+        ) from error
+    if image.mode in _WIDE_GRAY_MODES:
+        return image.convert("I").point(lambda value: value * (255 / 65535) + 0.5).convert("L")
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        black = Image.new("RGBA", image.size, (0, 0, 0, 255))
+        return Image.alpha_composite(black, image.convert("RGBA")).convert("L")
+    return image.convert("L")
+
+
+def check_mask_fits(mask_path, image_path, size):
+    """A mask must have its image's aspect ratio (as the image is shown: after EXIF orientation); a
+    mask of another size is scaled to the image's."""
+    mask = open_mask(mask_path)
+    width, height = size
+    if abs(mask.width * height - mask.height * width) > 0.01 * width * mask.height:
+        raise EriDiffusionError(
+            f"mask {mask_path} is {mask.width}x{mask.height}, but its image {image_path} is {width}x{height} "
+            "(as shown, after its EXIF orientation): export the mask at the image's size."
+        )
 
 
 def _stem(folder, name):

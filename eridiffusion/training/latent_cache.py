@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import safetensors
 import torch
+from PIL import Image, ImageOps
 
 from .atomic_file import sweep_stale_temp_files, write_safetensors_atomic
 from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
 from .clips import check_frames_for_vae, read_clip
-from .dataset import caption_variants, media_sha256, open_image_rgb
+from .dataset import caption_variants, media_sha256, open_image_rgb, open_mask
 from .errors import EriDiffusionError
 
 CACHE_FORMAT = 1  # bump when the stored content changes meaning
@@ -41,6 +42,8 @@ class TrainingSample:
     captions: tuple = ()  # the caption variants' texts (text-encoder training encodes them live)
     frames: int = 1  # pixel frames the latent encodes (clips: the dataset's frame count)
     reference_latents: tuple = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
+    mask: torch.Tensor | None = None  # (1, h, w) loss mask on the latent grid in [0, 1] (white = 1), CPU
+    mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
 
 
 @dataclass
@@ -54,6 +57,8 @@ class TrainingData:
     resolution: int
     dataset_fingerprint: str
     stats: CacheStats = field(default_factory=CacheStats)
+    validation: "TrainingData | None" = None  # held-out images (and a validation folder's): never trained on
+    regularization: "TrainingData | None" = None  # class images drawn beside the training images
 
     def buckets(self):
         """{(frames, width, height): [sample indices]}, each index listed `repeats` times: samples
@@ -159,20 +164,23 @@ class LatentCache:
         key = hashlib.sha256(json.dumps([CACHE_FORMAT, *parts]).encode()).hexdigest()
         return os.path.join(self.folder, kind, f"{key}.safetensors")
 
-    def latent(self, image_path, resolution, bucket=None):
+    def latent(self, image_path, resolution, bucket=None, mirror=False):
         """(latent (C,h,w), bucket) of one image, encoded or read back; in its aspect-ratio bucket
-        at `resolution`, or in `bucket` (width, height) when given (a reference fits its target's)."""
+        at `resolution`, or in `bucket` (width, height) when given (a reference fits its target's);
+        `mirror`: the image flipped left to right first."""
         with open(image_path, "rb") as f:
             image_digest = hashlib.sha256(f.read()).hexdigest()
         image = open_image_rgb(image_path)
         bucket = bucket or bucket_for(image.width, image.height, resolution)
-        fitted, crop = fit_to_bucket(image, bucket)
-        path = self._path("latents", image_digest, list(bucket), list(crop), self.vae_id)
+        fitted, crop = fit_to_bucket(mirrored(image, mirror), bucket)
+        flipped = ["mirror"] if mirror else []  # (unmirrored entries keep the keys they always had)
+        path = self._path("latents", image_digest, list(bucket), list(crop), self.vae_id, *flipped)
         return self._encoded(path, lambda: [fitted], image_path), bucket
 
-    def clip_latent(self, record, resolution, video):
+    def clip_latent(self, record, resolution, video, mirror=False):
         """(latent (C,t,h,w), bucket) of one clip (file or frame folder) sampled by `video`
-        (VideoOptions), encoded or read back; every frame gets the same resize and center crop."""
+        (VideoOptions), encoded or read back; every frame gets the same resize and center crop
+        (and, with `mirror`, the same flip first)."""
         bucket = bucket_for(record.width, record.height, resolution)
         crop = crop_to_bucket((record.width, record.height), bucket)[1]
         path = self._path(
@@ -184,9 +192,12 @@ class LatentCache:
             list(bucket),
             list(crop),
             self.vae_id,
+            *(["mirror"] if mirror else []),
         )
         return self._encoded(
-            path, lambda: [fit_to_bucket(frame, bucket)[0] for frame in read_clip(record.path, video)], record.path
+            path,
+            lambda: [fit_to_bucket(mirrored(frame, mirror), bucket)[0] for frame in read_clip(record.path, video)],
+            record.path,
         ), bucket
 
     def _stored(self, path, source):
@@ -278,57 +289,135 @@ def check_vae_takes_clips(dataset, vae):
     check_frames_for_vae(dataset.video.frames, temporal, f"dataset {dataset.folder}")
 
 
-def _training_sample(cache, dataset, index, resolution, variants_wanted, seed):
-    """The TrainingSample of record `index` of `dataset`, encoded or read back through `cache`."""
-    record = dataset.records[index]
+def build_training_data(
+    dataset,
+    vae,
+    clip,
+    resolution,
+    cache_folder,
+    shuffle_variants=4,
+    seed=0,
+    progress=None,
+    validation_dataset=None,
+    regularization_dataset=None,
+    processes=None,
+):
+    """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
+    `resolution`; clips are sampled as the dataset says (its frames and fps). The dataset's held-out
+    records and those of `validation_dataset` (a second DATASET) become the validation data, and
+    `regularization_dataset` (class images, DreamBooth's prior preservation) the regularization data.
+
+    `processes` (distributed.TrainingProcesses) of a run of several: each process first encodes its
+    share of the entries (rank, rank + N, ...) into the shared cache folder and, once all have, reads
+    every entry back. Entries are keyed by content, so they are the ones one process would write;
+    `progress` then counts this process's share."""
+    check_vae_takes_clips(dataset, vae)
+    validation = [(record, dataset.video) for record in dataset.held_out]
+    if validation_dataset is not None:
+        check_vae_takes_clips(validation_dataset, vae)
+        validation += [(r, validation_dataset.video) for r in validation_dataset.records + validation_dataset.held_out]
+    if regularization_dataset is not None:
+        check_vae_takes_clips(regularization_dataset, vae)
+    distributed = processes is not None and processes.distributed
+    cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
+
+    def training_entries(source):
+        """(record, video, caption options, variants, seed, mirror) of every record of DATASET `source`
+        (and its mirror image, with flip)."""
+        wanted = shuffle_variants if source.captions.shuffle_tags else 1
+        return [
+            (record, source.video, source.captions, wanted, seed + index, mirror)
+            for index, record in enumerate(source.records)
+            for mirror in ((False, True) if source.flip else (False,))
+        ]
+
+    entries = {
+        "training": training_entries(dataset),
+        "validation": [(r, video, dataset.captions, 1, seed + i, False) for i, (r, video) in enumerate(validation)],
+        "regularization": training_entries(regularization_dataset) if regularization_dataset is not None else [],
+    }
+    every = [entry for group in entries.values() for entry in group]
+    if distributed:
+        processes.barrier()  # rank 0 swept the temp files before anyone writes
+        share = every[processes.rank :: processes.world_size]
+        for done, entry in enumerate(share):
+            _sample_of(*entry[:2], cache, resolution, *entry[2:])
+            if progress is not None:
+                progress(done + 1, len(share))
+        if processes.is_main:
+            cache.conditioning("")
+        processes.barrier()  # every entry is on disk
+    done = [0]
+
+    def encoded(entry):
+        sample = _sample_of(*entry[:2], cache, resolution, *entry[2:])
+        done[0] += 1
+        if progress is not None and not distributed:
+            progress(done[0], len(every))
+        return sample
+
+    samples, held_out, class_samples = ([encoded(entry) for entry in group] for group in entries.values())
+    empty = cache.conditioning("")
+    validation_data = None
+    if held_out:
+        validation_data = TrainingData(held_out, empty, 0.0, 1, resolution, "", cache.stats)
+    regularization = None
+    if regularization_dataset is not None:
+        regularization = TrainingData(
+            class_samples,
+            empty,
+            regularization_dataset.captions.dropout_rate,
+            regularization_dataset.repeats,
+            resolution,
+            regularization_dataset.fingerprint(),
+            cache.stats,
+        )
+    return TrainingData(
+        samples,
+        empty,
+        dataset.captions.dropout_rate,
+        dataset.repeats,
+        resolution,
+        dataset.fingerprint(),
+        cache.stats,
+        validation=validation_data,
+        regularization=regularization,
+    )
+
+
+def mirrored(image, mirror):
+    return ImageOps.mirror(image) if mirror else image
+
+
+def _sample_of(record, video, cache, resolution, options, variants_wanted, seed, mirror=False):
+    """The TrainingSample of one record: its latent, reference latents, mask and caption variants;
+    `mirror`: all of them flipped left to right."""
     if record.clip:
-        latent, bucket = cache.clip_latent(record, resolution, dataset.video)
+        latent, bucket = cache.clip_latent(record, resolution, video, mirror)
     else:
-        latent, bucket = cache.latent(record.path, resolution)
-    references = (cache.latent(record.reference, resolution, bucket)[0],) if record.reference else ()
-    texts = caption_variants(record.caption, dataset.captions, variants_wanted, seed + index)
+        latent, bucket = cache.latent(record.path, resolution, mirror=mirror)
+    references = (cache.latent(record.reference, resolution, bucket, mirror)[0],) if record.reference else ()
+    texts = caption_variants(record.caption, options, variants_wanted, seed)
     return TrainingSample(
         record.path,
         latent,
         [cache.conditioning(t) for t in texts],
         bucket,
         tuple(texts),
-        dataset.video.frames if record.clip else 1,
+        video.frames if record.clip else 1,
         references,
+        mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
+        mirrored=mirror,
     )
 
 
-def build_training_data(
-    dataset, vae, clip, resolution, cache_folder, shuffle_variants=4, seed=0, progress=None, processes=None
-):
-    """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
-    `resolution`; clips are sampled as the dataset says (its frames and fps).
-
-    `processes` (distributed.TrainingProcesses) of a run of several: each process first encodes its
-    share of the records (rank, rank + N, ...) into the shared cache folder and, once all have, reads
-    every entry back. Entries are keyed by content, so they are the ones one process would write;
-    `progress` then counts this process's share."""
-    check_vae_takes_clips(dataset, vae)
-    distributed = processes is not None and processes.distributed
-    cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
-    variants_wanted = shuffle_variants if dataset.captions.shuffle_tags else 1
-    count = len(dataset.records)
-    if distributed:
-        processes.barrier()  # rank 0 swept the temp files before anyone writes
-        share = range(processes.rank, count, processes.world_size)
-        for done, index in enumerate(share):
-            _training_sample(cache, dataset, index, resolution, variants_wanted, seed)
-            if progress is not None:
-                progress(done + 1, len(share))
-        if processes.is_main:
-            cache.conditioning("")
-        processes.barrier()  # every entry is on disk
-    samples = []
-    for index in range(count):
-        samples.append(_training_sample(cache, dataset, index, resolution, variants_wanted, seed))
-        if progress is not None and not distributed:
-            progress(index + 1, count)
-    empty = cache.conditioning("")
-    return TrainingData(
-        samples, empty, dataset.captions.dropout_rate, dataset.repeats, resolution, dataset.fingerprint(), cache.stats
-    )
+def mask_on_latent_grid(record, bucket, grid, mirror=False):
+    """The (1, h, w) loss mask of `record` on its latent's grid in [0, 1]: scaled to the image's size,
+    flipped with it (`mirror`), resized and cropped into the bucket exactly as the image is
+    (fit_to_bucket), then averaged over each latent cell."""
+    mask = open_mask(record.mask)
+    if mask.size != (record.width, record.height):
+        mask = mask.resize((record.width, record.height), Image.Resampling.BILINEAR)
+    fitted, _ = fit_to_bucket(mirrored(mask, mirror), bucket)
+    pixels = torch.from_numpy(np.asarray(fitted, dtype=np.float32) / 255.0)[None, None]
+    return torch.nn.functional.interpolate(pixels, size=tuple(grid), mode="area")[0]

@@ -56,14 +56,29 @@ class TrainedLoRA:
 
     tensors: dict
     metadata: dict = field(default_factory=dict)
+    raw: "TrainedLoRA | None" = None  # with EMA (these tensors): the trained weights, saved beside as *_raw
 
     def save(self, path, dtype="fp16", overwrite=False):
+        """Write the file (and, with `raw`, <name>_raw.safetensors beside it); returns its path."""
+        converted = self._converted(path, dtype)
+        raw = self.raw._converted(raw_path(path), dtype) if self.raw is not None else None  # both checked first
+        if raw is not None:
+            write_safetensors_atomic(raw_path(path), *raw, overwrite=overwrite)
+        return write_safetensors_atomic(path, *converted, overwrite=overwrite)
+
+    def _converted(self, path, dtype):
         target = SAVE_DTYPES[dtype]
         tensors = {k: (v if k.endswith(".alpha") else v.to(target)).contiguous() for k, v in self.tensors.items()}
         check_finite(self.tensors, tensors, dtype, path)
         metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in self.metadata.items()}
         metadata["save_dtype"] = dtype
-        return write_safetensors_atomic(path, tensors, metadata, overwrite=overwrite)
+        return tensors, metadata
+
+
+def raw_path(path):
+    """Where the trained (not averaged) weights of an EMA LoRA file at `path` go."""
+    stem = path[: -len(".safetensors")] if path.endswith(".safetensors") else path
+    return stem + "_raw.safetensors"
 
 
 def check_finite(tensors, converted, dtype, path):
@@ -124,6 +139,10 @@ def export_lora(adapter_set, prefixes, metadata, text_encoder=None):
         "eridiffusion_rank": str(spec.rank),
         "eridiffusion_alpha": str(spec.alpha),
         "eridiffusion_targets": spec.targets,
+        # the adapted layers, by their names in the model (the text encoder's under their own key)
+        "eridiffusion_modules": json.dumps(list(adapter_set.layer_names)),
     }
+    if text_encoder:
+        meta["eridiffusion_text_encoder_modules"] = json.dumps(list(text_encoder[0].layer_names))
     meta.update(metadata)
     return TrainedLoRA(tensors, meta)

@@ -1,5 +1,6 @@
 """The loss curve as a picture: raw losses faint, an exponential moving average on top."""
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,21 @@ class LossHistory:
     eval_loss_after: float
     seconds_per_step: float
     run_dir: str
+    validation: tuple = ()  # ((step, validation loss), ...)
+    best_step: int | None = None  # the step of the lowest validation loss
+
+    @classmethod
+    def of(cls, result):
+        """The LOSS of a TrainResult."""
+        return cls(
+            tuple(result.losses),
+            result.eval_loss_before,
+            result.eval_loss_after,
+            result.seconds_per_step,
+            os.path.abspath(result.run_dir),
+            tuple(tuple(point) for point in result.validation),
+            result.best["step"] if result.best else None,
+        )
 
 
 def smoothed(values, weight=0.9):
@@ -28,39 +44,53 @@ def smoothed(values, weight=0.9):
     return out
 
 
-def draw_loss_plot(losses, title="training loss"):
-    """An RGB PIL image of `losses` against step."""
+VALIDATION_COLOR = (220, 110, 20)
+
+
+def draw_loss_plot(losses, title="training loss", validation=()):
+    """An RGB PIL image of `losses` against step, and of the `validation` points ((step, loss), ...)
+    on the same axes, with a legend when there are both."""
     image = Image.new("RGB", (WIDTH, HEIGHT), "white")
     draw = ImageDraw.Draw(image)
     left, top, right, bottom = MARGIN, MARGIN // 2, WIDTH - MARGIN // 2, HEIGHT - MARGIN
     draw.rectangle([left, top, right, bottom], outline="black")
     draw.text((left, 4), title, fill="black")
     steps = len(losses)
-    losses = [v for v in losses if v is not None and np.isfinite(v)]  # skipped (non-finite) steps have no point
-    if not losses:
+    # skipped (non-finite) steps have no point
+    finite = [(i + 1, v) for i, v in enumerate(losses) if v is not None and np.isfinite(v)]
+    checks = [(step, v) for step, v in validation if v is not None and np.isfinite(v)]
+    if not finite and not checks:
         draw.text((left + 8, top + 8), "no loss recorded", fill="black")
         return image
-    low, high = min(losses), max(losses)
+    values = [v for _, v in finite + checks]
+    low, high = min(values), max(values)
     span = (high - low) or 1.0
+    last_step = max([steps] + [step for step, _ in checks])
 
-    def point(i, v):
-        x = left + (right - left) * (i / max(1, len(losses) - 1))
+    def point(step, v):
+        x = left + (right - left) * ((step - 1) / max(1, last_step - 1))
         return x, bottom - (bottom - top) * ((v - low) / span)
 
-    draw.line(
-        [point(i, v) for i, v in enumerate(losses)] if len(losses) > 1 else [point(0, losses[0])] * 2,
-        fill=(170, 190, 230),
-        width=1,
-    )
-    draw.line(
-        [point(i, v) for i, v in enumerate(smoothed(losses))] if len(losses) > 1 else [point(0, losses[0])] * 2,
-        fill=(20, 60, 200),
-        width=2,
-    )
+    def line(points, color, width):
+        xy = [point(step, v) for step, v in points]
+        draw.line(xy if len(xy) > 1 else xy * 2, fill=color, width=width)
+
+    if finite:
+        line(finite, (170, 190, 230), 1)
+        line([(step, v) for (step, _), v in zip(finite, smoothed([v for _, v in finite]))], (20, 60, 200), 2)
+    if checks:
+        line(checks, VALIDATION_COLOR, 2)
+        for step, v in checks:
+            x, y = point(step, v)
+            draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=VALIDATION_COLOR)
+        draw.line([right - 150, top + 10, right - 130, top + 10], fill=(20, 60, 200), width=2)
+        draw.text((right - 125, top + 4), "training", fill="black")
+        draw.line([right - 150, top + 24, right - 130, top + 24], fill=VALIDATION_COLOR, width=2)
+        draw.text((right - 125, top + 18), "validation", fill="black")
     draw.text((4, top), f"{high:.4g}", fill="black")
     draw.text((4, bottom - 10), f"{low:.4g}", fill="black")
     draw.text((left, bottom + 6), "step 1", fill="black")
-    draw.text((right - 60, bottom + 6), f"step {steps}", fill="black")
+    draw.text((right - 60, bottom + 6), f"step {last_step}", fill="black")
     return image
 
 

@@ -59,9 +59,34 @@ class ObjectiveSpec:
         maximum=1.0,
         step=0.01,
     )
+    timestep_min: float = setting(
+        0.0,
+        "Train only on noise levels from this fraction of the schedule up (0: the least noise; ε/v models: "
+        "fraction of the timesteps, flow models: σ). The sampling's distribution is cut to the range.",
+        minimum=0.0,
+        maximum=1.0,
+        step=0.01,
+    )
+    timestep_max: float = setting(
+        1.0,
+        "Train only on noise levels up to this fraction of the schedule (1: pure noise). E.g. 0–0.5 for "
+        "details and texture, 0.5–1 for composition.",
+        minimum=0.0,
+        maximum=1.0,
+        step=0.01,
+    )
 
     def __post_init__(self):
         check_settings(self, "objective")
+        if self.timestep_max - self.timestep_min < 0.01:
+            raise EriDiffusionError(
+                f"objective: timestep_min {self.timestep_min:g} must be below timestep_max {self.timestep_max:g} "
+                "(by 0.01 at least); 0 and 1 train on the whole schedule."
+            )
+
+    @property
+    def full_range(self):
+        return self.timestep_min == 0.0 and self.timestep_max == 1.0
 
 
 def is_flow(model_sampling):
@@ -81,23 +106,47 @@ def shifted(t, shift):
     return shift * t / (1 + (shift - 1) * t)
 
 
+def unshifted(sigma, shift):
+    """The inverse of shifted: t with shifted(t, shift) == sigma."""
+    return sigma / (shift - (shift - 1) * sigma)
+
+
+def _logit(x):
+    return -math.inf if x <= 0 else (math.inf if x >= 1 else math.log(x / (1 - x)))
+
+
+def _normal_cdf(z):
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
 def sample_fractions(spec, batch, generator, tokens=None):
     """Draw `batch` values in (0, 1) from the spec's distribution, on the generator's device: the
-    flow time σ for flow models, the fraction of the discrete schedule for ε/v models."""
+    flow time σ for flow models, the fraction of the discrete schedule for ε/v models. With a
+    timestep range the distribution is cut to it (drawn from the normal restricted to the range's
+    preimage, so the shape inside the range is kept)."""
     kind = spec.timestep_sampling
+    if kind not in ("uniform", "logit_normal", "sigmoid", "shift"):
+        raise EriDiffusionError(f"timestep_sampling '{kind}' must be resolved to a family default before training.")
+    if kind == "shift" and spec.shift == 0 and tokens is None:
+        raise EriDiffusionError("resolution-dependent shift needs the image's token count.")
+    device = generator.device
     if kind == "uniform":
-        return torch.rand(batch, generator=generator, device=generator.device)
-    z = torch.randn(batch, generator=generator, device=generator.device)
-    if kind == "logit_normal":
-        return torch.sigmoid(spec.logit_mean + spec.logit_std * z)
-    t = torch.sigmoid(spec.sigmoid_scale * z)
-    if kind == "sigmoid":
-        return t
-    if kind == "shift":
-        if spec.shift == 0 and tokens is None:
-            raise EriDiffusionError("resolution-dependent shift needs the image's token count.")
-        return shifted(t, spec.shift if spec.shift > 0 else resolution_shift(tokens))
-    raise EriDiffusionError(f"timestep_sampling '{kind}' must be resolved to a family default before training.")
+        u = torch.rand(batch, generator=generator, device=device)
+        return u if spec.full_range else spec.timestep_min + (spec.timestep_max - spec.timestep_min) * u
+    shift = (spec.shift if spec.shift > 0 else resolution_shift(tokens)) if kind == "shift" else 1.0
+    # every sampling is t = sigmoid(mean + scale·z) for a standard normal z, then shifted
+    mean, scale = (spec.logit_mean, spec.logit_std) if kind == "logit_normal" else (0.0, spec.sigmoid_scale)
+    if spec.full_range:
+        z = torch.randn(batch, generator=generator, device=device)
+    else:
+        low, high = (
+            _normal_cdf((_logit(unshifted(bound, shift)) - mean) / scale)
+            for bound in (spec.timestep_min, spec.timestep_max)
+        )
+        u = torch.rand(batch, generator=generator, device=device)
+        z = torch.special.ndtri((low + (high - low) * u).clamp(1e-12, 1 - 1e-12))
+    t = torch.sigmoid(mean + scale * z)
+    return shifted(t, shift) if kind == "shift" else t
 
 
 class Objective:
@@ -119,10 +168,21 @@ class Objective:
 
     def sample_sigmas(self, batch, generator, device, tokens=None):
         """Noise levels for one batch, as sigmas in ComfyUI's convention for this model."""
+        return self.sigmas_at(sample_fractions(self.spec, batch, generator, tokens), device)
+
+    def spread_sigmas(self, count, device):
+        """`count` fixed noise levels spread evenly over the trained range of the schedule (the middles
+        of `count` equal parts): what validation measures at, the same every time."""
+        low, high = self.spec.timestep_min, self.spec.timestep_max
+        return self.sigmas_at(low + (high - low) * (torch.arange(count, dtype=torch.float32) + 0.5) / count, device)
+
+    def sigmas_at(self, u, device):
+        """Sigmas of schedule fractions `u` in (0, 1): the flow time σ itself for flow models, the
+        fraction of the discrete schedule's timesteps for ε/v models."""
         ms = self.model_sampling
         # all on the schedule's device, with tensor bounds: no device→host sync in the step
         home = ms.sigma_min.device
-        u = sample_fractions(self.spec, batch, generator, tokens).float().to(home)
+        u = u.float().to(home)
         if self.flow:
             # σ is the flow time itself, kept inside the model's own schedule range
             return torch.minimum(torch.maximum(u, ms.sigma_min.float()), ms.sigma_max.float()).to(device)
@@ -162,7 +222,10 @@ class Objective:
             return clipped / (snr + 1)
         return clipped / snr
 
-    def loss(self, denoised, x0, sigma):
-        """Per-sample weighted mean squared error in the native parameterization, shape (batch,)."""
+    def loss(self, denoised, x0, sigma, mask=None):
+        """Per-sample weighted mean squared error in the native parameterization, shape (batch,).
+        `mask` (broadcast against x0, e.g. (batch, 1, h, w)) weighs each latent position; the mean
+        is over all positions, so a position of weight 0 contributes nothing (and no gradient)."""
         error = (denoised.float() - x0.float()) / self._output_scale(sigma, x0.ndim)
-        return error.square().flatten(1).mean(dim=1) * self.weights(sigma)
+        squared = error.square() if mask is None else error.square() * mask
+        return squared.flatten(1).mean(dim=1) * self.weights(sigma)

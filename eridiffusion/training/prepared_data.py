@@ -17,16 +17,22 @@ def conditioning_options(config, family):
 
 
 class PreparedData:
-    """Latents (model space) and, unless captions are encoded live, model inputs of every
-    sample, on the training device."""
+    """Latents (model space), loss weights of masked samples and, unless captions are encoded live,
+    model inputs of every sample, on the training device."""
 
-    def __init__(self, base_model, data, device, limit=None, cached_inputs=True, options=None):
+    def __init__(
+        self, base_model, data, device, limit=None, cached_inputs=True, options=None, mask_floor=0.0, preservation=None
+    ):
         self.base_model, self.device, self.options = base_model, device, options or {}
         self.latents, self.inputs, self.empty_inputs, self.captions, self.sizes = [], [], [], [], []
         self.references = []  # edit pairs: each sample's reference latents (VAE space)
+        self.masks = []  # per latent position: mask_floor + (1 - mask_floor) · mask; None without a mask
+        self.preservation_inputs = []  # with a `preservation` conditioning: its model inputs for each sample
         for sample in data.samples[:limit]:
             latent = base_model.process_latent_in(sample.latent[None].float()).to(device, copy=True)[0]
             self.latents.append(latent)
+            mask = getattr(sample, "mask", None)
+            self.masks.append(None if mask is None else (mask_floor + (1 - mask_floor) * mask.float()).to(device))
             self.captions.append(list(sample.captions))
             self.sizes.append(sample.bucket)
             self.references.append(sample.reference_latents)
@@ -43,6 +49,18 @@ class PreparedData:
                             for c in sample.conditionings
                         ]
                     )
+                    if preservation is not None:
+                        self.preservation_inputs.append(
+                            model_inputs(
+                                base_model,
+                                preservation,
+                                latent,
+                                device,
+                                sample.bucket,
+                                self.options,
+                                sample.reference_latents,
+                            )
+                        )
                     self.empty_inputs.append(
                         model_inputs(
                             base_model,
@@ -54,6 +72,14 @@ class PreparedData:
                             sample.reference_latents,
                         )
                     )
+
+    def mask_weights(self, indices):
+        """The loss weights (batch, 1, h, w) of samples `indices`, or None when none has a mask (a
+        sample without one weighs 1 everywhere)."""
+        masks = [self.masks[i] for i in indices]
+        if all(m is None for m in masks):
+            return None
+        return torch.stack([torch.ones_like(self.latents[i][:1]) if m is None else m for i, m in zip(indices, masks)])
 
     def variants(self, index):
         return len(self.captions[index])

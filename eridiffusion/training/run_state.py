@@ -8,6 +8,9 @@ the global batch stays."""
 import hashlib
 import json
 
+import torch
+
+from .config import NESTED, TrainConfig
 from .errors import EriDiffusionError
 from .resume import state_path
 
@@ -25,6 +28,8 @@ FREE_ON_RESUME = (
     "torch_compile",
     "on_nan",
     "device",
+    "validate_every",
+    "early_stop_patience",
 )
 
 
@@ -44,6 +49,17 @@ def resumable_settings(config, world_size=1):
 
 def config_fingerprint(config, world_size=1):
     return hashlib.sha256(json.dumps(resumable_settings(config, world_size), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _with_defaults(written):
+    """The settings of a state file with those added since it was written at their defaults: the run
+    that wrote it trained as their defaults do (a setting is only added with a default that keeps
+    earlier behaviour), so it continues."""
+    defaults = TrainConfig().as_dict()
+    merged = {**defaults, **written}
+    for nested in NESTED:
+        merged[nested] = {**defaults[nested], **written.get(nested, {})}
+    return merged
 
 
 def _global_batch_advice(state, config, world_size):
@@ -68,10 +84,17 @@ def capture(run, step):
         "scheduler": run.scheduler.state_dict(),
         "scaler": run.scaler.state_dict(),
         "batches": run.batches.state(),
+        "prior_batches": run.prior_batches.state() if run.prior_batches is not None else None,
         "choice": run.choice.getstate(),
         "noise": run.noise_gen.get_state(),
         "losses": list(run.losses),
         "eval_loss_before": run.eval_before,
+        "validation": [list(point) for point in run.validation_points],
+        "best": dict(run.best) if run.best else None,
+        "checks_since_best": run.checks_since_best,
+        # with EMA the checkpoint file holds the averages: the trained weights come back from here
+        "ema": run.ema.state() if run.ema is not None else None,
+        "trained_parameters": [p.detach() for p in run.ema.parameters] if run.ema is not None else None,
         "config_fingerprint": config_fingerprint(run.config, run.processes.world_size),
         "config": run.config.as_dict(),
         "world_size": run.processes.world_size,
@@ -82,8 +105,8 @@ def capture(run, step):
 def restore(run, state, path):
     """Put TrainingRun `run` back where `state` (read beside the adapter at `path`) left it."""
     world_size = run.processes.world_size
-    if state["config_fingerprint"] != config_fingerprint(run.config, world_size):
-        written = _resumable(state["config"], state.get("world_size", 1))
+    written = _resumable(_with_defaults(state["config"]), state.get("world_size", 1))
+    if written != resumable_settings(run.config, world_size):
         changed = sorted(k for k, v in resumable_settings(run.config, world_size).items() if written.get(k) != v)
         if changed == ["batch_size"]:
             raise EriDiffusionError(
@@ -98,7 +121,17 @@ def restore(run, state, path):
     run.scheduler.load_state_dict(state["scheduler"])
     run.scaler.load_state_dict(state["scaler"])
     run.batches.load_state(state["batches"])
+    if run.prior_batches is not None and state.get("prior_batches") is not None:
+        run.prior_batches.load_state(state["prior_batches"])
     run.choice.setstate(state["choice"])
     run.noise_gen.set_state(state["noise"].to(run.noise_gen.get_state().device))
     run.start_step, run.losses = state["step"], list(state["losses"])
     run.eval_before = state["eval_loss_before"]
+    # (states written before validation existed have none of it)
+    run.validation_points = [list(point) for point in state.get("validation", [])]
+    run.best, run.checks_since_best = state.get("best"), state.get("checks_since_best", 0)
+    if run.ema is not None:
+        run.ema.load_state(state["ema"])
+        with torch.no_grad():
+            for parameter, trained in zip(run.ema.parameters, state["trained_parameters"]):
+                parameter.copy_(trained)

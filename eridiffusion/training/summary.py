@@ -14,7 +14,23 @@ def run_summary(result, config):
         "processes": len(result.peak_memory_gib_per_process),
         "peak_memory_gib_per_process": result.peak_memory_gib_per_process,
         "skipped_steps": result.skipped_steps,
+        "validation": result.validation,
+        "best_step": result.best["step"] if result.best else None,
+        "best_validation_loss": result.best["loss"] if result.best else None,
+        "best_checkpoint": result.best["path"] if result.best else None,
+        "stopped_early": result.stopped_early,
         "checkpoints": result.checkpoints,
         "samples": result.sample_paths,
         "config": config.as_dict(),
     }
+
+
+def validation_summary(result):
+    """The words a run's summary line adds on validation: the best step, and an early stop."""
+    if not result.best:
+        return ""
+    early = f", stopped early at step {len(result.losses)}" if result.stopped_early else ""
+    return (
+        f"; best validation loss {result.best['loss']:.4g} at step {result.best['step']} "
+        f"(checkpoints/best.safetensors){early}"
+    )

@@ -28,6 +28,7 @@ class TextEncoderTraining:
     def __init__(self, clip, spec, seed, tensors=None, path=None):
         if spec.targets == "blocks":  # the layers are already restricted to the encoder's blocks
             spec = dataclasses.replace(spec, targets="all-linear")
+        spec = dataclasses.replace(spec, include="", exclude="")  # (those name the diffusion model's layers)
         self.source = trainable_clip_clone(clip)  # the input CLIP as training sees it (see trainer.py)
         self.clip = self.source.clone()
         self.prefixes = loadable_clip_keys(self.clip.cond_stage_model)
@@ -60,8 +61,14 @@ class TextEncoderTraining:
         model_loading.unload(self.clip.patcher)
 
 
-def parameter_groups(unet_adapters, learning_rate, text_encoder=None, text_encoder_lr=None):
-    groups = [{"params": list(unet_adapters.parameters()), "lr": learning_rate}]
+def parameter_groups(unet_adapters, learning_rate, text_encoder=None, text_encoder_lr=None, multipliers=None):
+    """The optimizer's parameter groups: the diffusion model's adapters at `learning_rate` (one group per
+    block_lr multiplier, {layer: multiplier}, in order of first appearance), the text encoder's at its rate."""
+    by_multiplier = {}
+    for layer, adapter in unet_adapters.items():
+        multiplier = (multipliers or {}).get(layer, 1.0)
+        by_multiplier.setdefault(multiplier, []).extend(adapter.parameters())
+    groups = [{"params": params, "lr": learning_rate * m} for m, params in by_multiplier.items()]
     if text_encoder is not None:
         groups.append({"params": list(text_encoder.adapters.parameters()), "lr": text_encoder_lr})
     return groups

@@ -7,6 +7,7 @@ In a run of several processes (distributed.py) each trains its part of every glo
 the gradients are averaged once per optimizer step, and rank 0 alone writes files.
 """
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -26,10 +27,12 @@ from .checkpointing import checkpointing_injection
 from .compile_blocks import compile_blocks_injection
 from .cuda_graphs import GraphedLoss
 from .distributed import SINGLE_PROCESS
+from .ema import AdapterEMA
 from .errors import EriDiffusionError
 from .evaluation import evaluation_loss
 from .families import family_of, resolve_objective, resolve_targets
-from .lora_format import check_finite, export_lora, loadable_weight_keys, run_metadata
+from .layer_selection import block_multipliers
+from .lora_format import check_finite, export_lora, loadable_weight_keys, raw_path, run_metadata
 from .lr_schedule import lr_factor
 from .model_forward import prediction, token_count, transformer_options_of
 from .model_inputs import batch_inputs
@@ -41,6 +44,10 @@ from .resume import adapters_from_tensors, save_state, state_path
 from .sample_render import render_samples
 from .summary import run_summary
 from .text_encoder import TextEncoderTraining, parameter_groups
+from .validation import ValidationLoss
+
+INPUT = "input."  # the model inputs' names in a micro-batch's dict of tensors
+PRESERVED = "preserved."  # the preservation prompt's model inputs there
 
 
 @dataclass
@@ -70,6 +77,9 @@ class TrainResult:
     clip: object = None  # a clone of the input CLIP with its trained adapters, if trained
     skipped_steps: int = 0  # on_nan=skip: steps whose update was left out (non-finite)
     peak_memory_gib_per_process: list = field(default_factory=list)  # [rank 0's, rank 1's, ...]
+    validation: list = field(default_factory=list)  # [[step, validation loss], ...]
+    best: dict | None = None  # {"step", "loss", "path"} of the lowest validation loss
+    stopped_early: bool = False  # early_stop_patience ended the run
 
 
 class TrainingRun:
@@ -100,6 +110,20 @@ class TrainingRun:
         self.prefixes = loadable_weight_keys(self.base)
         self.device = self.patcher.load_device
         check_optimizer_runs(config.optimizer, self.device)  # before any heavy work
+        if data.regularization is not None and config.prior_weight == 0:
+            raise EriDiffusionError(
+                "regularization images are connected to CacheLatents but prior_weight is 0, so they would be "
+                "drawn and ignored: raise prior_weight (DreamBooth uses 1.0) or disconnect them."
+            )
+        self.preservation = None  # differential output preservation: the class phrase's conditioning
+        if config.preservation_prompt.strip():
+            if clip is None:
+                raise EriDiffusionError(
+                    "preservation_prompt needs the text encoder to encode the class phrase: connect the graph's "
+                    "CLIP to LoRATrainer's clip input (or clear preservation_prompt)."
+                )
+            with torch.no_grad():
+                self.preservation = clip.encode_from_tokens_scheduled(clip.tokenize(config.preservation_prompt))
 
         # a clone with autograd-safe weights, adapters (fresh or from the resume file), checkpointing
         if self.base.get_dtype() != config.torch_dtype:
@@ -149,39 +173,72 @@ class TrainingRun:
                 )
 
         processes.broadcast_parameters(self._trained_parameters())  # as DDP starts: rank 0's weights everywhere
-        groups = parameter_groups(self.adapters, config.learning_rate, self.text_encoder, config.text_encoder_lr)
+        multipliers = block_multipliers(self.adapters.layer_names, config.block_lr) if config.block_lr.strip() else None
+        groups = parameter_groups(
+            self.adapters, config.learning_rate, self.text_encoder, config.text_encoder_lr, multipliers
+        )
         self.optimizer = make_optimizer(
             config.optimizer, groups, config.learning_rate, config.weight_decay, self.device
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(config))
+        self.ema = None
+        if config.ema_decay > 0:
+            self.ema = AdapterEMA(self._trained_parameters(), config.ema_decay, config.ema_warmup)
         # fp16 gradients underflow without loss scaling; bf16 and fp32 need none (the scaler is then a no-op).
         self.scaler = torch.amp.GradScaler(
             self.device.type, enabled=config.dtype == "fp16" and self.device.type == "cuda"
         )
         # the global micro-batch: every process draws it alike and trains its part (see _micro_batch)
         self.batches = BatchSampler(data, config.batch_size * processes.world_size, config.seed)
+        self.prior_batches = None  # regularization (class) images, one micro-batch beside each training one
+        if data.regularization is not None:
+            self.prior_batches = BatchSampler(
+                data.regularization, config.batch_size * processes.world_size, config.seed + 3
+            )
         self.choice = random.Random(config.seed + 1)  # captions and dropout, host side
         self.noise_gen = torch.Generator(device=self.device).manual_seed(config.seed + 2)
         self.start_step, self.losses, self.eval_before = 0, [], None
         self.checkpoints = []
+        self.validation_points, self.best, self.checks_since_best = [], None, 0
         if resume is not None and resume.state is not None:
             run_state.restore(self, resume.state, resume.path)
 
     def _export(self, step):
+        """The adapter as a LoRA file's content: with EMA, the averaged weights, the trained ones as `raw`."""
         text_encoder = (self.text_encoder.adapters, self.text_encoder.prefixes) if self.text_encoder else None
-        return export_lora(
-            self.adapters,
-            self.prefixes,
-            run_metadata(self.base, self.config, self.data, step),
-            text_encoder=text_encoder,
-        )
+
+        def export():
+            return export_lora(
+                self.adapters,
+                self.prefixes,
+                run_metadata(self.base, self.config, self.data, step),
+                text_encoder=text_encoder,
+            )
+
+        if self.ema is None:
+            return export()
+        raw = export()
+        with self.ema.applied():
+            averaged = export()
+        averaged.metadata["eridiffusion_weights"] = f"ema (decay {self.config.ema_decay:g}; trained weights: *_raw)"
+        averaged.raw = raw
+        return averaged
+
+    def _averaged(self):
+        """The block runs on the EMA weights when the run keeps them (sampling, validation)."""
+        return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
+
+    def _checkpoint_path(self, name):
+        return os.path.join(self.run_dir, "checkpoints", name)
 
     def save_checkpoint(self, step):
         """Rank 0 writes the checkpoint (and drops those keep_last lets go) while the others wait."""
-        path = os.path.join(self.run_dir, "checkpoints", f"{self.config.run_name}_step{step:06d}.safetensors")
+        path = self._checkpoint_path(f"{self.config.run_name}_step{step:06d}.safetensors")
         if self.processes.is_main:
             lora = self._export(step)
             check_finite(lora.tensors, lora.tensors, "fp32", path)  # before its state is written
+            if lora.raw is not None:
+                check_finite(lora.raw.tensors, lora.raw.tensors, "fp32", raw_path(path))
             save_state(path, run_state.capture(self, step))
             lora.save(path, dtype="fp32", overwrite=True)
         self.checkpoints.append(path)
@@ -189,53 +246,116 @@ class TrainingRun:
         if keep and len(self.checkpoints) > keep:
             dropped, self.checkpoints = self.checkpoints[:-keep], self.checkpoints[-keep:]
             if self.processes.is_main:
-                for file in [f for old in dropped for f in (old, state_path(old))]:
+                for file in [f for old in dropped for f in (old, state_path(old), raw_path(old))]:
                     if os.path.exists(file):
                         os.remove(file)
         self.processes.barrier()
 
+    def _validate(self, step, validation, transformer_options):
+        """Measure the validation loss after `step` steps (its one read-back), keep the adapter as
+        best.safetensors when it is the lowest so far, and count the checks since the best."""
+        with self._averaged():
+            value = float(validation(self.patcher, transformer_options))
+        self.validation_points.append([step, value])
+        if self.best is None or value < self.best["loss"]:
+            path = self._checkpoint_path("best.safetensors")
+            if self.processes.is_main:  # (every process measured the same value)
+                lora = self._export(step)
+                lora.metadata["validation_loss"] = repr(value)
+                lora.save(path, dtype="fp32", overwrite=True)
+            self.best, self.checks_since_best = {"step": step, "loss": value, "path": path}, 0
+        else:
+            self.checks_since_best += 1
+        return [step, value]
+
+    def _write_loss_log(self):
+        if not self.processes.is_main:
+            return
+        log = {"loss": self.losses}
+        if self.validation_points:
+            log["validation"] = self.validation_points
+        write_json_atomic(os.path.join(self.run_dir, "loss.json"), log)
+
     # --- one optimizer step
-    def _micro_batch(self, prepared, objective, transformer_options):
-        # Captions, noise and noise levels are drawn for the whole global micro-batch from
-        # generators every process holds alike, and each process keeps its part: so N processes x
-        # batch_size b train exactly what 1 process x batch_size N*b trains (and a state continues on
-        # either), each process on other samples with other noise. Seeding each process apart would
-        # tie the result to the number of processes.
-        batch = self.batches.next()
+    def _micro_batches(self, prepared, prior):
+        """The losses of one micro-batch of training images and, with regularization images, of one of
+        those (times prior_weight), in turn: each is backpropagated before the next is drawn (CUDA
+        graphs share one memory pool)."""
+        yield self._micro_batch(prepared, self.batches, self.data, preserve=self.preservation is not None)
+        if prior is not None:
+            yield self.config.prior_weight * self._micro_batch(prior, self.prior_batches, self.data.regularization)
+
+    def _micro_batch(self, prepared, batches, data, preserve=False):
+        """One micro-batch's loss: a batch drawn, noised, and its loss (replayed from a CUDA graph
+        when there is one); `preserve` adds the preservation prompt's inputs (see _loss_function).
+
+        Captions, noise and noise levels are drawn for the whole global micro-batch from generators
+        every process holds alike, and each process keeps its part: so N processes x batch_size b
+        train exactly what 1 process x batch_size N*b trains (and a state continues on either), each
+        process on other samples with other noise. Seeding each process apart would tie the result
+        to the number of processes."""
+        objective = self.objective
+        drawn = batches.next()
         variants = []
-        for i in batch:
-            dropped = self.data.caption_dropout > 0 and self.choice.random() < self.data.caption_dropout
+        for i in drawn:
+            dropped = data.caption_dropout > 0 and self.choice.random() < data.caption_dropout
             variants.append(None if dropped else self.choice.randrange(prepared.variants(i)))
-        part = self.processes.part(batch)
-        indices = batch[part]
+        part = self.processes.part(drawn)
+        indices = drawn[part]
         x0 = torch.stack([prepared.latents[i] for i in indices])
         chosen = [prepared.inputs_for(i, v, self.text_encoder) for i, v in zip(indices, variants[part])]
-        noise = objective.noise((len(batch), *x0.shape[1:]), self.noise_gen, self.device)[part].to(x0.dtype)
+        noise = objective.noise((len(drawn), *x0.shape[1:]), self.noise_gen, self.device)[part].to(x0.dtype)
         sigma = objective.sample_sigmas(
-            len(batch),
+            len(drawn),
             self.noise_gen,
             self.device,
             tokens=token_count(x0, self.base.diffusion_model, self.family.latent_patch),
         )[part]
-        x_t = objective.noisy_latent(x0, noise, sigma)
+        batch = {"x_t": objective.noisy_latent(x0, noise, sigma), "sigma": sigma, "x0": x0}
+        mask = prepared.mask_weights(indices)
+        if mask is not None:
+            batch["mask"] = mask
         if self.text_encoder is not None:
             model_loading.load(self.patcher, self.config.weights_vram_gib)  # encoding loaded the CLIP
-        inputs = batch_inputs(chosen)
-        loss = self.graphed(x_t, sigma, x0, inputs) if self.graphed is not None else None
-        if loss is not None:
-            return loss / self.config.grad_accum
-        denoised = prediction(
-            self.base,
-            transformer_options,
-            x_t,
-            sigma,
-            inputs,
-            self.config.torch_dtype,
-            copy_saved=self.family.copies_saved_activations,
-        )
-        return objective.loss(denoised, x0, sigma).mean() / self.config.grad_accum
+        batch.update({INPUT + name: value for name, value in batch_inputs(chosen).items()})
+        if preserve:
+            preserved = batch_inputs([prepared.preservation_inputs[i] for i in indices])
+            batch.update({PRESERVED + name: value for name, value in preserved.items()})
+        loss = self.graphed(batch) if self.graphed is not None else None
+        return loss if loss is not None else self.loss_of(batch)
 
-    def _graphed_loss(self, objective, transformer_options):
+    def _loss_function(self, transformer_options, cast_cache=True):
+        """loss(batch) of a micro-batch as _micro_batch builds it: the objective's loss of the
+        model's prediction (weighted by the batch's mask, if any). With the preservation prompt's
+        inputs, plus preservation_weight times the same loss between the adapted prediction for that
+        prompt and the prediction with the adapters bypassed (under no_grad: the target)."""
+        objective, dtype, config = self.objective, self.config.torch_dtype, self.config
+
+        def predict(batch, prefix):
+            inputs = {name[len(prefix) :]: value for name, value in batch.items() if name.startswith(prefix)}
+            return prediction(
+                self.base,
+                transformer_options,
+                batch["x_t"],
+                batch["sigma"],
+                inputs,
+                dtype,
+                cast_cache=cast_cache,
+                copy_saved=self.family.copies_saved_activations,
+            )
+
+        def loss(batch):
+            total = objective.loss(predict(batch, INPUT), batch["x0"], batch["sigma"], batch.get("mask")).mean()
+            if any(name.startswith(PRESERVED) for name in batch):
+                with torch.no_grad(), self.adapters.bypassed():
+                    base = predict(batch, PRESERVED)
+                drift = objective.loss(predict(batch, PRESERVED), base, batch["sigma"]).mean()
+                total = total + config.preservation_weight * drift
+            return total
+
+        return loss
+
+    def _graphed_loss(self, transformer_options):
         """The micro-batch loss as CUDA graphs (config.cuda_graphs), else None."""
         setting = self.config.cuda_graphs
         streamed = self.config.weights_vram_gib > 0
@@ -257,22 +377,20 @@ class TrainingRun:
                 "cuda_graphs cannot hold the text encoder's live encoding: set text_encoder_lr "
                 "to 0 or turn cuda_graphs off."
             )
-        dtype = self.config.torch_dtype
+        # (a capture needs autocast's cast cache off: cached casts would outlive it)
+        return GraphedLoss(self._loss_function(transformer_options, cast_cache=False), self.adapters, setting == "on")
 
-        def loss(x_t, sigma, x0, inputs):
-            denoised = prediction(
-                self.base,
-                transformer_options,
-                x_t,
-                sigma,
-                inputs,
-                dtype,
-                cast_cache=False,
-                copy_saved=self.family.copies_saved_activations,
-            )
-            return objective.loss(denoised, x0, sigma).mean()
-
-        return GraphedLoss(loss, self.adapters, strict=setting == "on")
+    def _prepared(self, data, preservation=None):
+        """PreparedData of `data` (the training or the regularization images) for this run."""
+        return PreparedData(
+            self.base,
+            data,
+            self.device,
+            cached_inputs=self.text_encoder is None,
+            options=conditioning_options(self.config, self.family),
+            mask_floor=self.config.mask_min,
+            preservation=preservation,
+        )
 
     def _trained_parameters(self):
         params = list(self.adapters.parameters())
@@ -315,15 +433,23 @@ class TrainingRun:
             self.eval_before = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
         model_loading.load(self.patcher, config.weights_vram_gib)
         objective = self.objective
-        prepared = PreparedData(
-            self.base,
-            self.data,
-            device,
-            cached_inputs=self.text_encoder is None,
-            options=conditioning_options(config, self.family),
-        )
+        prepared = self._prepared(self.data, self.preservation)
+        prior = self._prepared(self.data.regularization) if self.data.regularization is not None else None
         transformer_options = transformer_options_of(self.patcher)
-        self.graphed = self._graphed_loss(objective, transformer_options)
+        self.loss_of = self._loss_function(transformer_options)
+        self.graphed = self._graphed_loss(transformer_options)
+        validation = None
+        if self.data.validation is not None:
+            validation = ValidationLoss(
+                self.base,
+                self.data.validation,
+                device,
+                objective,
+                config,
+                conditioning_options(config, self.family),
+                self.text_encoder,
+            )
+        stopped_early = False
         health = StepHealth(config.steps, device, config.on_nan, self.scaler.is_enabled())
         skip_on_the_device = skip_on_device(self.optimizer, self.scaler)
         samples, sample_paths = None, []
@@ -338,15 +464,18 @@ class TrainingRun:
             step_loss = torch.zeros((), device=device)
             with training_forward():
                 for _ in range(config.grad_accum):
-                    loss = self._micro_batch(prepared, objective, transformer_options)
-                    self.scaler.scale(loss).backward()
-                    step_loss += loss.detach()
+                    for loss in self._micro_batches(prepared, prior):
+                        loss = loss / config.grad_accum
+                        self.scaler.scale(loss).backward()
+                        step_loss += loss.detach()
             # several processes: the gradients summed over the micro-batches, then averaged (DDP with no_sync)
             step_loss = self.processes.average_gradients(self._trained_parameters(), step_loss)
             self.scaler.unscale_(self.optimizer)
             norm = gradient_norm(self._trained_parameters(), config.max_grad_norm)
             finite = health.finite(step_loss, norm) if config.on_nan == "skip" else None
             self._optimizer_step(finite, skip_on_the_device)
+            if self.ema is not None:
+                self.ema.update()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             health.record(step, step_loss, norm)
@@ -357,28 +486,38 @@ class TrainingRun:
             last = done == config.steps or stopping
             checkpoint_due = config.save_every and done % config.save_every == 0 and not last
             sampling_due = sample_settings is not None and (done % sample_settings.every == 0 or last)
-            new = None
-            # checkpoints and samples come after a check: none is made from a diverged adapter
-            if done % config.log_every == 0 or last or checkpoint_due or sampling_due:
+            validation_due = validation is not None and (done % config.validate_every == 0 or last)
+            new, point = None, None
+            # checkpoints, samples and validation come after a check: none is made from a diverged adapter
+            if done % config.log_every == 0 or last or checkpoint_due or sampling_due or validation_due:
                 new, norms = health.read(logged, done)  # the one device sync of a logging step
                 self.losses += new
-                if self.processes.is_main:
-                    write_json_atomic(os.path.join(self.run_dir, "loss.json"), {"loss": self.losses})
+                self._write_loss_log()
                 self._check_finite(health, logged, new, norms)
                 logged = done
                 if timed_from is None:
                     timed_from = (done, time.perf_counter())
+            if validation_due:
+                point = self._validate(done, validation, transformer_options)
+                patience = config.early_stop_patience
+                if patience and self.checks_since_best >= patience and not last:
+                    stopping = last = stopped_early = True  # ends here, as Stop & save does
+                    checkpoint_due, sampling_due = False, sample_settings is not None
+                self._write_loss_log()
             if hooks.on_progress is not None:
                 stats = {"lr": self.scheduler.get_last_lr()[0]}
+                if point is not None:
+                    stats["validation"] = [point]
                 if device.type == "cuda":  # allocator bookkeeping: no device sync
                     stats["peak_vram_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
                 hooks.on_progress(done, config.steps, new, stats)
             if checkpoint_due:
                 self.save_checkpoint(done)
             if sampling_due and self.processes.is_main:
-                samples, paths = render_samples(
-                    self.patcher, sample_settings, done, os.path.join(self.run_dir, "samples")
-                )
+                with self._averaged():
+                    samples, paths = render_samples(
+                        self.patcher, sample_settings, done, os.path.join(self.run_dir, "samples")
+                    )
                 sample_paths += paths
                 if hooks.on_samples is not None:
                     hooks.on_samples(done, samples, paths)
@@ -395,10 +534,13 @@ class TrainingRun:
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
         self.save_checkpoint(done)
 
+        lora = self._export(done)
+        if self.ema is not None:
+            self.ema.copy_to_parameters()  # the run's result (MODEL, evaluation) is the averaged adapter
         self.adapters.requires_grad_(False)
         eval_after = evaluation_loss(self.patcher, self.data, config, text_encoder=self.text_encoder)
         return TrainResult(
-            lora=self._export(done),
+            lora=lora,
             losses=self.losses,
             eval_loss_before=self.eval_before,
             eval_loss_after=eval_after,
@@ -411,6 +553,9 @@ class TrainingRun:
             peak_memory_gib=peak,
             skipped_steps=health.skipped,
             peak_memory_gib_per_process=self.processes.gather(peak),
+            validation=list(self.validation_points),
+            best=dict(self.best) if self.best else None,
+            stopped_early=stopped_early,
         )
 
     def release(self):

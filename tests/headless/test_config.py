@@ -70,7 +70,11 @@ def test_values_outside_the_node_inputs_bounds_are_an_error_naming_the_key(tmp_p
 
 def test_every_node_input_is_a_key_of_its_section_with_the_nodes_default(tmp_path):
     config = load_run_config(
-        write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\nobjective: {}\nsample: {}\n")
+        write_yaml(
+            tmp_path / "top.yaml",
+            "model: tiny-sdxl\ndataset: {folder: x}\nobjective: {}\nsample: {}\n"
+            "validation_dataset: {folder: v}\nregularization_dataset: {folder: r}\n",
+        )
     )
     for section, nodes in section_nodes().items():
         widgets = {
@@ -183,6 +187,7 @@ def test_ai_toolkit_config_becomes_the_node_inputs_it_means(tmp_path):
             "save_every",
             "keep_last",
             "text_encoder_lr",
+            "ema_decay",
         )
     } == {
         "run_name": "my_first_flux_lora_v1",
@@ -198,6 +203,7 @@ def test_ai_toolkit_config_becomes_the_node_inputs_it_means(tmp_path):
         "save_every": 250,
         "keep_last": 4,
         "text_encoder_lr": 0.0,
+        "ema_decay": 0.99,
     }
     assert {k: config.dataset[k] for k in ("folder", "caption_ext", "caption_dropout", "trigger_word")} == {
         "folder": "/path/to/images/folder",
@@ -226,7 +232,6 @@ def test_ai_toolkit_keys_read_but_not_supported_are_all_listed(tmp_path):
         "config.process[0].device",
         "config.process[0].datasets[0].resolution",
         "config.process[0].train.linear_timesteps",
-        "config.process[0].train.ema_config",
         "config.process[0].train.noise_scheduler",
         "config.process[0].sample.guidance_scale",
         "config.process[0].sample.sampler",
@@ -265,3 +270,55 @@ def test_model_section_takes_unetloaders_weight_dtypes_and_comfyuis_clip_types()
     assert settings["weight_dtype"].options == tuple(nodes.UNETLoader.INPUT_TYPES()["required"]["weight_dtype"][0])
     assert set(settings["weight_dtype"].options) == set(WEIGHT_DTYPE_OPTIONS)
     assert "flux" in settings["clip_type"].options and len(settings["clip_type"].options) == len(comfy.sd.CLIPType)
+
+
+def test_ai_toolkit_output_preservation_and_flip_become_their_settings(tmp_path):
+    text = AI_TOOLKIT.replace(
+        "        dtype: bf16\n",
+        "        dtype: bf16\n        diff_output_preservation: true\n"
+        "        min_denoising_steps: 200\n        max_denoising_steps: 900\n"
+        "        diff_output_preservation_class: person\n        diff_output_preservation_multiplier: 0.5\n",
+    ).replace("          shuffle_tokens: false\n", "          shuffle_tokens: false\n          flip_x: true\n")
+    config = load_run_config(write_yaml(tmp_path / "dop.yaml", text))
+    assert (config.train["preservation_prompt"], config.train["preservation_weight"]) == ("person", 0.5)
+    assert config.dataset["flip"] is True
+    assert (config.objective["timestep_min"], config.objective["timestep_max"]) == (0.2, 0.9)
+    assert not [entry for entry in config.unsupported if "preservation" in entry or "flip" in entry]
+
+
+def test_validation_and_regularization_sections_are_second_datasets_for_cache_latents(tmp_path):
+    from eridiffusion.headless.run import cache_latents, load_inputs
+    from tests.support.paths import shared_datasets
+
+    datasets = shared_datasets()
+    path = write_yaml(
+        tmp_path / "second_datasets.yaml",
+        f"""
+model: tiny-sd15
+dataset: {{folder: {datasets}/dreambooth_dog, validation: 0.2}}
+cache: {{resolution: 64, cache_folder: cache}}
+validation_dataset: {{folder: {datasets}/dreambooth_backpack}}
+regularization_dataset: {{folder: ../{os.path.relpath(os.path.join(datasets, "dreambooth_cat"), tmp_path.parent)}}}
+""",
+    )
+    config = load_run_config(path)
+    assert config.regularization_dataset["folder"] == os.path.join(datasets, "dreambooth_cat")
+    assert config.validation_dataset["missing_caption"] == "error"  # LoadDataset's defaults filled in
+    data = cache_latents(config, load_inputs(config))
+    assert (len(data.samples), len(data.validation.samples), len(data.regularization.samples)) == (4, 1 + 6, 5)
+    with pytest.raises(EriDiffusionError, match="regularization_dataset.folder is missing"):
+        load_run_config(write_yaml(tmp_path / "bad.yaml", "dataset: {folder: x}\nregularization_dataset: {}\n"))
+
+
+def test_ai_toolkit_is_reg_dataset_becomes_the_regularization_dataset(tmp_path):
+    text = AI_TOOLKIT.replace(
+        "          resolution: [ 512, 768, 1024 ]\n",
+        "          resolution: [ 512, 768, 1024 ]\n"
+        "        - folder_path: /path/to/class/images\n          is_reg: true\n",
+    )
+    config = load_run_config(write_yaml(tmp_path / "reg.yaml", text))
+    assert config.regularization_dataset["folder"] == "/path/to/class/images"
+    assert config.dataset["folder"] == "/path/to/images/folder"
+    twice = text.replace("is_reg: true", "is_reg: false")
+    with pytest.raises(EriDiffusionError, match="at most one more with is_reg: true"):
+        load_run_config(write_yaml(tmp_path / "two.yaml", twice))

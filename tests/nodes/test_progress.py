@@ -147,3 +147,36 @@ def test_loss_route_serves_a_runs_history_and_nothing_outside_output(stack, comf
         400,
         "run must be a folder name inside ComfyUI's output folder (no slashes or control characters)",
     )
+
+
+def test_validation_points_reach_the_page_live_and_from_the_loss_route(stack, comfy_dirs):
+    import dataclasses
+
+    from eridiffusion.training.latent_cache import TrainingData
+
+    model, data = stack
+    held_out = TrainingData(data.samples[:1], data.empty_conditioning, 0.0, 1, data.resolution, "")
+    data = dataclasses.replace(data, validation=held_out)
+    sent = []
+    run_dir = os.path.join(comfy_dirs["output"], "validation_events")
+    reporter = progress.ProgressReporter(
+        lambda event, payload: sent.append(payload), "7", "p1", run_dir, clock=FakeClock()
+    )
+    with torch.inference_mode(False):
+        result = train_lora(
+            model, data, config(6, validate_every=4), run_dir, hooks=TrainingHooks(on_progress=reporter.on_progress)
+        )
+    assert [step for step, _ in result.validation] == [4, 6]
+    assert [point for payload in sent for point in payload["validation"]] == result.validation
+    app = web.Application()
+    routes = web.RouteTableDef()
+    progress.register_routes(routes)
+    app.add_routes(routes)
+
+    async def get():
+        async with TestClient(TestServer(app)) as client:
+            response = await client.get("/eridiffusion/loss", params={"run": "validation_events"})
+            return response.status, await response.json()
+
+    status, body = asyncio.run(get())
+    assert status == 200 and body["validation"] == result.validation

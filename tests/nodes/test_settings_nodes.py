@@ -70,6 +70,8 @@ def test_the_trainer_shows_the_essentials_and_the_options_nodes_the_rest(registe
         "EriDiffusion_OptimizerOptions",
         "EriDiffusion_MemoryOptions",
         "EriDiffusion_CheckpointOptions",
+        "EriDiffusion_ValidationOptions",
+        "EriDiffusion_TrainingExtras",
     ]
 
 
@@ -115,7 +117,7 @@ def test_registering_the_nodes_imports_no_test_support_module_and_warns_of_nothi
     )
     assert done.returncode == 0, done.stderr
     count, *modules = done.stdout.split()
-    assert int(count) == 13
+    assert int(count) == 15
     assert any(m.startswith("EriDiffusion.eridiffusion.nodes") for m in modules)
     support = [
         m

@@ -69,6 +69,10 @@ def graph_prompt(config):
             "inputs": {**config.sample, "clip": ["1", 1], "vae": ["1", 2]},
         }
         prompt["4"]["inputs"]["sample_config"] = ["7", 0]
+    for node_id, section in (("8", "validation_dataset"), ("9", "regularization_dataset")):
+        if getattr(config, section) is not None:  # a second LoadDataset into CacheLatents' input of that name
+            prompt[node_id] = {"class_type": "EriDiffusion_LoadDataset", "inputs": dict(getattr(config, section))}
+            prompt["3"]["inputs"][section] = [node_id, 0]
     # every options node linked, with the config's values: the graph a user would build for it
     set_training_settings(prompt, {**config.train, **(config.objective or {})})
     return prompt

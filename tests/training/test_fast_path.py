@@ -76,6 +76,32 @@ def test_a_step_reads_nothing_back_from_the_device_except_on_logging_steps(on_na
     assert in_steps == {4: 1, 8: 1}
 
 
+def test_validation_and_ema_read_back_only_on_validation_steps(trained_lora, tmp_path):
+    import dataclasses
+
+    from eridiffusion.training.latent_cache import TrainingData
+
+    data = trained_lora["data"]
+    held_out = TrainingData(data.samples[:1], data.empty_conditioning, 0.0, 1, data.resolution, "")
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=8,
+        learning_rate=1e-3,
+        dtype="fp32",
+        log_every=4,
+        validate_every=3,
+        ema_decay=0.9,
+        run_name="sync_validation",
+        adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"),
+    )
+    counter = ReadBackCounter()
+    _run({**trained_lora, "data": dataclasses.replace(data, validation=held_out)}, tmp_path, config, counter)
+    validation_steps = {3, 6, 8}  # (and the best checkpoint's export there)
+    in_steps = {step: n for step, n in counter.counts.items() if step <= config.steps and step not in validation_steps}
+    assert in_steps == {4: 1}
+    assert all(counter.counts[step] >= 2 for step in validation_steps)
+
+
 class NewTensorShapes(TorchDispatchMode):
     """Records the shape of every new (non-view) tensor any aten op makes, forward and backward."""
 

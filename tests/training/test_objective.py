@@ -1,5 +1,6 @@
 """The objective derived from ComfyUI's model_sampling: targets, loss and timestep sampling."""
 
+import dataclasses
 import math
 
 import comfy.model_sampling
@@ -150,6 +151,35 @@ def test_timestep_sampler_matches_its_distribution(name):
     assert _ks_statistic(draws, cdf) < KS_CRITICAL
     # and a wrong definition is told apart: the test has the power to fail
     assert _ks_statistic(draws, lambda x: cdf(x) ** 1.2) > KS_CRITICAL
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_a_timestep_range_cuts_the_distribution_to_it(name):
+    spec, tokens, cdf = SAMPLERS[name]
+    low, high = 0.2, 0.6
+    spec = dataclasses.replace(spec, timestep_min=low, timestep_max=high)
+    draws = sample_fractions(spec, KS_N, torch.Generator().manual_seed(12), tokens)
+    assert draws.min().item() >= low - 1e-5 and draws.max().item() <= high + 1e-5
+    at_low, at_high = (cdf(torch.tensor(bound, dtype=torch.float64)) for bound in (low, high))
+
+    def truncated(x):
+        return (cdf(x) - at_low) / (at_high - at_low)
+
+    assert _ks_statistic(draws.clamp(low, high), truncated) < KS_CRITICAL
+    assert _ks_statistic(draws.clamp(low, high), lambda x: truncated(x) ** 1.2) > KS_CRITICAL
+
+
+@pytest.mark.parametrize("name", ["eps", "rectified_flow"])
+def test_sampled_noise_levels_stay_inside_the_range_in_the_family_s_units(name):
+    ms = SAMPLINGS[name]()
+    spec = ObjectiveSpec(timestep_sampling="logit_normal", timestep_min=0.7, timestep_max=0.9)
+    sigmas = Objective(ms, spec).sample_sigmas(5000, torch.Generator().manual_seed(13), "cpu")
+    # ε/v: the fraction of the discrete timesteps; flow: σ itself
+    fraction = sigmas if name == "rectified_flow" else ms.timestep(sigmas).float() / 999
+    assert fraction.min().item() >= 0.7 - 1e-3 and fraction.max().item() <= 0.9 + 1e-3
+    assert fraction.max().item() - fraction.min().item() > 0.15
+    with pytest.raises(EriDiffusionError, match="timestep_min 0.5 must be below timestep_max 0.5"):
+        ObjectiveSpec(timestep_min=0.5, timestep_max=0.5)
 
 
 def test_resolution_shift_follows_flux_endpoints():

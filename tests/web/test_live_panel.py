@@ -2,6 +2,7 @@
 its custom_nodes, the tiny demo workflow loaded into the page and queued there, Debian's
 Chromium driven by Playwright. Screenshots go to test-artifacts/."""
 
+import base64
 import json
 import os
 import time
@@ -75,3 +76,35 @@ def test_panel_shows_progress_samples_and_stops_and_saves_within_its_reserved_si
     assert inside(screen["panel"], screen["node"]), screen
     assert screen["panel"][3] > 250  # the panel is shown, not hidden or collapsed
     assert comfy_page.our_errors() == []
+
+
+def test_panel_draws_the_validation_loss_beside_the_training_loss(comfy_page):
+    """Two series in the chart, with a legend: an event carrying validation points (as the trainer
+    sends them) is drawn in the validation color beside the training curve."""
+    comfy_page.load(load_example("tiny_demo_lora.json"))
+    page = comfy_page.page
+    page.wait_for_function(f"window.app.graph.getNodeById({TRAINER})?.eridiffusionPanel !== undefined")
+    counts = page.evaluate(
+        f"""() => {{
+            const panel = window.app.graph.getNodeById({TRAINER}).eridiffusionPanel;
+            const event = (step, losses, validation) => ({{prompt_id: "p", run: "r", step, total: 40, losses,
+                validation, seconds_per_step: 0.1, eta_seconds: 1, lr: 1e-4, peak_vram_gib: null, samples: []}});
+            panel.update(event(10, Array.from({{length: 10}}, (_, i) => 1 - i / 20), [[10, 0.9]]));
+            panel.update(event(20, Array.from({{length: 10}}, (_, i) => 0.5 - i / 40), [[20, 0.8]]));
+            const pixels = panel.canvas.getContext("2d").getImageData(0, 0, panel.canvas.width,
+                                                                      panel.canvas.height).data;
+            const count = ([r, g, b]) => {{
+                let n = 0;
+                for (let i = 0; i < pixels.length; i += 4)
+                    if (pixels[i] === r && pixels[i + 1] === g && pixels[i + 2] === b && pixels[i + 3] === 255) n++;
+                return n;
+            }};
+            return {{validation: panel.validation.length, training: count([80, 140, 255]),
+                    validationPixels: count([255, 150, 40]), png: panel.canvas.toDataURL("image/png")}};
+        }}"""
+    )
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with open(os.path.join(ARTIFACTS, "live_panel_validation_chart.png"), "wb") as f:
+        f.write(base64.b64decode(counts.pop("png").split(",", 1)[1]))
+    assert counts["validation"] == 2
+    assert counts["training"] > 20 and counts["validationPixels"] > 20, counts

@@ -7,6 +7,7 @@ are never changed and other branches of the graph see the plain model. The same 
 CLIP's patcher (text-encoder adapters).
 """
 
+import contextlib
 import itertools
 import logging
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import torch
 
 from ..errors import EriDiffusionError
 from ..forward_swap import SwappedForward, swap_in, swap_out
+from ..layer_selection import select_layers
 from ..settings import check_settings, setting
 from .base import layer_kind
 from .dora import DoRA
@@ -93,6 +95,16 @@ class AdapterSpec:
         -1, "LoKr only: Kronecker factor (-1: as balanced as the layer allows).", minimum=-1, maximum=64
     )
     lokr_full_rank: bool = setting(False, "LoKr only: keep both Kronecker factors whole (no low-rank split).")
+    include: str = setting(
+        "",
+        "Regular expression: of the layers `targets` picks, adapt only those whose name matches (searched), "
+        "e.g. 'attn2' (SD cross-attention) or 'output_blocks|middle_block'. Empty: all of them.",
+    )
+    exclude: str = setting(
+        "",
+        "Regular expression: leave out the targeted layers whose name matches, e.g. 'ff\\.net' or "
+        "'single_blocks\\.(3[0-7])\\.'. Empty: none.",
+    )
 
     def __post_init__(self):
         check_settings(self, "adapter")
@@ -128,7 +140,7 @@ def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
         raise EriDiffusionError(
             f"targets '{spec.targets}' matched no layer of {type(root).__name__}; try 'all-linear'."
         )
-    return layers
+    return select_layers(layers, spec.include, spec.exclude)
 
 
 class _BypassForward(SwappedForward):
@@ -179,6 +191,17 @@ class AdapterSet(torch.nn.Module):
     def set_multiplier(self, multiplier):
         for _, adapter in self.items():
             adapter.multiplier = multiplier
+
+    @contextlib.contextmanager
+    def bypassed(self):
+        """The model as without these adapters for the block (their multiplier at 0), then as before."""
+        before = [adapter.multiplier for _, adapter in self.items()]
+        self.set_multiplier(0.0)
+        try:
+            yield
+        finally:
+            for (_, adapter), multiplier in zip(self.items(), before):
+                adapter.multiplier = multiplier
 
     def attach_to(self, patcher):
         """Register the bypass injection on `patcher` (a clone); active whenever ComfyUI patches it."""

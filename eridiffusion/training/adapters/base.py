@@ -67,6 +67,8 @@ class LycorisAdapter(Adapter):
         return self.lycoris.bypass_forward_diff(x, scale=scale)
 
     def forward(self, x, base):
+        if self.multiplier == 0:  # bypassed (strength 0, or the base prediction of preservation)
+            return base(x)
         return base(x) + self.delta(x, self.multiplier)
 
     def comfy_tensors(self):

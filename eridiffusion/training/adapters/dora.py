@@ -62,6 +62,8 @@ class DoRA(Adapter):
         return squared.clamp_min(0).sqrt() + torch.finfo(weight.dtype).eps
 
     def forward(self, x, base):
+        if self.multiplier == 0:
+            return base(x)
         ratio = self.magnitude.flatten() / self.column_norms()
         shape = (1, -1) + (1,) * (x.dim() - 2) if self.is_conv else (-1,)
         scaled = x * ratio.reshape(shape).to(x.dtype)
