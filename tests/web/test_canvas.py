@@ -117,6 +117,8 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
                 "conv_alpha": 1.0,
                 "lokr_factor": -1,
                 "lokr_full_rank": False,
+                "include": "",
+                "exclude": "",
             },
         },
         "memory_options": {
