@@ -21,7 +21,7 @@ class LoRA(LycorisAdapter):
 
     def forward(self, x, base):
         lycoris = self.lycoris
-        if lycoris.isconv or lycoris.tucker or x.dim() < 2:
+        if lycoris.isconv or lycoris.tucker or x.dim() < 2 or self.multiplier == 0:
             return super().forward(x, base)
         out = base(x)
         # y = base(x) + (multiplier · alpha / rank) · (x · downᵀ) · upᵀ, the last product, scale and sum
