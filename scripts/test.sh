@@ -15,8 +15,9 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 # One thread per process: the tiny test models gain nothing from intra-op threads, and beside a
 # second busy process (the other test worker, a test's subprocess, the browser test's ComfyUI
-# server) OpenMP's spinning threads slow both several times over. Test files are spread over a
-# worker per core (at most 4; ERIDIFFUSION_TEST_WORKERS overrides), a whole file to one worker.
+# server) OpenMP's spinning threads slow both several times over. The tests are spread over a
+# worker per core (at most 4; ERIDIFFUSION_TEST_WORKERS overrides), an idle worker taking tests
+# that a busy one has queued.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 workers=${ERIDIFFUSION_TEST_WORKERS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}
-cd "$root" && exec "$venv/bin/python" -m pytest -q -n "$workers" --dist loadfile "$@"
+cd "$root" && exec "$venv/bin/python" -m pytest -q -n "$workers" --dist worksteal "$@"

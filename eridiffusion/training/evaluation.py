@@ -39,9 +39,7 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
             x0 = latent[None].expand(len(sigmas), *latent.shape)
             noise = torch.randn(x0.shape, generator=generator).to(device)
             x_t = objective.noisy_latent(x0, noise, sigmas)
-            denoised = prediction(
-                base, transformer_options, x_t, sigmas, batch_inputs([inputs] * len(sigmas)), config.torch_dtype
-            )
+            denoised = prediction(base, transformer_options, x_t, sigmas, batch_inputs([inputs] * len(sigmas)))
             total += float(objective.loss(denoised, x0, sigmas).sum())
             count += len(sigmas)
     return total / count

@@ -1,11 +1,10 @@
 """One forward of the model being trained, as ComfyUI's sampler runs it: the transformer options
-(with the patcher's wrappers and callbacks), autocast, and the autograd guards for ComfyUI's
+(with the patcher's wrappers and callbacks) and the autograd guards for ComfyUI's
 in-place code."""
 
 import contextlib
 
 import comfy.patcher_extension
-import torch
 
 from .autograd_inplace import OutOfPlaceAugmentedAssignments
 from .autograd_saved import saved_activations_copied
@@ -21,15 +20,15 @@ def transformer_options_of(patcher):
     return options
 
 
-def prediction(base_model, transformer_options, x_t, sigma, inputs, dtype, cast_cache=True, copy_saved=False):
-    """ComfyUI's denoised estimate of `x_t` at `sigma` (apply_model) with autograd through it."""
+def prediction(base_model, transformer_options, x_t, sigma, inputs, copy_saved=False):
+    """ComfyUI's denoised estimate of `x_t` at `sigma` (apply_model) with autograd through it.
+
+    The frozen model runs in its own compute dtype, as ComfyUI's sampler runs it (no autocast): the
+    adapters cast their fp32 weights to the activations' dtype. Autocast would instead up-cast every
+    norm and softmax to fp32 and back, a fifth more time and 1.5 GiB more for SDXL at 1024² with
+    CUDA graphs (bench/results/2026-11-24_autocast_h100.json), for the same losses."""
     # out-of-place residual adds: Flux/MMDiT blocks write `x += ...` into tensors autograd saved.
-    # (A CUDA graph capture needs autocast's cast cache off: cached casts would outlive the capture.)
-    with (
-        torch.autocast(x_t.device.type, dtype=dtype, enabled=dtype != torch.float32, cache_enabled=cast_cache),
-        OutOfPlaceAugmentedAssignments(),
-        saved_activations_copied() if copy_saved else contextlib.nullcontext(),
-    ):
+    with OutOfPlaceAugmentedAssignments(), saved_activations_copied() if copy_saved else contextlib.nullcontext():
         return base_model.apply_model(x_t, sigma, transformer_options=dict(transformer_options), **inputs)
 
 

@@ -324,12 +324,12 @@ class TrainingRun:
         loss = self.graphed(batch) if self.graphed is not None else None
         return loss if loss is not None else self.loss_of(batch)
 
-    def _loss_function(self, transformer_options, cast_cache=True):
+    def _loss_function(self, transformer_options):
         """loss(batch) of a micro-batch as _micro_batch builds it: the objective's loss of the
         model's prediction (weighted by the batch's mask, if any). With the preservation prompt's
         inputs, plus preservation_weight times the same loss between the adapted prediction for that
         prompt and the prediction with the adapters bypassed (under no_grad: the target)."""
-        objective, dtype, config = self.objective, self.config.torch_dtype, self.config
+        objective, config = self.objective, self.config
 
         def predict(batch, prefix):
             inputs = {name[len(prefix) :]: value for name, value in batch.items() if name.startswith(prefix)}
@@ -339,8 +339,6 @@ class TrainingRun:
                 batch["x_t"],
                 batch["sigma"],
                 inputs,
-                dtype,
-                cast_cache=cast_cache,
                 copy_saved=self.family.copies_saved_activations,
             )
 
@@ -377,8 +375,7 @@ class TrainingRun:
                 "cuda_graphs cannot hold the text encoder's live encoding: set text_encoder_lr "
                 "to 0 or turn cuda_graphs off."
             )
-        # (a capture needs autocast's cast cache off: cached casts would outlive it)
-        return GraphedLoss(self._loss_function(transformer_options, cast_cache=False), self.adapters, setting == "on")
+        return GraphedLoss(self._loss_function(transformer_options), self.adapters, setting == "on")
 
     def _prepared(self, data, preservation=None):
         """PreparedData of `data` (the training or the regularization images) for this run."""

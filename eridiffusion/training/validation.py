@@ -48,7 +48,6 @@ class ValidationLoss:
                     x_t,
                     self.sigmas,
                     batch_inputs([inputs] * count),
-                    self.config.torch_dtype,
                 )
                 mask = self.prepared.mask_weights([index])  # (masked images: the loss where they learn)
                 total += self.objective.loss(denoised, x0, self.sigmas, mask).sum()

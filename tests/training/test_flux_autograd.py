@@ -66,7 +66,7 @@ def _adapter_gradients(model, data, probe, checkpointing, run_dir):
                 for p in run.adapters.parameters():
                     p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
             options = run.patcher.model_options.get("transformer_options", {})
-            denoised = prediction(run.base, options, probe.x, probe.sigma, probe.inputs, torch.float32)
+            denoised = prediction(run.base, options, probe.x, probe.sigma, probe.inputs)
             (denoised - probe.x).square().mean().backward()
             return wrapped, torch.cat([p.grad.flatten() for p in run.adapters.parameters()])
         finally:

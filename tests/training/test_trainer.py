@@ -123,3 +123,27 @@ def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained_l
     assert unmatched == []
     # the cancelled run's clone is gone: the input model computes exactly what it did before
     assert torch.equal(trained["probe"].output(model), trained["base_output_before"])
+
+
+def test_a_bf16_run_computes_in_the_models_own_dtype_without_autocast(trained_lora, tmp_path):
+    """The frozen model runs in the run's compute dtype as ComfyUI's sampler runs it (its layers cast
+    their weights), not under autocast, which would up-cast every norm and softmax to fp32 and back;
+    the adapters keep fp32 weights and gradients."""
+    seen = []
+
+    def watch(module, args, output):
+        seen.append((output.dtype, torch.is_autocast_enabled("cpu")))
+
+    block = trained_lora["model"].model.diffusion_model.input_blocks[1][0]  # a resnet block
+    hook = block.register_forward_hook(watch)
+    try:
+        config = TrainConfig(
+            steps=2, learning_rate=1e-3, dtype="bf16", gradient_checkpointing=False, log_every=2, run_name="bf16"
+        )
+        with torch.inference_mode(False):
+            result = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path))
+    finally:
+        hook.remove()
+    assert seen and set(seen) == {(torch.bfloat16, False)}
+    assert all(torch.isfinite(torch.tensor(loss)) for loss in result.losses)
+    assert {p.dtype for p in result.adapters.parameters()} == {torch.float32}
