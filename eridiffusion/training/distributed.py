@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from .errors import EriDiffusionError
 
@@ -76,15 +77,13 @@ class TrainingProcesses:
         tensors.append(loss)
         pending = []
         for bucket in _buckets(tensors, BUCKET_BYTES):
-            flat = torch.cat([t.reshape(-1) for t in bucket])
+            flat = _flatten_dense_tensors(bucket)
             pending.append((bucket, flat, dist.all_reduce(flat, group=self._group_for(flat), async_op=True)))
         for bucket, flat, work in pending:
             work.wait()  # on CUDA: the current stream waits for the all-reduce; the host does not
             flat.div_(self.world_size)
-            offset = 0
-            for t in bucket:
-                t.copy_(flat[offset : offset + t.numel()].view_as(t))
-                offset += t.numel()
+            # one multi-tensor copy per bucket: a copy per gradient would be a launch per adapter tensor
+            torch._foreach_copy_(bucket, _unflatten_dense_tensors(flat, bucket))
         return loss[0]
 
     def broadcast_parameters(self, parameters):
