@@ -509,10 +509,10 @@ def _read_metadata(folder, images):
     return captions
 
 
-def _references(folder, reference_folder, images):
-    """{target name: path of its reference image} from the reference folder, which must hold exactly
-    one image per target, under the target's stem (a target in a subfolder: the same subfolder)."""
-    where = os.path.join(folder, reference_folder)
+def _images_by_stem(where, what, both):
+    """{stem relative to `where`: image path} of the images in the side folder `where` (references,
+    masks); a file that is no image or a second image of one stem is an error naming it ("is not
+    {what} EriDiffusion reads", "are both {both} '<stem>'")."""
     by_stem = {}
     for root, _, files in os.walk(where):
         for file in sorted(files):
@@ -521,15 +521,21 @@ def _references(folder, reference_folder, images):
             path = os.path.join(root, file)
             if os.path.splitext(file.lower())[1] not in IMAGE_EXTENSIONS:
                 raise EriDiffusionError(
-                    f"{path} is not a reference image EriDiffusion reads (supported: "
-                    f"{_SUPPORTED}); move it out of {where} or convert it."
+                    f"{path} is not {what} EriDiffusion reads (supported: {_SUPPORTED}); move it out of {where} "
+                    "or convert it."
                 )
             stem = os.path.splitext(os.path.relpath(path, where).replace(os.sep, "/"))[0]
             if stem in by_stem:
-                raise EriDiffusionError(
-                    f"{by_stem[stem]} and {path} are both references for '{stem}'; keep one of them."
-                )
+                raise EriDiffusionError(f"{by_stem[stem]} and {path} are both {both} '{stem}'; keep one of them.")
             by_stem[stem] = path
+    return by_stem
+
+
+def _references(folder, reference_folder, images):
+    """{target name: path of its reference image} from the reference folder, which must hold exactly
+    one image per target, under the target's stem (a target in a subfolder: the same subfolder)."""
+    where = os.path.join(folder, reference_folder)
+    by_stem = _images_by_stem(where, "a reference image", "references for")
     references = {}
     for name in images:
         path = os.path.join(folder, name)
@@ -561,21 +567,7 @@ def _masks(folder, mask_folder, images, missing_mask):
     (an image in a subfolder: the same subfolder); an image without one is an error unless
     `missing_mask` is "weight_1", a mask without an image always is."""
     where = os.path.join(folder, mask_folder)
-    by_stem = {}
-    for root, _, files in os.walk(where):
-        for file in sorted(files):
-            if file.startswith("."):
-                continue
-            path = os.path.join(root, file)
-            if os.path.splitext(file.lower())[1] not in IMAGE_EXTENSIONS:
-                raise EriDiffusionError(
-                    f"{path} is not a mask image EriDiffusion reads (supported: {_SUPPORTED}); "
-                    f"move it out of {where} or convert it."
-                )
-            stem = os.path.splitext(os.path.relpath(path, where).replace(os.sep, "/"))[0]
-            if stem in by_stem:
-                raise EriDiffusionError(f"{by_stem[stem]} and {path} are both masks of '{stem}'; keep one of them.")
-            by_stem[stem] = path
+    by_stem = _images_by_stem(where, "a mask image", "masks of")
     masks = {}
     for name in images:
         path = os.path.join(folder, name)

@@ -112,3 +112,21 @@ def test_missing_or_unreadable_resume_file_names_the_file(tmp_path):
     broken.write_bytes(b"not safetensors")
     with pytest.raises(EriDiffusionError, match="broken.safetensors"):
         load_resume_point(str(broken))
+
+
+def test_a_state_written_before_a_setting_existed_resumes_with_that_setting_at_its_default(stack, tmp_path):
+    """A checkpoint of an earlier version has no value for the settings added since (EMA, masks,
+    block_lr, ...): they are taken at their defaults, which train as that version did, so it
+    continues; a setting that differs still refuses it."""
+    run(stack, config(), tmp_path / "first")
+    point = load_resume_point(os.path.join(tmp_path / "first", "checkpoints", "resumable_step000006.safetensors"))
+    older = dict(point.state["config"])
+    for newer in ("ema_decay", "ema_warmup", "mask_min", "block_lr", "device"):
+        del older[newer]
+    older["adapter"] = {k: v for k, v in older["adapter"].items() if k not in ("include", "exclude")}
+    older["objective"] = {k: v for k, v in older["objective"].items() if not k.startswith("timestep_m")}
+    point.state = {**point.state, "config": older, "config_fingerprint": "written by an older version"}
+    continued = run(stack, config(), tmp_path / "continued", resume=point)
+    assert len(continued.losses) == 12
+    with pytest.raises(EriDiffusionError, match="learning_rate"):
+        run(stack, config(learning_rate=1e-3), tmp_path / "changed", resume=point)
