@@ -12,5 +12,5 @@ host=/tmp/comfyui-0.28.0
 if [ ! -f "$host/ComfyUI/main.py" ]; then
   mkdir -p "$host" && tar -xzf "$root/scripts/hosts/comfyui-0.28.0.tar.gz" -C "$host"
 fi
-export COMFYUI_PATH="$host/ComfyUI" COMMIT="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+export COMFYUI_PATH="$host/ComfyUI" COMMIT="${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 exec "$@"

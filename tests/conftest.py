@@ -24,7 +24,8 @@ def comfy_dirs():
 @pytest.fixture(scope="session")
 def datasets_dir():
     path = paths.shared_datasets()
-    assert os.path.isdir(os.path.join(path, "dreambooth_dog")), f"real photos missing under {path}"
+    for name in ("dreambooth_dog", "dreambooth_cat", "dreambooth_backpack"):
+        assert os.path.isdir(os.path.join(path, name)), f"real photos missing: {name} under {path}"
     return path
 
 
