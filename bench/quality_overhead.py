@@ -12,7 +12,9 @@ a stand-in CLIP giving a random conditioning of the right shape.
     COMFYUI_PATH=... python bench/quality_overhead.py   # a GPU; prints JSON, writes $OUT/quality_overhead.json
     TINY=1 python bench/quality_overhead.py             # tiny SDXL, 64 px, on the CPU (wall-clock): a smoke run
 
-PLAN=baseline,validation,ema,mask,dop,all picks the runs; GRAPHS=0 turns CUDA graphs off; STEPS, WARMUP.
+PLAN=baseline,validation,ema,mask,dop,dop_every2,dop_every3,all picks the runs (dop_everyN: preservation_every N,
+its amortised figure the mean of one step with the preservation pass and N-1 without); GRAPHS=0 turns CUDA
+graphs off; STEPS, WARMUP.
 """
 
 import json
@@ -36,6 +38,8 @@ RUNS = {
     "ema": {"ema_decay": 0.999},
     "mask": {"mask_min": 0.1},
     "dop": {"preservation_prompt": "a photo of a dog"},
+    "dop_every2": {"preservation_prompt": "a photo of a dog", "preservation_every": 2},
+    "dop_every3": {"preservation_prompt": "a photo of a dog", "preservation_every": 3},
     "all": {"validate_every": VALIDATE_EVERY, "ema_decay": 0.999, "mask_min": 0.1, "preservation_prompt": "a dog"},
 }
 
@@ -180,6 +184,15 @@ def run(model, clip, data_of, name, settings):
         "loss_first_last": [result.losses[0], result.losses[-1]],
         "wall_s": round(wall, 1),
     }
+    every = settings.get("preservation_every", 1)
+    if every > 1:  # steps with and without the preservation pass: their mean over whole cycles
+        with_pass = [t for s, t in zip(steps, times) if (s - 1) % every == 0]
+        without = [t for s, t in zip(steps, times) if (s - 1) % every != 0]
+        out.update(
+            preservation_step_s=statistics.median(with_pass),
+            plain_step_s=statistics.median(without),
+            amortised_s_per_step=(statistics.median(with_pass) + (every - 1) * statistics.median(without)) / every,
+        )
     if checks:
         check = statistics.median(checks) - median
         out.update(

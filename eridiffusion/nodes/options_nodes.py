@@ -114,6 +114,7 @@ class TrainingExtrasNode(TrainerOptionsNode):
         "prior_weight",
         "preservation_prompt",
         "preservation_weight",
+        "preservation_every",
     )
 
 

@@ -277,11 +277,13 @@ class TrainingRun:
         write_json_atomic(os.path.join(self.run_dir, "loss.json"), log)
 
     # --- one optimizer step
-    def _micro_batches(self, prepared, prior):
-        """The losses of one micro-batch of training images and, with regularization images, of one of
-        those (times prior_weight), in turn: each is backpropagated before the next is drawn (CUDA
-        graphs share one memory pool)."""
-        yield self._micro_batch(prepared, self.batches, self.data, preserve=self.preservation is not None)
+    def _micro_batches(self, prepared, prior, step):
+        """The losses of one micro-batch of training images (with the preservation prompt's inputs on
+        every preservation_every-th step) and, with regularization images, of one of those (times
+        prior_weight), in turn: each is backpropagated before the next is drawn (CUDA graphs share one
+        memory pool)."""
+        preserve = self.preservation is not None and step % self.config.preservation_every == 0
+        yield self._micro_batch(prepared, self.batches, self.data, preserve=preserve)
         if prior is not None:
             yield self.config.prior_weight * self._micro_batch(prior, self.prior_batches, self.data.regularization)
 
@@ -328,8 +330,10 @@ class TrainingRun:
         """loss(batch) of a micro-batch as _micro_batch builds it: the objective's loss of the
         model's prediction (weighted by the batch's mask, if any). With the preservation prompt's
         inputs, plus preservation_weight times the same loss between the adapted prediction for that
-        prompt and the prediction with the adapters bypassed (under no_grad: the target)."""
+        prompt and the prediction with the adapters bypassed (under no_grad: the target), times
+        preservation_every (the steps it stands for)."""
         objective, config = self.objective, self.config
+        preservation_weight = config.preservation_weight * config.preservation_every
 
         def predict(batch, prefix):
             inputs = {name[len(prefix) :]: value for name, value in batch.items() if name.startswith(prefix)}
@@ -348,7 +352,7 @@ class TrainingRun:
                 with torch.no_grad(), self.adapters.bypassed():
                     base = predict(batch, PRESERVED)
                 drift = objective.loss(predict(batch, PRESERVED), base, batch["sigma"]).mean()
-                total = total + config.preservation_weight * drift
+                total = total + preservation_weight * drift
             return total
 
         return loss
@@ -461,7 +465,7 @@ class TrainingRun:
             step_loss = torch.zeros((), device=device)
             with training_forward():
                 for _ in range(config.grad_accum):
-                    for loss in self._micro_batches(prepared, prior):
+                    for loss in self._micro_batches(prepared, prior, step):
                         loss = loss / config.grad_accum
                         self.scaler.scale(loss).backward()
                         step_loss += loss.detach()

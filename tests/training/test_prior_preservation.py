@@ -73,6 +73,44 @@ def test_output_preservation_keeps_the_class_phrase_closer_to_the_base_while_the
     assert drift["on"] < 0.7 * drift["off"], drift  # (measured 0.21 against 0.47 or so)
 
 
+def test_preservation_every_n_steps_runs_on_those_steps_only_weighted_by_n(stack, tmp_path):
+    """preservation_every=2: the preservation prompt's pass comes on steps 0, 2, 4, and its loss counts
+    twice there; the first step's loss (one adapter, one draw of noise for every run) splits as
+    training + N x preservation_weight x drift."""
+    model, clip, _, data = stack
+    first_losses = {}
+    for name, values in (
+        ("off", {}),
+        ("every1", {"preservation_prompt": CLASS_PHRASE}),
+        ("every2", {"preservation_prompt": CLASS_PHRASE, "preservation_every": 2}),
+    ):
+        run = TrainingRun(model, data, config(steps=5, log_every=5, **values), str(tmp_path / name), clip=clip)
+        run.eval_before = 0.0
+        with torch.inference_mode(False), torch.no_grad():  # an adapter that already moves the output
+            for index, (_, adapter) in enumerate(run.adapters.items()):
+                generator = torch.Generator().manual_seed(index)
+                up = adapter.lycoris.lora_up.weight
+                up.copy_(torch.randn(up.shape, generator=generator) * 0.05)
+        preserved, micro_batch = [], run._micro_batch
+
+        def recorded(prepared, batches, source, preserve=False, micro_batch=micro_batch, preserved=preserved):
+            preserved.append(preserve)
+            return micro_batch(prepared, batches, source, preserve)
+
+        run._micro_batch = recorded
+        try:
+            with torch.inference_mode(False):
+                result = run.train(None, TrainingHooks())
+        finally:
+            run.release()
+        first_losses[name] = result.losses[0]
+        if name == "every2":
+            assert preserved == [True, False, True, False, True]
+    drift = first_losses["every1"] - first_losses["off"]
+    assert drift > 1e-4 * first_losses["off"]
+    assert first_losses["every2"] - first_losses["off"] == pytest.approx(2 * drift, rel=1e-4)
+
+
 def test_regularization_images_come_one_micro_batch_beside_each_training_one_weighted_by_prior_weight(
     stack, datasets_dir, tmp_path
 ):
