@@ -100,7 +100,13 @@ def test_regularization_images_and_output_preservation_through_the_executor(regi
 
     from tests.support.workflow import QUICK, run_prompt, training_prompt, widget_defaults
 
-    settings = {**QUICK, "steps": 2, "run_name": "preserved", "preservation_prompt": "a photo of dog"}
+    settings = {
+        **QUICK,
+        "steps": 2,
+        "run_name": "preserved",
+        "preservation_prompt": "a photo of dog",
+        "preservation_every": 2,
+    }
     prompt = training_prompt(dogs, settings, resolution=64, train_text_encoder=True)  # (links the CLIP)
     prompt["9"] = {
         "class_type": "EriDiffusion_LoadDataset",
@@ -115,6 +121,7 @@ def test_regularization_images_and_output_preservation_through_the_executor(regi
     with open(os.path.join(folder_paths.get_output_directory(), "preserved", "summary.json")) as f:
         summary = json.load(f)
     assert summary["steps"] == 2 and summary["config"]["preservation_prompt"] == "a photo of dog"
+    assert summary["config"]["preservation_every"] == 2
 
 
 def test_layer_selection_block_rates_and_timestep_range_through_the_executor(registered, dogs, comfy_dirs):
