@@ -17,7 +17,8 @@ and ours_<model>_<ckpt|nockpt> with flags: _graphs (CUDA
 graphs on; else off), _alllinear (targets; else attention for SDXL, the family default for Flux),
 _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _adamw8bit, _compile
-(torch_compile); model: sdxl, flux.
+(torch_compile); model: sdxl, flux. PROFILE=1 writes torch.profiler's tables of two steps, PROFILE=python
+cProfile's (Python functions by own and cumulative time) to $OUT.
 """
 
 import gc
@@ -190,18 +191,35 @@ def ours(
     from eridiffusion.training.trainer import TrainingHooks, train_lora
 
     events = []
+    python_profile = os.environ.get("PROFILE") == "python"  # cProfile: the Python functions a step spends in
     profile_steps = (warmup + 2, warmup + 4) if os.environ.get("PROFILE") else None
-    profiler = torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    )
+    if python_profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+    else:
+        profiler = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        )
 
     def on_progress(step, total, losses, stats):
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         events.append(event)
         if profile_steps and step == profile_steps[0]:
-            profiler.start()
-        if profile_steps and step == profile_steps[1]:
+            profiler.enable() if python_profile else profiler.start()
+        if profile_steps and step == profile_steps[1] and python_profile:
+            import io
+            import pstats
+
+            profiler.disable()
+            text = io.StringIO()
+            for order in ("tottime", "cumulative"):
+                pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(45)
+            name = f"pyprofile_{'ckpt' if checkpointing else 'nockpt'}_{targets}"
+            with open(os.path.join(os.environ.get("OUT", "/tmp"), name + ".txt"), "w") as f:
+                f.write(text.getvalue())
+        elif profile_steps and step == profile_steps[1]:
             profiler.stop()
             backend = os.environ.get("LYCORIS_KERNEL_BACKEND", "auto")
             name = f"profile_{'ckpt' if checkpointing else 'nockpt'}_{targets}_{backend}"

@@ -100,6 +100,7 @@ class TrainingRun:
             )
         self.model_patcher, self.data, self.config, self.run_dir = model_patcher, data, config, run_dir
         self.processes = processes
+        self._trained = None  # _trained_parameters, once the adapters exist
         # `source`: the input MODEL as training sees it (the same weights; reloaded as a plain
         # patcher where ComfyUI's dynamic VRAM manages the input); `patcher`: the clone trained on.
         self.source = trainable_model_clone(model_patcher)
@@ -394,8 +395,12 @@ class TrainingRun:
         )
 
     def _trained_parameters(self):
-        params = list(self.adapters.parameters())
-        return params + (list(self.text_encoder.adapters.parameters()) if self.text_encoder else [])
+        """Every trained tensor (the adapters', the text encoder's adapters'), listed once: a step asks
+        twice, and walking the ~2,000 adapter modules each time cost an eager SDXL step 0.04 s."""
+        if self._trained is None:
+            params = list(self.adapters.parameters())
+            self._trained = params + (list(self.text_encoder.adapters.parameters()) if self.text_encoder else [])
+        return self._trained
 
     def _optimizer_step(self, finite, on_device):
         """The scaled optimizer step. With `finite` (on_nan=skip), a step where it is False leaves the
