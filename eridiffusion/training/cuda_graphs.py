@@ -8,6 +8,8 @@ activations never live at the same time); the frozen weights must stay where the
 `force_full_load` guarantees.
 """
 
+import logging
+
 import torch
 
 from .errors import EriDiffusionError
@@ -30,12 +32,15 @@ class GraphedLoss:
     of named tensors (noisy latent, sigma, target, model inputs, ...). `trained` is the module
     holding every trained parameter; its gradients accumulate as usual. Values a graph cannot hold
     (lists of tensors, …) raise when `strict`, else the call returns None and the caller runs the
-    batch eagerly."""
+    batch eagerly. So does a capture that fails (the driver, cuBLAS or an op refusing capture): an
+    error naming the fix when `strict`, else one warning and no further captures in this run (the
+    graphs already captured keep replaying)."""
 
     def __init__(self, loss_fn, trained, strict, warmup=3):
         self.loss_fn, self.trained, self.strict, self.warmup = loss_fn, trained, strict, warmup
         self.graphs = {}
         self.pool = torch.cuda.graph_pool_handle()
+        self.capture_failed = None  # the error of a failed capture, after which batches run eagerly
 
     def __call__(self, batch):
         odd = sorted(name for name, value in batch.items() if not isinstance(value, torch.Tensor))
@@ -50,9 +55,31 @@ class GraphedLoss:
         args = tuple(batch[n] for n in names)
         key = (names,) + tuple((tuple(a.shape), a.dtype) for a in args)
         if key not in self.graphs:
+            if self.capture_failed is not None:
+                return None
             module = _LossOfBatch(self.loss_fn, self.trained, names)
             sample = tuple(a.detach().clone() for a in args)
-            self.graphs[key] = torch.cuda.make_graphed_callables(
-                module, sample, num_warmup_iters=self.warmup, allow_unused_input=True, pool=self.pool
-            )
+            try:
+                self.graphs[key] = torch.cuda.make_graphed_callables(
+                    module, sample, num_warmup_iters=self.warmup, allow_unused_input=True, pool=self.pool
+                )
+            except RuntimeError as error:  # torch.AcceleratorError too
+                return self._capture_failed(error)
         return self.graphs[key](*args)
+
+    def _capture_failed(self, error):
+        """After a failed capture: the error named (strict), or None (run eagerly) with one warning.
+        A sticky CUDA error (the device context itself is broken) surfaces at the synchronize."""
+        torch.cuda.synchronize()
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if self.strict:
+            raise EriDiffusionError(
+                f"cuda_graphs: capturing the training step as a CUDA graph failed ({first_line}). Set "
+                "cuda_graphs to auto (the run then continues without graphs) or off."
+            ) from error
+        logging.warning(
+            f"EriDiffusion: capturing the training step as a CUDA graph failed ({first_line}); this run "
+            "continues without CUDA graphs, slower. Set cuda_graphs to off to skip the attempt."
+        )
+        self.capture_failed = error
+        return None
