@@ -38,6 +38,23 @@ def config(**values):
     return TrainConfig(**{**settings, **values})
 
 
+def train_watching_micro_batches(run, watch):
+    """run.train() with watch(batches, preserve, loss) after each micro-batch; the run released after."""
+    micro_batch = run._micro_batch
+
+    def watched(prepared, batches, source, preserve=False):
+        loss = micro_batch(prepared, batches, source, preserve)
+        watch(batches, preserve, loss)
+        return loss
+
+    run._micro_batch = watched
+    try:
+        with torch.inference_mode(False):
+            return run.train(None, TrainingHooks())
+    finally:
+        run.release()
+
+
 def output_drift(model, trained, clip, data, prompt):
     """‖trained − base‖ / ‖base‖ of the model outputs for `prompt` on every training latent at three
     fixed noise levels and fixed noise."""
@@ -91,18 +108,8 @@ def test_preservation_every_n_steps_runs_on_those_steps_only_weighted_by_n(stack
                 generator = torch.Generator().manual_seed(index)
                 up = adapter.lycoris.lora_up.weight
                 up.copy_(torch.randn(up.shape, generator=generator) * 0.05)
-        preserved, micro_batch = [], run._micro_batch
-
-        def recorded(prepared, batches, source, preserve=False, micro_batch=micro_batch, preserved=preserved):
-            preserved.append(preserve)
-            return micro_batch(prepared, batches, source, preserve)
-
-        run._micro_batch = recorded
-        try:
-            with torch.inference_mode(False):
-                result = run.train(None, TrainingHooks())
-        finally:
-            run.release()
+        preserved = []
+        result = train_watching_micro_batches(run, lambda _, preserve, __, seen=preserved: seen.append(preserve))
         first_losses[name] = result.losses[0]
         if name == "every2":
             assert preserved == [True, False, True, False, True]
@@ -123,20 +130,12 @@ def test_regularization_images_come_one_micro_batch_beside_each_training_one_wei
     run = TrainingRun(model, data, config(grad_accum=2, prior_weight=0.25), str(tmp_path / "run"))
     run.eval_before = 0.0
     drawn, losses = [], []
-    micro_batch = run._micro_batch
 
-    def recorded(prepared, batches, source, preserve=False):
-        loss = micro_batch(prepared, batches, source, preserve)
+    def watch(batches, preserve, loss):
         drawn.append("cat" if batches is run.prior_batches else "dog")
         losses.append(float(loss.detach()))
-        return loss
 
-    run._micro_batch = recorded
-    try:
-        with torch.inference_mode(False):
-            result = run.train(None, TrainingHooks())
-    finally:
-        run.release()
+    result = train_watching_micro_batches(run, watch)
     assert drawn == ["dog", "cat"] * 6  # 3 steps of 2 micro-batches, each with its class batch
     for step in range(3):
         dog, cat = losses[4 * step : 4 * step + 4 : 2], losses[4 * step + 1 : 4 * step + 4 : 2]
