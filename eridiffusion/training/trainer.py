@@ -396,7 +396,8 @@ class TrainingRun:
 
     def _trained_parameters(self):
         """Every trained tensor (the adapters', the text encoder's adapters'), listed once: a step asks
-        twice, and walking the ~2,000 adapter modules each time cost an eager SDXL step 0.04 s."""
+        twice, and walking the ~2,000 adapter modules each time took 0.044 s of an eager SDXL step
+        (cProfile, H100)."""
         if self._trained is None:
             params = list(self.adapters.parameters())
             self._trained = params + (list(self.text_encoder.adapters.parameters()) if self.text_encoder else [])
