@@ -276,35 +276,48 @@ def _no_caption_error(folder, name, caption_ext, has_metadata, empty):
     return EriDiffusionError(f"{path}{what} has no caption; {where}, {option}")
 
 
-def open_image_rgb(path):
-    """The image at `path`, fully decoded, turned upright by its EXIF orientation, in RGB;
-    transparency is composited on white and 16-bit grayscale scaled to 8 bits."""
+def _open_upright(path, what, missing_fix, unreadable_fix):
+    """The file at `path` fully decoded and turned upright by its EXIF orientation; each way it cannot
+    be opened is an error naming it (`what`: "" for an image, "mask " for a mask) and the fix."""
     try:
         with Image.open(path) as stored:
             stored.load()
-            image = ImageOps.exif_transpose(stored)
+            return ImageOps.exif_transpose(stored)
     except FileNotFoundError:
-        raise EriDiffusionError(f"{path} does not exist; check the path or reload the dataset.") from None
+        raise EriDiffusionError(f"{what}{path} does not exist; {missing_fix}.") from None
     except PermissionError:
         raise EriDiffusionError(
-            f"{path} cannot be opened: permission denied; make it readable by the user running ComfyUI."
+            f"{what}{path} cannot be opened: permission denied; make it readable by the user running ComfyUI."
         ) from None
     except Image.DecompressionBombError as error:
         raise EriDiffusionError(
-            f"{path} is larger than Pillow's safety limit ({error}); downscale it before training."
+            f"{what}{path} is larger than Pillow's safety limit ({error}); downscale it before training."
         ) from error
     except (OSError, SyntaxError, ValueError) as error:
-        raise EriDiffusionError(
-            f"{path} cannot be read as an image ({error}); it is corrupt or "
-            "truncated: re-export it from the original or remove it."
-        ) from error
+        raise EriDiffusionError(f"{what}{path} cannot be read as an image ({error}); {unreadable_fix}") from error
+
+
+def _eight_bit_gray(image):
+    """A 16-bit (or 32-bit integer) grayscale image scaled to 8 bits."""
+    return image.convert("I").point(lambda value: value * (255 / 65535) + 0.5).convert("L")
+
+
+def open_image_rgb(path):
+    """The image at `path`, fully decoded, turned upright by its EXIF orientation, in RGB;
+    transparency is composited on white and 16-bit grayscale scaled to 8 bits."""
+    image = _open_upright(
+        path,
+        "",
+        "check the path or reload the dataset",
+        "it is corrupt or truncated: re-export it from the original or remove it.",
+    )
     if image.mode in _WIDE_GRAY_MODES:
         if "transparency" in image.info:
             raise EriDiffusionError(
                 f"{path} is 16-bit grayscale with a transparent color key, which "
                 "EriDiffusion does not composite; re-export it as 8-bit RGBA or RGB."
             )
-        return image.convert("I").point(lambda value: value * (255 / 65535) + 0.5).convert("L").convert("RGB")
+        return _eight_bit_gray(image).convert("RGB")
     if image.mode == "RGB":
         return image
     try:
@@ -595,18 +608,9 @@ def _masks(folder, mask_folder, images, missing_mask):
 def open_mask(path):
     """The mask at `path` as an 8-bit greyscale PIL image, upright by its own EXIF orientation;
     transparent parts count as black (ignored)."""
-    try:
-        with Image.open(path) as stored:
-            stored.load()
-            image = ImageOps.exif_transpose(stored)
-    except FileNotFoundError:
-        raise EriDiffusionError(f"mask {path} does not exist; put it back or reload the dataset.") from None
-    except (OSError, SyntaxError, ValueError) as error:
-        raise EriDiffusionError(
-            f"mask {path} cannot be read as an image ({error}); re-export it as a greyscale png."
-        ) from error
+    image = _open_upright(path, "mask ", "put it back or reload the dataset", "re-export it as a greyscale png.")
     if image.mode in _WIDE_GRAY_MODES:
-        return image.convert("I").point(lambda value: value * (255 / 65535) + 0.5).convert("L")
+        return _eight_bit_gray(image)
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         black = Image.new("RGBA", image.size, (0, 0, 0, 255))
         return Image.alpha_composite(black, image.convert("RGBA")).convert("L")
