@@ -56,19 +56,23 @@ def _run(trained_lora, tmp_path, config, watch):
     return steps
 
 
-# on_nan=skip leaves a bad step out on the device (AdamW is fused): no read-back either.
-@pytest.mark.parametrize("on_nan", ["stop", "skip"])
-def test_a_step_reads_nothing_back_from_the_device_except_on_logging_steps(on_nan, trained_lora, tmp_path):
-    config = TrainConfig(
+def sync_config(**values):
+    """8 fp32 steps logging every 4th: the run the read-back tests count in."""
+    settings = dict(
         gradient_checkpointing=False,
         steps=8,
         learning_rate=1e-3,
         dtype="fp32",
         log_every=4,
-        run_name="sync",
-        on_nan=on_nan,
         adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"),
     )
+    return TrainConfig(**{**settings, **values})
+
+
+# on_nan=skip leaves a bad step out on the device (AdamW is fused): no read-back either.
+@pytest.mark.parametrize("on_nan", ["stop", "skip"])
+def test_a_step_reads_nothing_back_from_the_device_except_on_logging_steps(on_nan, trained_lora, tmp_path):
+    config = sync_config(run_name="sync", on_nan=on_nan)
     counter = ReadBackCounter()
     _run(trained_lora, tmp_path, config, counter)
     in_steps = {step: n for step, n in counter.counts.items() if step <= config.steps}
@@ -83,17 +87,7 @@ def test_validation_and_ema_read_back_only_on_validation_steps(trained_lora, tmp
 
     data = trained_lora["data"]
     held_out = TrainingData(data.samples[:1], data.empty_conditioning, 0.0, 1, data.resolution, "")
-    config = TrainConfig(
-        gradient_checkpointing=False,
-        steps=8,
-        learning_rate=1e-3,
-        dtype="fp32",
-        log_every=4,
-        validate_every=3,
-        ema_decay=0.9,
-        run_name="sync_validation",
-        adapter=AdapterSpec(rank=4, alpha=4.0, targets="all-linear"),
-    )
+    config = sync_config(run_name="sync_validation", validate_every=3, ema_decay=0.9)
     counter = ReadBackCounter()
     _run({**trained_lora, "data": dataclasses.replace(data, validation=held_out)}, tmp_path, config, counter)
     validation_steps = {3, 6, 8}  # (and the best checkpoint's export there)
