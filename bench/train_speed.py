@@ -17,8 +17,9 @@ and ours_<model>_<ckpt|nockpt> with flags: _graphs (CUDA
 graphs on; else off), _alllinear (targets; else attention for SDXL, the family default for Flux),
 _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _adamw8bit, _compile
-(torch_compile); model: sdxl, flux. PROFILE=1 writes torch.profiler's tables of two steps, PROFILE=python
-cProfile's (Python functions by own and cumulative time) to $OUT.
+(torch_compile), _te (the text encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
+and CLIP-G, random weights, bf16); model: sdxl, flux. PROFILE=1 writes torch.profiler's tables of
+two steps, PROFILE=python cProfile's (Python functions by own and cumulative time) to $OUT.
 """
 
 import gc
@@ -143,6 +144,28 @@ def build(model_name, weight_dtype_name="bf16"):
 SHAPES = {"sdxl": (4, 77, 2048, 1280), "flux": (16, 512, 4096, 768)}
 
 
+def full_size_clip(model_name):
+    """SDXL's text encoders at full size, random weights, saved once as bf16 CLIP-L and CLIP-G files
+    and loaded with ComfyUI's CLIPLoader code (comfy.sd.load_clip), as a user's graph does."""
+    import comfy.sd
+    import safetensors.torch
+    import torch
+
+    paths = [
+        os.path.join(tempfile.gettempdir(), f"eridiffusion_bench_{model_name}_{name}.safetensors") for name in "lg"
+    ]
+    if not all(os.path.exists(path) for path in paths):
+        from eridiffusion.tiny_models import text_encoder
+
+        clip = text_encoder(model_config(model_name).clip_target(), torch.Generator().manual_seed(2), {})
+        for path, encoder in zip(paths, (clip.cond_stage_model.clip_l, clip.cond_stage_model.clip_g)):
+            state = {k: v.to(torch.bfloat16).contiguous() for k, v in encoder.transformer.state_dict().items()}
+            safetensors.torch.save_file(state, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        del clip
+    return comfy.sd.load_clip(paths, clip_type=comfy.sd.CLIPType.STABLE_DIFFUSION)
+
+
 def random_data(model_name, images=4, resolution=1024):
     import torch
 
@@ -181,6 +204,7 @@ def ours(
     optimizer="AdamW",
     weights_vram_gib=0.0,
     torch_compile=False,
+    clip=None,
     steps=14,
     warmup=4,
 ):
@@ -237,6 +261,7 @@ def ours(
         optimizer=optimizer,
         weights_vram_gib=weights_vram_gib,
         torch_compile=torch_compile,
+        text_encoder_lr=1e-5 if clip is not None else 0.0,
         adapter=AdapterSpec(rank=16, alpha=16.0, targets=targets),
         log_every=steps,
         eval_images=1,
@@ -245,7 +270,7 @@ def ours(
     )
     with torch.inference_mode(False):
         result = train_lora(
-            patcher, random_data(model_name), config, tempfile.mkdtemp(), hooks=TrainingHooks(on_progress)
+            patcher, random_data(model_name), config, tempfile.mkdtemp(), hooks=TrainingHooks(on_progress), clip=clip
         )
     torch.cuda.synchronize()
     times = [a.elapsed_time(b) / 1000 for a, b in zip(events[warmup:], events[warmup + 1 :])]
@@ -390,6 +415,7 @@ def main():
                     optimizer="AdamW8bit" if "adamw8bit" in parts else "AdamW",
                     weights_vram_gib=stream,
                     torch_compile="compile" in parts,
+                    clip=full_size_clip(model_name) if "te" in parts else None,
                 )
             else:
                 options = {

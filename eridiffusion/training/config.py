@@ -110,8 +110,8 @@ class TrainConfig:
     cuda_graphs: str = setting(
         "auto",
         "Replay each step from a CUDA graph: on a fast GPU several times faster (the step is launch-bound "
-        "otherwise). auto: on for CUDA without text-encoder training and with plain tensor inputs; each image "
-        "size/prompt length is captured once (a few seconds).",
+        "otherwise). auto: on for CUDA with the weights loaded whole (weights_vram_gib 0) and plain tensor "
+        "inputs; each image size/prompt length is captured once (a few seconds).",
         choices=CUDA_GRAPHS,
     )
     device: str = setting(

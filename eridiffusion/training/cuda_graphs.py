@@ -5,9 +5,15 @@ adapted layer adds a few), so on a fast GPU the CPU, not the GPU, sets the pace.
 captured graph launches them all at once. One graph per input shape (aspect bucket, prompt
 length), all drawing on one memory pool (micro-batches run one after another, so their
 activations never live at the same time); the frozen weights must stay where they are, which
-`force_full_load` guarantees.
+`force_full_load` guarantees while nothing else is loaded. When something is (the text encoder
+being trained encodes each batch, and ComfyUI may move the model's weights to make room for it),
+the weights' addresses are checked before each replay and the graphs captured again if they moved.
+
+Inputs that require grad (the text encoder's live encoding) stay graph inputs that do: the replayed
+backward hands their gradients on to the autograd graph that made them.
 """
 
+import itertools
 import logging
 
 import torch
@@ -34,13 +40,18 @@ class GraphedLoss:
     (lists of tensors, …) raise when `strict`, else the call returns None and the caller runs the
     batch eagerly. So does a capture that fails (the driver, cuBLAS or an op refusing capture): an
     error naming the fix when `strict`, else one warning and no further captures in this run (the
-    graphs already captured keep replaying)."""
+    graphs already captured keep replaying). `frozen` (a module), when given, is the model whose
+    weights may move between calls: its graphs are captured again when they do, and after
+    MAX_RECAPTURES such moves the batches run eagerly (or, `strict`, stop with the fix)."""
 
-    def __init__(self, loss_fn, trained, strict, warmup=3):
+    MAX_RECAPTURES = 3
+
+    def __init__(self, loss_fn, trained, strict, warmup=3, frozen=None):
         self.loss_fn, self.trained, self.strict, self.warmup = loss_fn, trained, strict, warmup
         self.graphs = {}
         self.pool = torch.cuda.graph_pool_handle()
         self.capture_failed = None  # the error of a failed capture, after which batches run eagerly
+        self.frozen, self.addresses, self.recaptures = frozen, None, 0
 
     def __call__(self, batch):
         odd = sorted(name for name, value in batch.items() if not isinstance(value, torch.Tensor))
@@ -51,14 +62,16 @@ class GraphedLoss:
             )
         if odd:
             return None
+        if self.frozen is not None and not self._weights_in_place():
+            return None
         names = tuple(sorted(batch))
         args = tuple(batch[n] for n in names)
-        key = (names,) + tuple((tuple(a.shape), a.dtype) for a in args)
+        key = (names,) + tuple((tuple(a.shape), a.dtype, a.requires_grad) for a in args)
         if key not in self.graphs:
             if self.capture_failed is not None:
                 return None
             module = _LossOfBatch(self.loss_fn, self.trained, names)
-            sample = tuple(a.detach().clone() for a in args)
+            sample = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
             try:
                 self.graphs[key] = torch.cuda.make_graphed_callables(
                     module, sample, num_warmup_iters=self.warmup, allow_unused_input=True, pool=self.pool
@@ -66,6 +79,25 @@ class GraphedLoss:
             except RuntimeError as error:  # torch.AcceleratorError too
                 return self._capture_failed(error)
         return self.graphs[key](*args)
+
+    def _weights_in_place(self):
+        """Whether the graphs may replay: the frozen weights are where they were at capture (else
+        the graphs are dropped, to be captured again), and they have not moved too often."""
+        if self.recaptures > self.MAX_RECAPTURES:
+            return False
+        addresses = tuple(t.data_ptr() for t in itertools.chain(self.frozen.parameters(), self.frozen.buffers()))
+        if self.addresses is not None and addresses != self.addresses and self.graphs:
+            self.graphs, self.recaptures = {}, self.recaptures + 1
+        self.addresses = addresses
+        if self.recaptures > self.MAX_RECAPTURES:
+            self._capture_failed(
+                RuntimeError(
+                    f"the model's weights moved in memory {self.recaptures} times: ComfyUI offloads it to "
+                    "load the text encoder, with too little free VRAM for both"
+                )
+            )
+            return False
+        return True
 
     def _capture_failed(self, error):
         """After a failed capture: the error named (strict), or None (run eagerly) with one warning.

@@ -359,12 +359,12 @@ class TrainingRun:
         return loss
 
     def _graphed_loss(self, transformer_options):
-        """The micro-batch loss as CUDA graphs (config.cuda_graphs), else None."""
+        """The micro-batch loss as CUDA graphs (config.cuda_graphs), else None. With the text encoder
+        trained, its encoding is a graph input that requires grad, and the model's weight addresses
+        are checked before each replay (loading the text encoder could move them)."""
         setting = self.config.cuda_graphs
         streamed = self.config.weights_vram_gib > 0
-        if setting == "off" or (
-            setting == "auto" and (self.device.type != "cuda" or self.text_encoder is not None or streamed)
-        ):
+        if setting == "off" or (setting == "auto" and (self.device.type != "cuda" or streamed)):
             return None
         if streamed:
             raise EriDiffusionError(
@@ -375,12 +375,8 @@ class TrainingRun:
             raise EriDiffusionError(
                 f"cuda_graphs needs a CUDA device; this model trains on {self.device}. Turn cuda_graphs off."
             )
-        if self.text_encoder is not None:
-            raise EriDiffusionError(
-                "cuda_graphs cannot hold the text encoder's live encoding: set text_encoder_lr "
-                "to 0 or turn cuda_graphs off."
-            )
-        return GraphedLoss(self._loss_function(transformer_options), self.adapters, setting == "on")
+        frozen = self.base.diffusion_model if self.text_encoder is not None else None
+        return GraphedLoss(self._loss_function(transformer_options), self.adapters, setting == "on", frozen=frozen)
 
     def _prepared(self, data, preservation=None):
         """PreparedData of `data` (the training or the regularization images) for this run."""

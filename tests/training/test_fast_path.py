@@ -151,38 +151,3 @@ def test_cuda_graphs_on_a_cpu_is_refused_with_the_fix(trained_lora, tmp_path):
             run.train(None, TrainingHooks())
     finally:
         run.release()
-
-
-class KernelCounter(TorchDispatchMode):
-    """Counts the aten ops that launch work (views and other metadata-only ops left out)."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func.is_view and func.overloadpacket not in (torch.ops.aten.detach, torch.ops.aten.t):
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
-def kernels_of_a_step(layer, x, adapter=None):
-    """Kernels of one forward and backward of `layer` (with `adapter` in bypass, if given)."""
-    counter = KernelCounter()
-    with counter:
-        y = adapter(x, layer) if adapter is not None else layer(x)
-        y.sum().backward()
-    return counter.count
-
-
-def test_a_lora_adds_nine_kernels_to_each_adapted_linear_layer_a_step():
-    """Without CUDA graphs a step is paced by kernel launches, thousands of them from the adapted
-    layers. LoRA's bypass costs its two products forward (addmm folds the scale and the residual
-    add into the second), four backward (the gradients of the hidden activation, up, the input and
-    down), the sum of the input's two gradients, its accumulation and one reshape: 9 (LyCORIS's own
-    bypass took 15: separate scale multiplications, adds and products)."""
-    layer = torch.nn.Linear(37, 53).requires_grad_(False)
-    x = torch.randn(2, 5, 37, requires_grad=True)
-    plain = kernels_of_a_step(layer, x)
-    adapter = AdapterSpec(algorithm="lora", rank=4, alpha=4.0).build(layer, seed=0)
-    assert kernels_of_a_step(layer, x, adapter) - plain == 9

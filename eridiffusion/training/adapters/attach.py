@@ -143,6 +143,20 @@ def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
     return select_layers(layers, spec.include, spec.exclude)
 
 
+class _LayerForward:
+    """The layer's own forward, as the innermost `base` an adapter gets; `layer` is there when
+    that forward is its class's (nothing else replaced it), so an adapter may compute the frozen
+    product itself (adapters/lora_linear.py)."""
+
+    __slots__ = ("forward", "layer")
+
+    def __init__(self, forward, layer):
+        self.forward, self.layer = forward, layer
+
+    def __call__(self, x):
+        return self.forward(x)
+
+
 class _BypassForward(SwappedForward):
     """Stands in for a layer's forward while adapters are injected: each adapter wraps the
     forward below it. One per layer, so several adapter sets can stack and leave in any order."""
@@ -150,8 +164,12 @@ class _BypassForward(SwappedForward):
     def __init__(self, module):
         super().__init__(module)
         self.adapters = []
+        self.layer_forward = _LayerForward(self.base, module if self.replaced is None else None)
 
     def __call__(self, x, *args, **kwargs):
+        if len(self.adapters) == 1 and not args and not kwargs:  # the training case: no closures
+            return self.adapters[0](x, self.layer_forward)
+
         def forward(inp):
             return self.base(inp, *args, **kwargs)
 

@@ -1,12 +1,11 @@
 """LoRA (and LoCon, its conv form): ΔW = (alpha / rank) · up · down, through LyCORIS's LoConModule.
 
-On a linear layer the bypass runs as two matrix products, the second fused with the scale and the
-residual add (addmm): a training step of an adapted model launches thousands of these, and
-without CUDA graphs the step is paced by launches, not by arithmetic."""
-
-import torch
+On a linear layer the adapted layer runs as one autograd node (lora_linear.py): a training step of
+an adapted model runs thousands of them, and without CUDA graphs the step is paced by the CPU's
+work per layer, not by arithmetic."""
 
 from .base import LycorisAdapter, seeded
+from .lora_linear import lora_linear
 
 
 class LoRA(LycorisAdapter):
@@ -18,22 +17,13 @@ class LoRA(LycorisAdapter):
         with seeded(seed):
             super().__init__(LoConModule("", layer, lora_dim=rank, alpha=alpha))
         self.rank, self.alpha = rank, float(alpha)
+        self.linear = not (self.lycoris.isconv or self.lycoris.tucker)
 
     def forward(self, x, base):
-        lycoris = self.lycoris
-        if lycoris.isconv or lycoris.tucker or x.dim() < 2 or self.multiplier == 0:
+        if not self.linear or x.dim() < 2 or self.multiplier == 0:
             return super().forward(x, base)
-        out = base(x)
-        # y = base(x) + (multiplier · alpha / rank) · (x · downᵀ) · upᵀ, the last product, scale and sum
-        # in one kernel; the fp32 adapter weights meet the activations in their dtype
-        hidden = torch.nn.functional.linear(x, lycoris.lora_down.weight.to(x.dtype))
-        flat = torch.addmm(
-            out.reshape(-1, out.shape[-1]),
-            hidden.reshape(-1, hidden.shape[-1]).to(out.dtype),
-            lycoris.lora_up.weight.t().to(out.dtype),
-            alpha=self.scale * self.multiplier,
-        )
-        return flat.view(out.shape)
+        lycoris = self.lycoris
+        return lora_linear(x, base, lycoris.lora_down.weight, lycoris.lora_up.weight, lycoris.scale * self.multiplier)
 
     @property
     def scale(self):

@@ -1,0 +1,164 @@
+"""Where an eager (no CUDA graphs) SDXL training step's time goes, in one process on the GPU:
+the frozen model's own forward + backward (the floor: adapters taken off, the noisy latent
+requiring grad) against the adapted model's, with the LoRA layers as one autograd node each
+(this checkout) and as the plain ops they were before (`unfused`, the baseline kept here).
+
+Full-size SDXL with random weights loaded through UNETLoader's code (bench/train_speed.py),
+1024², batch 1, rank 16, attention targets, bf16. Each variant runs 3 rounds of 8 timed steps,
+interleaved with the others (the CPU of a lent machine drifts run to run); a step is timed with
+CUDA events. One more step of each runs under torch.profiler: kernel launches, aten ops, autograd
+nodes and the GPU's busy time per step. Prints one JSON object and writes $OUT/eager_step.json
+(and $OUT/eager_step_profile.txt, the CPU-time tables).
+
+    COMFYUI_PATH=... python bench/eager_step.py
+"""
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench.train_speed import build, enable_dynamic_vram, random_data, stub_pyav  # noqa: E402
+
+
+def unfused_forward(self, x, base):
+    """LoRA's bypass as plain ops (before lora_linear.py): the baseline."""
+    import torch
+
+    lycoris = self.lycoris
+    if not self.linear or x.dim() < 2 or self.multiplier == 0:
+        return type(self).__mro__[1].forward(self, x, base)
+    out = base(x)
+    hidden = torch.nn.functional.linear(x, lycoris.lora_down.weight.to(x.dtype))
+    flat = torch.addmm(
+        out.reshape(-1, out.shape[-1]),
+        hidden.reshape(-1, hidden.shape[-1]).to(out.dtype),
+        lycoris.lora_up.weight.t().to(out.dtype),
+        alpha=self.scale * self.multiplier,
+    )
+    return flat.view(out.shape)
+
+
+def profiled(step, torch):
+    """(launches, aten ops, autograd nodes, GPU busy seconds, CPU table) of one call of `step`."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        step()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC"))
+    aten = sum(e.count for e in events if e.key.startswith("aten::"))
+    nodes = sum(e.count for e in events if e.key.startswith("autograd::engine::evaluate_function"))
+    gpu = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA) / 1e6
+    return launches, aten, nodes, gpu, events.table(sort_by="self_cpu_time_total", row_limit=20)
+
+
+def main():
+    stub_pyav()
+    from eridiffusion.runtime import start_host
+
+    start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
+    import torch
+
+    enable_dynamic_vram()
+    from eridiffusion.comfy_compat import host_version, training_forward
+    from eridiffusion.training import model_loading
+    from eridiffusion.training.adapters import AdapterSpec
+    from eridiffusion.training.adapters.attach import _eject, _inject
+    from eridiffusion.training.adapters.lora import LoRA
+    from eridiffusion.training.config import TrainConfig
+    from eridiffusion.training.model_forward import transformer_options_of
+    from eridiffusion.training.trainer import TrainingRun
+
+    config = TrainConfig(
+        steps=10,
+        dtype="bf16",
+        gradient_checkpointing=False,
+        cuda_graphs="off",
+        adapter=AdapterSpec(rank=16, alpha=16.0, targets="attention"),
+        run_name="bench",
+    )
+    run = TrainingRun(build("sdxl"), random_data("sdxl"), config, tempfile.mkdtemp())
+    model_loading.load(run.patcher)
+    prepared = run._prepared(run.data)
+    loss_of = run._loss_function(transformer_options_of(run.patcher))
+    captured = []
+    run.loss_of, run.graphed = (lambda batch: captured.append(batch) or loss_of(batch)), None
+    with torch.inference_mode(False), training_forward():
+        run._micro_batch(prepared, run.batches, run.data)
+    batch = captured[0]
+    modules = dict(run.base.named_modules())
+    pairs = [(modules[name], adapter) for name, adapter in run.adapters.items()]
+    fused_forward = LoRA.forward
+
+    def adapted_step():
+        with torch.inference_mode(False), training_forward():
+            loss_of(batch).backward()
+
+    def floor_step():
+        frozen = dict(batch, x_t=batch["x_t"].detach().requires_grad_(True))
+        with torch.inference_mode(False), training_forward():
+            loss_of(frozen).backward()
+
+    def variant(name):
+        """Set the model up as `name` and return its step."""
+        LoRA.forward = unfused_forward if name == "unfused" else fused_forward
+        for module, adapter in pairs:
+            (_eject if name == "floor" else _inject)(module, adapter)
+        return floor_step if name == "floor" else adapted_step
+
+    names = ["floor", "unfused", "fused"]
+    times = {name: [] for name in names}
+    for _ in range(3):
+        for name in names:
+            step = variant(name)
+            for _ in range(2):
+                step()
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(9)]
+            events[0].record()
+            for event in events[1:]:
+                step()
+                event.record()
+            torch.cuda.synchronize()
+            times[name] += [a.elapsed_time(b) / 1000 for a, b in zip(events, events[1:])]
+    results, tables = {}, []
+    for name in names:
+        launches, aten, nodes, gpu, table = profiled(variant(name), torch)
+        results[name] = {
+            "s_per_step": statistics.median(times[name]),
+            "s_per_step_rounds": [statistics.median(times[name][i : i + 8]) for i in range(0, 24, 8)],
+            "kernel_launches": launches,
+            "aten_ops": aten,
+            "autograd_nodes": nodes,
+            "gpu_busy_s": gpu,
+        }
+        tables.append(f"== {name}\n{table}")
+    layers = len(pairs)
+    for name in ("unfused", "fused"):
+        for key in ("kernel_launches", "aten_ops", "autograd_nodes"):
+            results[name][key + "_per_layer_over_floor"] = (results[name][key] - results["floor"][key]) / layers
+    summary = {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "comfyui": host_version(),
+        "commit": os.environ.get("COMMIT", ""),
+        "model": "sdxl 1024² batch 1, rank 16 attention (forward + backward only)",
+        "adapted_layers": layers,
+        "results": results,
+    }
+    out = os.environ.get("OUT", "/tmp")
+    with open(os.path.join(out, "eager_step.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    with open(os.path.join(out, "eager_step_profile.txt"), "w") as f:
+        f.write("\n".join(tables))
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
