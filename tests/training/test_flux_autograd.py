@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from eridiffusion.comfy_compat import register_fused_rope_backwards
 from eridiffusion.training import model_loading
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.autograd_inplace import OutOfPlaceAugmentedAssignments
@@ -20,6 +21,15 @@ from tests.support.tiny_models import TINY_FAMILIES, build_tiny
 from ..conftest import ProbeInput
 
 FLUX_FAMILIES = ("flux_dev", "chroma", "flux2")
+
+
+@pytest.fixture(autouse=True)
+def fused_rope_backwards():
+    """These tests run the model outside training_forward, which gives 0.2x's fused RoPE ops their
+    backward: so register it here, whichever test of the session runs first."""
+    register_fused_rope_backwards()
+
+
 _STACKS = {}
 
 

@@ -94,6 +94,17 @@ def test_the_frozen_product_is_left_to_the_layer_whenever_comfyui_would_change_i
     assert plain_weight_of(torch.nn.Conv1d(3, 3, 1), x) is None
 
 
+# ops that launch nothing: metadata and allocation without a fill
+NO_KERNEL = {
+    torch.ops.aten.detach,
+    torch.ops.aten.t,
+    torch.ops.aten.empty,
+    torch.ops.aten.new_empty,
+    torch.ops.aten.empty_like,
+    torch.ops.aten.empty_strided,
+}
+
+
 class KernelCounter(TorchDispatchMode):
     """Counts the aten ops that launch work (views and other metadata-only ops left out)."""
 
@@ -102,7 +113,7 @@ class KernelCounter(TorchDispatchMode):
         self.count = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func.is_view and func.overloadpacket not in (torch.ops.aten.detach, torch.ops.aten.t):
+        if not func.is_view and func.overloadpacket not in NO_KERNEL:
             self.count += 1
         return func(*args, **(kwargs or {}))
 

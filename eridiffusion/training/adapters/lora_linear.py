@@ -48,11 +48,18 @@ class _LoRALinear(torch.autograd.Function):
         flat = x.reshape(-1, x.shape[-1])
         down_c, up_c = down.to(x.dtype), up.to(x.dtype)
         hidden = torch.mm(flat, down_c.t())
-        out = torch.nn.functional.linear(flat, weight, bias)
-        out.addmm_(hidden, up_c.t(), alpha=scale)
+        # the output is returned whole, never as a view (model code may write into it in place):
+        # the products are written into its flat form
+        out = x.new_empty((*x.shape[:-1], weight.shape[0]))
+        flat_out = out.view(-1, weight.shape[0])
+        if bias is None:
+            torch.mm(flat, weight.t(), out=flat_out)
+        else:
+            torch.addmm(bias, flat, weight.t(), out=flat_out)
+        flat_out.addmm_(hidden, up_c.t(), alpha=scale)
         ctx.save_for_backward(flat, weight, hidden, down_c, up_c)
         ctx.scale, ctx.input_shape = scale, x.shape
-        return out.view(*x.shape[:-1], out.shape[-1])
+        return out
 
     @staticmethod
     def backward(ctx, grad):
@@ -71,10 +78,12 @@ class _LoRATerm(torch.autograd.Function):
         flat = x.reshape(-1, x.shape[-1])
         down_c, up_c = down.to(x.dtype), up.to(base.dtype)
         hidden = torch.mm(flat, down_c.t())
-        out = torch.addmm(base.reshape(-1, base.shape[-1]), hidden.to(base.dtype), up_c.t(), alpha=scale)
+        out = torch.empty_like(base, memory_format=torch.contiguous_format)  # whole, as in _LoRALinear
+        flat_base = base.reshape(-1, base.shape[-1])
+        torch.addmm(flat_base, hidden.to(base.dtype), up_c.t(), alpha=scale, out=out.view(flat_base.shape))
         ctx.save_for_backward(flat, hidden, down_c, up_c)
         ctx.scale, ctx.input_shape = scale, x.shape
-        return out.view(base.shape)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
