@@ -9,7 +9,8 @@ def load(patcher, weights_vram_gib=0.0):
     (ComfyUI's partial "lowvram" loading, with its async offload streams)."""
     mm = comfy.model_management
     if not weights_vram_gib:
-        mm.load_models_gpu([patcher], force_full_load=True)
+        if not loaded_whole(patcher):
+            mm.load_models_gpu([patcher], force_full_load=True)
         return
     if any(loaded.model is patcher for loaded in mm.current_loaded_models):
         return
@@ -20,6 +21,15 @@ def load(patcher, weights_vram_gib=0.0):
     loaded = mm.LoadedModel(patcher)
     loaded.model_load(lowvram_model_memory=budget)
     mm.current_loaded_models.insert(0, loaded)
+
+
+def loaded_whole(patcher):
+    """Whether `patcher` is ComfyUI's loaded model with all of its weights on its device. Loading it
+    again would unpatch and re-patch it (its injections run again: with the text encoder trained,
+    twice a step for nothing, since each encoding loads the CLIP beside it)."""
+    mm = comfy.model_management
+    loaded = any(entry.model is patcher for entry in mm.current_loaded_models)
+    return loaded and getattr(patcher.model, "model_lowvram", True) is False
 
 
 def unload(patcher):
