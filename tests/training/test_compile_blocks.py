@@ -7,9 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from eridiffusion.training.adapters import AdapterSpec
-from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.trainer import train_lora
+from tests.support.short_runs import short_run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled blocks are timed and tested on CUDA")
 
@@ -21,17 +20,7 @@ def test_compiled_blocks_train_what_the_eager_model_trains(quality_stack, tmp_pa
     runs = {}
     with torch.inference_mode(False):
         for compiled in (False, True):
-            config = TrainConfig(
-                steps=4,
-                learning_rate=3e-3,
-                dtype="fp32",
-                gradient_checkpointing=False,
-                cuda_graphs=cuda_graphs,
-                torch_compile=compiled,
-                log_every=1,
-                adapter=AdapterSpec(rank=4, alpha=4.0),
-                run_name=f"compiled_{compiled}",
-            )
+            config = short_run(cuda_graphs, f"compiled_{compiled}", torch_compile=compiled)
             runs[compiled] = train_lora(model, data, config, str(tmp_path / str(compiled)))
     # to the GPU's noise between inductor's fused kernels and eager ones
     assert runs[True].losses == pytest.approx(runs[False].losses, rel=1e-3)

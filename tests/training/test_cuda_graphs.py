@@ -12,10 +12,9 @@ import pytest
 import torch
 
 from eridiffusion.training import cuda_graphs, trainer
-from eridiffusion.training.adapters import AdapterSpec
-from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.errors import EriDiffusionError
 from eridiffusion.training.trainer import train_lora
+from tests.support.short_runs import short_run as config
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 
@@ -31,20 +30,6 @@ class SyncInCapture(cuda_graphs.GraphedLoss):
             return loss
 
         super().__init__(syncing, *args, **kwargs)
-
-
-def config(cuda_graphs_setting, run_name, **values):
-    settings = dict(
-        steps=4,
-        learning_rate=3e-3,
-        dtype="fp32",
-        gradient_checkpointing=False,
-        cuda_graphs=cuda_graphs_setting,
-        log_every=1,
-        adapter=AdapterSpec(rank=4, alpha=4.0),
-        run_name=run_name,
-    )
-    return TrainConfig(**{**settings, **values})
 
 
 @pytest.fixture

@@ -27,9 +27,7 @@ def plain_weight_of(layer, x):
     are (`x`'s dtype and device, no ComfyUI casting or weight patches), else None."""
     if layer is None or type(layer).forward not in _PLAIN_FORWARDS:
         return None
-    if getattr(layer, "comfy_cast_weights", False) or getattr(layer, "weight_function", None):
-        return None
-    if getattr(layer, "bias_function", None):
+    if any(getattr(layer, flag, None) for flag in ("comfy_cast_weights", "weight_function", "bias_function")):
         return None
     weight, bias = layer.weight, layer.bias
     for t in (weight, bias):
