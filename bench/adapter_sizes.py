@@ -6,15 +6,14 @@ real). Prints one `RESULT {json}` line (LyCORIS logs to stdout too).
 """
 
 import json
-import tempfile
 
 from .full_size import SDXL_UNET
 
 
 def main():
-    from eridiffusion.runtime import start_host
+    from eridiffusion.runtime import start_host_in_temp_dir
 
-    start_host(tempfile.mkdtemp(prefix="eridiffusion-sizes-"))
+    start_host_in_temp_dir("eridiffusion-sizes-")
     import comfy.model_patcher
     import comfy.supported_models
     import torch

@@ -60,9 +60,9 @@ def profiled(step, torch):
 
 def main():
     stub_pyav()
-    from eridiffusion.runtime import start_host
+    from eridiffusion.runtime import start_host_in_temp_dir
 
-    start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
+    start_host_in_temp_dir("eridiffusion-bench-")
     import torch
 
     enable_dynamic_vram()

@@ -16,10 +16,10 @@ sys.path.insert(0, ROOT)
 
 
 def main(names):
-    from eridiffusion.runtime import start_host
+    from eridiffusion.runtime import start_host_in_temp_dir
     from tests.support.paths import shared_datasets
 
-    start_host(tempfile.mkdtemp(prefix="eridiffusion-families-"))
+    start_host_in_temp_dir("eridiffusion-families-")
     import torch
 
     from eridiffusion.training.adapters import AdapterSpec

@@ -97,9 +97,9 @@ def worker(name):
     from eridiffusion.training.distributed import join_processes
 
     processes = join_processes()  # before ComfyUI is imported: its device is this process's GPU
-    from eridiffusion.runtime import start_host
+    from eridiffusion.runtime import start_host_in_temp_dir
 
-    start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
+    start_host_in_temp_dir("eridiffusion-bench-")
     import torch
 
     from bench.train_speed import build, random_data
@@ -189,9 +189,9 @@ def main():
 
     model_name = os.environ.get("MODEL", "sdxl")
     if model_name != "tiny":
-        from eridiffusion.runtime import start_host
+        from eridiffusion.runtime import start_host_in_temp_dir
 
-        start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
+        start_host_in_temp_dir("eridiffusion-bench-")
         from bench.train_speed import weights_file
 
         weights_file(model_name)  # once, here: the workers all load it

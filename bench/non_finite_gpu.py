@@ -20,9 +20,9 @@ from bench.train_speed import stub_pyav  # noqa: E402
 
 def main():
     stub_pyav()
-    from eridiffusion.runtime import start_host
+    from eridiffusion.runtime import start_host_in_temp_dir
 
-    start_host(tempfile.mkdtemp(prefix="eridiffusion-nonfinite-"))
+    start_host_in_temp_dir("eridiffusion-nonfinite-")
     import torch
     from torch.overrides import TorchFunctionMode
 

@@ -209,9 +209,9 @@ def main():
         from bench.train_speed import stub_pyav
 
         stub_pyav()
-    from eridiffusion.runtime import start_host
+    from eridiffusion.runtime import start_host_in_temp_dir
 
-    start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
+    start_host_in_temp_dir("eridiffusion-bench-")
     import torch
 
     if TINY:

@@ -381,9 +381,9 @@ def main():
             comfy_aimdo.control.init()
         except ImportError:
             pass
-    from eridiffusion.runtime import start_host
+    from eridiffusion.runtime import start_host_in_temp_dir
 
-    start_host(tempfile.mkdtemp(prefix="eridiffusion-bench-"))
+    start_host_in_temp_dir("eridiffusion-bench-")
     import torch
 
     plan = [p for p in os.environ.get("PLAN", "ours_sdxl_ckpt,builtin_sdxl_ckpt").split(",") if p]

@@ -2,7 +2,10 @@
 sys.path, ComfyUI's folders pointed at a place of the caller's choosing so nothing lands inside the
 host's own tree."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 from . import host
 
@@ -24,3 +27,11 @@ def start_host(base_dir):
     folder_paths.set_temp_directory(os.path.join(base_dir, "temp"))
     folder_paths.add_model_folder_path("loras", os.path.join(base_dir, "loras"), is_default=True)
     return base_dir
+
+
+def start_host_in_temp_dir(prefix, parent=None):
+    """start_host() under a new temp folder (in `parent`, else the system's) that is removed when
+    this process exits: the tests, benchmarks and scripts whose outputs nobody keeps."""
+    base_dir = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    atexit.register(shutil.rmtree, base_dir, ignore_errors=True)
+    return start_host(base_dir)

@@ -34,7 +34,8 @@ fi
 echo "[bootstrap] building $venv for ComfyUI $version ($host)" >&2
 rm -rf "$venv"
 "$python" -m venv "$venv"
-pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+# no pip cache: each torch stack is several GB, and a cached copy beside the venv doubles it
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir)
 if [ -f "$pins" ] && [ -z "${ERIDIFFUSION_UNPINNED:-}" ]; then
   pinned=("${pip[@]}" -c "$pins")
   torch_stack=$(grep -E '^(torch|torchvision|torchaudio)==' "$pins" | tr '\n' ' ')

@@ -6,16 +6,15 @@
 import os
 import re
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import tests.support  # noqa: E402,F401  (before the host's own `tests` package is on sys.path)
-from eridiffusion.runtime import start_host  # noqa: E402
+from eridiffusion.runtime import start_host_in_temp_dir  # noqa: E402
 
 
 def main():
-    start_host(tempfile.mkdtemp(prefix="eridiffusion-table-"))
+    start_host_in_temp_dir("eridiffusion-table-")
     from tests.support.support_table import support_table
 
     path = os.path.join(ROOT, "README.md")

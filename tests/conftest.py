@@ -6,11 +6,11 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from eridiffusion.runtime import start_host  # noqa: E402
+from eridiffusion.runtime import start_host_in_temp_dir  # noqa: E402
 from tests.support import paths  # noqa: E402
 
-_BASE = os.path.join(os.environ.get("PYTEST_TMPDIR", "/tmp"), f"eridiffusion-tests-{os.getpid()}")
-start_host(_BASE)
+# each process (the pytest main process, every xdist worker) has its own folders, gone at its exit
+start_host_in_temp_dir(f"eridiffusion-tests-{os.getpid()}-", parent=os.environ.get("PYTEST_TMPDIR"))
 
 
 @pytest.fixture(scope="session")

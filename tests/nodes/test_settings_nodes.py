@@ -98,9 +98,9 @@ def test_registering_the_nodes_imports_no_test_support_module_and_warns_of_nothi
     nothing under tests/ or the tiny families of the test support is imported, nor the training
     libraries that only a run needs (LyCORIS imports bitsandbytes, which warns on a CPU machine)."""
     code = (
-        "import asyncio, importlib.util, sys, tempfile\n"
-        "from eridiffusion.runtime import start_host\n"
-        "start_host(tempfile.mkdtemp())\n"
+        "import asyncio, importlib.util, sys\n"
+        "from eridiffusion.runtime import start_host_in_temp_dir\n"
+        "start_host_in_temp_dir('eridiffusion-nodes-')\n"
         "spec = importlib.util.spec_from_file_location('EriDiffusion', '__init__.py',"
         " submodule_search_locations=['.'])\n"
         "module = importlib.util.module_from_spec(spec); sys.modules['EriDiffusion'] = module\n"

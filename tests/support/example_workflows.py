@@ -407,11 +407,9 @@ def load_example(name):
 
 
 if __name__ == "__main__":
-    import tempfile
+    from eridiffusion.runtime import start_host_in_temp_dir
 
-    from eridiffusion.runtime import start_host
-
-    start_host(tempfile.mkdtemp(prefix="eridiffusion-workflows-"))
+    start_host_in_temp_dir("eridiffusion-workflows-")
     from .workflow import load_extension
 
     load_extension()
