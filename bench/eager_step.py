@@ -23,7 +23,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.train_speed import build, enable_dynamic_vram, random_data, stub_pyav  # noqa: E402
+from bench.train_speed import build, random_data, stub_pyav  # noqa: E402
+from tests.support.dynamic_vram import enable_dynamic_vram, load_aimdo  # noqa: E402
 
 
 def unfused_forward(self, x, base):
@@ -60,6 +61,7 @@ def profiled(step, torch):
 
 def main():
     stub_pyav()
+    load_aimdo()
     from eridiffusion.runtime import start_host_in_temp_dir
 
     start_host_in_temp_dir("eridiffusion-bench-")

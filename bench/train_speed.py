@@ -37,6 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.full_size import FLUX_DEV_LAYOUT, SDXL_UNET  # noqa: E402
+from tests.support.dynamic_vram import enable_dynamic_vram, load_aimdo  # noqa: E402
 
 
 class _PyAVStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -69,24 +70,6 @@ def stub_pyav():
         import av  # noqa: F401
     except ImportError:
         sys.meta_path.insert(0, _PyAVStandIn())
-
-
-def enable_dynamic_vram():
-    """ComfyUI 0.2x's server turns on dynamic VRAM on NVIDIA by default: loaders then give
-    ModelPatcherDynamic patchers. Returns whether it is on."""
-    import comfy.model_management as mm
-    import comfy.model_patcher
-
-    if os.environ.get("DYNAMIC_VRAM") == "0" or not hasattr(comfy.model_patcher, "ModelPatcherDynamic"):
-        return False
-    import comfy.memory_management
-    import comfy_aimdo.control
-
-    if not comfy_aimdo.control.init_devices([d.index for d in mm.get_all_torch_devices()]):
-        return False
-    comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
-    comfy.memory_management.aimdo_enabled = True
-    return True
 
 
 def model_config(model_name):
@@ -374,13 +357,7 @@ def builtin(patcher, model_name, checkpointing, options, steps=10, warmup=2):
 
 def main():
     stub_pyav()
-    if os.environ.get("DYNAMIC_VRAM") != "0":
-        try:
-            import comfy_aimdo.control  # before torch, as ComfyUI's main.py loads it
-
-            comfy_aimdo.control.init()
-        except ImportError:
-            pass
+    load_aimdo()
     from eridiffusion.runtime import start_host_in_temp_dir
 
     start_host_in_temp_dir("eridiffusion-bench-")

@@ -149,5 +149,10 @@ def trainable_model_clone(patcher):
 
 
 def trainable_clip_clone(clip):
-    """A clone of a CLIP to train its text encoder (see _trainable)."""
-    return _trainable(clip, "CLIP")
+    """A clone of a CLIP to train its text encoder (see _trainable). ComfyUI's CLIP.clone() hands
+    the clone the source's cond_stage_model even when its patcher reloaded a model of its own
+    (`disable_dynamic`), so encoding would run the source's dynamic, streamed modules, without the
+    adapters injected into the reloaded ones: the clone encodes with its patcher's model here."""
+    clone = _trainable(clip, "CLIP")
+    clone.cond_stage_model = clone.patcher.model
+    return clone

@@ -2,7 +2,10 @@
 on exactly inside a training forward, and RoPE (plain or the host's fused kernels) has the exact
 gradient there."""
 
+import json
 import os
+import subprocess
+import sys
 
 import comfy.ldm.flux.math
 import comfy.model_management
@@ -11,6 +14,7 @@ import pytest
 import torch
 
 from eridiffusion import comfy_compat
+from tests.support.paths import ROOT
 from tests.support.workflow import execution_error, load_extension, run_prompt
 
 B, HEADS, TOKENS, DIM = 1, 2, 6, 8
@@ -86,3 +90,20 @@ def test_fused_rope_kernels_have_the_exact_gradient(op_name):
         expected = gradients((reference_rope(q, freqs, split_half), reference_rope(k, freqs, split_half)), (q, k))
     for g, e in zip(got, expected):
         assert torch.allclose(g, e, atol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="dynamic VRAM needs a CUDA device")
+def test_a_text_encoder_loaded_under_dynamic_vram_trains_its_adapters():
+    """ComfyUI's CLIP.clone(disable_dynamic=True) reloads the model for its patcher but keeps the
+    source's module tree for encoding: the adapters went into modules that never ran, and the
+    text encoder silently did not train. In a process of its own (dynamic VRAM stays on)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.dynamic_vram"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    if not result["dynamic_vram"]:
+        pytest.skip("this host has no dynamic VRAM")
+    assert result["input_clip_dynamic"] and result["encodes_with_its_patchers_model"], result
+    assert result["encoding_has_gradient"], result
+    assert result["adapters"] > 0 and result["adapters_with_gradient"] == result["adapters"], result
