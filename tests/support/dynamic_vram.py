@@ -47,10 +47,9 @@ def text_encoder_training_check():
     """A CLIP-L loaded as CLIPLoader loads it (a file, comfy.sd.load_clip) under dynamic VRAM, its
     text encoder set up for training: which module tree encodes, and which adapters one
     encoding's gradient reaches. Returns a JSON-able dict."""
-    import tempfile
-
     import comfy.sd
     import comfy.supported_models
+    import folder_paths
     import safetensors.torch
     import torch
 
@@ -61,7 +60,7 @@ def text_encoder_training_check():
     dynamic = enable_dynamic_vram()
     clip_target = comfy.supported_models.SD15({}).clip_target()
     source = text_encoder(clip_target, torch.Generator().manual_seed(0), {})
-    path = os.path.join(tempfile.mkdtemp(prefix="eridiffusion-dynamic-"), "clip_l.safetensors")
+    path = os.path.join(folder_paths.get_temp_directory(), "clip_l.safetensors")  # (goes with the host's folders)
     state = source.cond_stage_model.clip_l.transformer.state_dict()
     safetensors.torch.save_file({k: v.to(torch.float16).contiguous() for k, v in state.items()}, path)
     clip = comfy.sd.load_clip([path], clip_type=comfy.sd.CLIPType.STABLE_DIFFUSION)
