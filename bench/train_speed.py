@@ -17,7 +17,8 @@ and ours_<model>_<ckpt|nockpt> with flags: _graphs (CUDA
 graphs on; else off), _alllinear (targets; else attention for SDXL, the family default for Flux),
 _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _adamw8bit, _compile
-(torch_compile), _te (the text encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
+(torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8), _te (the text
+encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
 and CLIP-G, random weights, bf16); model: sdxl, flux. PROFILE=1 writes torch.profiler's tables of
 two steps, PROFILE=python cProfile's (Python functions by own and cumulative time) to $OUT.
 """
@@ -188,6 +189,7 @@ def ours(
     weights_vram_gib=0.0,
     torch_compile=False,
     clip=None,
+    fp8_compute=False,
     steps=14,
     warmup=4,
 ):
@@ -244,6 +246,7 @@ def ours(
         optimizer=optimizer,
         weights_vram_gib=weights_vram_gib,
         torch_compile=torch_compile,
+        fp8_compute=fp8_compute,
         text_encoder_lr=1e-5 if clip is not None else 0.0,
         adapter=AdapterSpec(rank=16, alpha=16.0, targets=targets),
         log_every=steps,
@@ -393,6 +396,7 @@ def main():
                     weights_vram_gib=stream,
                     torch_compile="compile" in parts,
                     clip=full_size_clip(model_name) if "te" in parts else None,
+                    fp8_compute="fp8compute" in parts,
                 )
             else:
                 options = {

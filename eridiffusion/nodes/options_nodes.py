@@ -76,11 +76,18 @@ class OptimizerOptionsNode(TrainerOptionsNode):
 class MemoryOptionsNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_MemoryOptions", "MemoryOptions"
     DESCRIPTION = (
-        "Memory and speed: gradient checkpointing, streamed weights, torch.compile, CUDA graphs, and the GPU "
-        "that trains."
+        "Memory and speed: gradient checkpointing, streamed weights, torch.compile, CUDA graphs, fp8 compute, "
+        "and the GPU that trains."
     )
     SOCKET, TRAINER_INPUT = MemoryOptions, "memory_options"
-    SETTINGS = ("gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs", "device")
+    SETTINGS = (
+        "gradient_checkpointing",
+        "weights_vram_gib",
+        "torch_compile",
+        "cuda_graphs",
+        "fp8_compute",
+        "device",
+    )
 
 
 class CheckpointOptionsNode(TrainerOptionsNode):

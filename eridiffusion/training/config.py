@@ -114,6 +114,14 @@ class TrainConfig:
         "inputs; each image size/prompt length is captured once (a few seconds).",
         choices=CUDA_GRAPHS,
     )
+    fp8_compute: bool = setting(
+        False,
+        "Compute the largest frozen products of the adapted layers in fp8 (forward and input gradient, "
+        "per-tensor scales; Ada/Hopper GPUs), the adapters staying in the model's dtype and fp32. Measured on an "
+        "H100, Flux.1-dev at 1024²: 1% faster with bf16 weights (+8 GiB), 5% faster with fp8_e4m3fn weights "
+        "(+4 GiB); SDXL's layers are too small to gain and compute as without it. Samples and the saved LoRA "
+        "are as without it.",
+    )
     device: str = setting(
         "auto",
         "The GPU this run trains on. auto: the one ComfyUI loads the MODEL on (its default GPU; the CPU "

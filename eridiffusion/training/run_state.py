@@ -26,6 +26,7 @@ FREE_ON_RESUME = (
     "cuda_graphs",
     "weights_vram_gib",
     "torch_compile",
+    "fp8_compute",
     "on_nan",
     "device",
     "validate_every",

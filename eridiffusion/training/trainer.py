@@ -9,6 +9,7 @@ the gradients are averaged once per optimizer step, and rank 0 alone writes file
 
 import contextlib
 import dataclasses
+import logging
 import os
 import random
 import time
@@ -20,6 +21,7 @@ import torch
 from ..comfy_compat import trainable_model_clone, training_forward
 from . import model_loading, run_state
 from .adapters import attach_adapters, narrow_layers, warn_narrow_layers
+from .adapters.fp8_products import Fp8Products, check_fp8_compute
 from .atomic_file import write_json_atomic
 from .autograd_weights import frozen_weights_injection
 from .batches import BatchSampler
@@ -111,6 +113,10 @@ class TrainingRun:
         self.prefixes = loadable_weight_keys(self.base)
         self.device = self.patcher.load_device
         check_optimizer_runs(config.optimizer, self.device)  # before any heavy work
+        if config.fp8_compute:
+            check_fp8_compute(self.device)
+        # fp8_compute: the fp8 weights of the adapted layers, made in the first step and kept for the run
+        self.fp8_products = Fp8Products() if config.fp8_compute else None
         if data.regularization is not None and config.prior_weight == 0:
             raise EriDiffusionError(
                 "regularization images are connected to CacheLatents but prior_weight is 0, so they would be "
@@ -465,7 +471,7 @@ class TrainingRun:
             if hooks.check_cancel is not None:
                 hooks.check_cancel()
             step_loss = torch.zeros((), device=device)
-            with training_forward():
+            with training_forward(), self.adapters.frozen_products(self.fp8_products):
                 for _ in range(config.grad_accum):
                     for loss in self._micro_batches(prepared, prior, step):
                         loss = loss / config.grad_accum
@@ -482,6 +488,12 @@ class TrainingRun:
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             health.record(step, step_loss, norm)
+            if self.fp8_products is not None and step == self.start_step:
+                in_fp8, seen = self.fp8_products.layers_in_fp8()
+                logging.info(
+                    f"EriDiffusion: fp8_compute: {in_fp8} of the {seen} adapted layers compute their frozen product in "
+                    "fp8 (the others are convolutions, streamed, patched, or too small for fp8 to gain)."
+                )
 
             done = step + 1
             asked = hooks.should_stop is not None and done < config.steps and hooks.should_stop()
@@ -562,7 +574,11 @@ class TrainingRun:
         )
 
     def release(self):
-        """Hand the training clones back to ComfyUI so their injections come off the shared modules."""
+        """Hand the training clones back to ComfyUI so their injections come off the shared modules,
+        and let go of what only training used (CUDA graphs, fp8 weights)."""
+        self.graphed = None
+        if self.fp8_products is not None:
+            self.fp8_products.clear()
         model_loading.unload(self.patcher)
         if self.text_encoder is not None:
             self.text_encoder.unload()

@@ -141,7 +141,14 @@ def test_device_offers_each_gpu_by_name_only_where_there_are_several_to_choose_f
     assert device_choices(1) == ("auto",)
     assert device_choices(3) == ("auto", "cuda:0", "cuda:1", "cuda:2")
     memory = widget_specs(registered["EriDiffusion_MemoryOptions"])
-    assert list(memory) == ["gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs", "device"]
+    assert list(memory) == [
+        "gradient_checkpointing",
+        "weights_vram_gib",
+        "torch_compile",
+        "cuda_graphs",
+        "fp8_compute",
+        "device",
+    ]
     offered = memory["device"][1]["options"] if memory["device"][0] == "COMBO" else memory["device"][0]
     assert list(offered) == list(device_choices(torch.cuda.device_count()))
     assert memory["device"][1]["default"] == "auto"

@@ -128,6 +128,7 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
                 "weights_vram_gib": 0.0,
                 "torch_compile": False,
                 "cuda_graphs": "auto",
+                "fp8_compute": False,
                 "device": "auto",
             },
         },

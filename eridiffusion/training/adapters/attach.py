@@ -168,7 +168,10 @@ class _BypassForward(SwappedForward):
 
     def __call__(self, x, *args, **kwargs):
         if len(self.adapters) == 1 and not args and not kwargs:  # the training case: no closures
-            return self.adapters[0](x, self.layer_forward)
+            adapter = self.adapters[0]
+            if adapter.frozen_products is not None:  # fp8_compute: the frozen layer's product in fp8
+                return adapter(x, adapter.frozen_products.forward_of(self.layer_forward, x))
+            return adapter(x, self.layer_forward)
 
         def forward(inp):
             return self.base(inp, *args, **kwargs)
@@ -220,6 +223,22 @@ class AdapterSet(torch.nn.Module):
         finally:
             for (_, adapter), multiplier in zip(self.items(), before):
                 adapter.multiplier = multiplier
+
+    @contextlib.contextmanager
+    def frozen_products(self, products):
+        """The block runs with the frozen layers under these adapters computed by `products` (an
+        fp8_products.Fp8Products, which keeps its fp8 weights from block to block: CUDA graphs
+        replay them), then as before. None: the block runs as it is."""
+        if products is None:
+            yield
+            return
+        for _, adapter in self.items():
+            adapter.frozen_products = products
+        try:
+            yield
+        finally:
+            for _, adapter in self.items():
+                adapter.frozen_products = None
 
     def attach_to(self, patcher):
         """Register the bypass injection on `patcher` (a clone); active whenever ComfyUI patches it."""

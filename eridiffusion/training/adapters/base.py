@@ -26,6 +26,8 @@ class Adapter(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.multiplier = 1.0
+        # fp8_products.Fp8Products while a run computes the frozen layers in fp8 (fp8_compute), else None
+        self.frozen_products = None
 
     @classmethod
     def for_layer(cls, layer, spec, seed):

@@ -19,13 +19,13 @@ import torch
 
 # Class forwards that compute exactly F.linear(x, W, b) when the module's flags ask for no casting
 # and no weight patches (ComfyUI's ops skip their cast path then).
-_PLAIN_FORWARDS = {torch.nn.Linear.forward, comfy.ops.disable_weight_init.Linear.forward}
+PLAIN_FORWARDS = {torch.nn.Linear.forward, comfy.ops.disable_weight_init.Linear.forward}
 
 
 def plain_weight_of(layer, x):
     """(W, b) when `layer`'s class forward is exactly F.linear(x, W, b) with tensors usable as they
     are (`x`'s dtype and device, no ComfyUI casting or weight patches), else None."""
-    if layer is None or type(layer).forward not in _PLAIN_FORWARDS:
+    if layer is None or type(layer).forward not in PLAIN_FORWARDS:
         return None
     if any(getattr(layer, flag, None) for flag in ("comfy_cast_weights", "weight_function", "bias_function")):
         return None

@@ -1,0 +1,208 @@
+"""fp8 compute for the frozen base: an adapted linear layer's x·Wᵀ + b, and its input gradient g·W,
+as fp8 matrix products with per-tensor scales (`torch._scaled_mm`); the adapters' own products
+stay in the activations' dtype, their master weights in fp32.
+
+Scaling is per tensor and current: each product quantizes its activation (forward, e4m3) or its
+incoming gradient (backward, e5m2, the wider range gradients need) by that tensor's own absolute
+maximum, rounded up to a power of two so that scaling is exact in any dtype. The frozen weight is
+quantized once per run (e4m3), or used as it is when the model was loaded in float8_e4m3fn
+(UNETLoader's weight_dtype); the backward's product also needs it column-major, a second fp8 copy.
+So fp8 compute holds, while a run trains, one extra byte per weight of the layers it computes
+(bf16 weights: two), which is the memory it trades for speed. Tensor-core fp8 needs an Ada or Hopper GPU
+(compute capability 8.9+); `check_fp8_compute` says so before a run starts.
+
+Only what the product can take is computed in fp8: a layer whose class forward is a plain linear
+one with no weight patches, its weight on the activations' device, both weight dimensions a
+multiple of 16 (tensor-core tiles), at least 16 rows of input, and a product large enough to gain
+(MIN_MACS). Other layers (and a layer whose
+weights ComfyUI streams from CPU memory) compute as they always do.
+"""
+
+import torch
+
+from ..errors import EriDiffusionError
+from .lora_linear import PLAIN_FORWARDS
+
+E4M3 = torch.float8_e4m3fn
+E5M2 = torch.float8_e5m2
+_WEIGHT_DTYPES = (E4M3, torch.bfloat16, torch.float16, torch.float32)
+_ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_ALIGN = 16  # fp8 tensor-core products need both dimensions of the weight a multiple of 16
+MIN_ROWS = 16  # fewer input rows (a modulation vector, a pooled embedding): not worth the scaling
+# Products smaller than this many multiply-adds (rows x in x out) stay in the activations' dtype.
+# Scaling an activation or a gradient in eager PyTorch (a maximum, then a multiply cast to fp8) costs
+# about as much as fp8 saves on all but the largest products: on an H100 (bench/fp8_products.py,
+# bench/results/2026-11-24_fp8_products_h100.json), forward plus input gradient in fp8 took 0.91x
+# the bf16 time for Flux's single-block linear1 (4608 x 3072 x 21504, 3.0e11) and 0.94x for linear2
+# (2.2e11), but 1.04-1.07x for its double blocks' qkv and mlp layers (1.2e11-1.5e11), 1.41x for
+# their proj (3.9e10) and 3.5-4.8x for SDXL's attention layers.
+MIN_MACS = 2 * 10**11
+
+
+def power_of_two_scale(t, fp8_dtype):
+    """The per-tensor scale of `t` for `fp8_dtype`: its absolute maximum over the format's largest
+    value, rounded up to a power of two (an fp32 0-dim tensor on t's device; no host sync)."""
+    amax = torch.linalg.vector_norm(t, ord=float("inf"), dtype=torch.float32)
+    ratio = amax.div_(torch.finfo(fp8_dtype).max).clamp_(min=torch.finfo(torch.float32).tiny)
+    return torch.exp2(torch.ceil(torch.log2(ratio)))
+
+
+def quantized(t, fp8_dtype):
+    """(t / scale in `fp8_dtype`, scale): every value in range, since the scale covers the maximum.
+    The result is row-major whatever t's layout (fp8 products read their first operand so), and
+    the division is exact (a power of two), cast to fp8 as it is stored: one kernel."""
+    scale = power_of_two_scale(t, fp8_dtype)
+    q = torch.empty(t.shape, dtype=fp8_dtype, device=t.device)
+    torch.mul(t, scale.reciprocal(), out=q)
+    return q, scale
+
+
+class _Fp8Linear(torch.autograd.Function):
+    """y = x·Wᵀ + b with x quantized to e4m3 and W given in e4m3 (scale w_scale), row-major and as
+    the column-major copy the backward's product reads; ∂x = g·W with g in e5m2. W and b are
+    frozen: no gradient for them."""
+
+    @staticmethod
+    def forward(ctx, x, weight8, weight8_columns, weight_scale, bias):
+        flat = x.reshape(-1, x.shape[-1])
+        x8, x_scale = quantized(flat, E4M3)
+        # written into the output's flat form: the output is returned whole, never as a view (model
+        # code may write into it in place)
+        out = x.new_empty((*x.shape[:-1], weight8.shape[0]))
+        torch._scaled_mm(
+            x8, weight8.t(), x_scale, weight_scale, bias=bias, out_dtype=x.dtype, out=out.view(-1, weight8.shape[0])
+        )
+        ctx.save_for_backward(weight8_columns, weight_scale)
+        ctx.input_shape = x.shape
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None, None
+        weight8_columns, weight_scale = ctx.saved_tensors
+        flat = grad.reshape(-1, grad.shape[-1])
+        g8, g_scale = quantized(flat, E5M2)
+        grad_x = grad.new_empty(ctx.input_shape)
+        torch._scaled_mm(
+            g8,
+            weight8_columns,
+            g_scale,
+            weight_scale,
+            out_dtype=grad.dtype,
+            out=grad_x.view(-1, weight8_columns.shape[1]),
+        )
+        return grad_x, None, None, None, None
+
+
+def _computes_plainly(layer):
+    """Whether `layer`'s forward is exactly its weight's linear product (ComfyUI's casting aside):
+    a plain linear class forward with no weight or bias patches."""
+    if type(layer).forward not in PLAIN_FORWARDS:
+        return False
+    return not any(getattr(layer, flag, None) for flag in ("weight_function", "bias_function"))
+
+
+def _fp8_weight_scale(layer, weight):
+    """The dequantization scale of an e4m3 weight as ComfyUI loaded it: 1, or the layer's own
+    one-element `scale_weight` (scaled fp8 checkpoints); None for other scalings."""
+    scale = getattr(layer, "scale_weight", None)
+    if scale is None:
+        return torch.ones((), dtype=torch.float32, device=weight.device)
+    if isinstance(scale, torch.Tensor) and scale.numel() == 1:
+        return scale.detach().reshape(()).to(device=weight.device, dtype=torch.float32)
+    return None
+
+
+class Fp8Products:
+    """The fp8 weights of the layers one run's adapters sit on, quantized on first use and kept
+    while the run trains (`clear` lets them go). `forward_of(base, x)` gives the frozen layer's
+    forward in fp8 where the layer and `x` allow it, else `base` itself."""
+
+    def __init__(self):
+        self._forwards = {}  # id(layer): _Fp8Forward
+
+    def forward_of(self, base, x):
+        layer = getattr(base, "layer", None)
+        if layer is None:
+            return base
+        forward = self._forwards.get(id(layer))
+        if forward is None or forward.frozen_layer is not layer:
+            forward = self._forwards[id(layer)] = _Fp8Forward(layer)
+        return forward if forward.takes(x) else base
+
+    def layers_in_fp8(self):
+        """(adapted layers whose frozen product has run in fp8, adapted layers seen so far)."""
+        cached = [f.cached for f in self._forwards.values()]
+        return sum(1 for c in cached if c is not None and c[1] is not None), len(cached)
+
+    def clear(self):
+        self._forwards = {}
+
+
+class _Fp8Forward:
+    """The frozen product of one layer in fp8, its weight cached as (key, (e4m3 weight, its
+    column-major copy, scale, bias)); `takes(x)` says whether an input can be computed so."""
+
+    # not `layer`: lora_linear computes the frozen product itself for a base that carries its layer
+    __slots__ = ("frozen_layer", "cached")
+
+    def __init__(self, layer):
+        self.frozen_layer, self.cached = layer, None
+
+    def __call__(self, x):
+        return _Fp8Linear.apply(x, *self.cached[1])
+
+    def takes(self, x):
+        layer = self.frozen_layer
+        if x.dtype not in _ACTIVATION_DTYPES or x.dim() < 2 or x.numel() < MIN_ROWS * x.shape[-1]:
+            return False
+        if x.numel() * layer.weight.shape[0] < MIN_MACS:
+            return False
+        if not _computes_plainly(layer):
+            return False
+        weight, bias = layer.weight, layer.bias
+        if type(weight) not in (torch.nn.Parameter, torch.Tensor) or weight.device != x.device:
+            return False
+        if weight.dtype not in _WEIGHT_DTYPES or weight.shape[0] % _ALIGN or weight.shape[1] % _ALIGN:
+            return False
+        if bias is not None and bias.device != x.device:
+            return False
+        key = (weight.data_ptr(), weight.dtype, None if bias is None else bias.data_ptr(), x.dtype)
+        if self.cached is None or self.cached[0] != key:
+            self.cached = (key, _fp8_weights(layer, weight, bias, x.dtype))
+        return self.cached[1] is not None
+
+
+def _fp8_weights(layer, weight, bias, dtype):
+    """(e4m3 weight, its column-major copy, their scale, bias in `dtype`) of a layer, or None where
+    its fp8 weight has a scaling this module does not read. The second operand of an fp8 product
+    is read column-major, so the input gradient g·W needs W (out, in) as its transpose's
+    transpose: made once here, as transposing it in every backward took as long as the product
+    (bench/fp8_products.py)."""
+    with torch.no_grad():
+        if weight.dtype == E4M3:
+            scale = _fp8_weight_scale(layer, weight)
+            if scale is None:
+                return None
+            weight8 = weight.detach()
+        else:
+            weight8, scale = quantized(weight.detach(), E4M3)
+        columns = weight8.t().contiguous().t()
+        return weight8, columns, scale, None if bias is None else bias.detach().to(dtype)
+
+
+def check_fp8_compute(device):
+    """Stop with a clear error before training where `device` cannot run fp8 products."""
+    try:
+        a = torch.ones((MIN_ROWS, _ALIGN), device=device).to(E5M2)
+        b = torch.ones((_ALIGN, _ALIGN), device=device).to(E4M3)
+        one = torch.ones((), device=device)
+        torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)
+    except (RuntimeError, NotImplementedError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise EriDiffusionError(
+            f"fp8_compute: this device ({device}) cannot run fp8 matrix products ({first_line}). fp8 tensor cores "
+            "need an NVIDIA Ada or Hopper GPU (compute capability 8.9 or newer) and a torch built for it; turn "
+            "fp8_compute off."
+        ) from error
