@@ -18,7 +18,7 @@ import logging
 
 import torch
 
-from .errors import EriDiffusionError
+from .errors import EriDiffusionError, first_line
 
 
 class _LossOfBatch(torch.nn.Module):
@@ -103,14 +103,14 @@ class GraphedLoss:
         """After a failed capture: the error named (strict), or None (run eagerly) with one warning.
         A sticky CUDA error (the device context itself is broken) surfaces at the synchronize."""
         torch.cuda.synchronize()
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = first_line(error)
         if self.strict:
             raise EriDiffusionError(
-                f"cuda_graphs: capturing the training step as a CUDA graph failed ({first_line}). Set "
+                f"cuda_graphs: capturing the training step as a CUDA graph failed ({reason}). Set "
                 "cuda_graphs to auto (the run then continues without graphs) or off."
             ) from error
         logging.warning(
-            f"EriDiffusion: capturing the training step as a CUDA graph failed ({first_line}); this run "
+            f"EriDiffusion: capturing the training step as a CUDA graph failed ({reason}); this run "
             "continues without CUDA graphs, slower. Set cuda_graphs to off to skip the attempt."
         )
         self.capture_failed = error

@@ -3,3 +3,9 @@
 
 class EriDiffusionError(ValueError):
     pass
+
+
+def first_line(error):
+    """The first line of an exception's message (its type's name where it has none), to quote in ours."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

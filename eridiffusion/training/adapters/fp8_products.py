@@ -20,8 +20,8 @@ weights ComfyUI streams from CPU memory) compute as they always do.
 
 import torch
 
-from ..errors import EriDiffusionError
-from .lora_linear import PLAIN_FORWARDS
+from ..errors import EriDiffusionError, first_line
+from .lora_linear import computes_its_weights_product
 
 E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
@@ -95,14 +95,6 @@ class _Fp8Linear(torch.autograd.Function):
         return grad_x, None, None, None, None
 
 
-def _computes_plainly(layer):
-    """Whether `layer`'s forward is exactly its weight's linear product (ComfyUI's casting aside):
-    a plain linear class forward with no weight or bias patches."""
-    if type(layer).forward not in PLAIN_FORWARDS:
-        return False
-    return not any(getattr(layer, flag, None) for flag in ("weight_function", "bias_function"))
-
-
 def _fp8_weight_scale(layer, weight):
     """The dequantization scale of an e4m3 weight as ComfyUI loaded it: 1, or the layer's own
     one-element `scale_weight` (scaled fp8 checkpoints); None for other scalings."""
@@ -159,7 +151,7 @@ class _Fp8Forward:
             return False
         if x.numel() * layer.weight.shape[0] < MIN_MACS:
             return False
-        if not _computes_plainly(layer):
+        if not computes_its_weights_product(layer):
             return False
         weight, bias = layer.weight, layer.bias
         if type(weight) not in (torch.nn.Parameter, torch.Tensor) or weight.device != x.device:
@@ -200,9 +192,9 @@ def check_fp8_compute(device):
         one = torch.ones((), device=device)
         torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)
     except (RuntimeError, NotImplementedError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = first_line(error)
         raise EriDiffusionError(
-            f"fp8_compute: this device ({device}) cannot run fp8 matrix products ({first_line}). fp8 tensor cores "
+            f"fp8_compute: this device ({device}) cannot run fp8 matrix products ({reason}). fp8 tensor cores "
             "need an NVIDIA Ada or Hopper GPU (compute capability 8.9 or newer) and a torch built for it; turn "
             "fp8_compute off."
         ) from error

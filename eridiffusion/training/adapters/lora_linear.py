@@ -22,12 +22,18 @@ import torch
 PLAIN_FORWARDS = {torch.nn.Linear.forward, comfy.ops.disable_weight_init.Linear.forward}
 
 
+def computes_its_weights_product(layer):
+    """Whether `layer`'s forward is its own weight's linear product (ComfyUI's dtype casting aside):
+    a plain linear class forward with no weight or bias patches."""
+    if layer is None or type(layer).forward not in PLAIN_FORWARDS:
+        return False
+    return not any(getattr(layer, flag, None) for flag in ("weight_function", "bias_function"))
+
+
 def plain_weight_of(layer, x):
     """(W, b) when `layer`'s class forward is exactly F.linear(x, W, b) with tensors usable as they
     are (`x`'s dtype and device, no ComfyUI casting or weight patches), else None."""
-    if layer is None or type(layer).forward not in PLAIN_FORWARDS:
-        return None
-    if any(getattr(layer, flag, None) for flag in ("comfy_cast_weights", "weight_function", "bias_function")):
+    if not computes_its_weights_product(layer) or getattr(layer, "comfy_cast_weights", None):
         return None
     weight, bias = layer.weight, layer.bias
     for t in (weight, bias):
