@@ -1,8 +1,8 @@
 """The frozen product of one adapted linear layer, bf16 against fp8 (training/adapters/fp8_products.py),
 for the layer shapes of full-size Flux.1-dev and SDXL at 1024²: forward (x·Wᵀ + b) and input
 gradient (g·W), each as the trainer runs it (the fp8 one with its activation or gradient scaling,
-with the column-major copy of the weight made once), the bare fp8 products and the pieces of
-the scaling beside. GPU times
+in fp8_scaling's Triton kernels, with the column-major copy of the weight made once), the bare
+fp8 products, the scaling in eager kernels and its pieces beside. GPU times
 from CUDA events over replays of a CUDA graph of each (as the trainer replays its steps), medians of
 5 rounds. Prints one `RESULT {json}` line and writes $OUT/fp8_products.json.
 
@@ -28,6 +28,9 @@ SHAPES = [
     ("flux single linear2", 4608, 15360, 3072),
     ("sdxl attn (level 1)", 4096, 640, 640),
     ("sdxl attn (level 2)", 1024, 1280, 1280),
+    ("sdxl ff.0 (level 1)", 4096, 640, 5120),
+    ("sdxl ff.2 (level 1)", 4096, 2560, 640),
+    ("sdxl ff.0 (level 2)", 1024, 1280, 10240),
 ]
 
 
@@ -60,7 +63,7 @@ def measure_layer(name, rows, fan_in, fan_out):
     """The timings of one layer shape (see the module's docstring), in seconds."""
     import torch
 
-    from eridiffusion.training.adapters.fp8_products import E4M3, E5M2, _Fp8Linear, quantized
+    from eridiffusion.training.adapters.fp8_products import E4M3, E5M2, _Fp8Linear, _quantized_eagerly, quantized
 
     x = torch.randn(rows, fan_in, device="cuda", dtype=torch.bfloat16)
     g = torch.randn(rows, fan_out, device="cuda", dtype=torch.bfloat16)
@@ -96,6 +99,9 @@ def measure_layer(name, rows, fan_in, fan_out):
         ),
         "fp8_bare_input_grad_s": graph_time(lambda: torch._scaled_mm(g8, w8_columns, g_scale, w_scale, out_dtype=bf16)),
         "quantize_activation_s": graph_time(lambda: quantized(x, E4M3)),
+        "quantize_activation_eager_s": graph_time(lambda: _quantized_eagerly(x, E4M3)),
+        "quantize_gradient_s": graph_time(lambda: quantized(g, E5M2)),
+        "quantize_gradient_eager_s": graph_time(lambda: _quantized_eagerly(g, E5M2)),
         "weight_column_copy_s": graph_time(lambda: w8.t().contiguous()),
     }
     # the pieces of an activation's scaling, each alone
@@ -139,7 +145,14 @@ def main():
         r = measure_layer(*shape)
         layers.append(r)
         print(json.dumps(microseconds(r)), flush=True)
-    summary = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "layers": layers}
+    from eridiffusion.training.adapters.fp8_products import _FUSED
+
+    summary = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "scaling": "eager kernels: " + _FUSED.failure if _FUSED.failure else "fused (fp8_scaling, Triton)",
+        "layers": layers,
+    }
     print("RESULT", json.dumps(summary))
     with open(os.path.join(os.environ.get("OUT", "/tmp"), "fp8_products.json"), "w") as f:
         json.dump(summary, f, indent=1)

@@ -17,7 +17,8 @@ and ours_<model>_<ckpt|nockpt> with flags: _graphs (CUDA
 graphs on; else off), _alllinear (targets; else attention for SDXL, the family default for Flux),
 _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _adamw8bit, _compile
-(torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8), _te (the text
+(torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8; _minmacsX sets its
+threshold fp8_products.MIN_MACS to X multiply-adds, e.g. _minmacs1e10), _te (the text
 encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
 and CLIP-G, random weights, bf16); model: sdxl, flux. PROFILE=1 writes torch.profiler's tables of
 two steps, PROFILE=python cProfile's (Python functions by own and cumulative time) to $OUT.
@@ -27,6 +28,7 @@ import gc
 import importlib.abc
 import importlib.machinery
 import json
+import logging
 import os
 import statistics
 import sys
@@ -190,12 +192,13 @@ def ours(
     torch_compile=False,
     clip=None,
     fp8_compute=False,
+    fp8_min_macs=None,
     steps=14,
     warmup=4,
 ):
     import torch
 
-    from eridiffusion.training.adapters import AdapterSpec
+    from eridiffusion.training.adapters import AdapterSpec, fp8_products
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.trainer import TrainingHooks, train_lora
 
@@ -254,10 +257,22 @@ def ours(
         eval_timesteps=1,
         run_name="bench",
     )
-    with torch.inference_mode(False):
-        result = train_lora(
-            patcher, random_data(model_name), config, tempfile.mkdtemp(), hooks=TrainingHooks(on_progress), clip=clip
-        )
+    fp8_messages = _Messages("fp8_compute:")
+    logger = logging.getLogger()  # the trainer logs as ComfyUI does, to the root logger
+    logger.addHandler(fp8_messages)
+    level = logger.level
+    logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
+    default_min_macs = fp8_products.MIN_MACS
+    if fp8_min_macs is not None:
+        fp8_products.MIN_MACS = fp8_min_macs
+    try:
+        with torch.inference_mode(False):
+            hooks = TrainingHooks(on_progress)
+            result = train_lora(patcher, random_data(model_name), config, tempfile.mkdtemp(), hooks=hooks, clip=clip)
+    finally:
+        fp8_products.MIN_MACS = default_min_macs
+        logger.removeHandler(fp8_messages)
+        logger.setLevel(level)
     torch.cuda.synchronize()
     times = [a.elapsed_time(b) / 1000 for a, b in zip(events[warmup:], events[warmup + 1 :])]
     return {
@@ -268,7 +283,31 @@ def ours(
         "losses": result.losses,
         "trainable_parameters": sum(p.numel() for p in result.adapters.parameters()),
         "result_model_samples": samples_finite(result.patcher, model_name),
+        **(
+            {
+                "fp8_compute": {
+                    "min_macs": fp8_products.MIN_MACS if fp8_min_macs is None else fp8_min_macs,
+                    "min_width": fp8_products.MIN_WIDTH,
+                    "log": fp8_messages.messages,
+                }
+            }
+            if fp8_compute
+            else {}
+        ),
     }
+
+
+class _Messages(logging.Handler):
+    """Keeps the messages (INFO and up) that contain `marker`."""
+
+    def __init__(self, marker):
+        super().__init__(logging.INFO)
+        self.marker, self.messages = marker, []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if self.marker in message:
+            self.messages.append(message)
 
 
 def samples_finite(patcher, model_name):
@@ -397,6 +436,7 @@ def main():
                     torch_compile="compile" in parts,
                     clip=full_size_clip(model_name) if "te" in parts else None,
                     fp8_compute="fp8compute" in parts,
+                    fp8_min_macs=next((int(float(p[7:])) for p in parts if p.startswith("minmacs")), None),
                 )
             else:
                 options = {

@@ -27,6 +27,7 @@ def test_fp8_compute_through_the_executor_trains_in_fp8_and_saves_a_lora_stock_c
     for name, module in list(sys.modules.items()):
         if name.endswith("eridiffusion.training.adapters.fp8_products"):
             monkeypatch.setattr(module, "MIN_MACS", 0)
+            monkeypatch.setattr(module, "MIN_WIDTH", 0)
     dogs = os.path.join(datasets_dir, "dreambooth_dog")
     with caplog.at_level(logging.INFO):
         outcome = run_training(

@@ -19,6 +19,7 @@ from eridiffusion.training.adapters.fp8_products import (
     E4M3,
     E5M2,
     Fp8Products,
+    _quantized_eagerly,
     check_fp8_compute,
     power_of_two_scale,
     quantized,
@@ -31,9 +32,10 @@ from .test_trainer import load_with_stock_comfyui
 
 @pytest.fixture(autouse=True)
 def small_products_in_fp8(monkeypatch):
-    """The tiny layers here are far below the size where fp8 pays on a GPU (MIN_MACS): computed in
-    fp8 all the same, except where a test sets the threshold back."""
+    """The tiny layers here are far below the size where fp8 pays on a GPU (MIN_MACS, MIN_WIDTH): computed in
+    fp8 all the same, except where a test sets a threshold back."""
     monkeypatch.setattr(fp8_products, "MIN_MACS", 0)
+    monkeypatch.setattr(fp8_products, "MIN_WIDTH", 0)
 
 
 @pytest.mark.parametrize("fp8_dtype", [E4M3, E5M2])
@@ -146,11 +148,17 @@ def too_small(layer):
     return layer
 
 
+def too_narrow(layer):
+    fp8_products.MIN_WIDTH = 49  # one more than the layer's 48 outputs (the fixture restores it)
+    return layer
+
+
 CANNOT = {
     "weight patches": (lambda: adapted(comfy.ops.manual_cast.Linear), weight_patched, 32),
     "width not a multiple of 16": (lambda: adapted(in_features=40), None, 32),
     "fewer than 16 rows": (adapted, None, 8),
     "a product too small to gain": (adapted, too_small, 32),
+    "a weight too narrow to gain": (adapted, too_narrow, 32),
 }
 
 
@@ -231,3 +239,23 @@ def test_on_an_fp8_gpu_with_cuda_graphs_the_loss_curve_is_the_bf16_one_within_no
     )
     assert fp8.losses != plain.losses and max(differences) < 0.05, differences
     assert abs(fp8.eval_loss_after - plain.eval_loss_after) < 0.02 * plain.eval_loss_after
+
+
+@pytest.mark.skipif(not fp8_gpu(), reason="fp8 tensor cores need an Ada or Hopper GPU")
+def test_on_an_fp8_gpu_a_scaling_that_cannot_compile_falls_back_to_the_eager_kernels(monkeypatch, caplog):
+    def cannot_compile(flat, fp8_dtype):
+        raise RuntimeError("no C compiler\nsecond line")
+
+    fused = fp8_products._FusedScaling()
+    fused.scaled_cast = cannot_compile
+    monkeypatch.setattr(fp8_products, "_FUSED", fused)
+    t = torch.randn(64, 48, device="cuda", dtype=torch.bfloat16)
+    with caplog.at_level(logging.WARNING):
+        q, scale = quantized(t, E4M3)
+        again = quantized(t, E4M3)  # the failure is remembered: no second attempt, no second warning
+    eager_q, eager_scale = _quantized_eagerly(t, E4M3)
+    assert torch.equal(q.view(torch.uint8), eager_q.view(torch.uint8)) and torch.equal(scale, eager_scale)
+    assert torch.equal(again[0].view(torch.uint8), eager_q.view(torch.uint8))
+    warnings = [r.getMessage() for r in caplog.records if "scaling kernels are not available" in r.getMessage()]
+    assert len(warnings) == 1 and "(no C compiler)" in warnings[0], warnings
+    assert fused.failure == "no C compiler"

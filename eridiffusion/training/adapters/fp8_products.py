@@ -4,7 +4,8 @@ stay in the activations' dtype, their master weights in fp32.
 
 Scaling is per tensor and current: each product quantizes its activation (forward, e4m3) or its
 incoming gradient (backward, e5m2, the wider range gradients need) by that tensor's own absolute
-maximum, rounded up to a power of two so that scaling is exact in any dtype. The frozen weight is
+maximum, rounded up to a power of two so that scaling is exact in any dtype (on a GPU in two fused
+Triton kernels, fp8_scaling; elsewhere in eager ones). The frozen weight is
 quantized once per run (e4m3), or used as it is when the model was loaded in float8_e4m3fn
 (UNETLoader's weight_dtype); the backward's product also needs it column-major, a second fp8 copy.
 So fp8 compute holds, while a run trains, one extra byte per weight of the layers it computes
@@ -13,10 +14,12 @@ So fp8 compute holds, while a run trains, one extra byte per weight of the layer
 
 Only what the product can take is computed in fp8: a layer whose class forward is a plain linear
 one with no weight patches, its weight on the activations' device, both weight dimensions a
-multiple of 16 (tensor-core tiles), at least 16 rows of input, and a product large enough to gain
-(MIN_MACS). Other layers (and a layer whose
+multiple of 16 (tensor-core tiles), at least 16 rows of input, and a product large and wide enough
+to gain (MIN_MACS, MIN_WIDTH). Other layers (and a layer whose
 weights ComfyUI streams from CPU memory) compute as they always do.
 """
+
+import logging
 
 import torch
 
@@ -29,14 +32,17 @@ _WEIGHT_DTYPES = (E4M3, torch.bfloat16, torch.float16, torch.float32)
 _ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _ALIGN = 16  # fp8 tensor-core products need both dimensions of the weight a multiple of 16
 MIN_ROWS = 16  # fewer input rows (a modulation vector, a pooled embedding): not worth the scaling
-# Products smaller than this many multiply-adds (rows x in x out) stay in the activations' dtype.
-# Scaling an activation or a gradient in eager PyTorch (a maximum, then a multiply cast to fp8) costs
-# about as much as fp8 saves on all but the largest products: on an H100 (bench/fp8_products.py,
-# bench/results/2026-11-24_fp8_products_h100.json), forward plus input gradient in fp8 took 0.91x
-# the bf16 time for Flux's single-block linear1 (4608 x 3072 x 21504, 3.0e11) and 0.94x for linear2
-# (2.2e11), but 1.04-1.07x for its double blocks' qkv and mlp layers (1.2e11-1.5e11), 1.41x for
-# their proj (3.9e10) and 3.5-4.8x for SDXL's attention layers.
-MIN_MACS = 2 * 10**11
+# Products smaller than this many multiply-adds (rows x in x out), or with a weight narrower than
+# MIN_WIDTH on either side, stay in the activations' dtype. With the fused scaling (fp8_scaling),
+# forward plus input gradient in fp8 took 0.68-0.83x the bf16 time for every layer of Flux.1-dev at
+# 1024² on an H100, down to its text stream's qkv (512 x 3072 x 9216, 1.4e10: 0.79x), and 0.80x for
+# SDXL's 1280-wide ff.0 (1024 x 1280 x 10240); but 1.3-1.9x for SDXL's 640-wide layers, its ff.0
+# (4096 x 640 x 5120) included, and for its attention, where scaling costs as much as the product
+# (bench/fp8_products.py, bench/results/2026-11-24_fp8_products_fused_h100.json).
+MIN_MACS = 10**10
+MIN_WIDTH = 1024
+
+log = logging.getLogger(__name__)
 
 
 def power_of_two_scale(t, fp8_dtype):
@@ -49,12 +55,57 @@ def power_of_two_scale(t, fp8_dtype):
 
 def quantized(t, fp8_dtype):
     """(t / scale in `fp8_dtype`, scale): every value in range, since the scale covers the maximum.
-    The result is row-major whatever t's layout (fp8 products read their first operand so), and
-    the division is exact (a power of two), cast to fp8 as it is stored: one kernel."""
+    The result is row-major whatever t's layout (fp8 products read their first operand so). The
+    division is exact (a power of two). On a GPU, two Triton kernels (fp8_scaling); elsewhere, or
+    where those cannot build, eager kernels with the same values."""
+    if t.is_cuda and _FUSED.usable():
+        try:
+            q, scale = _FUSED.scaled_cast(t.reshape(-1), fp8_dtype)
+            return q.view(t.shape), scale
+        except Exception as error:  # noqa: BLE001 - a kernel that cannot build: the eager ones give the same values
+            if isinstance(error, torch.OutOfMemoryError) or torch.cuda.is_current_stream_capturing():
+                raise  # not the compiler's; or a capture, which fails whole (cuda_graphs falls back)
+            _FUSED.failed(error)
+    return _quantized_eagerly(t, fp8_dtype)
+
+
+def _quantized_eagerly(t, fp8_dtype):
+    """quantized() in eager kernels: the scale's chain of small ones, then the multiply cast to
+    fp8 as it is stored."""
     scale = power_of_two_scale(t, fp8_dtype)
     q = torch.empty(t.shape, dtype=fp8_dtype, device=t.device)
     torch.mul(t, scale.reciprocal(), out=q)
     return q, scale
+
+
+class _FusedScaling:
+    """fp8_scaling's Triton kernels, imported on first use. Where Triton is missing or its kernels
+    cannot build (no C compiler for its launcher), the reason is logged once and the eager kernels
+    scale for the rest of the process."""
+
+    def __init__(self):
+        self.scaled_cast, self.failure = None, None  # failure: why the eager kernels scale instead
+
+    def usable(self):
+        if self.failure is None and self.scaled_cast is None:
+            try:
+                from .fp8_scaling import scaled_cast
+            except ImportError as error:
+                self.failed(error)
+            else:
+                self.scaled_cast = scaled_cast
+        return self.failure is None
+
+    def failed(self, error):
+        self.failure = first_line(error)
+        log.warning(
+            "fp8_compute: the fused fp8 scaling kernels are not available (%s); activations are scaled by "
+            "eager kernels instead (same values, slower)",
+            self.failure,
+        )
+
+
+_FUSED = _FusedScaling()
 
 
 class _Fp8Linear(torch.autograd.Function):
@@ -149,7 +200,7 @@ class _Fp8Forward:
         layer = self.frozen_layer
         if x.dtype not in _ACTIVATION_DTYPES or x.dim() < 2 or x.numel() < MIN_ROWS * x.shape[-1]:
             return False
-        if x.numel() * layer.weight.shape[0] < MIN_MACS:
+        if x.numel() * layer.weight.shape[0] < MIN_MACS or min(layer.weight.shape[:2]) < MIN_WIDTH:
             return False
         if not computes_its_weights_product(layer):
             return False
