@@ -34,11 +34,11 @@ _ALIGN = 16  # fp8 tensor-core products need both dimensions of the weight a mul
 MIN_ROWS = 16  # fewer input rows (a modulation vector, a pooled embedding): not worth the scaling
 # Products smaller than this many multiply-adds (rows x in x out), or with a weight narrower than
 # MIN_WIDTH on either side, stay in the activations' dtype. With the fused scaling (fp8_scaling),
-# forward plus input gradient in fp8 took 0.68-0.83x the bf16 time for every layer of Flux.1-dev at
-# 1024² on an H100, down to its text stream's qkv (512 x 3072 x 9216, 1.4e10: 0.79x), and 0.80x for
-# SDXL's 1280-wide ff.0 (1024 x 1280 x 10240); but 1.3-1.9x for SDXL's 640-wide layers, its ff.0
-# (4096 x 640 x 5120) included, and for its attention, where scaling costs as much as the product
-# (bench/fp8_products.py, bench/results/2026-11-24_fp8_products_fused_h100.json).
+# forward plus input gradient in fp8 took 0.66-0.85x the bf16 time for every layer of Flux.1-dev at
+# 1024² on an H100, down to its text stream's qkv (512 x 3072 x 9216, 1.4e10: 0.79x), and 0.81x for
+# SDXL's 1280-wide ff.0 (1024 x 1280 x 10240); but 1.35-1.9x for SDXL's 640-wide layers, its ff.0
+# (4096 x 640 x 5120, 1.3e10) included, and for its attention, where scaling costs about as much as
+# the product (bench/fp8_products.py, bench/results/2026-11-24_fp8_products_fused_h100.json).
 MIN_MACS = 10**10
 MIN_WIDTH = 1024
 
