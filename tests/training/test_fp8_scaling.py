@@ -14,6 +14,8 @@ import torch
 from eridiffusion.training.adapters import fp8_products
 from eridiffusion.training.adapters.fp8_products import E4M3, E5M2, _quantized_eagerly, power_of_two_scale, quantized
 
+from .test_fp8_products import fp8_gpu
+
 triton = pytest.importorskip("triton")
 
 FP8_SCALING = os.path.join(os.path.dirname(fp8_products.__file__), "fp8_scaling.py")
@@ -78,10 +80,6 @@ def test_the_kernels_maximum_and_scale_are_the_eager_formulas_at_every_power_of_
     for (fp8_dtype, values), (amax, scale) in zip(tested, json.loads(run.stdout)):
         assert amax == values.abs().max().float().item()
         assert scale == power_of_two_scale(values, fp8_dtype).item(), (fp8_dtype, amax)
-
-
-def fp8_gpu():
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
 
 
 @pytest.mark.skipif(not fp8_gpu(), reason="fp8 tensor cores need an Ada or Hopper GPU")
