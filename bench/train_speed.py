@@ -1,5 +1,6 @@
 """EriDiffusion's trainer against ComfyUI's built-in TrainLoraNode, side by side in one process,
-on full-size architectures with random weights (nothing downloaded): 1024², batch 1, rank 16, bf16.
+on full-size architectures with random weights (nothing downloaded): bf16, by default 1024², batch 1,
+rank 16 (any experiment's _resN, _bsN, _rankN change them: the scaling table).
 The random weights are saved to a file once and every experiment loads them with ComfyUI's
 UNETLoader code (comfy.sd.load_diffusion_model), as a user's graph does; on a host with dynamic
 VRAM (ComfyUI 0.2x on NVIDIA) that is switched on as ComfyUI's server does by default
@@ -20,7 +21,9 @@ torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _ada
 (torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8; _minmacsX sets its
 threshold fp8_products.MIN_MACS to X multiply-adds, e.g. _minmacs1e10), _te (the text
 encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
-and CLIP-G, random weights, bf16); model: sdxl, flux. PROFILE=1 writes torch.profiler's tables of
+and CLIP-G, random weights, bf16); model: sdxl, flux. Each result names its resolution, batch and rank
+and its images/s; ours is compared with the fastest built-in of the same model, checkpointing,
+resolution, batch and rank in the run (best_builtin, speedup_vs_builtin). PROFILE=1 writes torch.profiler's tables of
 two steps, PROFILE=python cProfile's (Python functions by own and cumulative time) to $OUT.
 """
 
@@ -181,11 +184,32 @@ def random_data(model_name, images=4, resolution=1024):
     return TrainingData(samples, empty, 0.0, 1, resolution, "random")
 
 
+class Work:
+    """What one step trains on: image side, images per step, adapter rank."""
+
+    def __init__(self, resolution=1024, batch=1, rank=16):
+        self.resolution, self.batch, self.rank = resolution, batch, rank
+
+    @classmethod
+    def of(cls, parts):
+        """From an experiment name's parts: _resN, _bsN, _rankN, each defaulting as above."""
+
+        def number(prefix, default):
+            values = [p[len(prefix) :] for p in parts if p.startswith(prefix)]
+            return next((int(v) for v in values if v.isdigit()), default)
+
+        return cls(number("res", 1024), number("bs", 1), number("rank", 16))
+
+    def record(self):
+        return {"resolution": self.resolution, "batch": self.batch, "rank": self.rank}
+
+
 def ours(
     patcher,
     model_name,
     checkpointing,
     targets,
+    work=Work(),
     cuda_graphs=False,
     optimizer="AdamW",
     weights_vram_gib=0.0,
@@ -244,6 +268,7 @@ def ours(
         steps=steps,
         learning_rate=1e-4,
         dtype="bf16",
+        batch_size=work.batch,
         gradient_checkpointing=checkpointing,
         cuda_graphs="on" if cuda_graphs else "off",
         optimizer=optimizer,
@@ -251,7 +276,7 @@ def ours(
         torch_compile=torch_compile,
         fp8_compute=fp8_compute,
         text_encoder_lr=1e-5 if clip is not None else 0.0,
-        adapter=AdapterSpec(rank=16, alpha=16.0, targets=targets),
+        adapter=AdapterSpec(rank=work.rank, alpha=float(work.rank), targets=targets),
         log_every=steps,
         eval_images=1,
         eval_timesteps=1,
@@ -268,7 +293,8 @@ def ours(
     try:
         with torch.inference_mode(False):
             hooks = TrainingHooks(on_progress)
-            result = train_lora(patcher, random_data(model_name), config, tempfile.mkdtemp(), hooks=hooks, clip=clip)
+            data = random_data(model_name, images=max(4, work.batch), resolution=work.resolution)
+            result = train_lora(patcher, data, config, tempfile.mkdtemp(), hooks=hooks, clip=clip)
     finally:
         fp8_products.MIN_MACS = default_min_macs
         logger.removeHandler(fp8_messages)
@@ -324,7 +350,7 @@ def samples_finite(patcher, model_name):
     return bool(torch.isfinite(out).all())
 
 
-def builtin(patcher, model_name, checkpointing, options, steps=10, warmup=2):
+def builtin(patcher, model_name, checkpointing, options, work=Work(), steps=10, warmup=2):
     """ComfyUI's TrainLoraNode as the published baseline ran it, with the host's newer inputs
     (`options`: bypass_mode, quantized_backward, offloading, checkpoint_depth) where it has them;
     the median step after `warmup` steps."""
@@ -333,7 +359,7 @@ def builtin(patcher, model_name, checkpointing, options, steps=10, warmup=2):
     import comfy_extras.nodes_train as nodes_train
     import torch
 
-    data = random_data(model_name)
+    data = random_data(model_name, images=max(4, work.batch), resolution=work.resolution)
     accepted = inspect.signature(nodes_train.TrainLoraNode.execute).parameters
     unknown = sorted(set(options) - set(accepted))
     if unknown:
@@ -370,11 +396,11 @@ def builtin(patcher, model_name, checkpointing, options, steps=10, warmup=2):
             model=[patcher],
             latents=latents,
             positive=[cond],
-            batch_size=[1],
+            batch_size=[work.batch],
             steps=[steps],
             grad_accumulation_steps=[1],
             learning_rate=[1e-4],
-            rank=[16],
+            rank=[work.rank],
             optimizer=["AdamW"],
             loss_function=["MSE"],
             seed=[0],
@@ -416,6 +442,7 @@ def main():
         kind, model_name, checkpointing = parts[0], parts[1], parts[2] == "ckpt"
         cap = next((float(p[3:]) for p in parts if p.startswith("cap")), None)
         stream = next((float(p[6:]) for p in parts if p.startswith("stream")), 0.0)
+        work = Work.of(parts)
         started = time.time()
         patcher = None
         try:
@@ -430,6 +457,7 @@ def main():
                     model_name,
                     checkpointing,
                     targets,
+                    work,
                     cuda_graphs="graphs" in parts,
                     optimizer="AdamW8bit" if "adamw8bit" in parts else "AdamW",
                     weights_vram_gib=stream,
@@ -448,8 +476,12 @@ def main():
                 if depths:
                     options["checkpoint_depth"] = depths[-1]
                 options = {k: v for k, v in options.items() if v}
-                r = builtin(patcher, model_name, checkpointing, options, *((5, 1) if model_name == "flux" else (10, 2)))
+                r = builtin(
+                    patcher, model_name, checkpointing, options, work, *((5, 1) if model_name == "flux" else (10, 2))
+                )
             r["memory_cap_GiB"] = cap
+            if "s_per_step" in r:
+                r["images_per_s"] = work.batch / r["s_per_step"]
         except Exception as error:  # one failure must not hide the other figures
             import traceback
 
@@ -460,6 +492,7 @@ def main():
                 "exp": item,
                 "model": model_name,
                 "grad_ckpt": checkpointing,
+                **work.record(),
                 "wall_s": round(time.time() - started, 1),
                 "patcher": type(patcher).__name__,
             }
@@ -487,20 +520,16 @@ def main():
         "comfyui": host_version(),
         "dynamic_vram": dynamic_vram,
         "commit": os.environ.get("COMMIT") or commit,
-        "resolution": 1024,
-        "rank": 16,
         "results": results,
     }
-    by = {r["exp"]: r for r in results}
-    for name, r in by.items():
-        base = "_".join(item for item in name.split("_")[:3])
-        builtins = [
-            b
-            for n, b in by.items()
-            if (n == base.replace("ours_", "builtin_") or n.startswith(base.replace("ours_", "builtin_") + "_"))
-            and "s_per_step" in b
-        ]
-        if name.startswith("ours_") and builtins and "s_per_step" in r:
+
+    def same_work(r):
+        return (r["model"], r["grad_ckpt"], r["resolution"], r["batch"], r["rank"])
+
+    for r in results:
+        builtins = [b for b in results if b["exp"].startswith("builtin_") and same_work(b) == same_work(r)]
+        builtins = [b for b in builtins if "s_per_step" in b]
+        if r["exp"].startswith("ours_") and builtins and "s_per_step" in r:
             best = min(builtins, key=lambda b: b["s_per_step"])  # the built-in at its best settings
             r["best_builtin"] = best["exp"]
             r["speedup_vs_builtin"] = best["s_per_step"] / r["s_per_step"]
