@@ -34,3 +34,13 @@ FLUX_DEV_LAYOUT = {
     **{f"double_blocks.{i}.x": (1,) for i in range(19)},
     **{f"single_blocks.{i}.x": (1,) for i in range(38)},
 }
+
+# Wan 2.1 14B text-to-video as its state dict shows it to ComfyUI's model detection: 5120 wide
+# (40 heads of 128), a 13824-wide feed-forward, 40 blocks, 16 latent channels in and out, umt5 input.
+WAN21_14B_LAYOUT = {
+    "head.modulation": (1, 2, 5120),
+    "head.head.weight": (16 * 2 * 2, 5120),
+    "patch_embedding.weight": (5120, 16, 1, 2, 2),
+    "blocks.0.ffn.0.weight": (13824, 5120),
+    **{f"blocks.{i}.x": (1,) for i in range(40)},
+}

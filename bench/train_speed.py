@@ -21,8 +21,9 @@ torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _ada
 (torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8; _minmacsX sets its
 threshold fp8_products.MIN_MACS to X multiply-adds, e.g. _minmacs1e10), _te (the text
 encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
-and CLIP-G, random weights, bf16); model: sdxl, flux. Each result names its resolution, batch and rank
-and its images/s; ours is compared with the fastest built-in of the same model, checkpointing,
+and CLIP-G, random weights, bf16); model: sdxl, flux, wan (Wan 2.1 14B text-to-video on 480p clips of
+33 frames; _wN, _framesN change them). Each result names its resolution, batch and rank
+and its images/s (clips/s); ours is compared with the fastest built-in of the same model, checkpointing,
 resolution, batch and rank in the run (best_builtin, speedup_vs_builtin). PROFILE=1 writes torch.profiler's tables of
 two steps, PROFILE=python cProfile's (Python functions by own and cumulative time) to $OUT.
 """
@@ -42,7 +43,7 @@ import types
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.full_size import FLUX_DEV_LAYOUT, SDXL_UNET  # noqa: E402
+from bench.full_size import FLUX_DEV_LAYOUT, SDXL_UNET, WAN21_14B_LAYOUT  # noqa: E402
 from tests.support.dynamic_vram import enable_dynamic_vram, load_aimdo  # noqa: E402
 
 
@@ -85,6 +86,8 @@ def model_config(model_name):
         return comfy.supported_models.SDXL(dict(SDXL_UNET))
     from tests.support.detected_configs import detected_model_config
 
+    if model_name == "wan":
+        return detected_model_config(WAN21_14B_LAYOUT, expected_class="WAN21_T2V")
     return detected_model_config(FLUX_DEV_LAYOUT, expected_class="Flux")
 
 
@@ -130,7 +133,17 @@ def build(model_name, weight_dtype_name="bf16"):
 
 
 # (latent channels, text tokens, text width, pooled width) as each model's text encoders give them
-SHAPES = {"sdxl": (4, 77, 2048, 1280), "flux": (16, 512, 4096, 768)}
+# (Wan's umt5 gives no pooled output)
+SHAPES = {"sdxl": (4, 77, 2048, 1280), "flux": (16, 512, 4096, 768), "wan": (16, 512, 4096, None)}
+
+
+def conditioning(model_name, generator=None, scale=0.5):
+    """One random ComfyUI conditioning as the model's text encoders shape it (zeros: scale 0)."""
+    import torch
+
+    _, tokens, width, pooled = SHAPES[model_name]
+    extra = {} if pooled is None else {"pooled_output": torch.randn(1, pooled, generator=generator) * scale}
+    return [[torch.randn(1, tokens, width, generator=generator) * scale, extra]]
 
 
 def full_size_clip(model_name):
@@ -155,53 +168,53 @@ def full_size_clip(model_name):
     return comfy.sd.load_clip(paths, clip_type=comfy.sd.CLIPType.STABLE_DIFFUSION)
 
 
-def random_data(model_name, images=4, resolution=1024):
+def random_data(model_name, images=4, resolution=1024, work=None):
+    """Random latents (8x smaller than the pixels; clips: a latent frame per 4 frames after the
+    first, as Wan's VAE gives them) and random conditionings, `images` of them at `work`'s size
+    (else `resolution`²)."""
     import torch
 
     from eridiffusion.training.latent_cache import TrainingData, TrainingSample
 
-    channels, tokens, width, pooled = SHAPES[model_name]
+    work = work or Work(resolution)
+    channels = SHAPES[model_name][0]
     generator = torch.Generator().manual_seed(1)
-    side = resolution // 8
+    frames = () if work.frames == 1 else ((work.frames - 1) // 4 + 1,)
     samples = []
     for i in range(images):
-        cond = [
-            [
-                torch.randn(1, tokens, width, generator=generator) * 0.5,
-                {"pooled_output": torch.randn(1, pooled, generator=generator) * 0.5},
-            ]
-        ]
-        samples.append(
-            TrainingSample(
-                f"random_{i}",
-                torch.randn(channels, side, side, generator=generator),
-                [cond],
-                (resolution, resolution),
-                ("random",),
-            )
-        )
-    empty = [[torch.zeros(1, tokens, width), {"pooled_output": torch.zeros(1, pooled)}]]
-    return TrainingData(samples, empty, 0.0, 1, resolution, "random")
+        cond = conditioning(model_name, generator)
+        latent = torch.randn(channels, *frames, work.resolution // 8, work.width // 8, generator=generator)
+        bucket = (work.width, work.resolution)
+        samples.append(TrainingSample(f"random_{i}", latent, [cond], bucket, ("random",), frames=work.frames))
+    return TrainingData(samples, conditioning(model_name, scale=0.0), 0.0, 1, work.resolution, "random")
 
 
 class Work:
-    """What one step trains on: image side, images per step, adapter rank."""
+    """What one step trains on: image height (and width, else square), images or clips per step,
+    adapter rank, frames per clip (1: images)."""
 
-    def __init__(self, resolution=1024, batch=1, rank=16):
-        self.resolution, self.batch, self.rank = resolution, batch, rank
+    def __init__(self, resolution=1024, batch=1, rank=16, frames=1, width=None):
+        self.resolution, self.batch, self.rank, self.frames = resolution, batch, rank, frames
+        self.width = width or resolution
+
+    # Wan's 480p clips: 832x480, 33 frames (9 latent frames)
+    VIDEO_DEFAULTS = {"wan": {"res": 480, "w": 832, "frames": 33}}
 
     @classmethod
-    def of(cls, parts):
-        """From an experiment name's parts: _resN, _bsN, _rankN, each defaulting as above."""
+    def of(cls, parts, model_name="sdxl"):
+        """From an experiment name's parts: _resN (height), _wN (width), _framesN, _bsN, _rankN,
+        each defaulting as above (Wan: VIDEO_DEFAULTS)."""
+        defaults = {"res": 1024, "w": None, "frames": 1, "bs": 1, "rank": 16, **cls.VIDEO_DEFAULTS.get(model_name, {})}
 
-        def number(prefix, default):
+        def number(prefix):
             values = [p[len(prefix) :] for p in parts if p.startswith(prefix)]
-            return next((int(v) for v in values if v.isdigit()), default)
+            return next((int(v) for v in values if v.isdigit()), defaults[prefix])
 
-        return cls(number("res", 1024), number("bs", 1), number("rank", 16))
+        return cls(number("res"), number("bs"), number("rank"), number("frames"), number("w"))
 
     def record(self):
-        return {"resolution": self.resolution, "batch": self.batch, "rank": self.rank}
+        video = {"width": self.width, "frames": self.frames} if self.frames > 1 or self.width != self.resolution else {}
+        return {"resolution": self.resolution, "batch": self.batch, "rank": self.rank, **video}
 
 
 def ours(
@@ -293,7 +306,7 @@ def ours(
     try:
         with torch.inference_mode(False):
             hooks = TrainingHooks(on_progress)
-            data = random_data(model_name, images=max(4, work.batch), resolution=work.resolution)
+            data = random_data(model_name, images=max(4, work.batch), work=work)
             result = train_lora(patcher, data, config, tempfile.mkdtemp(), hooks=hooks, clip=clip)
     finally:
         fp8_products.MIN_MACS = default_min_macs
@@ -342,9 +355,8 @@ def samples_finite(patcher, model_name):
     import comfy.sample
     import torch
 
-    channels, tokens, width, pooled = SHAPES[model_name]
-    cond = [[torch.randn(1, tokens, width) * 0.5, {"pooled_output": torch.randn(1, pooled) * 0.5}]]
-    latent = torch.zeros(1, channels, 128, 128)
+    cond = conditioning(model_name)
+    latent = torch.zeros(1, SHAPES[model_name][0], *((3,) if model_name == "wan" else ()), 128, 128)
     noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(0))
     out = comfy.sample.sample(patcher, noise, 2, 1.0, "euler", "simple", cond, cond, latent, disable_pbar=True, seed=0)
     return bool(torch.isfinite(out).all())
@@ -359,7 +371,7 @@ def builtin(patcher, model_name, checkpointing, options, work=Work(), steps=10, 
     import comfy_extras.nodes_train as nodes_train
     import torch
 
-    data = random_data(model_name, images=max(4, work.batch), resolution=work.resolution)
+    data = random_data(model_name, images=max(4, work.batch), work=work)
     accepted = inspect.signature(nodes_train.TrainLoraNode.execute).parameters
     unknown = sorted(set(options) - set(accepted))
     if unknown:
@@ -442,7 +454,7 @@ def main():
         kind, model_name, checkpointing = parts[0], parts[1], parts[2] == "ckpt"
         cap = next((float(p[3:]) for p in parts if p.startswith("cap")), None)
         stream = next((float(p[6:]) for p in parts if p.startswith("stream")), 0.0)
-        work = Work.of(parts)
+        work = Work.of(parts, model_name)
         started = time.time()
         patcher = None
         try:
@@ -524,7 +536,7 @@ def main():
     }
 
     def same_work(r):
-        return (r["model"], r["grad_ckpt"], r["resolution"], r["batch"], r["rank"])
+        return tuple(r.get(k) for k in ("model", "grad_ckpt", "resolution", "width", "frames", "batch", "rank"))
 
     for r in results:
         builtins = [b for b in results if b["exp"].startswith("builtin_") and same_work(b) == same_work(r)]
