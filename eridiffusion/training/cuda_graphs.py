@@ -11,8 +11,13 @@ the weights' addresses are checked before each replay and the graphs captured ag
 
 Inputs that require grad (the text encoder's live encoding) stay graph inputs that do: the replayed
 backward hands their gradients on to the autograd graph that made them.
+
+Some models make a small constant tensor on the CPU inside their forward and copy it over (Wan's
+timestep embedding: `torch.arange(half).to(position)`), which a capture refuses; their step is
+captured once more with tensors made without a device made on the GPU instead (the same values).
 """
 
+import functools
 import itertools
 import logging
 
@@ -73,12 +78,34 @@ class GraphedLoss:
             module = _LossOfBatch(self.loss_fn, self.trained, names)
             sample = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
             try:
-                self.graphs[key] = torch.cuda.make_graphed_callables(
-                    module, sample, num_warmup_iters=self.warmup, allow_unused_input=True, pool=self.pool
-                )
+                self.graphs[key] = self._captured(module, sample)
             except RuntimeError as error:  # torch.AcceleratorError too
                 return self._capture_failed(error)
         return self.graphs[key](*args)
+
+    # what CUDA answers a capture that copies a pageable CPU tensor to the device
+    CPU_COPY_REFUSED = "Cannot copy between CPU and CUDA tensors during CUDA graph capture"
+
+    def _captured(self, module, sample):
+        """`module` graphed; where the capture fails on a CPU tensor the forward makes and copies to
+        the device, captured again with factory functions that name no device (torch.arange, …)
+        making their tensors on the current CUDA device."""
+        capture = functools.partial(
+            torch.cuda.make_graphed_callables,
+            module,
+            sample,
+            num_warmup_iters=self.warmup,
+            allow_unused_input=True,
+            pool=self.pool,
+        )
+        try:
+            return capture()
+        except RuntimeError as error:
+            if self.CPU_COPY_REFUSED not in str(error):
+                raise
+        torch.cuda.synchronize()
+        with torch.device("cuda", torch.cuda.current_device()):
+            return capture()
 
     def _weights_in_place(self):
         """Whether the graphs may replay: the frozen weights are where they were at capture (else
