@@ -20,6 +20,8 @@ captured once more with tensors made without a device made on the GPU instead (t
 import functools
 import itertools
 import logging
+import os
+import traceback
 
 import torch
 
@@ -27,20 +29,26 @@ from .errors import EriDiffusionError, first_line
 
 
 class _LossOfBatch(torch.nn.Module):
-    """loss_fn as a module whose parameters are the trained adapters (graph inputs)."""
+    """loss_fn as a module whose parameters are the trained adapters (graph inputs); `constants`
+    are the batch's plain values (a graph holds them as they were at its capture)."""
 
-    def __init__(self, loss_fn, trained, names):
+    def __init__(self, loss_fn, trained, names, constants):
         super().__init__()
         self.trained = trained
-        self.loss_fn, self.names = loss_fn, names
+        self.loss_fn, self.names, self.constants = loss_fn, names, constants
 
     def forward(self, *tensors):
-        return self.loss_fn(dict(zip(self.names, tensors)))
+        return self.loss_fn({**self.constants, **dict(zip(self.names, tensors))})
+
+
+# inputs a graph holds as constants, captured once per value (Lumina 2's num_tokens: the text length)
+CONSTANT_TYPES = (bool, int, float, str, type(None))
 
 
 class GraphedLoss:
     """loss_fn(batch) -> scalar loss, replayed from a CUDA graph per input shape; `batch` is a dict
-    of named tensors (noisy latent, sigma, target, model inputs, ...). `trained` is the module
+    of named tensors (noisy latent, sigma, target, model inputs, ...) and plain values
+    (CONSTANT_TYPES: a graph per value). `trained` is the module
     holding every trained parameter; its gradients accumulate as usual. Values a graph cannot hold
     (lists of tensors, …) raise when `strict`, else the call returns None and the caller runs the
     batch eagerly. So does a capture that fails (the driver, cuBLAS or an op refusing capture): an
@@ -59,7 +67,8 @@ class GraphedLoss:
         self.frozen, self.addresses, self.recaptures = frozen, None, 0
 
     def __call__(self, batch):
-        odd = sorted(name for name, value in batch.items() if not isinstance(value, torch.Tensor))
+        constants = {n: v for n, v in batch.items() if isinstance(v, CONSTANT_TYPES)}
+        odd = sorted(n for n, v in batch.items() if not isinstance(v, torch.Tensor) and n not in constants)
         if odd and self.strict:
             raise EriDiffusionError(
                 f"cuda_graphs: this model takes non-tensor inputs ({', '.join(odd)}), which a "
@@ -69,13 +78,15 @@ class GraphedLoss:
             return None
         if self.frozen is not None and not self._weights_in_place():
             return None
-        names = tuple(sorted(batch))
+        names = tuple(sorted(n for n in batch if n not in constants))
         args = tuple(batch[n] for n in names)
-        key = (names,) + tuple((tuple(a.shape), a.dtype, a.requires_grad) for a in args)
+        key = (names, tuple(sorted(constants.items()))) + tuple(
+            (tuple(a.shape), a.dtype, a.requires_grad) for a in args
+        )
         if key not in self.graphs:
             if self.capture_failed is not None:
                 return None
-            module = _LossOfBatch(self.loss_fn, self.trained, names)
+            module = _LossOfBatch(self.loss_fn, self.trained, names, constants)
             sample = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
             try:
                 self.graphs[key] = self._captured(module, sample)
@@ -101,7 +112,7 @@ class GraphedLoss:
         try:
             return capture()
         except RuntimeError as error:
-            if self.CPU_COPY_REFUSED not in str(error):
+            if self.CPU_COPY_REFUSED not in str(_breaking(error)):
                 raise
         torch.cuda.synchronize()
         with torch.device("cuda", torch.cuda.current_device()):
@@ -130,7 +141,7 @@ class GraphedLoss:
         """After a failed capture: the error named (strict), or None (run eagerly) with one warning.
         A sticky CUDA error (the device context itself is broken) surfaces at the synchronize."""
         torch.cuda.synchronize()
-        reason = first_line(error)
+        reason = _reason(error)
         if self.strict:
             raise EriDiffusionError(
                 f"cuda_graphs: capturing the training step as a CUDA graph failed ({reason}). Set "
@@ -142,3 +153,21 @@ class GraphedLoss:
         )
         self.capture_failed = error
         return None
+
+
+def _breaking(error):
+    """The error that broke a capture: CUDA ends a capture that an op broke with an error of its
+    own ("a previous error during capture"), raised while the op's is handled."""
+    while "previous error during capture" in str(error) and error.__context__ is not None:
+        error = error.__context__
+    return error
+
+
+def _reason(error):
+    """What broke a capture, and where."""
+    error = _breaking(error)
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return first_line(error)
+    path = frames[-1].filename.replace(os.sep, "/")
+    return f"{first_line(error)}, at {'/'.join(path.split('/')[-2:])} line {frames[-1].lineno}"
