@@ -12,12 +12,14 @@ the weights' addresses are checked before each replay and the graphs captured ag
 Inputs that require grad (the text encoder's live encoding) stay graph inputs that do: the replayed
 backward hands their gradients on to the autograd graph that made them.
 
-Some models make a small constant tensor on the CPU inside their forward and copy it over (Wan's
-timestep embedding: `torch.arange(half).to(position)`), which a capture refuses; their step is
-captured once more with tensors made without a device made on the GPU instead (the same values).
+Some models make a small constant tensor inside their forward and copy it over from CPU memory
+(Wan's timestep embedding, LTX-Video's patch coordinates), which a capture refuses; their step is
+captured once more with such constants made on the GPU (capture_constants). Python's garbage
+collector stays off while a capture runs: freeing an earlier graph then would break it.
 """
 
 import functools
+import gc
 import itertools
 import logging
 import os
@@ -25,6 +27,7 @@ import traceback
 
 import torch
 
+from .capture_constants import made_on
 from .errors import EriDiffusionError, first_line
 
 
@@ -41,8 +44,19 @@ class _LossOfBatch(torch.nn.Module):
         return self.loss_fn({**self.constants, **dict(zip(self.names, tensors))})
 
 
-# inputs a graph holds as constants, captured once per value (Lumina 2's num_tokens: the text length)
+# inputs a graph holds as constants, captured once per value (Lumina 2's num_tokens: the text
+# length; Wan VACE's vace_strength: a list of floats)
 CONSTANT_TYPES = (bool, int, float, str, type(None))
+
+
+def _constant_key(value):
+    """A hashable stand-in for a plain value (lists and tuples of plain values too), else None."""
+    if isinstance(value, CONSTANT_TYPES):
+        return (type(value).__name__, value)
+    if isinstance(value, (list, tuple)):
+        keys = [_constant_key(v) for v in value]
+        return None if any(k is None for k in keys) else (type(value).__name__, tuple(keys))
+    return None
 
 
 class GraphedLoss:
@@ -67,8 +81,9 @@ class GraphedLoss:
         self.frozen, self.addresses, self.recaptures = frozen, None, 0
 
     def __call__(self, batch):
-        constants = {n: v for n, v in batch.items() if isinstance(v, CONSTANT_TYPES)}
-        odd = sorted(n for n, v in batch.items() if not isinstance(v, torch.Tensor) and n not in constants)
+        constant_keys = {n: _constant_key(v) for n, v in batch.items() if not isinstance(v, torch.Tensor)}
+        constants = {n: batch[n] for n, k in constant_keys.items() if k is not None}
+        odd = sorted(n for n, k in constant_keys.items() if k is None)
         if odd and self.strict:
             raise EriDiffusionError(
                 f"cuda_graphs: this model takes non-tensor inputs ({', '.join(odd)}), which a "
@@ -80,7 +95,7 @@ class GraphedLoss:
             return None
         names = tuple(sorted(n for n in batch if n not in constants))
         args = tuple(batch[n] for n in names)
-        key = (names, tuple(sorted(constants.items()))) + tuple(
+        key = (names, tuple(sorted((n, constant_keys[n]) for n in constants))) + tuple(
             (tuple(a.shape), a.dtype, a.requires_grad) for a in args
         )
         if key not in self.graphs:
@@ -98,9 +113,8 @@ class GraphedLoss:
     CPU_COPY_REFUSED = "Cannot copy between CPU and CUDA tensors during CUDA graph capture"
 
     def _captured(self, module, sample):
-        """`module` graphed; where the capture fails on a CPU tensor the forward makes and copies to
-        the device, captured again with factory functions that name no device (torch.arange, …)
-        making their tensors on the current CUDA device."""
+        """`module` graphed; where the capture fails on a constant the forward copies over from CPU
+        memory, captured again with such constants made on the current CUDA device."""
         capture = functools.partial(
             torch.cuda.make_graphed_callables,
             module,
@@ -109,14 +123,19 @@ class GraphedLoss:
             allow_unused_input=True,
             pool=self.pool,
         )
+        gc.collect()
+        gc.disable()
         try:
-            return capture()
-        except RuntimeError as error:
-            if self.CPU_COPY_REFUSED not in str(_breaking(error)):
-                raise
-        torch.cuda.synchronize()
-        with torch.device("cuda", torch.cuda.current_device()):
-            return capture()
+            try:
+                return capture()
+            except RuntimeError as error:
+                if self.CPU_COPY_REFUSED not in str(_breaking(error)):
+                    raise
+            torch.cuda.synchronize()
+            with made_on(torch.device("cuda", torch.cuda.current_device())):
+                return capture()
+        finally:
+            gc.enable()
 
     def _weights_in_place(self):
         """Whether the graphs may replay: the frozen weights are where they were at capture (else

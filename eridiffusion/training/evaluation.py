@@ -17,6 +17,8 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
     base = patcher.model
     device = patcher.load_device
     objective = Objective(base.model_sampling)
+    # loaded before the inputs are built: some extra_conds run model layers (LTX-2's text connectors)
+    model_loading.load(patcher, config.weights_vram_gib)
     with torch.no_grad():
         prepared = PreparedData(
             base,

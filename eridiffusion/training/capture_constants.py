@@ -1,0 +1,52 @@
+"""Constant tensors a model makes inside its forward, made the way a CUDA-graph capture allows.
+
+Some of ComfyUI's models build small constants on every call: `torch.arange(half)` on the CPU,
+then `.to(x.device)` (Wan's timestep embedding), or `torch.tensor(self._patch_size, device=...)`
+(LTX-Video's patch coordinates). Both copy from pageable CPU memory to the GPU, which a capture
+refuses. Under `made_on(device)` a factory call that names no device makes its tensor on `device`
+(torch.device's own context), and a tensor of a few Python numbers meant for the GPU is filled in
+there by kernels that carry its values, so the graph holds it as the forward made it.
+"""
+
+import contextlib
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+# larger constants keep their copy (and the capture its error, which names the op)
+MAX_FILLED = 256
+
+
+class _FilledOnDevice(TorchFunctionMode):
+    """torch.tensor / torch.as_tensor of Python data for a CUDA device (or for none: `device`), made
+    by fill kernels instead of a copy from CPU memory."""
+
+    def __init__(self, device):
+        super().__init__()
+        self.device = device
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.tensor, torch.as_tensor) and args and not isinstance(args[0], torch.Tensor):
+            device = torch.device(kwargs.get("device") or self.device)
+            if device.type == "cuda":
+                values = func(*args, **{**kwargs, "device": "cpu"})
+                if values.numel() <= MAX_FILLED:
+                    return _filled(values, device).requires_grad_(bool(kwargs.get("requires_grad")))
+        return func(*args, **kwargs)
+
+
+def _filled(values, device):
+    """`values` (a CPU tensor) rebuilt on `device` from one fill kernel per element."""
+    flat = values.reshape(-1).tolist()
+    if not flat:
+        return torch.empty(values.shape, dtype=values.dtype, device=device)
+    parts = [torch.full((1,), v, dtype=values.dtype, device=device) for v in flat]
+    return torch.cat(parts).reshape(values.shape)
+
+
+@contextlib.contextmanager
+def made_on(device):
+    """Factory calls without a device, and small tensors of Python data, made on `device`."""
+    with torch.device(device), _FilledOnDevice(device):
+        yield
