@@ -19,7 +19,8 @@ graphs on; else off), _alllinear (targets; else attention for SDXL, the family d
 _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _adamw8bit, _compile
 (torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8; _minmacsX sets its
-threshold fp8_products.MIN_MACS to X multiply-adds, e.g. _minmacs1e10), _te (the text
+threshold fp8_products.MIN_MACS to X multiply-adds, e.g. _minmacs1e10), _plainrope (Flux's RoPE in
+the host's plain PyTorch, not fused), _te (the text
 encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
 and CLIP-G, random weights, bf16); model: sdxl, flux, wan (Wan 2.1 14B text-to-video on 480p clips of
 33 frames; _wN, _framesN change them). Each result names its resolution, batch and rank
@@ -230,11 +231,13 @@ def ours(
     clip=None,
     fp8_compute=False,
     fp8_min_macs=None,
+    fused_rope=True,
     steps=14,
     warmup=4,
 ):
     import torch
 
+    from eridiffusion import comfy_compat
     from eridiffusion.training.adapters import AdapterSpec, fp8_products
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.trainer import TrainingHooks, train_lora
@@ -303,6 +306,7 @@ def ours(
     default_min_macs = fp8_products.MIN_MACS
     if fp8_min_macs is not None:
         fp8_products.MIN_MACS = fp8_min_macs
+    comfy_compat.FUSED_ROPE = fused_rope
     try:
         with torch.inference_mode(False):
             hooks = TrainingHooks(on_progress)
@@ -310,6 +314,7 @@ def ours(
             result = train_lora(patcher, data, config, tempfile.mkdtemp(), hooks=hooks, clip=clip)
     finally:
         fp8_products.MIN_MACS = default_min_macs
+        comfy_compat.FUSED_ROPE = True
         logger.removeHandler(fp8_messages)
         logger.setLevel(level)
     torch.cuda.synchronize()
@@ -483,6 +488,7 @@ def main():
                     clip=full_size_clip(model_name) if "te" in parts else None,
                     fp8_compute="fp8compute" in parts,
                     fp8_min_macs=next((int(float(p[7:])) for p in parts if p.startswith("minmacs")), None),
+                    fused_rope="plainrope" not in parts,
                 )
             else:
                 options = {

@@ -49,10 +49,34 @@ def training_forward():
     if has_switch:
         comfy.model_management.in_training = True
     try:
-        yield
+        with fused_flux_rope():
+            yield
     finally:
         if has_switch:
             comfy.model_management.in_training = previous
+
+
+FUSED_ROPE = True  # bench/train_speed's _plainrope turns it off, to measure what it gains
+
+
+@contextlib.contextmanager
+def fused_flux_rope():
+    """Flux's RoPE (comfy.ldm.flux.math, which Flux, Flux.2 and Chroma attend through) as one fused
+    kernel per query or key while training (training.fused_rope), where the host's training path
+    makes an fp32 copy and three more full-size passes; its module functions are restored after."""
+    import comfy.ldm.flux.math as flux_math
+
+    from .training import fused_rope
+
+    if not FUSED_ROPE or not (hasattr(flux_math, "apply_rope1") and hasattr(flux_math, "apply_rope")):
+        yield
+        return
+    original = flux_math.apply_rope, flux_math.apply_rope1
+    flux_math.apply_rope, flux_math.apply_rope1 = fused_rope.rope(original[1]), fused_rope.rope1(original[1])
+    try:
+        yield
+    finally:
+        flux_math.apply_rope, flux_math.apply_rope1 = original
 
 
 def _transposed(freqs):
