@@ -19,33 +19,30 @@ _ROWS = 16  # (batch, head, position) rows per program
 
 @triton.jit
 def _rope_kernel(
-    x_ptr, f_ptr, out_ptr, rows, heads, positions, sxb, sxh, sxl, sxd, sfb, sfh, sfl,
-    HALF: tl.constexpr, ROWS: tl.constexpr, TRANSPOSE: tl.constexpr,
+    x_ptr, f_ptr, out_ptr, rows, heads, positions, sxb, sxh, sxl, sfb, sfh, sfl,
+    DIM: tl.constexpr, ROWS: tl.constexpr, TRANSPOSE: tl.constexpr,
 ):  # fmt: skip
     """out[row, 2i + r] = sum over c of m[r, c] * x[row, 2i + c], m = f[row's position, i] (its
-    transpose with TRANSPOSE); rows in (batch, head, position) order, x and f read through their
-    strides (f's last three dims contiguous: pair, 2, 2), out contiguous."""
+    transpose with TRANSPOSE); rows in (batch, head, position) order, read whole through their
+    strides (each row of x contiguous, f's last three dims contiguous: pair, 2, 2), out contiguous."""
     row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
-    pair = tl.arange(0, HALF)[None, :]
-    mask = (row < rows) & (pair < HALF)
     position = row % positions
     head = (row // positions) % heads
     batch = row // (positions * heads)
-    x_row = x_ptr + batch * sxb + head * sxh + position * sxl
-    x0 = tl.load(x_row + (2 * pair) * sxd, mask=mask, other=0.0).to(tl.float32)
-    x1 = tl.load(x_row + (2 * pair + 1) * sxd, mask=mask, other=0.0).to(tl.float32)
-    f_pair = f_ptr + batch * sfb + head * sfh + position * sfl + pair * 4
-    m00 = tl.load(f_pair, mask=mask, other=0.0)
-    m11 = tl.load(f_pair + 3, mask=mask, other=0.0)
+    columns = tl.arange(0, DIM)[None, :]
+    x_mask = (row < rows) & (columns < DIM)
+    x = tl.load(x_ptr + batch * sxb + head * sxh + position * sxl + columns, mask=x_mask, other=0.0)
+    x0, x1 = tl.split(tl.reshape(x.to(tl.float32), (ROWS, DIM // 2, 2)))
+    f_columns = tl.arange(0, 2 * DIM)[None, :]
+    f_mask = (row < rows) & (f_columns < 2 * DIM)
+    f = tl.load(f_ptr + batch * sfb + head * sfh + position * sfl + f_columns, mask=f_mask, other=0.0)
+    first, second = tl.split(tl.reshape(f, (ROWS, DIM // 2, 2, 2)))  # m[:, 0] and m[:, 1] by row r
+    m00, m10 = tl.split(first)
+    m01, m11 = tl.split(second)
     if TRANSPOSE:
-        m01 = tl.load(f_pair + 2, mask=mask, other=0.0)
-        m10 = tl.load(f_pair + 1, mask=mask, other=0.0)
-    else:
-        m01 = tl.load(f_pair + 1, mask=mask, other=0.0)
-        m10 = tl.load(f_pair + 2, mask=mask, other=0.0)
-    out_row = out_ptr + row * (2 * HALF)
-    tl.store(out_row + 2 * pair, (m00 * x0 + m01 * x1).to(out_ptr.dtype.element_ty), mask=mask)
-    tl.store(out_row + 2 * pair + 1, (m10 * x0 + m11 * x1).to(out_ptr.dtype.element_ty), mask=mask)
+        m01, m10 = m10, m01
+    out = tl.reshape(tl.join(m00 * x0 + m01 * x1, m10 * x0 + m11 * x1), (ROWS, DIM))
+    tl.store(out_ptr + row * DIM + columns, out.to(out_ptr.dtype.element_ty), mask=x_mask)
 
 
 def rotated(x, freqs, transpose=False):
@@ -53,6 +50,8 @@ def rotated(x, freqs, transpose=False):
     positions, dim / 2, 2, 2; fp32), as a contiguous tensor of x's dtype; `transpose`: by each
     matrix's transpose (the input gradient's rotation)."""
     batch, heads, positions, dim = x.shape
+    if x.stride(-1) != 1:
+        x = x.contiguous()
     freqs = freqs.expand(batch, heads, positions, *freqs.shape[-3:])
     if freqs.stride()[-3:] != (4, 2, 1):
         freqs = freqs.contiguous()
@@ -60,7 +59,7 @@ def rotated(x, freqs, transpose=False):
     rows = batch * heads * positions
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():  # (the interpreter: CPU)
         _rope_kernel[(triton.cdiv(rows, _ROWS),)](
-            x, freqs, out, rows, heads, positions, *x.stride(), *freqs.stride()[:3],
-            HALF=dim // 2, ROWS=_ROWS, TRANSPOSE=transpose,
+            x, freqs, out, rows, heads, positions, *x.stride()[:3], *freqs.stride()[:3],
+            DIM=dim, ROWS=_ROWS, TRANSPOSE=transpose,
         )  # fmt: skip
     return out
