@@ -3,16 +3,14 @@ the eager formula's at every boundary, on the CPU through Triton's interpreter; 
 the whole scaled cast gives the eager kernels' values bit for bit. (The interpreter's own fp32-to-fp8
 conversion rounds differently from the GPU's, so only the GPU test compares the fp8 values.)"""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from eridiffusion.training.adapters import fp8_products
 from eridiffusion.training.adapters.fp8_products import E4M3, E5M2, _quantized_eagerly, power_of_two_scale, quantized
+from tests.support.triton_interpreter import interpreted
 
 from .test_fp8_products import fp8_gpu
 
@@ -20,13 +18,8 @@ triton = pytest.importorskip("triton")
 
 FP8_SCALING = os.path.join(os.path.dirname(fp8_products.__file__), "fp8_scaling.py")
 
-# Triton reads TRITON_INTERPRET when it is imported, so the kernels run in a process of their own.
+# the kernels on each case's values, through Triton's interpreter (tests.support.triton_interpreter)
 INTERPRETED = """
-import importlib.util, json, sys
-import torch, triton
-spec = importlib.util.spec_from_file_location("fp8_scaling", sys.argv[1])
-kernels = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(kernels)
 results = []
 for case in json.load(sys.stdin):
     t = torch.tensor(case["values"], dtype=getattr(torch, case["dtype"]))
@@ -67,17 +60,7 @@ def test_the_kernels_maximum_and_scale_are_the_eager_formulas_at_every_power_of_
         {"values": values.float().tolist(), "dtype": str(values.dtype).split(".")[1], "largest": torch.finfo(f).max}
         for f, values in tested
     ]
-    environment = dict(os.environ, TRITON_INTERPRET="1")
-    run = subprocess.run(
-        [sys.executable, "-c", INTERPRETED, FP8_SCALING],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    for (fp8_dtype, values), (amax, scale) in zip(tested, json.loads(run.stdout)):
+    for (fp8_dtype, values), (amax, scale) in zip(tested, interpreted(INTERPRETED, FP8_SCALING, payload)):
         assert amax == values.abs().max().float().item()
         assert scale == power_of_two_scale(values, fp8_dtype).item(), (fp8_dtype, amax)
 

@@ -3,11 +3,7 @@ training path (comfy.ldm.flux.math) computes, forward and input gradient: on the
 Triton's interpreter, on a GPU natively in bf16; inputs it does not fit, and a kernel that cannot
 build, take the host's function."""
 
-import json
 import logging
-import os
-import subprocess
-import sys
 
 import comfy.ldm.flux.math as flux_math
 import pytest
@@ -15,25 +11,21 @@ import torch
 
 from eridiffusion.comfy_compat import fused_flux_rope, training_forward
 from eridiffusion.training import fused_rope, rope_kernel
+from tests.support.triton_interpreter import interpreted
 
 triton = pytest.importorskip("triton")
 
 # the host's plain-torch RoPE (0.2x keeps it behind its training switch; 0.3.75 has only it)
 HOST_ROPE = getattr(flux_math, "_apply_rope1", flux_math.apply_rope1)
 
-# Triton reads TRITON_INTERPRET when it is imported, so the kernel runs in a process of its own.
+# the kernel on each case, through Triton's interpreter (tests.support.triton_interpreter)
 INTERPRETED = """
-import importlib.util, json, sys
-import torch
-spec = importlib.util.spec_from_file_location("rope_kernel", sys.argv[1])
-kernel = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(kernel)
 results = []
 for case in json.load(sys.stdin):
     x = torch.tensor(case["x"]).permute(0, 2, 1, 3)  # (batch, heads, positions, dim), not contiguous
     freqs = torch.tensor(case["freqs"])
     grad = torch.tensor(case["grad"])
-    results.append([kernel.rotated(x, freqs).tolist(), kernel.rotated(grad, freqs, transpose=True).tolist()])
+    results.append([kernels.rotated(x, freqs).tolist(), kernels.rotated(grad, freqs, transpose=True).tolist()])
 print(json.dumps(results))
 """
 
@@ -63,16 +55,7 @@ def test_the_kernel_gives_the_hosts_output_and_input_gradient_in_the_interpreter
     cases = [(2, 3, 5, 8, 1), (2, 3, 5, 8, 2), (1, 2, 33, 16, 1)]  # rows not a multiple of the block
     inputs = [rope_inputs(*case, generator) for case in cases]
     payload = [{"x": x.tolist(), "freqs": f.tolist(), "grad": g.tolist()} for x, f, g in inputs]
-    run = subprocess.run(
-        [sys.executable, "-c", INTERPRETED, rope_kernel.__file__],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, TRITON_INTERPRET="1"),
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    for (x, freqs, grad), (out, grad_in) in zip(inputs, json.loads(run.stdout)):
+    for (x, freqs, grad), (out, grad_in) in zip(inputs, interpreted(INTERPRETED, rope_kernel.__file__, payload)):
         expected_out, expected_grad = host_rope(x.permute(0, 2, 1, 3), freqs, grad)
         torch.testing.assert_close(torch.tensor(out), expected_out, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(torch.tensor(grad_in), expected_grad, rtol=1e-6, atol=1e-6)
