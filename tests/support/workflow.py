@@ -167,14 +167,16 @@ def training_prompt(
     resolution=128,
     dataset_options=None,
     cache_folder="",
+    stack=None,
 ):
     """An API prompt: tiny demo model → LoadDataset(`dataset`) → CacheLatents → LoRATrainer → SaveLoRA.
     `trainer` holds training settings (each goes to the trainer or the options node that holds it),
     `save` and `dataset_options` override the widget values of SaveLoRA and LoadDataset; `resume` is a
-    LoadLoRAForTraining path linked to the trainer; `train_text_encoder` links the CLIP to it."""
+    LoadLoRAForTraining path linked to the trainer; `train_text_encoder` links the CLIP to it;
+    `stack` ({class_type, inputs}) replaces the demo model node (tiny_family_node: any family)."""
     defaults = widget_defaults
     prompt = {
-        "1": {"class_type": "EriDiffusion_TinyDemoModel", "inputs": {"architecture": architecture, "seed": 0}},
+        "1": stack or {"class_type": "EriDiffusion_TinyDemoModel", "inputs": {"architecture": architecture, "seed": 0}},
         "2": {
             "class_type": "EriDiffusion_LoadDataset",
             "inputs": {**defaults("EriDiffusion_LoadDataset"), "folder": str(dataset), **(dataset_options or {})},
