@@ -49,11 +49,29 @@ def training_forward():
     if has_switch:
         comfy.model_management.in_training = True
     try:
-        with fused_flux_rope():
+        with fused_flux_rope(), weights_cast_afresh():
             yield
     finally:
         if has_switch:
             comfy.model_management.in_training = previous
+
+
+@contextlib.contextmanager
+def weights_cast_afresh():
+    """Streamed layers (weights_vram_gib: ComfyUI's partial load) cast their weights over to the GPU
+    in each forward, on ComfyUI's offload streams; 0.2x casts them into one buffer per stream that the
+    next layers reuse. Autograd keeps the cast weight for the backward pass, by when that buffer holds
+    another layer's: the first step's gradients came out at cosine 0.07 to the true ones. Without
+    offload streams (as with ComfyUI's --async-offload 0) each cast is a tensor of its own."""
+    mm = comfy.model_management
+    streams = getattr(mm, "NUM_STREAMS", 0)
+    if streams:
+        mm.NUM_STREAMS = 0
+    try:
+        yield
+    finally:
+        if streams:
+            mm.NUM_STREAMS = streams
 
 
 FUSED_ROPE = True  # bench/train_speed's _plainrope turns it off, to measure what it gains

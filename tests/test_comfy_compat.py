@@ -64,6 +64,19 @@ def test_training_forward_turns_the_hosts_training_switch_on_only_inside():
     assert getattr(comfy.model_management, "in_training", False) is False
 
 
+def test_training_forward_casts_streamed_weights_afresh_without_offload_streams(monkeypatch):
+    """ComfyUI 0.2x casts streamed weights into a buffer each offload stream reuses, under the
+    weights autograd saved for backward (tests/training/test_model_loading.py shows the wrong
+    gradients on a GPU): inside a training forward there are no offload streams, after it the
+    host's setting is back, also when the step fails."""
+    monkeypatch.setattr(comfy.model_management, "NUM_STREAMS", 2)
+    with pytest.raises(RuntimeError, match="step failed"), comfy_compat.training_forward():
+        assert comfy.model_management.NUM_STREAMS == 0
+        assert comfy.model_management.get_offload_stream(torch.device("cuda", 0)) is None
+        raise RuntimeError("step failed")
+    assert comfy.model_management.NUM_STREAMS == 2
+
+
 def test_flux_rope_has_the_exact_gradient_inside_a_training_forward():
     q, k, freqs = rope_inputs()
     with comfy_compat.training_forward():

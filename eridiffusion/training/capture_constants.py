@@ -2,10 +2,12 @@
 
 Some of ComfyUI's models build small constants on every call: `torch.arange(half)` on the CPU,
 then `.to(x.device)` (Wan's timestep embedding), or `torch.tensor(self._patch_size, device=...)`
-(LTX-Video's patch coordinates). Both copy from pageable CPU memory to the GPU, which a capture
-refuses. Under `made_on(device)` a factory call that names no device makes its tensor on `device`
-(torch.device's own context), and a tensor of a few Python numbers meant for the GPU is filled in
-there by kernels that carry its values, so the graph holds it as the forward made it.
+(LTX-Video's patch coordinates), or index a GPU tensor with Python lists (CLIP's pooled output:
+`x[list(range(batch)), last_token_positions]`). Each copies from pageable CPU memory to the GPU,
+which a capture refuses. Under `made_on(device)` a factory call that names no device makes its
+tensor on `device` (torch.device's own context), and a tensor of a few Python numbers meant for the
+GPU (a list index of a GPU tensor too) is filled in there by kernels that carry its values, so the
+graph holds it as the forward made it.
 """
 
 import contextlib
@@ -18,8 +20,8 @@ MAX_FILLED = 256
 
 
 class _FilledOnDevice(TorchFunctionMode):
-    """torch.tensor / torch.as_tensor of Python data for a CUDA device (or for none: `device`), made
-    by fill kernels instead of a copy from CPU memory."""
+    """torch.tensor / torch.as_tensor of Python data for a CUDA device (or for none: `device`), and
+    lists of ints indexing a CUDA tensor, made by fill kernels instead of a copy from CPU memory."""
 
     def __init__(self, device):
         super().__init__()
@@ -33,7 +35,19 @@ class _FilledOnDevice(TorchFunctionMode):
                 values = func(*args, **{**kwargs, "device": "cpu"})
                 if values.numel() <= MAX_FILLED:
                     return _filled(values, device).requires_grad_(bool(kwargs.get("requires_grad")))
+        if func is torch.Tensor.__getitem__ and args[0].device.type == "cuda":
+            index = args[1]
+            parts = index if isinstance(index, tuple) else (index,)
+            filled = tuple(_filled_index(p, args[0].device) for p in parts)
+            return func(args[0], filled if isinstance(index, tuple) else filled[0])
         return func(*args, **kwargs)
+
+
+def _filled_index(part, device):
+    """An index part as the GPU tensor a list of ints stands for; other parts as they are."""
+    if isinstance(part, list) and 0 < len(part) <= MAX_FILLED and all(type(v) is int for v in part):
+        return _filled(torch.tensor(part, device="cpu"), device)
+    return part
 
 
 def _filled(values, device):

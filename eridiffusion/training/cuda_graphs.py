@@ -1,4 +1,5 @@
-"""A micro-batch's forward, loss and backward captured as CUDA graphs.
+"""A micro-batch's forward, loss and backward captured as CUDA graphs (and, while the text
+encoder trains, its transformer's forward and backward: graphed_text_encoder.py).
 
 A diffusion model's training step launches thousands of small kernels from Python (every
 adapted layer adds a few), so on a fast GPU the CPU, not the GPU, sets the pace. Replaying a
@@ -18,9 +19,7 @@ captured once more with such constants made on the GPU (capture_constants). Pyth
 collector stays off while a capture runs: freeing an earlier graph then would break it.
 """
 
-import functools
 import gc
-import itertools
 import logging
 import os
 import traceback
@@ -31,22 +30,39 @@ from .capture_constants import made_on
 from .errors import EriDiffusionError, first_line
 
 
-class _LossOfBatch(torch.nn.Module):
-    """loss_fn as a module whose parameters are the trained adapters (graph inputs); `constants`
-    are the batch's plain values (a graph holds them as they were at its capture)."""
+class _CallOfBatch(torch.nn.Module):
+    """fn as a module whose parameters are the trained adapters (graph inputs); `constants` are the
+    batch's plain values (a graph holds them as they were at its capture). A graph's outputs are
+    tensors: where fn returns a tuple, its tensors are the outputs and `layout` records where its
+    Nones were."""
 
-    def __init__(self, loss_fn, trained, names, constants):
+    def __init__(self, fn, trained, names, constants):
         super().__init__()
         self.trained = trained
-        self.loss_fn, self.names, self.constants = loss_fn, names, constants
+        self.fn, self.names, self.constants = fn, names, constants
+        self.layout = None  # None: fn returns one tensor
 
     def forward(self, *tensors):
-        return self.loss_fn({**self.constants, **dict(zip(self.names, tensors))})
+        out = self.fn({**self.constants, **dict(zip(self.names, tensors))})
+        if isinstance(out, torch.Tensor):
+            return out
+        if not isinstance(out, (tuple, list)) or not all(o is None or isinstance(o, torch.Tensor) for o in out):
+            raise RuntimeError(f"a graphed call returns a tensor or a tuple of tensors and None, not {out!r:.80}")
+        self.layout = tuple(o is not None for o in out)
+        return tuple(o for o in out if o is not None)
+
+    @staticmethod
+    def laid_out(outputs, layout):
+        """A graph's outputs as fn returned them (Nones back in place)."""
+        if layout is None:
+            return outputs
+        tensors = iter(outputs)
+        return tuple(next(tensors) if present else None for present in layout)
 
 
 # inputs a graph holds as constants, captured once per value (Lumina 2's num_tokens: the text
-# length; Wan VACE's vace_strength: a list of floats)
-CONSTANT_TYPES = (bool, int, float, str, type(None))
+# length; Wan VACE's vace_strength: a list of floats; a text encoder's dtype)
+CONSTANT_TYPES = (bool, int, float, str, type(None), torch.dtype)
 
 
 def _constant_key(value):
@@ -59,10 +75,10 @@ def _constant_key(value):
     return None
 
 
-class GraphedLoss:
-    """loss_fn(batch) -> scalar loss, replayed from a CUDA graph per input shape; `batch` is a dict
-    of named tensors (noisy latent, sigma, target, model inputs, ...) and plain values
-    (CONSTANT_TYPES: a graph per value). `trained` is the module
+class GraphedCall:
+    """fn(batch) -> a tensor (the micro-batch's loss), or a tuple of tensors and Nones, replayed from
+    a CUDA graph per input shape; `batch` is a dict of named tensors (noisy latent, sigma, target,
+    model inputs, ...) and plain values (CONSTANT_TYPES: a graph per value). `trained` is the module
     holding every trained parameter; its gradients accumulate as usual. Values a graph cannot hold
     (lists of tensors, …) raise when `strict`, else the call returns None and the caller runs the
     batch eagerly. So does a capture that fails (the driver, cuBLAS or an op refusing capture): an
@@ -73,12 +89,13 @@ class GraphedLoss:
 
     MAX_RECAPTURES = 3
 
-    def __init__(self, loss_fn, trained, strict, warmup=3, frozen=None):
-        self.loss_fn, self.trained, self.strict, self.warmup = loss_fn, trained, strict, warmup
+    def __init__(self, fn, trained, strict, warmup=3, frozen=None):
+        self.fn, self.trained, self.strict, self.warmup = fn, trained, strict, warmup
         self.graphs = {}
         self.pool = torch.cuda.graph_pool_handle()
         self.capture_failed = None  # the error of a failed capture, after which batches run eagerly
         self.frozen, self.addresses, self.recaptures = frozen, None, 0
+        self.frozen_slots = None  # [(a module's _parameters or _buffers, name)] of `frozen`
 
     def __call__(self, batch):
         constant_keys = {n: _constant_key(v) for n, v in batch.items() if not isinstance(v, torch.Tensor)}
@@ -101,13 +118,14 @@ class GraphedLoss:
         if key not in self.graphs:
             if self.capture_failed is not None:
                 return None
-            module = _LossOfBatch(self.loss_fn, self.trained, names, constants)
+            module = _CallOfBatch(self.fn, self.trained, names, constants)
             sample = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
             try:
-                self.graphs[key] = self._captured(module, sample)
+                self.graphs[key] = (self._captured(module, sample), module.layout)
             except RuntimeError as error:  # torch.AcceleratorError too
                 return self._capture_failed(error)
-        return self.graphs[key](*args)
+        graphed, layout = self.graphs[key]
+        return _CallOfBatch.laid_out(graphed(*args), layout)
 
     # what CUDA answers a capture that copies a pageable CPU tensor to the device
     CPU_COPY_REFUSED = "Cannot copy between CPU and CUDA tensors during CUDA graph capture"
@@ -115,14 +133,12 @@ class GraphedLoss:
     def _captured(self, module, sample):
         """`module` graphed; where the capture fails on a constant the forward copies over from CPU
         memory, captured again with such constants made on the current CUDA device."""
-        capture = functools.partial(
-            torch.cuda.make_graphed_callables,
-            module,
-            sample,
-            num_warmup_iters=self.warmup,
-            allow_unused_input=True,
-            pool=self.pool,
-        )
+
+        def capture():
+            return torch.cuda.make_graphed_callables(
+                module, sample, num_warmup_iters=self.warmup, allow_unused_input=True, pool=self.pool
+            )
+
         gc.collect()
         gc.disable()
         try:
@@ -132,6 +148,9 @@ class GraphedLoss:
                 if self.CPU_COPY_REFUSED not in str(_breaking(error)):
                     raise
             torch.cuda.synchronize()
+            # the failed capture's tensors may outlive it (the collector is off), and PyTorch refuses
+            # a capture into a pool that its last graph has released but not emptied: a new pool
+            self.pool = torch.cuda.graph_pool_handle()
             with made_on(torch.device("cuda", torch.cuda.current_device())):
                 return capture()
         finally:
@@ -142,7 +161,13 @@ class GraphedLoss:
         the graphs are dropped, to be captured again), and they have not moved too often."""
         if self.recaptures > self.MAX_RECAPTURES:
             return False
-        addresses = tuple(t.data_ptr() for t in itertools.chain(self.frozen.parameters(), self.frozen.buffers()))
+        if self.frozen_slots is None:
+            # where each weight sits, read afresh each call: ComfyUI may swap a Parameter object,
+            # and walking the module tree every call cost a graphed SDXL step 15 ms
+            modules = list(self.frozen.modules())
+            self.frozen_slots = [(m._parameters, n) for m in modules for n in m._parameters]
+            self.frozen_slots += [(m._buffers, n) for m in modules for n in m._buffers]
+        addresses = tuple(t.data_ptr() for t in (slots[name] for slots, name in self.frozen_slots) if t is not None)
         if self.addresses is not None and addresses != self.addresses and self.graphs:
             self.graphs, self.recaptures = {}, self.recaptures + 1
         self.addresses = addresses

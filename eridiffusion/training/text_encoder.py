@@ -2,9 +2,11 @@
 
 The CLIP is cloned and the adapters injected into the clone's patcher, as for the MODEL:
 the input CLIP keeps encoding exactly as before. Captions are encoded every step (with
-gradients), through the same `encode_from_tokens_scheduled` CLIPTextEncode uses.
+gradients), through the same `encode_from_tokens_scheduled` CLIPTextEncode uses; with CUDA graphs
+the encoders' transformers replay from graphs (graphed_text_encoder.py).
 """
 
+import contextlib
 import dataclasses
 
 from ..comfy_compat import trainable_clip_clone
@@ -12,6 +14,7 @@ from . import model_loading
 from .adapters import attach_adapters
 from .autograd_inplace import OutOfPlaceAugmentedAssignments
 from .autograd_weights import frozen_weights_injection
+from .graphed_text_encoder import GraphedEncoders
 from .lora_format import loadable_clip_keys
 from .resume import adapters_from_tensors
 
@@ -42,12 +45,31 @@ class TextEncoderTraining:
             self.adapters, self.used_keys = adapters_from_tensors(self.clip.patcher.model, tensors, spec, allowed, path)
             self.adapters.to(self.clip.patcher.load_device).attach_to(self.clip.patcher)
         self.tokens = {}
+        self.graphed = None
+        self.clip.load_model = self._load_model  # (this clone's own attribute)
+
+    def _load_model(self, *args, **kwargs):
+        """CLIP.load_model for the training clone, which ComfyUI's encoding calls every time: loading
+        the CLIP again re-patches it (with dynamic VRAM, 0.28 re-injects the adapters and the weight
+        aliases each time: 30 ms of an SDXL step), so while it is loaded whole it is left alone."""
+        if model_loading.loaded_whole(self.clip.patcher):
+            return self.clip.patcher
+        return type(self.clip).load_model(self.clip, *args, **kwargs)
+
+    def replay_from_graphs(self, strict):
+        """Encode through CUDA graphs of the encoders' transformers from now on (GraphedEncoders)."""
+        self.graphed = GraphedEncoders(self.clip.cond_stage_model, self.adapters, strict)
+
+    def micro_batch_starts(self):
+        if self.graphed is not None:
+            self.graphed.micro_batch_starts()
 
     def conditioning(self, text):
         """ComfyUI conditioning of `text` through the adapted encoder, with gradients."""
         if text not in self.tokens:
             self.tokens[text] = self.clip.tokenize(text)
-        with OutOfPlaceAugmentedAssignments():  # CLIP's layers add their residuals in place
+        graphs = self.graphed.active() if self.graphed is not None else contextlib.nullcontext()
+        with OutOfPlaceAugmentedAssignments(), graphs:  # CLIP's layers add their residuals in place
             return self.clip.encode_from_tokens_scheduled(self.tokens[text], show_pbar=False)
 
     def result_clip(self):
@@ -58,6 +80,7 @@ class TextEncoderTraining:
         return out
 
     def unload(self):
+        self.graphed = None
         model_loading.unload(self.clip.patcher)
 
 

@@ -27,7 +27,7 @@ from .autograd_weights import frozen_weights_injection
 from .batches import BatchSampler
 from .checkpointing import checkpointing_injection
 from .compile_blocks import compile_blocks_injection
-from .cuda_graphs import GraphedLoss
+from .cuda_graphs import GraphedCall
 from .distributed import SINGLE_PROCESS
 from .ema import AdapterEMA
 from .errors import EriDiffusionError
@@ -312,6 +312,8 @@ class TrainingRun:
         part = self.processes.part(drawn)
         indices = drawn[part]
         x0 = torch.stack([prepared.latents[i] for i in indices])
+        if self.text_encoder is not None:
+            self.text_encoder.micro_batch_starts()
         chosen = [prepared.inputs_for(i, v, self.text_encoder) for i, v in zip(indices, variants[part])]
         noise = objective.noise((len(drawn), *x0.shape[1:]), self.noise_gen, self.device)[part].to(x0.dtype)
         sigma = objective.sample_sigmas(
@@ -366,8 +368,9 @@ class TrainingRun:
 
     def _graphed_loss(self, transformer_options):
         """The micro-batch loss as CUDA graphs (config.cuda_graphs), else None. With the text encoder
-        trained, its encoding is a graph input that requires grad, and the model's weight addresses
-        are checked before each replay (loading the text encoder could move them)."""
+        trained, its encoding is a graph input that requires grad, the model's weight addresses
+        are checked before each replay (loading the text encoder could move them), and the encoders'
+        transformers replay from graphs of their own (graphed_text_encoder.py)."""
         setting = self.config.cuda_graphs
         streamed = self.config.weights_vram_gib > 0
         if setting == "off" or (setting == "auto" and (self.device.type != "cuda" or streamed)):
@@ -381,8 +384,11 @@ class TrainingRun:
             raise EriDiffusionError(
                 f"cuda_graphs needs a CUDA device; this model trains on {self.device}. Turn cuda_graphs off."
             )
-        frozen = self.base.diffusion_model if self.text_encoder is not None else None
-        return GraphedLoss(self._loss_function(transformer_options), self.adapters, setting == "on", frozen=frozen)
+        frozen = None
+        if self.text_encoder is not None:
+            frozen = self.base.diffusion_model
+            self.text_encoder.replay_from_graphs(strict=setting == "on")
+        return GraphedCall(self._loss_function(transformer_options), self.adapters, setting == "on", frozen=frozen)
 
     def _prepared(self, data, preservation=None):
         """PreparedData of `data` (the training or the regularization images) for this run."""

@@ -1,6 +1,6 @@
 """Constants a forward copies over from CPU memory (torch.arange(n).to(x.device), torch.tensor of
-Python numbers for the GPU) break a CUDA-graph capture; under made_on the graph holds them and
-replays them. Needs a CUDA device (run on the GPU machine: see bench/gpu_host.sh)."""
+Python numbers for the GPU, lists of ints indexing a GPU tensor) break a CUDA-graph capture; under
+made_on the graph holds them and replays them. Needs a CUDA device (run on the GPU machine: see bench/gpu_host.sh)."""
 
 import pytest
 import torch
@@ -16,16 +16,20 @@ def forward(x):
     return x * steps + offsets + torch.tensor(0.5, device=x.device)
 
 
-def captured(x):
-    """forward(x) captured as a CUDA graph (after a warm-up on a side stream), and its output."""
+def last_tokens(x):
+    return x[list(range(x.shape[0])), [2, 0]]  # CLIP's pooled output: each row's last token, this way
+
+
+def captured(x, fn=forward):
+    """fn(x) captured as a CUDA graph (after a warm-up on a side stream), and its output."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        forward(x)
+        fn(x)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = forward(x)
+        out = fn(x)
     return graph, out
 
 
@@ -42,3 +46,18 @@ def test_under_made_on_the_graph_holds_the_constants_and_replays_them():
 def test_without_it_the_copies_break_the_capture():
     with pytest.raises(RuntimeError, match="Cannot copy between CPU and CUDA tensors during CUDA graph capture"):
         captured(torch.ones(4, device="cuda"))
+
+
+def test_list_indices_of_a_gpu_tensor_replay_the_rows_they_picked():
+    x = torch.zeros(2, 3, device="cuda")
+    with made_on(torch.device("cuda")):
+        graph, out = captured(x, last_tokens)
+    x.copy_(torch.arange(6.0).reshape(2, 3))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert out.tolist() == [2.0, 3.0]
+
+
+def test_without_it_list_indices_break_the_capture():
+    with pytest.raises(RuntimeError, match="Cannot copy between CPU and CUDA tensors during CUDA graph capture"):
+        captured(torch.zeros(2, 3, device="cuda"), last_tokens)

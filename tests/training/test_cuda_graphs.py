@@ -19,8 +19,8 @@ from tests.support.short_runs import short_run as config
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 
 
-class SyncInCapture(cuda_graphs.GraphedLoss):
-    """GraphedLoss whose loss reads a value back to the host while a capture is running."""
+class SyncInCapture(cuda_graphs.GraphedCall):
+    """GraphedCall whose loss reads a value back to the host while a capture is running."""
 
     def __init__(self, loss_fn, *args, **kwargs):
         def syncing(batch):
@@ -42,7 +42,7 @@ def test_a_failed_capture_under_auto_trains_on_without_graphs_as_an_eager_run(st
     model, data = stack
     with torch.inference_mode(False):
         eager = train_lora(model, data, config("off", "eager"), str(tmp_path / "eager"))
-        monkeypatch.setattr(trainer, "GraphedLoss", SyncInCapture)
+        monkeypatch.setattr(trainer, "GraphedCall", SyncInCapture)
         with caplog.at_level(logging.WARNING):
             fallen_back = train_lora(model, data, config("auto", "fallback"), str(tmp_path / "fallback"))
     warnings = [r.getMessage() for r in caplog.records if "CUDA graph failed" in r.getMessage()]
@@ -53,13 +53,13 @@ def test_a_failed_capture_under_auto_trains_on_without_graphs_as_an_eager_run(st
 
 def test_a_failed_capture_under_on_stops_naming_the_fix(stack, tmp_path, monkeypatch):
     model, data = stack
-    monkeypatch.setattr(trainer, "GraphedLoss", SyncInCapture)
+    monkeypatch.setattr(trainer, "GraphedCall", SyncInCapture)
     with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="Set cuda_graphs to auto"):
         train_lora(model, data, config("on", "strict"), str(tmp_path / "strict"))
 
 
-class Recorded(cuda_graphs.GraphedLoss):
-    """GraphedLoss that keeps its instances and counts the micro-batches it replayed; with
+class Recorded(cuda_graphs.GraphedCall):
+    """GraphedCall that keeps its instances and counts the micro-batches it replayed; with
     `move_weights`, before that many calls with graphs captured it moves the model's weights (as
     ComfyUI does when it offloads the model to load another), which the graphs must notice."""
 
@@ -89,7 +89,7 @@ def test_text_encoder_training_replays_graphs_and_trains_what_an_eager_run_train
     model, clip, _, data = quality_stack
     data = dataclasses.replace(data, validation=None)
     runs = {}
-    monkeypatch.setattr(trainer, "GraphedLoss", Recorded)
+    monkeypatch.setattr(trainer, "GraphedCall", Recorded)
     monkeypatch.setattr(Recorded, "instances", [])
     monkeypatch.setattr(Recorded, "move_weights", moves)
     with torch.inference_mode(False):
@@ -116,7 +116,7 @@ def test_text_encoder_training_replays_graphs_and_trains_what_an_eager_run_train
 def test_weights_that_keep_moving_end_the_graphs_with_one_warning(quality_stack, tmp_path, monkeypatch, caplog):
     model, clip, _, data = quality_stack
     data = dataclasses.replace(data, validation=None)
-    monkeypatch.setattr(trainer, "GraphedLoss", Recorded)
+    monkeypatch.setattr(trainer, "GraphedCall", Recorded)
     monkeypatch.setattr(Recorded, "instances", [])
     monkeypatch.setattr(Recorded, "move_weights", 100)
     with torch.inference_mode(False), caplog.at_level(logging.WARNING):
@@ -126,4 +126,4 @@ def test_weights_that_keep_moving_end_the_graphs_with_one_warning(quality_stack,
     (graphed,) = Recorded.instances
     warnings = [r.getMessage() for r in caplog.records if "weights moved" in r.getMessage()]
     assert len(warnings) == 1 and "continues without CUDA graphs" in warnings[0], warnings
-    assert graphed.replayed == cuda_graphs.GraphedLoss.MAX_RECAPTURES + 1 and len(result.losses) == 8
+    assert graphed.replayed == cuda_graphs.GraphedCall.MAX_RECAPTURES + 1 and len(result.losses) == 8

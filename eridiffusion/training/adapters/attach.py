@@ -181,6 +181,11 @@ class _BypassForward(SwappedForward):
         return forward(x)
 
 
+def _is_on(tensor, device):
+    """Whether `tensor` is on `device` (a device without an index: any of its type)."""
+    return tensor.device.type == device.type and device.index in (None, tensor.device.index)
+
+
 def _inject(module, adapter):
     forward = swap_in(module, _BypassForward)
     if not any(a is adapter for a in forward.adapters):
@@ -244,9 +249,12 @@ class AdapterSet(torch.nn.Module):
         """Register the bypass injection on `patcher` (a clone); active whenever ComfyUI patches it."""
         modules = dict(patcher.model.named_modules())
         pairs = [(modules[name], adapter) for name, adapter in self.items()]
+        tensors = [*self.parameters(), *self.buffers()]
 
         def inject(model_patcher):
-            self.to(model_patcher.load_device)
+            device = torch.device(model_patcher.load_device)
+            if not all(_is_on(t, device) for t in tensors):  # (Module.to walks every module even then)
+                self.to(device)
             for module, adapter in pairs:
                 _inject(module, adapter)
 
