@@ -18,3 +18,16 @@ def short_run(cuda_graphs, run_name, **values):
         run_name=run_name,
     )
     return TrainConfig(**{**settings, **values})
+
+
+def encoding_changes(clip, eager, replayed, text="a photo of a dog"):
+    """(how far the eager run's training moved `clip`'s encoding of `text`, how far the replayed run's
+    encoding lies from the eager run's), as max absolute differences; `eager` and `replayed` are
+    TrainResults of runs that trained the text encoder."""
+    import torch
+
+    tokens = clip.tokenize(text)
+    with torch.no_grad():
+        before = clip.encode_from_tokens(tokens)
+        eager_encoding, replayed_encoding = (run.clip.encode_from_tokens(tokens) for run in (eager, replayed))
+    return (eager_encoding - before).abs().max(), (replayed_encoding - eager_encoding).abs().max()
