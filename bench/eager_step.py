@@ -1,7 +1,9 @@
 """Where an eager (no CUDA graphs) SDXL training step's time goes, in one process on the GPU:
 the frozen model's own forward + backward (the floor: adapters taken off, the noisy latent
 requiring grad) against the adapted model's, with the LoRA layers as one autograd node each
-(this checkout) and as the plain ops they were before (`unfused`, the baseline kept here).
+(`fused`), as the plain ops they were before (`unfused`, the baseline kept here), and as one node
+each computing with the step's bf16 copies of the adapter weights (`copies`, what an eager bf16
+run of this checkout does: adapters/compute_copies.py).
 
 Full-size SDXL with random weights loaded through UNETLoader's code (bench/train_speed.py),
 1024², batch 1, rank 16, attention targets, bf16. Each variant runs 3 rounds of 8 timed steps,
@@ -72,6 +74,7 @@ def main():
     from eridiffusion.training import model_loading
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.adapters.attach import _eject, _inject
+    from eridiffusion.training.adapters.compute_copies import ComputeCopies
     from eridiffusion.training.adapters.lora import LoRA
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.model_forward import transformer_options_of
@@ -102,6 +105,13 @@ def main():
         with torch.inference_mode(False), training_forward():
             loss_of(batch).backward()
 
+    copies = ComputeCopies(run.adapters, torch.bfloat16)
+
+    def copies_step():
+        with torch.inference_mode(False), training_forward(), copies.in_use():
+            loss_of(batch).backward()
+            copies.fold_gradients()
+
     def floor_step():
         frozen = dict(batch, x_t=batch["x_t"].detach().requires_grad_(True))
         with torch.inference_mode(False), training_forward():
@@ -112,9 +122,9 @@ def main():
         LoRA.forward = unfused_forward if name == "unfused" else fused_forward
         for module, adapter in pairs:
             (_eject if name == "floor" else _inject)(module, adapter)
-        return floor_step if name == "floor" else adapted_step
+        return {"floor": floor_step, "copies": copies_step}.get(name, adapted_step)
 
-    names = ["floor", "unfused", "fused"]
+    names = ["floor", "unfused", "fused", "copies"]
     times = {name: [] for name in names}
     for _ in range(3):
         for name in names:
@@ -141,7 +151,7 @@ def main():
         }
         tables.append(f"== {name}\n{table}")
     layers = len(pairs)
-    for name in ("unfused", "fused"):
+    for name in ("unfused", "fused", "copies"):
         for key in ("kernel_launches", "aten_ops", "autograd_nodes"):
             results[name][key + "_per_layer_over_floor"] = (results[name][key] - results["floor"][key]) / layers
     summary = {

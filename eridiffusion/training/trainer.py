@@ -21,6 +21,7 @@ import torch
 from ..comfy_compat import trainable_model_clone, training_forward
 from . import model_loading, run_state
 from .adapters import attach_adapters, narrow_layers, warn_narrow_layers
+from .adapters.compute_copies import ComputeCopies
 from .adapters.fp8_products import Fp8Products, check_fp8_compute
 from .atomic_file import write_json_atomic
 from .autograd_weights import frozen_weights_injection
@@ -390,6 +391,14 @@ class TrainingRun:
             self.text_encoder.replay_from_graphs(strict=setting == "on")
         return GraphedCall(self._loss_function(transformer_options), self.adapters, setting == "on", frozen=frozen)
 
+    def _compute_copies(self):
+        """ComputeCopies of the adapters when the step runs eagerly in a lower precision than the
+        adapters' fp32 (a CUDA graph replays the per-layer casts at no CPU cost), else None."""
+        dtype = self.config.torch_dtype
+        if self.graphed is not None or dtype == torch.float32 or not ComputeCopies.worth_it(self.adapters, dtype):
+            return None
+        return ComputeCopies(self.adapters, dtype)
+
     def _prepared(self, data, preservation=None):
         """PreparedData of `data` (the training or the regularization images) for this run."""
         return PreparedData(
@@ -453,6 +462,7 @@ class TrainingRun:
         transformer_options = transformer_options_of(self.patcher)
         self.loss_of = self._loss_function(transformer_options)
         self.graphed = self._graphed_loss(transformer_options)
+        copies = self._compute_copies()
         validation = None
         if self.data.validation is not None:
             validation = ValidationLoss(
@@ -477,11 +487,14 @@ class TrainingRun:
             if hooks.check_cancel is not None:
                 hooks.check_cancel()
             step_loss = torch.zeros((), device=device)
-            with training_forward(), self.adapters.frozen_products(self.fp8_products):
+            in_compute_dtype = copies.in_use() if copies is not None else contextlib.nullcontext()
+            with training_forward(), self.adapters.frozen_products(self.fp8_products), in_compute_dtype:
                 for _ in range(config.grad_accum):
                     for loss in self._micro_batches(prepared, prior, step):
                         loss = loss / config.grad_accum
                         self.scaler.scale(loss).backward()
+                        if copies is not None:
+                            copies.fold_gradients()
                         step_loss += loss.detach()
             # several processes: the gradients summed over the micro-batches, then averaged (DDP with no_sync)
             step_loss = self.processes.average_gradients(self._trained_parameters(), step_loss)

@@ -18,12 +18,21 @@ class LoRA(LycorisAdapter):
             super().__init__(LoConModule("", layer, lora_dim=rank, alpha=alpha))
         self.rank, self.alpha = rank, float(alpha)
         self.linear = not (self.lycoris.isconv or self.lycoris.tucker)
+        # (down, up) in the compute dtype while a training step uses compute_copies.ComputeCopies
+        self.compute_weights = None
+
+    def linear_weights(self):
+        """[down, up] of a linear LoRA (what ComputeCopies copies), else None."""
+        return [self.lycoris.lora_down.weight, self.lycoris.lora_up.weight] if self.linear else None
 
     def forward(self, x, base):
         if not self.linear or x.dim() < 2 or self.multiplier == 0:
             return super().forward(x, base)
         lycoris = self.lycoris
-        return lora_linear(x, base, lycoris.lora_down.weight, lycoris.lora_up.weight, lycoris.scale * self.multiplier)
+        weights = self.compute_weights
+        if weights is None or weights[0].dtype != x.dtype:
+            weights = lycoris.lora_down.weight, lycoris.lora_up.weight
+        return lora_linear(x, base, *weights, lycoris.scale * self.multiplier)
 
     @property
     def scale(self):
