@@ -3,7 +3,9 @@ the frozen model's own forward + backward (the floor: adapters taken off, the no
 requiring grad) against the adapted model's, with the LoRA layers as one autograd node each
 (`fused`), as the plain ops they were before (`unfused`, the baseline kept here), and as one node
 each computing with the step's bf16 copies of the adapter weights (`copies`, what an eager bf16
-run of this checkout does: adapters/compute_copies.py).
+run of this checkout does: adapters/compute_copies.py), that last also with the products routed
+to cuBLAS rather than PyTorch's default (`copies_cublas`, and `floor_cublas`; see
+bench/matmul_launch.py).
 
 Full-size SDXL with random weights loaded through UNETLoader's code (bench/train_speed.py),
 1024², batch 1, rank 16, attention targets, bf16. Each variant runs 3 rounds of 8 timed steps,
@@ -101,13 +103,17 @@ def main():
     pairs = [(modules[name], adapter) for name, adapter in run.adapters.items()]
     fused_forward = LoRA.forward
 
+    # each adapted step starts from no gradients, as the trainer's do (zero_grad(set_to_none=True)):
+    # accumulating into the last step's would add a kernel per adapter tensor
     def adapted_step():
+        run.adapters.zero_grad(set_to_none=True)
         with torch.inference_mode(False), training_forward():
             loss_of(batch).backward()
 
     copies = ComputeCopies(run.adapters, torch.bfloat16)
 
     def copies_step():
+        run.adapters.zero_grad(set_to_none=True)
         with torch.inference_mode(False), training_forward(), copies.in_use():
             loss_of(batch).backward()
             copies.fold_gradients()
@@ -120,11 +126,14 @@ def main():
     def variant(name):
         """Set the model up as `name` and return its step."""
         LoRA.forward = unfused_forward if name == "unfused" else fused_forward
+        floor = name.startswith("floor")
         for module, adapter in pairs:
-            (_eject if name == "floor" else _inject)(module, adapter)
-        return {"floor": floor_step, "copies": copies_step}.get(name, adapted_step)
+            (_eject if floor else _inject)(module, adapter)
+        torch.backends.cuda.preferred_blas_library("cublas" if name.endswith("_cublas") else default_blas)
+        return floor_step if floor else copies_step if name.startswith("copies") else adapted_step
 
-    names = ["floor", "unfused", "fused", "copies"]
+    default_blas = torch.backends.cuda.preferred_blas_library()
+    names = ["floor", "unfused", "fused", "copies", "floor_cublas", "copies_cublas"]
     times = {name: [] for name in names}
     for _ in range(3):
         for name in names:
@@ -151,7 +160,7 @@ def main():
         }
         tables.append(f"== {name}\n{table}")
     layers = len(pairs)
-    for name in ("unfused", "fused", "copies"):
+    for name in names[1:]:
         for key in ("kernel_launches", "aten_ops", "autograd_nodes"):
             results[name][key + "_per_layer_over_floor"] = (results[name][key] - results["floor"][key]) / layers
     summary = {

@@ -89,3 +89,27 @@ def test_text_encoder_training_through_the_executor_saves_text_encoder_keys(regi
     assert outcome.success, outcome.error
     keys = safetensors.torch.load_file(os.path.join(comfy_dirs["loras"], "text_encoder.safetensors")).keys()
     assert any(k.startswith("lora_te_") for k in keys) and any(k.startswith("lora_unet_") for k in keys)
+
+
+def test_an_eager_bf16_run_through_the_executor_computes_with_the_steps_bf16_copies(
+    registered, two_photos, monkeypatch
+):
+    """Without CUDA graphs a bf16 run casts the adapters' fp32 weights once per step
+    (adapters/compute_copies.py); under the executor's inference mode the copies still train."""
+    import math
+    import sys
+
+    folds = []
+
+    def counted(fold):
+        return lambda self: folds.append(len(self.copies)) or fold(self)
+
+    # the extension ComfyUI loaded is its own import of the package (under the checkout's folder name)
+    for name, module in list(sys.modules.items()):
+        if name.endswith("eridiffusion.training.adapters.compute_copies"):
+            monkeypatch.setattr(module.ComputeCopies, "fold_gradients", counted(module.ComputeCopies.fold_gradients))
+    outcome = run_training(two_photos, "bf16_copies", trainer={"dtype": "bf16", "cuda_graphs": "off"})
+    assert outcome.success, outcome.error
+    losses = outcome.losses()
+    assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
+    assert len(folds) == 2 and folds[0] > 0  # one backward pass a step, each through the copies

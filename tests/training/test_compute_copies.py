@@ -96,7 +96,13 @@ def test_an_eager_bf16_run_trains_the_same_adapter_with_and_without_compute_copi
     """Through the trainer (gradient accumulation over two micro-batches): the copies are used, and
     the trained adapter is bit for bit the one that per-layer casts train."""
     config = TrainConfig(
-        steps=2, grad_accum=2, learning_rate=1e-3, dtype="bf16", gradient_checkpointing=False, run_name="copies"
+        steps=2,
+        grad_accum=2,
+        learning_rate=1e-3,
+        dtype="bf16",
+        gradient_checkpointing=False,
+        cuda_graphs="off",
+        run_name="copies",
     )
     folds = []
     fold = ComputeCopies.fold_gradients
