@@ -18,10 +18,21 @@ def _alias(tensor):
     return view
 
 
+def _tracks_versions(tensor):
+    """Whether autograd can track `tensor`'s in-place changes. A Parameter made under inference mode
+    has no version counter and keeps none when `.data` later gets a normal tensor outside it (as
+    `Module.to` does when ComfyUI moves a model it loaded): it no longer reports is_inference(), yet
+    any view of it (`weight.t()` inside F.linear) raises 'Inference tensors do not track version counter'."""
+    try:
+        return tensor._version >= 0
+    except RuntimeError:
+        return False
+
+
 def _swap_in_aliases(model, saved):
     for module in model.modules():
         for name, param in list(module._parameters.items()):
-            if param is None or not (param.is_inference() or param.requires_grad):
+            if param is None or not (param.is_inference() or param.requires_grad or not _tracks_versions(param)):
                 continue
             saved.append((module, name, param))
             module._parameters[name] = torch.nn.Parameter(_alias(param), requires_grad=False)
