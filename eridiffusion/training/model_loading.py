@@ -1,6 +1,21 @@
 """Loading and unloading a patcher through ComfyUI's memory manager (which patches and injects it)."""
 
+import contextlib
+
 import comfy.model_management
+import torch
+
+
+@contextlib.contextmanager
+def as_comfyui_loads():
+    """Run the block under inference mode, as ComfyUI's nodes run: for any model loading, unloading
+    or eviction it causes. ComfyUI made the weights under inference mode; moved outside it,
+    `Module.to` gives each Parameter new data while the Parameter keeps no version counter, so it no
+    longer passes for an inference tensor and any later use of it, in either mode, raises 'Inference
+    tensors do not track version counter' (on a GPU: a stock VAEDecode after a run that sampled).
+    Training still runs through such weights: the training clones alias them (autograd_weights.py)."""
+    with torch.inference_mode():
+        yield
 
 
 def load(patcher, weights_vram_gib=0.0):
@@ -10,10 +25,17 @@ def load(patcher, weights_vram_gib=0.0):
     mm = comfy.model_management
     if not weights_vram_gib:
         if not loaded_whole(patcher):
-            mm.load_models_gpu([patcher], force_full_load=True)
+            with as_comfyui_loads():
+                mm.load_models_gpu([patcher], force_full_load=True)
         return
     if any(loaded.model is patcher for loaded in mm.current_loaded_models):
         return
+    with as_comfyui_loads():
+        _load_partly(patcher, weights_vram_gib)
+
+
+def _load_partly(patcher, weights_vram_gib):
+    mm = comfy.model_management
     # ComfyUI sizes a partial load from the device's free memory, which knows nothing of a
     # per-process memory cap; so the budget goes to its LoadedModel directly.
     budget = int(weights_vram_gib * 2**30)
@@ -36,5 +58,6 @@ def unload(patcher):
     """Hand a training clone back so its injections come off the shared modules now."""
     for loaded in list(comfy.model_management.current_loaded_models):
         if loaded.model is patcher:
-            loaded.model_unload()
+            with as_comfyui_loads():
+                loaded.model_unload()
             comfy.model_management.current_loaded_models.remove(loaded)

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from . import model_loading
 from .atomic_file import write_atomic
 
 
@@ -66,7 +67,8 @@ def render_samples(patcher, settings, step, samples_dir):
                 seed=settings.seed + k,
                 disable_pbar=True,
             )
-            decoded = settings.vae.decode(samples)
+            with model_loading.as_comfyui_loads():  # the graph's own VAE: loaded as ComfyUI loads it
+                decoded = settings.vae.decode(samples)
             frames = decoded.reshape(-1, *decoded.shape[-3:])[..., :3]  # video VAEs add a frame axis
             image = frames[:1]
             images.append(image.float().clamp(0, 1).cpu())

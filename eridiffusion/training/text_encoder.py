@@ -54,7 +54,8 @@ class TextEncoderTraining:
         aliases each time: 30 ms of an SDXL step), so while it is loaded whole it is left alone."""
         if model_loading.loaded_whole(self.clip.patcher):
             return self.clip.patcher
-        return type(self.clip).load_model(self.clip, *args, **kwargs)
+        with model_loading.as_comfyui_loads():
+            return type(self.clip).load_model(self.clip, *args, **kwargs)
 
     def replay_from_graphs(self, strict):
         """Encode through CUDA graphs of the encoders' transformers from now on (GraphedEncoders)."""

@@ -130,7 +130,7 @@ class TrainingRun:
                     "preservation_prompt needs the text encoder to encode the class phrase: connect the graph's "
                     "CLIP to LoRATrainer's clip input (or clear preservation_prompt)."
                 )
-            with torch.no_grad():
+            with model_loading.as_comfyui_loads():  # the graph's own CLIP, loaded as ComfyUI loads it
                 self.preservation = clip.encode_from_tokens_scheduled(clip.tokenize(config.preservation_prompt))
 
         # a clone with autograd-safe weights, adapters (fresh or from the resume file), checkpointing

@@ -72,3 +72,48 @@ def test_streamed_weights_give_the_gradients_of_weights_loaded_whole(quality_sta
     # 0.28's reused cast buffer under the saved weights they were 100% apart, at cosine 0.07
     whole, streamed = gradients
     assert (streamed - whole).norm() <= 1e-2 * whole.norm(), ((streamed - whole).norm() / whole.norm()).item()
+
+
+def _usable_in_any_mode(tensor):
+    """An inference tensor, or a tensor whose version counter autograd can read: not the mix that
+    breaks every later use of it (model_loading.as_comfyui_loads)."""
+    if tensor.is_inference():
+        return True
+    try:
+        return tensor._version >= 0
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="ComfyUI moves weights between devices only with a GPU")
+def test_a_run_leaves_the_graphs_models_usable_by_its_stock_nodes(dog_dataset, tmp_path):
+    """The graph's models are made under inference mode, as ComfyUI's loader nodes make them. A run
+    with the text encoder trained loads the MODEL's and the CLIP's training clones in turn, each
+    evicting the other, and unloads them at the end; the VAE decodes the run's samples. Afterwards
+    every weight is still usable, and the graph's own encode and decode (under inference mode, as
+    CLIPTextEncode and VAEDecode run them) work."""
+    from eridiffusion.training.latent_cache import build_training_data
+    from eridiffusion.training.sample_render import SampleSettings
+
+    with torch.inference_mode():
+        model, clip, vae = build_tiny("sd15", seed=0)
+        data = build_training_data(dog_dataset, vae, clip, 64, str(tmp_path / "cache"))
+        encode = lambda text: clip.encode_from_tokens_scheduled(clip.tokenize(text))
+        samples = SampleSettings(
+            ("a dog",), (encode("a dog"),), encode(""), vae, 2, 0, 2, 1.0, "euler", "normal", 64, 64
+        )
+    with torch.inference_mode(False):
+        train_lora(
+            model, data, config("off", "loads", text_encoder_lr=1e-4), str(tmp_path), sample_settings=samples, clip=clip
+        )
+    broken = [
+        name
+        for part, module in (("model", model.model), ("clip", clip.cond_stage_model), ("vae", vae.first_stage_model))
+        for name, t in [*module.named_parameters(prefix=part), *module.named_buffers(prefix=part)]
+        if not _usable_in_any_mode(t)
+    ]
+    assert broken == []
+    with torch.inference_mode():
+        conditioning = encode("a photo of a dog")
+        image = vae.decode(torch.zeros(1, vae.latent_channels, 8, 8))
+    assert conditioning[0][0].shape[0] == 1 and image.shape[-1] == 3

@@ -254,7 +254,8 @@ class AdapterSet(torch.nn.Module):
         def inject(model_patcher):
             device = torch.device(model_patcher.load_device)
             if not all(_is_on(t, device) for t in tensors):  # (Module.to walks every module even then)
-                self.to(device)
+                with torch.inference_mode(False):  # ComfyUI loads under inference mode; these must stay trainable
+                    self.to(device)
             for module, adapter in pairs:
                 _inject(module, adapter)
 
