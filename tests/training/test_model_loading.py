@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from eridiffusion.training import model_loading, trainer
+from eridiffusion.training.autograd_weights import _tracks_versions
 from eridiffusion.training.trainer import train_lora
 from tests.support.short_runs import short_run as config
 from tests.support.tiny_models import build_tiny
@@ -77,12 +78,7 @@ def test_streamed_weights_give_the_gradients_of_weights_loaded_whole(quality_sta
 def _usable_in_any_mode(tensor):
     """An inference tensor, or a tensor whose version counter autograd can read: not the mix that
     breaks every later use of it (model_loading.as_comfyui_loads)."""
-    if tensor.is_inference():
-        return True
-    try:
-        return tensor._version >= 0
-    except RuntimeError:
-        return False
+    return tensor.is_inference() or _tracks_versions(tensor)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="ComfyUI moves weights between devices only with a GPU")

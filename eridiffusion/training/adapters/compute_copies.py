@@ -13,17 +13,22 @@ import contextlib
 import torch
 
 
+def _linear_lora_weights(adapter_set):
+    """(adapter, [down, up]) of each linear LoRA of `adapter_set` (other adapters have no linear_weights)."""
+    for _, adapter in adapter_set.items():
+        weights = getattr(adapter, "linear_weights", lambda: None)()
+        if weights is not None:
+            yield adapter, weights
+
+
 class ComputeCopies:
     """Compute-dtype copies of the linear LoRA adapters' weights of an AdapterSet."""
 
     def __init__(self, adapter_set, dtype):
-        self.dtype = dtype
         self.adapters, self.masters = [], []
-        for _, adapter in adapter_set.items():
-            weights = getattr(adapter, "linear_weights", lambda: None)()
-            if weights is not None:
-                self.adapters.append(adapter)
-                self.masters += weights
+        for adapter, weights in _linear_lora_weights(adapter_set):
+            self.adapters.append(adapter)
+            self.masters += weights
         with torch.inference_mode(False):  # the copies are autograd leaves; a node may run this in inference mode
             self.copies = [torch.empty_like(m, dtype=dtype).requires_grad_(True) for m in self.masters]
             # the masters' gradients live here from step to step (the optimizer's zero_grad lets go of them)
@@ -32,11 +37,7 @@ class ComputeCopies:
     @staticmethod
     def worth_it(adapter_set, dtype):
         """Whether copies would save casts: some linear LoRA whose masters are not already `dtype`."""
-        for _, adapter in adapter_set.items():
-            weights = getattr(adapter, "linear_weights", lambda: None)()
-            if weights is not None and weights[0].dtype != dtype:
-                return True
-        return False
+        return any(weights[0].dtype != dtype for _, weights in _linear_lora_weights(adapter_set))
 
     @contextlib.contextmanager
     def in_use(self):
