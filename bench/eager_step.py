@@ -1,11 +1,12 @@
 """Where an eager (no CUDA graphs) SDXL training step's time goes, in one process on the GPU:
 the frozen model's own forward + backward (the floor: adapters taken off, the noisy latent
 requiring grad) against the adapted model's, with the LoRA layers as one autograd node each
-(`fused`), as the plain ops they were before (`unfused`, the baseline kept here), and as one node
-each computing with the step's bf16 copies of the adapter weights (`copies`, what an eager bf16
-run of this checkout does: adapters/compute_copies.py), that last also with the products routed
-to cuBLAS rather than PyTorch's default (`copies_cublas`, and `floor_cublas`; see
-bench/matmul_launch.py).
+(`fused`), as the plain ops they were before (`unfused`, the baseline kept here), as one node
+each computing with the step's bf16 copies of the adapter weights (`copies`:
+adapters/compute_copies.py), and that with the layers that take one input computed as one node
+(`grouped`, what an eager bf16 run of this checkout does: adapters/shared_input.py). The adapters'
+gradients of one batch with and without the groups are compared too (bf16: equal up to rounding).
+(Routing the products to cuBLAS gained nothing: bench/results/2026-11-25_eager_step_copies_*.)
 
 Full-size SDXL with random weights loaded through UNETLoader's code (bench/train_speed.py),
 1024², batch 1, rank 16, attention targets, bf16. Each variant runs 3 rounds of 8 timed steps,
@@ -110,13 +111,17 @@ def main():
         with torch.inference_mode(False), training_forward():
             loss_of(batch).backward()
 
-    copies = ComputeCopies(run.adapters, torch.bfloat16)
+    copies = ComputeCopies(run.adapters, torch.bfloat16, share_inputs=False)
+    grouped = ComputeCopies(run.adapters, torch.bfloat16)  # its groups are learned in its first step
 
-    def copies_step():
-        run.adapters.zero_grad(set_to_none=True)
-        with torch.inference_mode(False), training_forward(), copies.in_use():
-            loss_of(batch).backward()
-            copies.fold_gradients()
+    def step_with(compute_copies):
+        def step():
+            run.adapters.zero_grad(set_to_none=True)
+            with torch.inference_mode(False), training_forward(), compute_copies.in_use():
+                loss_of(batch).backward()
+                compute_copies.fold_gradients()
+
+        return step
 
     def floor_step():
         frozen = dict(batch, x_t=batch["x_t"].detach().requires_grad_(True))
@@ -130,10 +135,25 @@ def main():
         for module, adapter in pairs:
             (_eject if floor else _inject)(module, adapter)
         torch.backends.cuda.preferred_blas_library("cublas" if name.endswith("_cublas") else default_blas)
-        return floor_step if floor else copies_step if name.startswith("copies") else adapted_step
+        if floor:
+            return floor_step
+        return (
+            step_with(copies)
+            if name.startswith("copies")
+            else step_with(grouped)
+            if name == "grouped"
+            else adapted_step
+        )
+
+    def gradients(step):
+        step()
+        return [p.grad.clone() for p in run.adapters.parameters()]
 
     default_blas = torch.backends.cuda.preferred_blas_library()
-    names = ["floor", "unfused", "fused", "copies", "floor_cublas", "copies_cublas"]
+    # the adapters' gradients of one batch, layers grouped or alone (bf16: equal up to rounding)
+    alone, together = gradients(variant("copies")), gradients(variant("grouped"))
+    gradient_difference = max(((a - b).norm() / a.norm()).item() for a, b in zip(alone, together) if a.norm() > 0)
+    names = ["floor", "unfused", "fused", "copies", "grouped"]
     times = {name: [] for name in names}
     for _ in range(3):
         for name in names:
@@ -171,6 +191,9 @@ def main():
         "commit": os.environ.get("COMMIT", ""),
         "model": "sdxl 1024² batch 1, rank 16 attention (forward + backward only)",
         "adapted_layers": layers,
+        "shared_input_groups": len(grouped.groups),
+        "grouped_layers": sum(len(group.members) for group in grouped.groups),
+        "grouped_gradients_max_relative_difference": gradient_difference,
         "results": results,
     }
     out = os.environ.get("OUT", "/tmp")

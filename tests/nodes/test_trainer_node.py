@@ -95,14 +95,21 @@ def test_an_eager_bf16_run_through_the_executor_computes_with_the_steps_bf16_cop
     registered, two_photos, monkeypatch
 ):
     """Without CUDA graphs a bf16 run casts the adapters' fp32 weights once per step
-    (adapters/compute_copies.py); under the executor's inference mode the copies still train."""
+    (adapters/compute_copies.py), and from the second step on computes the attention layers that
+    share an input together (adapters/shared_input.py); under the executor's inference mode the
+    copies still train."""
     import math
     import sys
 
     folds = []
 
     def counted(fold):
-        return lambda self: folds.append(len(self.copies)) or fold(self)
+        def fold_counted(self):
+            groups = None if self.groups is None else (len(self.groups), sum(g.missed for g in self.groups))
+            folds.append((len(self.copies), groups))
+            return fold(self)
+
+        return fold_counted
 
     # the extension ComfyUI loaded is its own import of the package (under the checkout's folder name)
     for name, module in list(sys.modules.items()):
@@ -112,4 +119,7 @@ def test_an_eager_bf16_run_through_the_executor_computes_with_the_steps_bf16_cop
     assert outcome.success, outcome.error
     losses = outcome.losses()
     assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
-    assert len(folds) == 2 and folds[0] > 0  # one backward pass a step, each through the copies
+    assert len(folds) == 2 and folds[0][0] > 0  # one backward pass a step, each through the copies
+    # the tiny SDXL's 11 transformer blocks (4 down, 1 middle, 6 up), each with 2 groups (self-attention's
+    # q, k, v; cross-attention's k, v), none of them missed
+    assert folds[0][1] is None and folds[1][1] == (22, 0)

@@ -6,11 +6,16 @@ adds to a layer, and more of the CPU's work per layer, which paces a step withou
 the weights are cast in one multi-tensor copy when a step starts, the layers compute with those
 copies, and after each backward pass the copies' gradients are added to the masters' in one more.
 The result is the one the per-layer casts give: each layer's gradient is computed in the compute
-dtype either way, and summed over micro-batches in fp32."""
+dtype either way, and summed over micro-batches in fp32.
+
+The copies also let layers that take one input share a down-projection (adapters/shared_input.py):
+the first step learns which do, and their down copies are laid out as one matrix from then on."""
 
 import contextlib
 
 import torch
+
+from .shared_input import CallRecorder, SharedInputGroup
 
 
 def _linear_lora_weights(adapter_set):
@@ -24,7 +29,7 @@ def _linear_lora_weights(adapter_set):
 class ComputeCopies:
     """Compute-dtype copies of the linear LoRA adapters' weights of an AdapterSet."""
 
-    def __init__(self, adapter_set, dtype):
+    def __init__(self, adapter_set, dtype, share_inputs=True):
         self.adapters, self.masters = [], []
         for adapter, weights in _linear_lora_weights(adapter_set):
             self.adapters.append(adapter)
@@ -33,6 +38,8 @@ class ComputeCopies:
             self.copies = [torch.empty_like(m, dtype=dtype).requires_grad_(True) for m in self.masters]
             # the masters' gradients live here from step to step (the optimizer's zero_grad lets go of them)
             self.gradients = [torch.empty_like(m) for m in self.masters]
+        # SharedInputGroups; None until the first step has shown which layers share an input
+        self.groups = None if share_inputs else []
 
     @staticmethod
     def worth_it(adapter_set, dtype):
@@ -47,15 +54,40 @@ class ComputeCopies:
             torch._foreach_copy_(self.copies, self.masters)
         # object.__setattr__: Module.__setattr__'s checks for parameters and submodules, per adapter and
         # step, were measurable next to the rest of the step's CPU work
+        recorder = CallRecorder() if self.groups is None else None
         for i, adapter in enumerate(self.adapters):
             object.__setattr__(adapter, "compute_weights", (self.copies[2 * i], self.copies[2 * i + 1]))
+            object.__setattr__(adapter, "input_group", recorder)
+        for group in self.groups or ():
+            for adapter, _ in group.members:
+                object.__setattr__(adapter, "input_group", group)
         try:
             yield self
         finally:
             for adapter in self.adapters:
                 object.__setattr__(adapter, "compute_weights", None)
+                object.__setattr__(adapter, "input_group", None)
             for copy in self.copies:
                 copy.grad = None
+            if recorder is not None:
+                self.groups = [self._shared_input_group(members) for members in recorder.groups()]
+            for group in self.groups:
+                group.pending = None
+            self.groups = [group for group in self.groups if not group.missed]
+
+    def _shared_input_group(self, members):
+        """A SharedInputGroup of `members` ([(adapter, layer)]), their down copies made row blocks of one matrix."""
+        index = {id(adapter): i for i, adapter in enumerate(self.adapters)}
+        slots = [2 * index[id(adapter)] for adapter, _ in members]
+        downs = [self.copies[slot] for slot in slots]
+        with torch.inference_mode(False):
+            stacked = downs[0].new_empty((sum(d.shape[0] for d in downs), downs[0].shape[1]))
+            start = 0
+            for slot, down in zip(slots, downs):
+                # a leaf of its own (its gradient is a row block of the group's) sharing the matrix's memory
+                self.copies[slot] = stacked[start : start + down.shape[0]].detach().requires_grad_(True)
+                start += down.shape[0]
+        return SharedInputGroup(members, stacked)
 
     def fold_gradients(self):
         """Add the copies' gradients of the last backward pass to the masters' (in fp32), and clear them."""

@@ -18,8 +18,10 @@ class LoRA(LycorisAdapter):
             super().__init__(LoConModule("", layer, lora_dim=rank, alpha=alpha))
         self.rank, self.alpha = rank, float(alpha)
         self.linear = not (self.lycoris.isconv or self.lycoris.tucker)
-        # (down, up) in the compute dtype while a training step uses compute_copies.ComputeCopies
+        # (down, up) in the compute dtype while a training step uses compute_copies.ComputeCopies,
+        # and then the shared_input.SharedInputGroup (or CallRecorder) of this layer, if any
         self.compute_weights = None
+        self.input_group = None
 
     def linear_weights(self):
         """[down, up] of a linear LoRA (what ComputeCopies copies), else None."""
@@ -32,6 +34,10 @@ class LoRA(LycorisAdapter):
         weights = self.compute_weights
         if weights is None or weights[0].dtype != x.dtype:
             weights = lycoris.lora_down.weight, lycoris.lora_up.weight
+        elif self.input_group is not None:
+            out = self.input_group.output(self, x, base)
+            if out is not None:
+                return out
         return lora_linear(x, base, *weights, lycoris.scale * self.multiplier)
 
     @property
