@@ -216,7 +216,6 @@ class CallRecorder:
 
     def __init__(self):
         self.runs = []  # [(input, its version, [(adapter, layer)])], in call order
-        self._previous = None
 
     def output(self, adapter, x, base):
         if _in_backward():
