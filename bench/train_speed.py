@@ -20,13 +20,15 @@ _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the proc
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _adamw8bit, _compile
 (torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8; _minmacsX sets its
 threshold fp8_products.MIN_MACS to X multiply-adds, e.g. _minmacs1e10), _plainrope (Flux's RoPE in
-the host's plain PyTorch, not fused), _te (the text
+the host's plain PyTorch, not fused), _cpuencodings (the trained text encoders' encodings handed over
+on ComfyUI's intermediate device, the CPU, as before comfy_compat.encodings_kept_on), _te (the text
 encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
 and CLIP-G, random weights, bf16); model: sdxl, flux, wan (Wan 2.1 14B text-to-video on 480p clips of
 33 frames; _wN, _framesN change them). Each result names its resolution, batch and rank
 and its images/s (clips/s); ours is compared with the fastest built-in of the same model, checkpointing,
 resolution, batch and rank in the run (best_builtin, speedup_vs_builtin). PROFILE=1 writes torch.profiler's tables of
-two steps, PROFILE=python cProfile's (Python functions by own and cumulative time) to $OUT.
+two steps, PROFILE=python cProfile's (Python functions by own and cumulative time), PROFILE=sync the
+calls that made the host wait for the GPU in two steps, by their Python stacks, to $OUT.
 """
 
 import gc
@@ -218,6 +220,44 @@ class Work:
         return {"resolution": self.resolution, "batch": self.batch, "rank": self.rank, **video}
 
 
+class SyncStacks:
+    """PROFILE=sync: each operation that makes the host wait for the GPU between start and stop
+    (torch.cuda.set_sync_debug_mode's warnings), counted by the Python stack that called it; the
+    table goes to $OUT/<name>.txt."""
+
+    def __init__(self, name):
+        self.name, self.stacks, self.shown = name, {}, None
+
+    def start(self):
+        import traceback
+        import warnings
+
+        import torch
+
+        self.shown, self.filters = warnings.showwarning, list(warnings.filters)
+
+        def record(message, category, filename, lineno, file=None, line=None):
+            stack = "".join(traceback.format_stack(limit=14)[:-2])
+            self.stacks[stack] = self.stacks.get(stack, 0) + 1
+
+        warnings.showwarning = record
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def stop(self):
+        import warnings
+
+        import torch
+
+        torch.cuda.set_sync_debug_mode("default")
+        warnings.showwarning, warnings.filters[:] = self.shown, self.filters
+        lines = [f"{sum(self.stacks.values())} synchronizing calls in 2 steps, {len(self.stacks)} call sites"]
+        for stack, count in sorted(self.stacks.items(), key=lambda item: -item[1]):
+            lines += [f"== {count} x", stack]
+        with open(os.path.join(os.environ.get("OUT", "/tmp"), self.name + ".txt"), "w") as f:
+            f.write("\n".join(lines))
+
+
 def ours(
     patcher,
     model_name,
@@ -232,6 +272,7 @@ def ours(
     fp8_compute=False,
     fp8_min_macs=None,
     fused_rope=True,
+    encodings_on_device=True,
     steps=14,
     warmup=4,
 ):
@@ -245,7 +286,9 @@ def ours(
     events = []
     python_profile = os.environ.get("PROFILE") == "python"  # cProfile: the Python functions a step spends in
     profile_steps = (warmup + 2, warmup + 4) if os.environ.get("PROFILE") else None
-    if python_profile:
+    if os.environ.get("PROFILE") == "sync":  # where steps wait for the GPU: torch's sync debug mode, with stacks
+        profiler = SyncStacks(f"syncs_{'ckpt' if checkpointing else 'nockpt'}_{targets}")
+    elif python_profile:
         import cProfile
 
         profiler = cProfile.Profile()
@@ -260,7 +303,9 @@ def ours(
         events.append(event)
         if profile_steps and step == profile_steps[0]:
             profiler.enable() if python_profile else profiler.start()
-        if profile_steps and step == profile_steps[1] and python_profile:
+        if profile_steps and step == profile_steps[1] and isinstance(profiler, SyncStacks):
+            profiler.stop()
+        elif profile_steps and step == profile_steps[1] and python_profile:
             import io
             import pstats
 
@@ -307,6 +352,7 @@ def ours(
     if fp8_min_macs is not None:
         fp8_products.MIN_MACS = fp8_min_macs
     comfy_compat.FUSED_ROPE = fused_rope
+    comfy_compat.ENCODINGS_ON_DEVICE = encodings_on_device
     try:
         with torch.inference_mode(False):
             hooks = TrainingHooks(on_progress)
@@ -315,6 +361,7 @@ def ours(
     finally:
         fp8_products.MIN_MACS = default_min_macs
         comfy_compat.FUSED_ROPE = True
+        comfy_compat.ENCODINGS_ON_DEVICE = True
         logger.removeHandler(fp8_messages)
         logger.setLevel(level)
     torch.cuda.synchronize()
@@ -489,6 +536,7 @@ def main():
                     fp8_compute="fp8compute" in parts,
                     fp8_min_macs=next((int(float(p[7:])) for p in parts if p.startswith("minmacs")), None),
                     fused_rope="plainrope" not in parts,
+                    encodings_on_device="cpuencodings" not in parts,
                 )
             else:
                 options = {

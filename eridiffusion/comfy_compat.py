@@ -74,6 +74,28 @@ def weights_cast_afresh():
             mm.NUM_STREAMS = streams
 
 
+ENCODINGS_ON_DEVICE = True  # bench/train_speed's _cpuencodings turns it off, to measure what it gains
+
+
+@contextlib.contextmanager
+def encodings_kept_on(device):
+    """ComfyUI's text encoders hand each encoding over on its intermediate device, the CPU unless
+    the server runs with --gpu-only. Training encodes its captions with gradients at every step,
+    and each such copy to the CPU and back (and their gradients' copies in the backward pass) made
+    the host wait for the GPU to finish all its queued work: while the block runs, encodings stay on
+    `device`, the encoder's own. (`model_management.intermediate_device`, swapped and restored.)"""
+    if not ENCODINGS_ON_DEVICE:
+        yield
+        return
+    mm = comfy.model_management
+    original = mm.intermediate_device
+    mm.intermediate_device = lambda: device
+    try:
+        yield
+    finally:
+        mm.intermediate_device = original
+
+
 FUSED_ROPE = True  # bench/train_speed's _plainrope turns it off, to measure what it gains
 
 

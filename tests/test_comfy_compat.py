@@ -16,6 +16,7 @@ import torch
 
 from eridiffusion import comfy_compat
 from tests.support.paths import ROOT
+from tests.support.tiny_models import build_tiny
 from tests.support.workflow import execution_error, load_extension, run_prompt
 
 B, HEADS, TOKENS, DIM = 1, 2, 6, 8
@@ -104,6 +105,20 @@ def test_fused_rope_kernels_have_the_exact_gradient(op_name):
         expected = gradients((reference_rope(q, freqs, split_half), reference_rope(k, freqs, split_half)), (q, k))
     for g, e in zip(got, expected):
         assert torch.allclose(g, e, atol=1e-6)
+
+
+def test_encodings_kept_on_a_device_reach_the_hosts_text_encoders_and_the_host_gets_its_device_back():
+    """ComfyUI's CLIP hands its encoding over on the device encodings_kept_on names (here the meta
+    device, which no host picks: the swap, not the host, put it there), also when the block fails."""
+    _, clip, _ = build_tiny("sdxl", seed=0)
+    own = comfy.model_management.intermediate_device()
+    with torch.inference_mode(), comfy_compat.encodings_kept_on(torch.device("meta")):
+        cond, options = clip.encode_from_tokens_scheduled(clip.tokenize("a photo of a dog"), show_pbar=False)[0]
+    assert cond.device.type == options["pooled_output"].device.type == "meta"
+    assert comfy.model_management.intermediate_device() == own
+    with pytest.raises(KeyError), comfy_compat.encodings_kept_on(torch.device("meta")):
+        raise KeyError("a failed encoding")
+    assert comfy.model_management.intermediate_device() == own
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="dynamic VRAM needs a CUDA device")

@@ -9,7 +9,7 @@ the encoders' transformers replay from graphs (graphed_text_encoder.py).
 import contextlib
 import dataclasses
 
-from ..comfy_compat import trainable_clip_clone
+from ..comfy_compat import encodings_kept_on, trainable_clip_clone
 from . import model_loading
 from .adapters import attach_adapters
 from .autograd_inplace import OutOfPlaceAugmentedAssignments
@@ -70,7 +70,8 @@ class TextEncoderTraining:
         if text not in self.tokens:
             self.tokens[text] = self.clip.tokenize(text)
         graphs = self.graphed.active() if self.graphed is not None else contextlib.nullcontext()
-        with OutOfPlaceAugmentedAssignments(), graphs:  # CLIP's layers add their residuals in place
+        # CLIP's layers add their residuals in place; the encoding stays on the GPU (no wait for it)
+        with OutOfPlaceAugmentedAssignments(), graphs, encodings_kept_on(self.clip.patcher.load_device):
             return self.clip.encode_from_tokens_scheduled(self.tokens[text], show_pbar=False)
 
     def result_clip(self):

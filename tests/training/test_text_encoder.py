@@ -2,16 +2,20 @@
 reproduces the trained conditioning and model output; the input CLIP is unchanged."""
 
 import logging
+import warnings
 
+import comfy.model_management
 import comfy.sd
 import comfy.utils
 import pytest
 import torch
 
+from eridiffusion import comfy_compat
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.config import TrainConfig
 from eridiffusion.training.latent_cache import build_training_data
 from eridiffusion.training.model_inputs import batch_inputs, model_inputs
+from eridiffusion.training.text_encoder import TextEncoderTraining
 from eridiffusion.training.trainer import train_lora
 from tests.support.tiny_models import build_tiny
 
@@ -99,3 +103,44 @@ def test_loraloader_model_and_clip_reproduce_conditioning_and_output(trained, tm
         relative_error(model_output(model, theirs, latent), model_output(trained["result"].patcher, ours, latent))
         < 1e-4
     )
+
+
+def waits_for_the_gpu(fn):
+    """(fn(), how many times it made the host wait for the GPU: torch's sync debug warnings)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            out = fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return out, sum("synchronizing" in str(w.message) for w in caught)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="ComfyUI moves encodings to the CPU only beside a GPU")
+def test_a_training_encoding_stays_on_the_gpu_and_waits_for_it_less_than_the_hosts_handover():
+    """ComfyUI hands each encoding over on the CPU; the training clone's stays on its GPU (no copy to
+    the CPU and back, forward or backward, each a wait for the GPU), its gradient reaches the
+    adapters, and the host's own encodings still come on the CPU."""
+    _, clip, _ = build_tiny("sdxl", seed=0)
+    spec = AdapterSpec(rank=4, alpha=4.0, targets="all-linear")
+    with torch.inference_mode(False):
+        training = TextEncoderTraining(clip, spec, seed=0)
+        waits = {}
+        for on_device in (False, True):
+            comfy_compat.ENCODINGS_ON_DEVICE = on_device
+            try:
+                training.conditioning(PROMPT)  # loads the encoder, tokenizes the caption
+                (cond, options), waits[on_device] = waits_for_the_gpu(lambda: training.conditioning(PROMPT)[0])
+                pooled = options["pooled_output"]
+                _, waits[on_device, "backward"] = waits_for_the_gpu(
+                    lambda c=cond, p=pooled: (c.square().mean() + p.square().mean()).backward()
+                )
+            finally:
+                comfy_compat.ENCODINGS_ON_DEVICE = True
+            assert (cond.device.type, pooled.device.type) == (("cuda", "cuda") if on_device else ("cpu", "cpu"))
+        with_grad = [p for p in training.adapters.parameters() if p.grad is not None and p.grad.abs().sum() > 0]
+        assert len(with_grad) == len(list(training.adapters.parameters()))
+        training.unload()
+    assert waits[True] < waits[False] and waits[True, "backward"] < waits[False, "backward"], waits
+    assert encode(clip)[0][0].device == comfy.model_management.intermediate_device() == torch.device("cpu")
