@@ -21,7 +21,8 @@ torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _ada
 (torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8; _minmacsX sets its
 threshold fp8_products.MIN_MACS to X multiply-adds, e.g. _minmacs1e10), _plainrope (Flux's RoPE in
 the host's plain PyTorch, not fused), _cpuencodings (the trained text encoders' encodings handed over
-on ComfyUI's intermediate device, the CPU, as before comfy_compat.encodings_kept_on), _te (the text
+on ComfyUI's intermediate device, the CPU, and the pooled output through the host's extra_conds, as
+before comfy_compat.encodings_kept_on and model_inputs._extra_conds), _te (the text
 encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
 and CLIP-G, random weights, bf16); model: sdxl, flux, wan (Wan 2.1 14B text-to-video on 480p clips of
 33 frames; _wN, _framesN change them). Each result names its resolution, batch and rank
@@ -279,6 +280,7 @@ def ours(
     import torch
 
     from eridiffusion import comfy_compat
+    from eridiffusion.training import model_inputs
     from eridiffusion.training.adapters import AdapterSpec, fp8_products
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.trainer import TrainingHooks, train_lora
@@ -352,7 +354,7 @@ def ours(
     if fp8_min_macs is not None:
         fp8_products.MIN_MACS = fp8_min_macs
     comfy_compat.FUSED_ROPE = fused_rope
-    comfy_compat.ENCODINGS_ON_DEVICE = encodings_on_device
+    comfy_compat.ENCODINGS_ON_DEVICE = model_inputs.LIVE_POOLED_ADDED = encodings_on_device
     try:
         with torch.inference_mode(False):
             hooks = TrainingHooks(on_progress)
@@ -361,7 +363,7 @@ def ours(
     finally:
         fp8_products.MIN_MACS = default_min_macs
         comfy_compat.FUSED_ROPE = True
-        comfy_compat.ENCODINGS_ON_DEVICE = True
+        comfy_compat.ENCODINGS_ON_DEVICE = model_inputs.LIVE_POOLED_ADDED = True
         logger.removeHandler(fp8_messages)
         logger.setLevel(level)
     torch.cuda.synchronize()

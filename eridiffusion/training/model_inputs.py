@@ -2,14 +2,21 @@
 `y`, …) through the model's own `extra_conds`, as ComfyUI's sampler does, once per sample."""
 
 import torch
+import torch.nn.functional as F
 
 
 def _on_device(cond, device):
+    """`cond` with its tensors copied to `device` (a copy also leaves inference mode). A copy from
+    CPU memory to the GPU does not wait for the GPU (non_blocking: CUDA stages pageable memory
+    before the call returns); one the other way does."""
     value = cond.cond
+    non_blocking = torch.device(device).type != "cpu"
     if isinstance(value, torch.Tensor):
-        return cond._copy_with(value.to(device, copy=True))  # a copy also leaves inference mode
+        return cond._copy_with(value.to(device, copy=True, non_blocking=non_blocking))
     if isinstance(value, list):
-        return cond._copy_with([v.to(device, copy=True) if isinstance(v, torch.Tensor) else v for v in value])
+        return cond._copy_with(
+            [v.to(device, copy=True, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v for v in value]
+        )
     return cond
 
 
@@ -36,10 +43,15 @@ def model_inputs(base_model, conditioning, latent, device, pixel_size=None, defa
         height=params.get("height", height),
         latent_shapes=[latent[None].shape],
     )
-    conds = base_model.extra_conds(**params)
-    return {
-        name: _on_device(c.process_cond(batch_size=1, area=None, device=device), device) for name, c in conds.items()
-    }
+    conds, live = _extra_conds(base_model, params)
+    inputs = {}
+    for name, c in conds.items():
+        inputs[name] = _on_device(c.process_cond(batch_size=1, area=None, device=device), device)
+        if name in live:
+            value = inputs[name].cond
+            pooled = live[name].to(value.device, value.dtype)
+            inputs[name] = inputs[name]._copy_with(value + F.pad(pooled, (0, value.shape[-1] - pooled.shape[-1])))
+    return inputs
 
 
 def batch_inputs(per_sample):
@@ -48,3 +60,55 @@ def batch_inputs(per_sample):
     if not rest:
         return {name: c.cond for name, c in first.items()}
     return {name: c.concat([other[name] for other in rest]) for name, c in first.items()}
+
+
+LIVE_POOLED_ADDED = True  # bench/train_speed's _cpuencodings turns it off, to measure what it gains
+
+
+def _extra_conds(base_model, params):
+    """(base_model.extra_conds(**params), {name: the pooled output to add to that input}).
+
+    While the text encoder trains, its pooled output is a GPU tensor with a gradient, and SDXL's
+    extra_conds puts it before the image-size embeddings it makes on the CPU: moved to the CPU and
+    the result back, forward and backward, each copy a wait for the GPU. Where an input takes the
+    pooled output as it is in its leading entries (SDXL's `y`), it is made with a zero pooled output
+    on the CPU and the live one is added on the GPU. Anything else (a model that transforms the
+    pooled output or moves it to the GPU itself) gets the live one through extra_conds as always."""
+    pooled = params.get("pooled_output")
+    if not (LIVE_POOLED_ADDED and isinstance(pooled, torch.Tensor) and pooled.requires_grad):
+        return base_model.extra_conds(**params), {}
+    probe = torch.arange(1, pooled.numel() + 1, dtype=torch.float32).reshape(pooled.shape)  # exact in fp32
+    with_zeros = base_model.extra_conds(**{**params, "pooled_output": torch.zeros_like(probe)})
+    with_probe = base_model.extra_conds(**{**params, "pooled_output": probe})
+    live = {}
+    for name, c in with_zeros.items():
+        zero, probed = c.cond, getattr(with_probe.get(name), "cond", None)
+        if zero is probed or (isinstance(zero, PLAIN) and type(zero) is type(probed) and zero == probed):
+            continue
+        if not _pooled_leads(zero, probed, probe):
+            return base_model.extra_conds(**params), {}
+        if (probed != zero).any():
+            live[name] = pooled
+    return with_zeros, live
+
+
+PLAIN = (bool, int, float, str, type(None))
+
+
+def _pooled_leads(zero, probed, probe):
+    """Whether CPU tensors `zero` and `probed` (an input made with a zero and with the `probe` pooled
+    output) differ by exactly the probe in their leading entries, or not at all."""
+    if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (zero, probed)):
+        return False
+    if zero.shape != probed.shape or zero.dim() == 0:
+        return False
+    width = probe.shape[-1]
+    rows = (probed.float() - zero.float()).reshape(-1, zero.shape[-1])
+    expected = probe.reshape(-1, width)
+    if expected.shape[0] != rows.shape[0]:
+        if expected.shape[0] != 1:
+            return False
+        expected = expected.expand(rows.shape[0], -1)
+    if not rows.any():
+        return True
+    return rows.shape[-1] >= width and torch.equal(rows[:, :width], expected) and not rows[:, width:].any()

@@ -121,8 +121,9 @@ def waits_for_the_gpu(fn):
 def test_a_training_encoding_stays_on_the_gpu_and_waits_for_it_less_than_the_hosts_handover():
     """ComfyUI hands each encoding over on the CPU; the training clone's stays on its GPU (no copy to
     the CPU and back, forward or backward, each a wait for the GPU), its gradient reaches the
-    adapters, and the host's own encodings still come on the CPU."""
-    _, clip, _ = build_tiny("sdxl", seed=0)
+    adapters, the model's inputs made from it wait for the GPU neither way, and the host's own
+    encodings still come on the CPU."""
+    model, clip, _ = build_tiny("sdxl", seed=0)
     spec = AdapterSpec(rank=4, alpha=4.0, targets="all-linear")
     with torch.inference_mode(False):
         training = TextEncoderTraining(clip, spec, seed=0)
@@ -141,6 +142,15 @@ def test_a_training_encoding_stays_on_the_gpu_and_waits_for_it_less_than_the_hos
             assert (cond.device.type, pooled.device.type) == (("cuda", "cuda") if on_device else ("cpu", "cpu"))
         with_grad = [p for p in training.adapters.parameters() if p.grad is not None and p.grad.abs().sum() > 0]
         assert len(with_grad) == len(list(training.adapters.parameters()))
+        # the model's inputs from it (SDXL's `y` holds the pooled output beside sizes made on the CPU)
+        latent = torch.randn(4, 16, 16, device="cuda")
+        conditioning = [[cond, options]]
+        inputs, waits["inputs"] = waits_for_the_gpu(lambda: model_inputs(model.model, conditioning, latent, "cuda"))
+        assert all(c.cond.device.type == "cuda" for c in inputs.values() if isinstance(c.cond, torch.Tensor))
+        loss = sum(c.cond.float().square().mean() for c in inputs.values() if c.cond.requires_grad)
+        (gradient,), waits["inputs", "backward"] = waits_for_the_gpu(lambda: torch.autograd.grad(loss, [pooled]))
+        assert gradient.abs().sum() > 0
         training.unload()
     assert waits[True] < waits[False] and waits[True, "backward"] < waits[False, "backward"], waits
+    assert waits["inputs"] == waits["inputs", "backward"] == 0, waits
     assert encode(clip)[0][0].device == comfy.model_management.intermediate_device() == torch.device("cpu")
