@@ -63,15 +63,15 @@ def output_drift(model, trained, clip, data, prompt):
     with torch.inference_mode():
         for patcher in (model, trained):
             comfy.model_management.load_models_gpu([patcher], force_full_load=True)
-            base, found = patcher.model, []
+            base, found, device = patcher.model, [], patcher.load_device
             for index, sample in enumerate(data.samples):
-                latent = base.process_latent_in(sample.latent[None].float())
-                inputs = batch_inputs([model_inputs(base, conditioning, latent[0], "cpu", sample.bucket)])
-                noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(index))
+                latent = base.process_latent_in(sample.latent[None].float()).to(device)
+                inputs = batch_inputs([model_inputs(base, conditioning, latent[0], device, sample.bucket)])
+                noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(index)).to(device)
                 for fraction in (0.3, 0.6, 0.9):
-                    sigma = torch.tensor([float(base.model_sampling.percent_to_sigma(fraction))])
+                    sigma = torch.tensor([float(base.model_sampling.percent_to_sigma(fraction))], device=device)
                     x_t = base.model_sampling.noise_scaling(sigma, noise, latent)
-                    found.append(base.apply_model(x_t, sigma, **inputs).clone())
+                    found.append(base.apply_model(x_t, sigma, **inputs).float().cpu())
             outputs.append(torch.cat(found))
     return ((outputs[1] - outputs[0]).norm() / outputs[0].norm()).item()
 

@@ -32,10 +32,18 @@ def model_output(patcher, conditioning, latent):
 
     with torch.inference_mode():
         comfy.model_management.load_models_gpu([patcher], force_full_load=True)
-        base = patcher.model
-        x = base.process_latent_in(latent[None])
-        inputs = batch_inputs([model_inputs(base, conditioning, x[0], "cpu")])
-        return base.apply_model(x + 0.5 * torch.ones_like(x), torch.tensor([2.0]), **inputs).clone()
+        base, device = patcher.model, patcher.load_device
+        x = base.process_latent_in(latent[None]).to(device)
+        inputs = batch_inputs([model_inputs(base, conditioning, x[0], device)])
+        sigma = torch.tensor([2.0], device=device)
+        return base.apply_model(x + 0.5 * torch.ones_like(x), sigma, **inputs).float().cpu()
+
+
+def tolerance(patcher):
+    """Relative error allowed between a LoRA applied by LoraLoader (merged into the weights) and the
+    trained bypass: on the CPU ComfyUI computes in fp32 and they agree closely; on a GPU it computes
+    in half precision (casting fp32 weights as it goes), which rounds the merged weight."""
+    return 1e-4 if patcher.load_device.type == "cpu" else 3e-3
 
 
 def relative_error(a, b):
@@ -96,13 +104,13 @@ def test_loraloader_model_and_clip_reproduce_conditioning_and_output(trained, tm
         )
     assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage() or "NOT LOADED" in r.getMessage()]
     ours, theirs = encode(trained["result"].clip), encode(clip)
-    assert relative_error(theirs[0][0], ours[0][0]) < 1e-4
-    assert relative_error(theirs[0][1]["pooled_output"], ours[0][1]["pooled_output"]) < 1e-4
+    text_tolerance = tolerance(clip.patcher)
+    assert relative_error(theirs[0][0], ours[0][0]) < text_tolerance
+    assert relative_error(theirs[0][1]["pooled_output"], ours[0][1]["pooled_output"]) < text_tolerance
     latent = trained["data"].samples[0].latent
-    assert (
-        relative_error(model_output(model, theirs, latent), model_output(trained["result"].patcher, ours, latent))
-        < 1e-4
-    )
+    assert relative_error(
+        model_output(model, theirs, latent), model_output(trained["result"].patcher, ours, latent)
+    ) < tolerance(model)
 
 
 def waits_for_the_gpu(fn):
@@ -127,9 +135,13 @@ def test_a_training_encoding_stays_on_the_gpu_and_waits_for_it_less_than_the_hos
     spec = AdapterSpec(rank=4, alpha=4.0, targets="all-linear")
     with torch.inference_mode(False):
         training = TextEncoderTraining(clip, spec, seed=0)
-        waits = {}
+        for name, p in training.adapters.named_parameters():
+            if "lora_up" in name:  # as trained: nonzero, so the down weights get gradients too
+                torch.nn.init.normal_(p, std=0.1)
+        waits, gradients = {}, {}
         for on_device in (False, True):
             comfy_compat.ENCODINGS_ON_DEVICE = on_device
+            training.adapters.zero_grad(set_to_none=True)
             try:
                 training.conditioning(PROMPT)  # loads the encoder, tokenizes the caption
                 (cond, options), waits[on_device] = waits_for_the_gpu(lambda: training.conditioning(PROMPT)[0])
@@ -140,8 +152,13 @@ def test_a_training_encoding_stays_on_the_gpu_and_waits_for_it_less_than_the_hos
             finally:
                 comfy_compat.ENCODINGS_ON_DEVICE = True
             assert (cond.device.type, pooled.device.type) == (("cuda", "cuda") if on_device else ("cpu", "cpu"))
-        with_grad = [p for p in training.adapters.parameters() if p.grad is not None and p.grad.abs().sum() > 0]
-        assert len(with_grad) == len(list(training.adapters.parameters()))
+            trained = training.adapters.named_parameters()
+            gradients[on_device] = {n: p.grad.clone() for n, p in trained if p.grad is not None}
+        # the same adapters train, with the same gradients (CLIP-L's last layer feeds neither output)
+        assert sorted(gradients[True]) == sorted(gradients[False])
+        assert len(gradients[True]) > len(list(training.adapters.parameters())) // 2
+        for name, gradient in gradients[True].items():
+            torch.testing.assert_close(gradient, gradients[False][name], rtol=1e-4, atol=1e-6)
         # the model's inputs from it (SDXL's `y` holds the pooled output beside sizes made on the CPU)
         latent = torch.randn(4, 16, 16, device="cuda")
         conditioning = [[cond, options]]
