@@ -367,15 +367,12 @@ class TrainingRun:
 
         return loss
 
-    def _graphed_loss(self, transformer_options):
-        """The micro-batch loss as CUDA graphs (config.cuda_graphs), else None. With the text encoder
-        trained, its encoding is a graph input that requires grad, the model's weight addresses
-        are checked before each replay (loading the text encoder could move them), and the encoders'
-        transformers replay from graphs of their own (graphed_text_encoder.py)."""
+    def _graphs_wanted(self):
+        """Whether the steps replay from CUDA graphs (config.cuda_graphs); raises where `on` cannot."""
         setting = self.config.cuda_graphs
         streamed = self.config.weights_vram_gib > 0
         if setting == "off" or (setting == "auto" and (self.device.type != "cuda" or streamed)):
-            return None
+            return False
         if streamed:
             raise EriDiffusionError(
                 "cuda_graphs cannot replay weights streamed from CPU memory (weights_vram_gib > 0): "
@@ -385,19 +382,33 @@ class TrainingRun:
             raise EriDiffusionError(
                 f"cuda_graphs needs a CUDA device; this model trains on {self.device}. Turn cuda_graphs off."
             )
+        return True
+
+    def _graphed_loss(self, transformer_options, copies):
+        """The micro-batch loss as CUDA graphs (config.cuda_graphs), else None. With the text encoder
+        trained, its encoding is a graph input that requires grad, the model's weight addresses
+        are checked before each replay (loading the text encoder could move them), and the encoders'
+        transformers replay from graphs of their own (graphed_text_encoder.py). With ComputeCopies
+        (`copies`), the graphs take the copies the layers compute with as trained inputs too."""
+        if not self._graphs_wanted():
+            return None
+        setting = self.config.cuda_graphs
         frozen = None
         if self.text_encoder is not None:
             frozen = self.base.diffusion_model
             self.text_encoder.replay_from_graphs(strict=setting == "on")
-        return GraphedCall(self._loss_function(transformer_options), self.adapters, setting == "on", frozen=frozen)
+        trained = self.adapters
+        if copies is not None:  # the layers compute with the copies: their gradients come out of the graph
+            trained = torch.nn.ModuleList([self.adapters, copies.graphed_parameters()])
+        return GraphedCall(self._loss_function(transformer_options), trained, setting == "on", frozen=frozen)
 
-    def _compute_copies(self):
-        """ComputeCopies of the adapters when the step runs eagerly in a lower precision than the
-        adapters' fp32 (a CUDA graph replays the per-layer casts at no CPU cost), else None."""
+    def _compute_copies(self, graphed):
+        """ComputeCopies of the adapters when the step computes in a lower precision than the adapters'
+        fp32, else None; a step replayed from CUDA graphs (`graphed`) has no shared-input groups."""
         dtype = self.config.torch_dtype
-        if self.graphed is not None or dtype == torch.float32 or not ComputeCopies.worth_it(self.adapters, dtype):
+        if dtype == torch.float32 or not ComputeCopies.worth_it(self.adapters, dtype):
             return None
-        return ComputeCopies(self.adapters, dtype)
+        return ComputeCopies(self.adapters, dtype, share_inputs=not graphed)
 
     def _prepared(self, data, preservation=None):
         """PreparedData of `data` (the training or the regularization images) for this run."""
@@ -461,8 +472,8 @@ class TrainingRun:
         prior = self._prepared(self.data.regularization) if self.data.regularization is not None else None
         transformer_options = transformer_options_of(self.patcher)
         self.loss_of = self._loss_function(transformer_options)
-        self.graphed = self._graphed_loss(transformer_options)
-        copies = self._compute_copies()
+        copies = self._compute_copies(graphed=self._graphs_wanted())
+        self.graphed = self._graphed_loss(transformer_options, copies)
         validation = None
         if self.data.validation is not None:
             validation = ValidationLoss(

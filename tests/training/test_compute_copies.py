@@ -106,14 +106,14 @@ def test_an_eager_bf16_run_trains_the_same_adapter_with_and_without_compute_copi
         run_name="copies",
     )
     init = ComputeCopies.__init__
-    monkeypatch.setattr(ComputeCopies, "__init__", lambda self, *args: init(self, *args, share_inputs=False))
+    monkeypatch.setattr(ComputeCopies, "__init__", lambda self, *args, **kwargs: init(self, *args, share_inputs=False))
     folds = []
     fold = ComputeCopies.fold_gradients
     monkeypatch.setattr(ComputeCopies, "fold_gradients", lambda self: folds.append(1) or fold(self))
     with torch.inference_mode(False):
         with_copies = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path / "a"))
     assert len(folds) == 4  # 2 steps x 2 micro-batches
-    monkeypatch.setattr(TrainingRun, "_compute_copies", lambda self: None)
+    monkeypatch.setattr(TrainingRun, "_compute_copies", lambda self, graphed: None)
     with torch.inference_mode(False):
         per_layer = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path / "b"))
     assert len(folds) == 4

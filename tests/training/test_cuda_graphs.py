@@ -3,7 +3,7 @@ auto the run goes on without graphs, with one warning, and trains what an eager 
 cuda_graphs on it stops with the fix (the failure is a host sync inside the capture, which CUDA
 refuses). And with the text encoder trained: the graphs replay with its live encoding as an input
 whose gradient flows back into it, are captured again when the model's weights move, and train
-what an eager run trains. Needs a CUDA device (run on the GPU machine: see bench/gpu_host.sh)."""
+what an eager run trains. In bf16 they compute with the step's bf16 copies of the adapter weights. Needs a CUDA device (run on the GPU machine: see bench/gpu_host.sh)."""
 
 import dataclasses
 import logging
@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from eridiffusion.training import cuda_graphs, trainer
+from eridiffusion.training.adapters.compute_copies import ComputeCopies
 from eridiffusion.training.errors import EriDiffusionError
 from eridiffusion.training.trainer import train_lora
 from tests.support.short_runs import encoding_changes
@@ -124,3 +125,35 @@ def test_weights_that_keep_moving_end_the_graphs_with_one_warning(quality_stack,
     warnings = [r.getMessage() for r in caplog.records if "weights moved" in r.getMessage()]
     assert len(warnings) == 1 and "continues without CUDA graphs" in warnings[0], warnings
     assert graphed.replayed == cuda_graphs.GraphedCall.MAX_RECAPTURES + 1 and len(result.losses) == 8
+
+
+def test_a_bf16_run_replays_graphs_that_compute_with_the_steps_copies_and_trains_as_per_layer_casts(
+    stack, tmp_path, monkeypatch
+):
+    """In bf16 the graphs take the step's bf16 copies of the adapter weights as trained inputs (no cast
+    kernels per layer in them); the copies' gradients come out of the replayed backward and reach the
+    fp32 masters, which train as the per-layer casts train them."""
+    model, data = stack
+    monkeypatch.setattr(trainer, "GraphedCall", Recorded)
+    monkeypatch.setattr(Recorded, "instances", [])
+    folds = []
+    fold = ComputeCopies.fold_gradients
+    monkeypatch.setattr(ComputeCopies, "fold_gradients", lambda self: folds.append(1) or fold(self))
+    bf16 = config("on", "copies", dtype="bf16", learning_rate=1e-3)
+    with torch.inference_mode(False):
+        with_copies = train_lora(model, data, bf16, str(tmp_path / "copies"))
+    (graphed,) = Recorded.instances
+    assert graphed.replayed == 4 and len(folds) == 4
+    graph_inputs = {id(p) for p in graphed.trained.parameters()}
+    copies = [m for m in graphed.trained.modules() if isinstance(m, torch.nn.ParameterList)]
+    assert len(copies) == 1 and all(p.dtype == torch.bfloat16 and id(p) in graph_inputs for p in copies[0])
+    monkeypatch.setattr(trainer.TrainingRun, "_compute_copies", lambda self, graphed: None)
+    with torch.inference_mode(False):
+        per_layer = train_lora(model, data, dataclasses.replace(bf16, run_name="casts"), str(tmp_path / "casts"))
+    assert len(Recorded.instances) == 2 and len(folds) == 4
+    assert with_copies.losses == pytest.approx(per_layer.losses, rel=1e-3)
+    a, b = with_copies.adapters.state_dict(), per_layer.adapters.state_dict()
+    ups = [name for name in a if "lora_up" in name]
+    assert ups and all(a[name].abs().max() > 0 for name in ups)  # trained (they start at zero)
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-2, atol=1e-5)

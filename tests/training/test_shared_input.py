@@ -203,7 +203,7 @@ def test_a_checkpointed_eager_run_groups_from_its_second_step_and_trains_as_ungr
         grouped = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path / "a"))
     assert seen[0] is None and seen[1] == seen[2] and seen[1][0] > 0 and seen[1][1] == 0
     init = ComputeCopies.__init__
-    monkeypatch.setattr(ComputeCopies, "__init__", lambda self, *args: init(self, *args, share_inputs=False))
+    monkeypatch.setattr(ComputeCopies, "__init__", lambda self, *args, **kwargs: init(self, *args, share_inputs=False))
     with torch.inference_mode(False):
         ungrouped = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path / "b"))
     assert seen[3:] == [(0, 0)] * 3  # no groups learned or used

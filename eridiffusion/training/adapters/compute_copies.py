@@ -9,7 +9,12 @@ The result is the one the per-layer casts give: each layer's gradient is compute
 dtype either way, and summed over micro-batches in fp32.
 
 The copies also let layers that take one input share a down-projection (adapters/shared_input.py):
-the first step learns which do, and their down copies are laid out as one matrix from then on."""
+the first step learns which do, and their down copies are laid out as one matrix from then on.
+
+A step replayed from CUDA graphs computes with the copies too: the casts cost no CPU time there, but
+each was a kernel of its own in the graph (four per layer, 2,240 in an SDXL step), run by the GPU
+one after another. The graph takes the copies as trained inputs and hands out their gradients, which
+go to the masters as in an eager step; shared-input groups stay off there (they move the copies)."""
 
 import contextlib
 
@@ -35,11 +40,19 @@ class ComputeCopies:
             self.adapters.append(adapter)
             self.masters += weights
         with torch.inference_mode(False):  # the copies are autograd leaves; a node may run this in inference mode
-            self.copies = [torch.empty_like(m, dtype=dtype).requires_grad_(True) for m in self.masters]
+            self.copies = [torch.nn.Parameter(torch.empty_like(m, dtype=dtype)) for m in self.masters]
             # the masters' gradients live here from step to step (the optimizer's zero_grad lets go of them)
             self.gradients = [torch.empty_like(m) for m in self.masters]
         # SharedInputGroups; None until the first step has shown which layers share an input
         self.groups = None if share_inputs else []
+
+    def graphed_parameters(self):
+        """A module holding the copies as parameters: what a CUDA graph of the step (cuda_graphs.GraphedCall)
+        takes as trained inputs beside the masters, whose gradients its backward hands out. The graph
+        reads the copies where they are, so they must keep their place: no shared-input groups."""
+        if self.groups != []:
+            raise ValueError("ComputeCopies with shared-input groups cannot be graphed (share_inputs=False)")
+        return torch.nn.ParameterList(self.copies)
 
     @staticmethod
     def worth_it(adapter_set, dtype):
