@@ -22,7 +22,8 @@ torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _ada
 threshold fp8_products.MIN_MACS to X multiply-adds, e.g. _minmacs1e10), _plainrope (Flux's RoPE in
 the host's plain PyTorch, not fused), _cpuencodings (the trained text encoders' encodings handed over
 on ComfyUI's intermediate device, the CPU, and the pooled output through the host's extra_conds, as
-before comfy_compat.encodings_kept_on and model_inputs._extra_conds), _te (the text
+before comfy_compat.encodings_kept_on and model_inputs._extra_conds), _layercasts (no ComputeCopies: each
+adapted layer casts its fp32 LoRA weights to bf16 and their gradients back), _te (the text
 encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
 and CLIP-G, random weights, bf16); model: sdxl, flux, wan (Wan 2.1 14B text-to-video on 480p clips of
 33 frames; _wN, _framesN change them). Each result names its resolution, batch and rank
@@ -274,13 +275,14 @@ def ours(
     fp8_min_macs=None,
     fused_rope=True,
     encodings_on_device=True,
+    layer_casts=False,
     steps=14,
     warmup=4,
 ):
     import torch
 
     from eridiffusion import comfy_compat
-    from eridiffusion.training import model_inputs
+    from eridiffusion.training import model_inputs, trainer
     from eridiffusion.training.adapters import AdapterSpec, fp8_products
     from eridiffusion.training.config import TrainConfig
     from eridiffusion.training.trainer import TrainingHooks, train_lora
@@ -355,6 +357,9 @@ def ours(
         fp8_products.MIN_MACS = fp8_min_macs
     comfy_compat.FUSED_ROPE = fused_rope
     comfy_compat.ENCODINGS_ON_DEVICE = model_inputs.LIVE_POOLED_ADDED = encodings_on_device
+    compute_copies = trainer.TrainingRun._compute_copies
+    if layer_casts:  # each layer casts its fp32 adapter weights (no ComputeCopies), as before
+        trainer.TrainingRun._compute_copies = lambda self, graphed: None
     try:
         with torch.inference_mode(False):
             hooks = TrainingHooks(on_progress)
@@ -364,6 +369,7 @@ def ours(
         fp8_products.MIN_MACS = default_min_macs
         comfy_compat.FUSED_ROPE = True
         comfy_compat.ENCODINGS_ON_DEVICE = model_inputs.LIVE_POOLED_ADDED = True
+        trainer.TrainingRun._compute_copies = compute_copies
         logger.removeHandler(fp8_messages)
         logger.setLevel(level)
     torch.cuda.synchronize()
@@ -539,6 +545,7 @@ def main():
                     fp8_min_macs=next((int(float(p[7:])) for p in parts if p.startswith("minmacs")), None),
                     fused_rope="plainrope" not in parts,
                     encodings_on_device="cpuencodings" not in parts,
+                    layer_casts="layercasts" in parts,
                 )
             else:
                 options = {
