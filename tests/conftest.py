@@ -119,7 +119,10 @@ class ProbeInput:
 
         with torch.inference_mode():
             comfy.model_management.load_models_gpu([patcher], force_full_load=True)
-            return patcher.model.apply_model(self.x, self.sigma, **self.inputs).clone()
+            device = patcher.load_device  # (the probe is made on the CPU; a GPU run computes there)
+            inputs = {name: v.to(device) if isinstance(v, torch.Tensor) else v for name, v in self.inputs.items()}
+            out = patcher.model.apply_model(self.x.to(device), self.sigma.to(device), **inputs)
+            return out.float().cpu().clone()
 
 
 _TRAINED = {}

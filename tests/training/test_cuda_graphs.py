@@ -3,7 +3,8 @@ auto the run goes on without graphs, with one warning, and trains what an eager 
 cuda_graphs on it stops with the fix (the failure is a host sync inside the capture, which CUDA
 refuses). And with the text encoder trained: the graphs replay with its live encoding as an input
 whose gradient flows back into it, are captured again when the model's weights move, and train
-what an eager run trains. In bf16 they compute with the step's bf16 copies of the adapter weights. Needs a CUDA device (run on the GPU machine: see bench/gpu_host.sh)."""
+what an eager run trains. In bf16 they compute with the step's bf16 copies of the adapter weights.
+Needs a CUDA device (run on the GPU machine: see bench/gpu_host.sh)."""
 
 import dataclasses
 import logging
