@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import safetensors.torch
+import torch
 
 from eridiffusion.training.optimizers import OPTIMIZERS
 from tests.support.workflow import load_extension, run_training
@@ -123,3 +124,31 @@ def test_an_eager_bf16_run_through_the_executor_computes_with_the_steps_bf16_cop
     # the tiny SDXL's 11 transformer blocks (4 down, 1 middle, 6 up), each with 2 groups (self-attention's
     # q, k, v; cross-attention's k, v), none of them missed
     assert folds[0][1] is None and folds[1][1] == (22, 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_a_bf16_run_with_cuda_graphs_through_the_executor_replays_them_with_the_steps_bf16_copies(
+    registered, two_photos, monkeypatch
+):
+    """With CUDA graphs a bf16 run's graphs compute with the step's bf16 copies too (no groups there):
+    captured under the executor's inference mode, their gradients reach the fp32 masters."""
+    import math
+    import sys
+
+    folds, replays = [], []
+    for name, module in list(sys.modules.items()):
+        if name.endswith("eridiffusion.training.adapters.compute_copies"):
+            fold = module.ComputeCopies.fold_gradients
+            monkeypatch.setattr(
+                module.ComputeCopies, "fold_gradients", lambda self, fold=fold: folds.append(self.groups) or fold(self)
+            )
+        if name.endswith("eridiffusion.training.cuda_graphs"):
+            call = module.GraphedCall.__call__
+            monkeypatch.setattr(
+                module.GraphedCall, "__call__", lambda self, batch, call=call: replays.append(1) or call(self, batch)
+            )
+    outcome = run_training(two_photos, "bf16_graphs", trainer={"dtype": "bf16", "cuda_graphs": "on"})
+    assert outcome.success, outcome.error
+    losses = outcome.losses()
+    assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
+    assert len(replays) == 2 and folds == [[], []]  # each step's backward through the copies, ungrouped
