@@ -26,9 +26,8 @@ def live(conditioning, seed):
     return [[cond.clone(), {**options, "pooled_output": pooled}]], pooled
 
 
-def inputs_and_gradient(base, conditioning, pooled, latent):
-    """(the model's inputs, the pooled output's gradient of a loss on them)."""
-    inputs = model_inputs(base, conditioning, latent, "cpu", (64, 48))
+def with_gradient(inputs, pooled):
+    """(`inputs`, the pooled output's gradient of a fixed weighted sum of the inputs that depend on it)."""
     loss = sum(
         (c.cond.float() * torch.linspace(-1, 1, c.cond.numel()).reshape(c.cond.shape)).sum()
         for c in inputs.values()
@@ -36,6 +35,11 @@ def inputs_and_gradient(base, conditioning, pooled, latent):
     )
     (gradient,) = torch.autograd.grad(loss, pooled)
     return inputs, gradient
+
+
+def inputs_and_gradient(base, conditioning, pooled, latent):
+    """(the model's inputs, the pooled output's gradient of a loss on them)."""
+    return with_gradient(model_inputs(base, conditioning, latent, "cpu", (64, 48)), pooled)
 
 
 def hosts_inputs_and_gradient(base, conditioning, pooled, latent):
@@ -52,13 +56,7 @@ def hosts_inputs_and_gradient(base, conditioning, pooled, latent):
         latent_shapes=[latent[None].shape],
     )
     inputs = {name: c.process_cond(batch_size=1, area=None, device="cpu") for name, c in conds.items()}
-    loss = sum(
-        (c.cond.float() * torch.linspace(-1, 1, c.cond.numel()).reshape(c.cond.shape)).sum()
-        for c in inputs.values()
-        if isinstance(c.cond, torch.Tensor) and c.cond.requires_grad
-    )
-    (gradient,) = torch.autograd.grad(loss, pooled)
-    return inputs, gradient
+    return with_gradient(inputs, pooled)
 
 
 def test_sdxls_size_input_gets_the_live_pooled_output_added_with_the_hosts_values_and_gradient(sdxl):
