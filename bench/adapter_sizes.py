@@ -7,7 +7,7 @@ real). Prints one `RESULT {json}` line (LyCORIS logs to stdout too).
 
 import json
 
-from .full_size import SDXL_UNET
+from bench.full_size import SDXL_UNET
 
 
 def main():
@@ -19,7 +19,7 @@ def main():
     import torch
 
     from eridiffusion.training.adapters import AdapterSpec, attach_adapters
-    from eridiffusion.training.lora_format import loadable_weight_keys
+    from eridiffusion.training.formats.lora_file import loadable_weight_keys
 
     config = comfy.supported_models.SDXL(dict(SDXL_UNET))
     config.set_inference_dtype(torch.bfloat16, None)

@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.train_speed import build, random_data, stub_pyav  # noqa: E402
-from tests.support.dynamic_vram import enable_dynamic_vram, load_aimdo  # noqa: E402
+from devkit.dynamic_vram import enable_dynamic_vram, load_aimdo  # noqa: E402
 
 
 def unfused_forward(self, x, base):
@@ -74,14 +74,14 @@ def main():
 
     enable_dynamic_vram()
     from eridiffusion.comfy_compat import host_version, training_forward
-    from eridiffusion.training import model_loading
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.adapters.attach import _eject, _inject
-    from eridiffusion.training.adapters.compute_copies import ComputeCopies
     from eridiffusion.training.adapters.lora import LoRA
-    from eridiffusion.training.config import TrainConfig
-    from eridiffusion.training.model_forward import transformer_options_of
-    from eridiffusion.training.trainer import TrainingRun
+    from eridiffusion.training.model import loading as model_loading
+    from eridiffusion.training.model.forward import transformer_options_of
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import TrainingRun
+    from eridiffusion.training.speed.compute_copies import ComputeCopies
 
     config = TrainConfig(
         steps=10,

@@ -1,5 +1,5 @@
 """Evaluation-loss drop of every tiny family's short training run, with the settings of
-tests/training/test_families.py (rank 8, all-linear, fp32, the family's steps and learning rate,
+tests/training/model/test_families.py (rank 8, all-linear, fp32, the family's steps and learning rate,
 4 real photos or clips made from them, each family's default objective). CPU is enough; prints
 JSON and writes $OUT/family_losses.json.
 
@@ -16,21 +16,21 @@ sys.path.insert(0, ROOT)
 
 
 def main(names):
+    from devkit.paths import shared_datasets
     from eridiffusion.runtime import start_host_in_temp_dir
-    from tests.support.paths import shared_datasets
 
     start_host_in_temp_dir("eridiffusion-families-")
     import torch
 
+    from devkit.photo_clips import CLIP_FRAMES, write_dog_clips  # the clips the tests train on
+    from devkit.tiny_models import TINY_FAMILIES, build_tiny
     from eridiffusion.training.adapters import AdapterSpec
-    from eridiffusion.training.config import TrainConfig
-    from eridiffusion.training.dataset import load_dataset
-    from eridiffusion.training.families import family_of, resolve_objective
-    from eridiffusion.training.latent_cache import build_training_data
-    from eridiffusion.training.objective import ObjectiveSpec
-    from eridiffusion.training.trainer import train_lora
-    from tests.support.photo_clips import CLIP_FRAMES, write_dog_clips  # the clips the tests train on
-    from tests.support.tiny_models import TINY_FAMILIES, build_tiny
+    from eridiffusion.training.data.dataset import load_dataset
+    from eridiffusion.training.data.training_data import build_training_data
+    from eridiffusion.training.model.families import family_of, resolve_objective
+    from eridiffusion.training.model.objective import ObjectiveSpec
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import train_lora
 
     work = tempfile.mkdtemp(prefix="eridiffusion-family-runs-")
     photos = os.path.join(shared_datasets(), "dreambooth_dog")

@@ -1,4 +1,4 @@
-"""The frozen product of one adapted linear layer, bf16 against fp8 (training/adapters/fp8_products.py),
+"""The frozen product of one adapted linear layer, bf16 against fp8 (training/speed/fp8_products.py),
 for the layer shapes of full-size Flux.1-dev and SDXL at 1024²: forward (x·Wᵀ + b) and input
 gradient (g·W), each as the trainer runs it (the fp8 one with its activation or gradient scaling,
 in fp8_scaling's Triton kernels, with the column-major copy of the weight made once), the bare
@@ -63,7 +63,7 @@ def measure_layer(name, rows, fan_in, fan_out):
     """The timings of one layer shape (see the module's docstring), in seconds."""
     import torch
 
-    from eridiffusion.training.adapters.fp8_products import E4M3, E5M2, _Fp8Linear, _quantized_eagerly, quantized
+    from eridiffusion.training.speed.fp8_products import E4M3, E5M2, Fp8Linear, quantized_eagerly, quantized
 
     x = torch.randn(rows, fan_in, device="cuda", dtype=torch.bfloat16)
     g = torch.randn(rows, fan_out, device="cuda", dtype=torch.bfloat16)
@@ -74,7 +74,7 @@ def measure_layer(name, rows, fan_in, fan_out):
     g8, g_scale = quantized(g, E5M2)
     w8_columns = w8.t().contiguous().t()
 
-    class Saved:  # what _Fp8Linear's autograd context holds for its backward
+    class Saved:  # what Fp8Linear's autograd context holds for its backward
         needs_input_grad = (True, False, False, False, False)
         saved_tensors = (w8_columns, w_scale)
         input_shape = x.shape
@@ -89,8 +89,8 @@ def measure_layer(name, rows, fan_in, fan_out):
         "shape": [rows, fan_in, fan_out],
         "bf16_forward_s": graph_time(lambda: torch.addmm(b, x, w.t())),
         "bf16_input_grad_s": graph_time(lambda: torch.mm(g, w)),
-        "fp8_forward_s": graph_time(lambda: _Fp8Linear.forward(ctx, x, w8, w8_columns, w_scale, b)),
-        "fp8_input_grad_s": graph_time(lambda: _Fp8Linear.backward(ctx, g)),
+        "fp8_forward_s": graph_time(lambda: Fp8Linear.forward(ctx, x, w8, w8_columns, w_scale, b)),
+        "fp8_input_grad_s": graph_time(lambda: Fp8Linear.backward(ctx, g)),
         "fp8_bare_forward_s": graph_time(
             lambda: torch._scaled_mm(x8, w8.t(), x_scale, w_scale, bias=b, out_dtype=bf16)
         ),
@@ -99,9 +99,9 @@ def measure_layer(name, rows, fan_in, fan_out):
         ),
         "fp8_bare_input_grad_s": graph_time(lambda: torch._scaled_mm(g8, w8_columns, g_scale, w_scale, out_dtype=bf16)),
         "quantize_activation_s": graph_time(lambda: quantized(x, E4M3)),
-        "quantize_activation_eager_s": graph_time(lambda: _quantized_eagerly(x, E4M3)),
+        "quantize_activation_eager_s": graph_time(lambda: quantized_eagerly(x, E4M3)),
         "quantize_gradient_s": graph_time(lambda: quantized(g, E5M2)),
-        "quantize_gradient_eager_s": graph_time(lambda: _quantized_eagerly(g, E5M2)),
+        "quantize_gradient_eager_s": graph_time(lambda: quantized_eagerly(g, E5M2)),
         "weight_column_copy_s": graph_time(lambda: w8.t().contiguous()),
     }
     # the pieces of an activation's scaling, each alone
@@ -145,7 +145,7 @@ def main():
         r = measure_layer(*shape)
         layers.append(r)
         print(json.dumps(microseconds(r)), flush=True)
-    from eridiffusion.training.adapters.fp8_products import _FUSED
+    from eridiffusion.training.speed.fp8_products import _FUSED
 
     summary = {
         "device": torch.cuda.get_device_name(),

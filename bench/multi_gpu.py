@@ -81,9 +81,9 @@ def tiny_inputs():
     """The tiny SDXL stack and the DreamBooth photos at 64 px, encoded (the CPU smoke run)."""
     import torch
 
-    from eridiffusion.tiny_models import build_tiny_demo
-    from eridiffusion.training.dataset import load_dataset
-    from eridiffusion.training.latent_cache import build_training_data
+    from eridiffusion.training.data.dataset import load_dataset
+    from eridiffusion.training.data.training_data import build_training_data
+    from eridiffusion.training.model.tiny_models import build_tiny_demo
 
     model, clip, vae = build_tiny_demo("sdxl", seed=0)
     dataset = load_dataset(os.path.join(ROOT, "demo", "data", "dreambooth_dog"))
@@ -94,7 +94,7 @@ def tiny_inputs():
 
 def worker(name):
     """One experiment in one of torchrun's processes; rank 0 prints the RESULT line."""
-    from eridiffusion.training.distributed import join_processes
+    from eridiffusion.training.run.distributed import join_processes
 
     processes = join_processes()  # before ComfyUI is imported: its device is this process's GPU
     from eridiffusion.runtime import start_host_in_temp_dir
@@ -104,8 +104,8 @@ def worker(name):
 
     from bench.train_speed import build, random_data
     from eridiffusion.training.adapters import AdapterSpec
-    from eridiffusion.training.config import TrainConfig
-    from eridiffusion.training.trainer import TrainingHooks, train_lora
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import TrainingHooks, train_lora
 
     model_name = os.environ.get("MODEL", "sdxl")
     cuda = torch.cuda.is_available()

@@ -26,14 +26,14 @@ def main():
     import torch
     from torch.overrides import TorchFunctionMode
 
-    from eridiffusion.tiny_models import tiny_sd15
+    from devkit.paths import shared_datasets
+    from eridiffusion.errors import EriDiffusionError
     from eridiffusion.training.adapters import AdapterSpec
-    from eridiffusion.training.config import TrainConfig
-    from eridiffusion.training.dataset import load_dataset
-    from eridiffusion.training.errors import EriDiffusionError
-    from eridiffusion.training.latent_cache import build_training_data
-    from eridiffusion.training.trainer import TrainingHooks, TrainingRun
-    from tests.support.paths import shared_datasets
+    from eridiffusion.training.data.dataset import load_dataset
+    from eridiffusion.training.data.training_data import build_training_data
+    from eridiffusion.training.model.tiny_models import tiny_sd15
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import TrainingHooks, TrainingRun
 
     read_backs = {
         torch.Tensor.item,

@@ -97,10 +97,10 @@ def stack():
     demo node with its own CLIP's conditioning."""
     import torch
 
-    from eridiffusion.training.latent_cache import TrainingData, TrainingSample
+    from eridiffusion.training.data.training_data import TrainingData, TrainingSample
 
     if TINY:
-        from eridiffusion.tiny_models import tiny_sdxl
+        from eridiffusion.training.model.tiny_models import tiny_sdxl
 
         model, clip, _ = tiny_sdxl(seed=0)
         conditioning = clip.encode_from_tokens_scheduled(clip.tokenize("a photo of sks dog"))
@@ -144,8 +144,8 @@ def run(model, clip, data_of, name, settings):
     import torch
 
     from eridiffusion.training.adapters import AdapterSpec
-    from eridiffusion.training.config import TrainConfig
-    from eridiffusion.training.trainer import TrainingHooks, train_lora
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import TrainingHooks, train_lora
 
     cuda = torch.cuda.is_available() and not TINY
     config = TrainConfig(

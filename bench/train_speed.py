@@ -49,7 +49,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.full_size import FLUX_DEV_LAYOUT, SDXL_UNET, WAN21_14B_LAYOUT  # noqa: E402
-from tests.support.dynamic_vram import enable_dynamic_vram, load_aimdo  # noqa: E402
+from devkit.dynamic_vram import enable_dynamic_vram, load_aimdo  # noqa: E402
 
 
 class _PyAVStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -89,7 +89,7 @@ def model_config(model_name):
 
     if model_name == "sdxl":
         return comfy.supported_models.SDXL(dict(SDXL_UNET))
-    from tests.support.detected_configs import detected_model_config
+    from devkit.detected_configs import detected_model_config
 
     if model_name == "wan":
         return detected_model_config(WAN21_14B_LAYOUT, expected_class="WAN21_T2V")
@@ -162,7 +162,7 @@ def full_size_clip(model_name):
         os.path.join(tempfile.gettempdir(), f"eridiffusion_bench_{model_name}_{name}.safetensors") for name in "lg"
     ]
     if not all(os.path.exists(path) for path in paths):
-        from eridiffusion.tiny_models import text_encoder
+        from eridiffusion.training.model.tiny_models import text_encoder
 
         clip = text_encoder(model_config(model_name).clip_target(), torch.Generator().manual_seed(2), {})
         for path, encoder in zip(paths, (clip.cond_stage_model.clip_l, clip.cond_stage_model.clip_g)):
@@ -179,7 +179,7 @@ def random_data(model_name, images=4, resolution=1024, work=None):
     (else `resolution`²)."""
     import torch
 
-    from eridiffusion.training.latent_cache import TrainingData, TrainingSample
+    from eridiffusion.training.data.training_data import TrainingData, TrainingSample
 
     work = work or Work(resolution)
     channels = SHAPES[model_name][0]
@@ -282,10 +282,12 @@ def ours(
     import torch
 
     from eridiffusion import comfy_compat
-    from eridiffusion.training import model_inputs, trainer
-    from eridiffusion.training.adapters import AdapterSpec, fp8_products
-    from eridiffusion.training.config import TrainConfig
-    from eridiffusion.training.trainer import TrainingHooks, train_lora
+    from eridiffusion.training.adapters import AdapterSpec
+    from eridiffusion.training.model import inputs as model_inputs
+    from eridiffusion.training.run import trainer
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import TrainingHooks, train_lora
+    from eridiffusion.training.speed import fp8_products
 
     events = []
     python_profile = os.environ.get("PROFILE") == "python"  # cProfile: the Python functions a step spends in

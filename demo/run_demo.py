@@ -13,8 +13,8 @@ import shutil
 import sys
 import time
 
+from devkit.paths import ROOT, shared_datasets
 from eridiffusion.runtime import start_host
-from tests.support.paths import ROOT, shared_datasets
 
 
 def parse_args(argv):
@@ -31,8 +31,8 @@ def parse_args(argv):
 def demo_prompt(ckpt, steps, dataset_dir, example="sdxl_lora.json", size=256):
     """An example workflow as an API prompt, sized for a CPU (tiny model of the example's
     architecture) or for a real checkpoint (CKPT)."""
-    from tests.support.example_workflows import load_example
-    from tests.support.workflow import set_training_settings, substitute, ui_to_api
+    from devkit.example_workflows import load_example
+    from devkit.workflow import set_training_settings, substitute, ui_to_api
 
     prompt = ui_to_api(load_example(example))
     if ckpt:
@@ -79,7 +79,7 @@ def main(argv=None):
     args = parse_args(argv if argv is not None else sys.argv[1:])
     shutil.rmtree(args.out, ignore_errors=True)
     start_host(args.out)
-    from tests.support.workflow import execution_error, load_extension, run_prompt
+    from devkit.workflow import execution_error, load_extension, run_prompt
 
     load_extension()
     dataset_dir = os.path.join(shared_datasets(), "dreambooth_dog")

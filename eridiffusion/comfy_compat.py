@@ -49,7 +49,7 @@ def training_forward():
     if has_switch:
         comfy.model_management.in_training = True
     try:
-        with fused_flux_rope(), weights_cast_afresh():
+        with weights_cast_afresh():
             yield
     finally:
         if has_switch:
@@ -74,9 +74,6 @@ def weights_cast_afresh():
             mm.NUM_STREAMS = streams
 
 
-ENCODINGS_ON_DEVICE = True  # bench/train_speed's _cpuencodings turns it off, to measure what it gains
-
-
 @contextlib.contextmanager
 def encodings_kept_on(device):
     """ComfyUI's text encoders hand each encoding over on its intermediate device, the CPU unless
@@ -84,9 +81,6 @@ def encodings_kept_on(device):
     and each such copy to the CPU and back (and their gradients' copies in the backward pass) made
     the host wait for the GPU to finish all its queued work: while the block runs, encodings stay on
     `device`, the encoder's own. (`model_management.intermediate_device`, swapped and restored.)"""
-    if not ENCODINGS_ON_DEVICE:
-        yield
-        return
     mm = comfy.model_management
     original = mm.intermediate_device
     mm.intermediate_device = lambda: device
@@ -96,23 +90,24 @@ def encodings_kept_on(device):
         mm.intermediate_device = original
 
 
-FUSED_ROPE = True  # bench/train_speed's _plainrope turns it off, to measure what it gains
-
-
 @contextlib.contextmanager
-def fused_flux_rope():
-    """Flux's RoPE (comfy.ldm.flux.math, which Flux, Flux.2 and Chroma attend through) as one fused
-    kernel per query or key while training (training.fused_rope), where the host's training path
-    makes an fp32 copy and three more full-size passes; its module functions are restored after."""
+def flux_rope_replaced(make_rope1):
+    """Flux's RoPE functions (comfy.ldm.flux.math, which Flux, Flux.2 and Chroma attend through)
+    replaced for the block: apply_rope1 by `make_rope1(host's apply_rope1)`, apply_rope by the same
+    applied to the query and the key; the host's functions are restored after. A host without them
+    runs the block as it is."""
     import comfy.ldm.flux.math as flux_math
 
-    from .training import fused_rope
-
-    if not FUSED_ROPE or not (hasattr(flux_math, "apply_rope1") and hasattr(flux_math, "apply_rope")):
+    if not (hasattr(flux_math, "apply_rope1") and hasattr(flux_math, "apply_rope")):
         yield
         return
     original = flux_math.apply_rope, flux_math.apply_rope1
-    flux_math.apply_rope, flux_math.apply_rope1 = fused_rope.rope(original[1]), fused_rope.rope1(original[1])
+    rope1 = make_rope1(original[1])
+
+    def apply_rope(xq, xk, freqs_cis):
+        return rope1(xq, freqs_cis), rope1(xk, freqs_cis)
+
+    flux_math.apply_rope, flux_math.apply_rope1 = apply_rope, rope1
     try:
         yield
     finally:
@@ -198,7 +193,7 @@ def _trainable(obj, what):
     try:
         return obj.clone(disable_dynamic=True)
     except RuntimeError as error:
-        from .training.errors import EriDiffusionError
+        from .errors import EriDiffusionError
 
         raise EriDiffusionError(
             f"this {what} uses ComfyUI's dynamic VRAM and was not made by one of ComfyUI's loaders, "

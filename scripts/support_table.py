@@ -9,13 +9,13 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import tests.support  # noqa: E402,F401  (before the host's own `tests` package is on sys.path)
+import devkit  # noqa: E402,F401  (before the host's own `tests` package is on sys.path)
 from eridiffusion.runtime import start_host_in_temp_dir  # noqa: E402
 
 
 def main():
     start_host_in_temp_dir("eridiffusion-table-")
-    from tests.support.support_table import support_table
+    from devkit.support_table import support_table
 
     path = os.path.join(ROOT, "README.md")
     with open(path, encoding="utf-8") as f:

@@ -6,11 +6,12 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from devkit import paths  # noqa: E402
 from eridiffusion.runtime import start_host_in_temp_dir  # noqa: E402
-from tests.support import paths  # noqa: E402
 
 # each process (the pytest main process, every xdist worker) has its own folders, gone at its exit
 start_host_in_temp_dir(f"eridiffusion-tests-{os.getpid()}-", parent=os.environ.get("PYTEST_TMPDIR"))
+from devkit.stock_comfyui import ProbeInput  # noqa: E402  (imports ComfyUI)
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +36,7 @@ TRAINING_RESOLUTION = 128
 
 @pytest.fixture(scope="session")
 def dog_dataset(datasets_dir):
-    from eridiffusion.training.dataset import load_dataset
+    from eridiffusion.training.data.dataset import load_dataset
 
     return load_dataset(os.path.join(datasets_dir, "dreambooth_dog"))
 
@@ -46,11 +47,11 @@ def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
     probe input taken before training."""
     import torch
 
+    from devkit.tiny_models import build_tiny
     from eridiffusion.training.adapters import AdapterSpec
-    from eridiffusion.training.config import TrainConfig
-    from eridiffusion.training.latent_cache import build_training_data
-    from eridiffusion.training.trainer import train_lora
-    from tests.support.tiny_models import build_tiny
+    from eridiffusion.training.data.training_data import build_training_data
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import train_lora
 
     model, clip, vae = build_tiny(arch, seed=0)
     with torch.inference_mode():  # as ComfyUI runs nodes
@@ -90,39 +91,6 @@ def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
         "probe": probe,
         "base_output_before": before,
     }
-
-
-class ProbeInput:
-    """A fixed noisy latent, sigma and conditioning to compare model outputs exactly."""
-
-    def __init__(self, x, sigma, inputs):
-        self.x, self.sigma, self.inputs = x, sigma, inputs
-
-    @classmethod
-    def of(cls, model, data):
-        import torch
-
-        from eridiffusion.training.model_inputs import batch_inputs, model_inputs
-
-        base = model.model
-        sample = data.samples[0]
-        latent = base.process_latent_in(sample.latent[None].float())
-        inputs = batch_inputs([model_inputs(base, sample.conditionings[0], latent[0], "cpu", sample.bucket)])
-        noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(7))
-        ms = base.model_sampling
-        sigma = torch.tensor([float(ms.percent_to_sigma(0.6))])  # 40% of the way from noise to image
-        return cls(ms.noise_scaling(sigma, noise, latent), sigma, inputs)
-
-    def output(self, patcher):
-        import comfy.model_management
-        import torch
-
-        with torch.inference_mode():
-            comfy.model_management.load_models_gpu([patcher], force_full_load=True)
-            device = patcher.load_device  # (the probe is made on the CPU; a GPU run computes there)
-            inputs = {name: v.to(device) if isinstance(v, torch.Tensor) else v for name, v in self.inputs.items()}
-            out = patcher.model.apply_model(self.x.to(device), self.sigma.to(device), **inputs)
-            return out.float().cpu().clone()
 
 
 _TRAINED = {}
@@ -171,9 +139,9 @@ def quality_stack(datasets_dir, tmp_path_factory):
     held out for validation: the stack of issue 14's tests (validation, EMA, masks, preservation)."""
     import torch
 
-    from eridiffusion.training.dataset import load_dataset
-    from eridiffusion.training.latent_cache import build_training_data
-    from tests.support.tiny_models import build_tiny
+    from devkit.tiny_models import build_tiny
+    from eridiffusion.training.data.dataset import load_dataset
+    from eridiffusion.training.data.training_data import build_training_data
 
     model, clip, vae = build_tiny("sd15", seed=0)
     dataset = load_dataset(os.path.join(datasets_dir, "dreambooth_dog"), validation=0.2)
@@ -186,8 +154,8 @@ def quality_stack(datasets_dir, tmp_path_factory):
 def dog_clips(datasets_dir, tmp_path_factory):
     """A clip dataset from the DreamBooth photos (demo/photo_clips.py), loaded at CLIP_FRAMES frames
     and 16 fps."""
-    from eridiffusion.training.dataset import load_dataset
-    from tests.support.photo_clips import CLIP_FRAMES, write_dog_clips
+    from devkit.photo_clips import CLIP_FRAMES, write_dog_clips
+    from eridiffusion.training.data.dataset import load_dataset
 
     folder = write_dog_clips(os.path.join(datasets_dir, "dreambooth_dog"), str(tmp_path_factory.mktemp("dog_clips")))
     return load_dataset(folder, frames=CLIP_FRAMES, fps=16.0)

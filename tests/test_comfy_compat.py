@@ -14,10 +14,10 @@ import folder_paths
 import pytest
 import torch
 
+from devkit.paths import ROOT
+from devkit.tiny_models import build_tiny
+from devkit.workflow import execution_error, load_extension, run_prompt
 from eridiffusion import comfy_compat
-from tests.support.paths import ROOT
-from tests.support.tiny_models import build_tiny
-from tests.support.workflow import execution_error, load_extension, run_prompt
 
 B, HEADS, TOKENS, DIM = 1, 2, 6, 8
 
@@ -67,7 +67,7 @@ def test_training_forward_turns_the_hosts_training_switch_on_only_inside():
 
 def test_training_forward_casts_streamed_weights_afresh_without_offload_streams(monkeypatch):
     """ComfyUI 0.2x casts streamed weights into a buffer each offload stream reuses, under the
-    weights autograd saved for backward (tests/training/test_model_loading.py shows the wrong
+    weights autograd saved for backward (tests/training/model/test_model_loading.py shows the wrong
     gradients on a GPU): inside a training forward there are no offload streams, after it the
     host's setting is back, also when the step fails."""
     monkeypatch.setattr(comfy.model_management, "NUM_STREAMS", 2)
@@ -128,7 +128,7 @@ def test_a_text_encoder_loaded_under_dynamic_vram_trains_its_adapters():
     source's module tree for encoding: the adapters went into modules that never ran, and the
     text encoder silently did not train. In a process of its own (dynamic VRAM stays on)."""
     done = subprocess.run(
-        [sys.executable, "-m", "tests.support.dynamic_vram"], cwd=ROOT, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "devkit.dynamic_vram"], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])

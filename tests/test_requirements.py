@@ -10,8 +10,8 @@ import folder_paths
 import pytest
 from comfy_config.config_parser import extract_node_configuration
 
+from devkit.paths import ROOT
 from eridiffusion import __version__
-from tests.support.paths import ROOT
 
 HOST = os.path.dirname(os.path.abspath(folder_paths.__file__))
 

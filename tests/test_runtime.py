@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from tests.support.paths import ROOT
+from devkit.paths import ROOT
 
 
 def test_a_temp_dir_host_sends_comfyuis_folders_there_and_is_gone_when_the_process_exits(tmp_path):

@@ -4,8 +4,8 @@ yet are collected, to be listed in one warning; keys ai-toolkit does not have ar
 
 from dataclasses import dataclass, field
 
-from ..training.errors import EriDiffusionError
-from ..training.optimizers import OPTIMIZERS
+from ..errors import EriDiffusionError
+from ..training.run.optimizers import OPTIMIZERS
 from .schema import nearest_hint, section_settings
 
 TRAINER_TYPES = ("sd_trainer", "ui_trainer", "diffusion_trainer")

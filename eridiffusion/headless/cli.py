@@ -9,8 +9,8 @@ import shutil
 import sys
 import tempfile
 
+from ..errors import EriDiffusionError
 from ..host import HostNotFound
-from ..training.errors import EriDiffusionError
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130  # the shell's status for Ctrl-C, so a script that queues runs stops too
@@ -82,7 +82,7 @@ def main(argv=None):
             import torch
 
             check_gpus(args.gpus, torch.cuda.device_count(), started_by_torchrun=False)
-        from ..training.distributed import join_processes
+        from ..training.run.distributed import join_processes
 
         processes = join_processes()  # before ComfyUI is imported: it takes the current GPU as its device
     except EriDiffusionError as error:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from ..training.errors import EriDiffusionError
+from ..errors import EriDiffusionError
 
 BASE_KEY = "_base_"
 

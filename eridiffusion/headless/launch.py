@@ -1,12 +1,12 @@
 """`eridiffusion train CONFIG --gpus N`: the same command again as N processes under torchrun
 (`python -m torch.distributed.run`), which this process becomes; torchrun's own environment then
-tells each process its rank (training/distributed.py)."""
+tells each process its rank (training/run/distributed.py)."""
 
 import os
 import sys
 
+from ..errors import EriDiffusionError
 from ..host import CHECKOUT_DIR
-from ..training.errors import EriDiffusionError
 
 
 def torchrun_command(config, processes, output=None, resume=None):
@@ -55,7 +55,7 @@ def become_torchrun(args):
     """Replace this process with torchrun running this command on args.gpus GPUs (never returns)."""
     import torch
 
-    from ..training.distributed import under_torchrun
+    from ..training.run.distributed import under_torchrun
 
     check_gpus(args.gpus, torch.cuda.device_count(), under_torchrun())
     command = torchrun_command(args.config, args.gpus, args.output, args.resume)

@@ -5,7 +5,7 @@ checking that it is the family the config says."""
 import os
 from dataclasses import dataclass
 
-from ..training.errors import EriDiffusionError
+from ..errors import EriDiffusionError
 
 TINY_MODELS = {"tiny-sdxl": "sdxl", "tiny-sd15": "sd15"}
 
@@ -95,7 +95,7 @@ class ModelSource:
 
 def arch_classes(arch):
     """The ComfyUI model classes `arch` names, or () when it names none."""
-    from ..training.families import FAMILIES
+    from ..training.model.families import FAMILIES
 
     name = arch.strip().lower()
     if name in ARCH_CLASSES:
@@ -133,7 +133,7 @@ def _undetected(error, path, key):
 def load_models(source):
     """(MODEL, CLIP, VAE) for `source`, each loaded as ComfyUI's loader node for it does."""
     if source.tiny:
-        from ..tiny_models import build_tiny_demo
+        from ..training.model.tiny_models import build_tiny_demo
 
         return build_tiny_demo(source.tiny, seed=0)
     options = _model_options(source.weight_dtype)
@@ -219,7 +219,7 @@ def load_vae(path):
 
 def model_family(model, source):
     """The Family ComfyUI's detection makes of `model`; an error when `source.arch` names another."""
-    from ..training.families import family_of
+    from ..training.model.families import family_of
 
     family = family_of(model.model)  # raises, naming the class, for a model no family covers
     loaded_as = type(model.model.model_config).__name__

@@ -22,7 +22,7 @@ GIB = 2**30
 
 def buckets(dataset, resolution):
     """{(width, height): images}, each image counted `repeats` times, as CacheLatents buckets them."""
-    from ..training.buckets import bucket_for
+    from ..training.data.buckets import bucket_for
 
     counts = collections.Counter(bucket_for(r.width, r.height, resolution) for r in dataset.records)
     return {size: n * dataset.repeats for size, n in sorted(counts.items())}
@@ -30,7 +30,7 @@ def buckets(dataset, resolution):
 
 def latent_bytes_of(record, dataset, resolution, model, vae):
     """Bytes of one image's (clip's) fp32 latent on the training device."""
-    from ..training.buckets import bucket_for
+    from ..training.data.buckets import bucket_for
 
     width, height = bucket_for(record.width, record.height, resolution)
     ratio = vae.spacial_compression_encode()
@@ -41,8 +41,8 @@ def latent_bytes_of(record, dataset, resolution, model, vae):
 def adapter_parameters(model, settings, family):
     """(layers, parameters) of the adapters the trainer would attach to `model`."""
     from ..training.adapters.attach import target_layers
-    from ..training.families import resolve_targets
-    from ..training.lora_format import loadable_weight_keys
+    from ..training.formats.lora_file import loadable_weight_keys
+    from ..training.model.families import resolve_targets
 
     spec = dataclasses.replace(settings.adapter, targets=resolve_targets(settings.adapter.targets, family))
     layers = target_layers(model.model, spec, loadable_weight_keys(model.model).keys())
@@ -54,7 +54,7 @@ def plan_lines(config, inputs, settings, output, processes=1):
     """The dry run's report, one line per item (`processes`: the run's, each on its own device)."""
     import comfy.model_management
 
-    from ..training.families import resolve_objective
+    from ..training.model.families import resolve_objective
 
     family, dataset, model = inputs.family, inputs.dataset, inputs.model
     resolution = config.cache["resolution"]

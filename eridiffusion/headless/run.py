@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..training.distributed import SINGLE_PROCESS
-from ..training.errors import EriDiffusionError
+from ..errors import EriDiffusionError
+from ..training.run.distributed import SINGLE_PROCESS
 from . import terminal
 from .models import load_models, model_family
 from .run_config import config_yaml
@@ -57,7 +57,7 @@ def load_inputs(config):
 def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
     """CacheLatents' work (its node adds only ComfyUI's progress bar), shared among the processes."""
     from ..nodes.cache_node import default_cache_folder
-    from ..training.latent_cache import build_training_data
+    from ..training.data.training_data import build_training_data
 
     folder = config.cache["cache_folder"].strip() or default_cache_folder()
     with torch.inference_mode():
@@ -137,7 +137,7 @@ def save_outputs(config, result):
     """SaveLoRA and LossGraph on the trained LORA and LOSS; the saved file's path."""
     from ..nodes.loss_graph_node import LossGraph
     from ..nodes.save_node import SaveLoRA
-    from ..training.loss_plot import LossHistory
+    from ..training.run.loss_plot import LossHistory
 
     history = LossHistory.of(result)
     with torch.inference_mode():
@@ -161,9 +161,9 @@ def train_from_config(config, resume=None, processes=SINGLE_PROCESS):
     import comfy.model_management
     import folder_paths
 
-    from ..training.run_folder import unique_run_dir
-    from ..training.summary import validation_summary
-    from ..training.trainer import TrainingHooks, train_lora
+    from ..training.run.run_folder import unique_run_dir
+    from ..training.run.summary import validation_summary
+    from ..training.run.trainer import TrainingHooks, train_lora
 
     main = processes.is_main
     say = terminal.say if main else (lambda line: None)

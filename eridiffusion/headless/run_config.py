@@ -7,18 +7,11 @@ from dataclasses import dataclass, fields
 
 import yaml
 
-from ..training.errors import EriDiffusionError
+from ..errors import EriDiffusionError
 from . import ai_toolkit
 from .config_file import read_config
 from .models import TINY_MODELS, ModelSource
-from .schema import (
-    FOLDER_INPUTS,
-    NODE_SECTIONS,
-    OPTIONAL_SECTIONS,
-    SECTIONS,
-    nearest_hint,
-    section_settings,
-)
+from .schema import FOLDER_INPUTS, NODE_SECTIONS, OPTIONAL_SECTIONS, SECTIONS, nearest_hint, section_settings
 
 TOP_LEVEL = SECTIONS + ("output",)
 

@@ -7,7 +7,7 @@ import difflib
 import math
 from dataclasses import dataclass
 
-from ..training.errors import EriDiffusionError
+from ..errors import EriDiffusionError
 
 # Sections named after the node whose inputs they hold. `objective` and `sample` are the
 # trainer's optional inputs, `validation_dataset` and `regularization_dataset` second LoadDatasets

@@ -6,8 +6,8 @@ import os
 import signal
 import sys
 
-from ..training.errors import EriDiffusionError
-from ..training.trainer import TrainingHooks
+from ..errors import EriDiffusionError
+from ..training.run.trainer import TrainingHooks
 
 BAR_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_inv_fmt}{postfix}]"
 

@@ -6,7 +6,7 @@ import folder_paths
 from comfy.utils import ProgressBar
 from comfy_api.latest import io
 
-from ..training.latent_cache import build_training_data
+from ..training.data.training_data import build_training_data
 from .types import CATEGORY, Dataset, TrainingData
 
 

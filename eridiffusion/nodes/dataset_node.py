@@ -5,7 +5,7 @@ import os
 import folder_paths
 from comfy_api.latest import io
 
-from ..training.dataset import MAX_VALIDATION_FRACTION, load_dataset
+from ..training.data.dataset import MAX_VALIDATION_FRACTION, load_dataset
 from .types import CATEGORY, Dataset
 
 MISSING_CAPTION = {"error": "error", "use trigger word": "trigger_word"}

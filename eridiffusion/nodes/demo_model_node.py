@@ -2,7 +2,7 @@
 
 from comfy_api.latest import io
 
-from ..tiny_models import TINY_BUILDERS, build_tiny_demo
+from ..training.model.tiny_models import TINY_BUILDERS, build_tiny_demo
 from .types import CATEGORY
 
 

@@ -4,8 +4,8 @@ import os
 
 from comfy_api.latest import io, ui
 
-from ..training.atomic_file import write_atomic
-from ..training.loss_plot import as_image_tensor, draw_loss_plot
+from ..training.formats.atomic_file import write_atomic
+from ..training.run.loss_plot import as_image_tensor, draw_loss_plot
 from .types import CATEGORY, Loss
 
 

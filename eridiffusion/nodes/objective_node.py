@@ -2,13 +2,9 @@
 
 from comfy_api.latest import io
 
-from ..training.config import training_settings
-from ..training.objective import ObjectiveSpec
-from ..training.settings import settings_of
+from ..training.run.config import training_settings
 from .setting_inputs import SettingValues, inputs_for
 from .types import CATEGORY, Objective
-
-SETTINGS = tuple(settings_of(ObjectiveSpec)) + ("guidance", "bypass_guidance_embedding")
 
 
 class TrainingObjective(io.ComfyNode):
@@ -20,7 +16,7 @@ class TrainingObjective(io.ComfyNode):
             category=CATEGORY,
             description="How noise levels are drawn and the loss weighted (without this node: the model "
             "family's defaults, see the README's support table).",
-            inputs=inputs_for(training_settings(), SETTINGS),
+            inputs=inputs_for(training_settings(), "objective"),
             outputs=[Objective.Output(display_name="objective", tooltip="Connect to LoRATrainer.")],
         )
 

@@ -1,11 +1,11 @@
 """The small optional nodes that feed LoRATrainer the settings users change less often (adapter
 shape, optimizer and schedule, memory and speed, checkpoints, validation, EMA and the loss's
 extras), so the trainer's own face holds only the essentials. Each input is a training setting
-(training/config.py) with its default; a node left out means those defaults."""
+(training/run/config.py) with its default; a node left out means those defaults."""
 
 from comfy_api.latest import io
 
-from ..training.config import training_settings
+from ..training.run.config import training_settings
 from .setting_inputs import SettingValues, inputs_for
 from .types import (
     CATEGORY,
@@ -19,12 +19,12 @@ from .types import (
 
 
 class TrainerOptionsNode(io.ComfyNode):
-    """Base of the options nodes: SETTINGS become the inputs, their values the output."""
+    """Base of the options nodes: the training settings of GROUP become the inputs, their values the output."""
 
     NODE_ID = DISPLAY_NAME = DESCRIPTION = ""
     SOCKET = None  # the io.Custom type LoRATrainer takes it as
     TRAINER_INPUT = ""  # LoRATrainer's input for it
-    SETTINGS = ()
+    GROUP = ""  # the training settings of this group (their `group`) are its inputs
 
     @classmethod
     def define_schema(cls):
@@ -33,7 +33,7 @@ class TrainerOptionsNode(io.ComfyNode):
             display_name=cls.DISPLAY_NAME,
             category=f"{CATEGORY}/options",
             description=cls.DESCRIPTION,
-            inputs=inputs_for(training_settings(), cls.SETTINGS),
+            inputs=inputs_for(training_settings(), cls.GROUP),
             outputs=[
                 cls.SOCKET.Output(display_name="options", tooltip=f"Connect to LoRATrainer's {cls.TRAINER_INPUT}.")
             ],
@@ -50,8 +50,8 @@ class AdapterOptionsNode(TrainerOptionsNode):
         "Which layers get adapters (preset, then include/exclude patterns on their names), conv adapters "
         "(LoCon) and LoKr's factors, for LoRATrainer."
     )
+    GROUP = "adapter"
     SOCKET, TRAINER_INPUT = AdapterOptions, "adapter_options"
-    SETTINGS = ("targets", "conv_rank", "conv_alpha", "lokr_factor", "lokr_full_rank", "include", "exclude")
 
 
 class OptimizerOptionsNode(TrainerOptionsNode):
@@ -60,17 +60,8 @@ class OptimizerOptionsNode(TrainerOptionsNode):
         "The optimizer, learning-rate schedule, gradient accumulation, text-encoder rate and per-block rates, "
         "for LoRATrainer."
     )
+    GROUP = "optimizer"
     SOCKET, TRAINER_INPUT = OptimizerOptions, "optimizer_options"
-    SETTINGS = (
-        "optimizer",
-        "lr_schedule",
-        "warmup_steps",
-        "grad_accum",
-        "text_encoder_lr",
-        "weight_decay",
-        "max_grad_norm",
-        "block_lr",
-    )
 
 
 class MemoryOptionsNode(TrainerOptionsNode):
@@ -79,22 +70,15 @@ class MemoryOptionsNode(TrainerOptionsNode):
         "Memory and speed: gradient checkpointing, streamed weights, torch.compile, CUDA graphs, fp8 compute, "
         "and the GPU that trains."
     )
+    GROUP = "memory"
     SOCKET, TRAINER_INPUT = MemoryOptions, "memory_options"
-    SETTINGS = (
-        "gradient_checkpointing",
-        "weights_vram_gib",
-        "torch_compile",
-        "cuda_graphs",
-        "fp8_compute",
-        "device",
-    )
 
 
 class CheckpointOptionsNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_CheckpointOptions", "CheckpointOptions"
     DESCRIPTION = "Which checkpoints a run keeps, and what it does when the loss turns NaN."
+    GROUP = "checkpoint"
     SOCKET, TRAINER_INPUT = CheckpointOptions, "checkpoint_options"
-    SETTINGS = ("keep_last", "on_nan")
 
 
 class ValidationOptionsNode(TrainerOptionsNode):
@@ -103,8 +87,8 @@ class ValidationOptionsNode(TrainerOptionsNode):
         "How often the validation loss is measured (on LoadDataset's held-out images or CacheLatents' "
         "validation_dataset) and when a run that stopped improving ends."
     )
+    GROUP = "validation"
     SOCKET, TRAINER_INPUT = ValidationOptions, "validation_options"
-    SETTINGS = ("validate_every", "early_stop_patience")
 
 
 class TrainingExtrasNode(TrainerOptionsNode):
@@ -113,16 +97,8 @@ class TrainingExtrasNode(TrainerOptionsNode):
         "An EMA of the adapter weights; the loss weight outside masks; prior preservation (the weight of "
         "regularization images, and differential output preservation of a class phrase)."
     )
+    GROUP = "extras"
     SOCKET, TRAINER_INPUT = TrainingExtras, "training_extras"
-    SETTINGS = (
-        "ema_decay",
-        "ema_warmup",
-        "mask_min",
-        "prior_weight",
-        "preservation_prompt",
-        "preservation_weight",
-        "preservation_every",
-    )
 
 
 OPTIONS_NODES = (

@@ -9,8 +9,8 @@ import time
 
 import folder_paths
 
-from ..training.atomic_file import json_safe
-from ..training.errors import EriDiffusionError
+from ..errors import EriDiffusionError
+from ..training.formats.atomic_file import json_safe
 
 EVENT = "eridiffusion.progress"
 MIN_INTERVAL_S = 0.25  # at most four events a second, whatever the step rate

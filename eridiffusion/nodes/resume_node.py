@@ -5,7 +5,8 @@ import os
 import folder_paths
 from comfy_api.latest import io
 
-from ..training.resume import load_resume_point, state_path
+from ..training.formats.state_file import state_path
+from ..training.run.resume import load_resume_point
 from .types import CATEGORY, Resume
 
 

@@ -3,8 +3,8 @@
 import comfy.samplers
 from comfy_api.latest import io
 
-from ..training.errors import EriDiffusionError
-from ..training.sample_render import SampleSettings
+from ..errors import EriDiffusionError
+from ..training.run.samples import SampleSettings
 from .types import CATEGORY, SampleConfig
 
 

@@ -5,9 +5,9 @@ import os
 import folder_paths
 from comfy_api.latest import io
 
-from ..training.atomic_file import sweep_stale_temp_files
-from ..training.errors import EriDiffusionError
-from ..training.lora_format import SAVE_DTYPES
+from ..errors import EriDiffusionError
+from ..training.formats.atomic_file import sweep_stale_temp_files
+from ..training.formats.lora_file import SAVE_DTYPES
 from .types import CATEGORY, LoRA
 
 # The longest ending a saved name gets: a counter for an existing name, and the extension.

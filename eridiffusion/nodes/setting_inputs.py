@@ -1,40 +1,38 @@
-"""Node inputs made from the settings dataclasses (eridiffusion/training/settings.py): a widget per
-setting with its default, bounds, choices and help text as the tooltip. Nodes hand settings on to
+"""Node inputs made from the settings dataclasses (training/settings.py): a widget per setting
+with its default, bounds, choices and help text as the tooltip. Nodes hand settings on to
 LoRATrainer as SettingValues."""
 
 from dataclasses import dataclass
+from typing import Any
 
 from comfy_api.latest import io
 
-SEEDS = ("seed",)  # no "control after generate" widget: a training run's seed stays what the user set
+from ..training.settings import Setting
 
 
-# Settings added to a node after it shipped: optional inputs, so API prompts saved before they existed
-# still validate (a missing one takes its default).
-ADDED_LATER = ("include", "exclude", "block_lr", "timestep_min", "timestep_max")
-
-
-def input_for(s):
+def input_for(s: Setting):
     """The io input of Setting `s`."""
-    info, common = s.info, {"default": s.default, "tooltip": s.info.help}
-    if s.name in ADDED_LATER:
+    info = s.info
+    common: dict[str, Any] = {"default": s.default, "tooltip": info.help}
+    if info.optional:
         common["optional"] = True
-    if info.choices is not None:
-        return io.Combo.Input(s.name, options=list(info.choices), **common)
+    choices = info.options()
+    if choices is not None:
+        return io.Combo.Input(s.name, options=list(choices), **common)
     if s.type is bool:
         return io.Boolean.Input(s.name, **common)
     bounds = {k: v for k, v in (("min", info.minimum), ("max", info.maximum), ("step", info.step)) if v is not None}
     if s.type is int:
-        extra = {"control_after_generate": False} if s.name in SEEDS else {}
+        extra = {"control_after_generate": False} if info.seed else {}
         return io.Int.Input(s.name, **bounds, **extra, **common)
     if s.type is float:
         return io.Float.Input(s.name, **bounds, **common)
     return io.String.Input(s.name, multiline=info.multiline, **common)
 
 
-def inputs_for(settings, names):
-    """Inputs for `names` (in that order) of {name: Setting} `settings`."""
-    return [input_for(settings[name]) for name in names]
+def inputs_for(settings: dict[str, Setting], group: str | None = None) -> list:
+    """Inputs for `settings` ({name: Setting}, in their order), those of `group` alone when given."""
+    return [input_for(s) for s in settings.values() if group is None or s.info.group == group]
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ from comfy.utils import ProgressBar
 from comfy_api.latest import io
 from comfy_execution.utils import get_executing_context
 
-from ..training.atomic_file import write_json_atomic
-from ..training.config import train_config_from, training_settings
-from ..training.loss_plot import LossHistory
-from ..training.run_folder import unique_run_dir
-from ..training.summary import validation_summary
-from ..training.trainer import TrainingHooks, train_lora
+from ..training.formats.atomic_file import write_json_atomic
+from ..training.run.config import train_config_from, training_settings
+from ..training.run.loss_plot import LossHistory
+from ..training.run.run_folder import unique_run_dir
+from ..training.run.summary import validation_summary
+from ..training.run.trainer import TrainingHooks, train_lora
 from .options_nodes import OPTIONS_NODES
 from .progress import ProgressReporter, begin_run, end_run, server_sender, stop_requested
 from .setting_inputs import inputs_for
@@ -61,19 +61,6 @@ def save_workflow(extra_pnginfo, node_id, run_dir):
     write_json_atomic(os.path.join(run_dir, "workflow.json"), workflow)
 
 
-# LoRATrainer's own widgets: what most runs change. The rest come from the options nodes.
-ESSENTIALS = (
-    "steps",
-    "learning_rate",
-    "algorithm",
-    "rank",
-    "alpha",
-    "batch_size",
-    "seed",
-    "dtype",
-    "save_every",
-    "run_name",
-)
 # Optional inputs whose SettingValues feed the run's settings (a node left out: the defaults).
 SETTING_SOCKETS = ("objective",) + tuple(node.TRAINER_INPUT for node in OPTIONS_NODES)
 
@@ -99,7 +86,7 @@ class LoRATrainer(io.ComfyNode):
             inputs=[
                 io.Model.Input("model", tooltip="The model to train on; it is not changed."),
                 TrainingData.Input("training_data", tooltip="From CacheLatents."),
-                *inputs_for(training_settings(), ESSENTIALS),
+                *inputs_for(training_settings(), "trainer"),  # what most runs change
                 SampleConfig.Input("sample_config", optional=True, tooltip="From SampleDuringTraining (optional)."),
                 io.Clip.Input(
                     "clip",

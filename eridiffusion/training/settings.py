@@ -1,25 +1,45 @@
-"""One definition per training setting: a dataclass field made with `setting(...)` holds its name,
-type, default, bounds, choices and help text. The nodes build their inputs from it, the headless
-config reads its keys and defaults from it, and `check_settings` validates a value against it."""
+"""One definition per user-facing setting: a dataclass field made with `setting(...)` holds its name,
+type, default, bounds, choices, help text and the node that shows it. Every node's inputs, the
+option groups and the command line's config sections are derived from these declarations, and
+`check_value` is the one place a value is checked against them."""
 
 import dataclasses
+import difflib
+import math
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from .errors import EriDiffusionError
+from ..errors import EriDiffusionError
+
+# The types a setting may have: what a node widget or a config value can hold (a tuple: a list of
+# file paths).
+SETTING_TYPES = (bool, int, float, str, tuple)
 
 
 @dataclass(frozen=True)
 class SettingInfo:
+    """What a setting is besides its name, type and default."""
+
     help: str
-    minimum: float = None
-    maximum: float = None
-    step: float = None
-    choices: tuple = None
+    minimum: float | None = None
+    maximum: float | None = None
+    step: float | None = None
+    # the allowed values; a function where the host decides them (its samplers, its loaders' dtypes)
+    choices: tuple | Callable[[], tuple] | None = None
     multiline: bool = False
+    group: str = ""  # the node showing it, where one dataclass feeds several (the trainer's option groups)
+    optional: bool = False  # added to its node after it shipped: workflows saved before it still validate
+    path: bool = False  # a file or folder: relative in a config file means relative to that file
+    seed: bool = False  # a random seed: its widget keeps the value (no "control after generate")
+
+    def options(self) -> tuple | None:
+        """The allowed values, or None for any value of the type."""
+        return self.choices() if callable(self.choices) else self.choices
 
 
-def setting(default, help, **info):
+def setting(default: Any, help: str, **info: Any) -> Any:
     """A dataclass field that is a user-facing setting (see SettingInfo for `info`)."""
     return field(default=default, metadata={"setting": SettingInfo(help, **info)})
 
@@ -27,41 +47,95 @@ def setting(default, help, **info):
 @dataclass(frozen=True)
 class Setting:
     name: str
-    type: type  # bool, int, float or str
-    default: object
+    type: type  # one of SETTING_TYPES
+    default: Any
     info: SettingInfo
 
 
-def settings_of(cls):
-    """{name: Setting} of a settings dataclass (class or instance), in field order."""
-    hints = typing.get_type_hints(cls if isinstance(cls, type) else type(cls))
-    return {
-        f.name: Setting(f.name, hints[f.name], f.default, f.metadata["setting"])
-        for f in dataclasses.fields(cls)
-        if "setting" in f.metadata
-    }
+def settings_of(cls: Any) -> dict[str, Setting]:
+    """{name: Setting} of a settings dataclass (class or instance), in field order; a field holding
+    another settings dataclass contributes that one's settings in its place."""
+    cls = cls if isinstance(cls, type) else type(cls)
+    hints = typing.get_type_hints(cls)
+    found = {}
+    for f in dataclasses.fields(cls):
+        if "setting" in f.metadata:
+            kind = typing.get_origin(hints[f.name]) or hints[f.name]
+            found[f.name] = Setting(f.name, kind, f.default, f.metadata["setting"])
+        elif dataclasses.is_dataclass(hints[f.name]):
+            found.update(settings_of(hints[f.name]))
+    return found
 
 
-def check_settings(obj, owner):
-    """Raise EriDiffusionError naming the first setting of frozen dataclass `obj` outside its type,
-    bounds or choices; `owner` names where it is set (a node, a config section). A whole number
-    given for a float setting is stored as a float (16 and 16.0 are one setting)."""
+def nearest_hint(word: str, known) -> str:
+    """'; did you mean X?' for the known word closest to `word`, or '' when none is close."""
+    close = difflib.get_close_matches(word, [str(k) for k in known], n=1, cutoff=0.5)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _bounds(low, high):
+    if high is None:
+        return f"at least {low:g}"
+    return f"at most {high:g}" if low is None else f"between {low:g} and {high:g}"
+
+
+def check_value(s: Setting, value: Any, where: str) -> Any:
+    """`value` as setting `s` holds it, or an EriDiffusionError naming `where` (a node, a config
+    key), the value and the fix. A whole number for a float setting becomes a float (16 and 16.0
+    are one setting); NaN and infinities are refused."""
+    if s.type is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    wrong_type = not isinstance(value, s.type) or (s.type is int and isinstance(value, bool))
+    if s.type is tuple and not wrong_type:
+        wrong_type = not all(isinstance(v, str) and v for v in value)
+    if wrong_type:
+        kind = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}.get(
+            s.type, "a list of file paths"
+        )
+        raise EriDiffusionError(f"{where}: {s.name} must be {kind}, got {value!r}.")
+    if s.type is float and not math.isfinite(value):
+        raise EriDiffusionError(f"{where}: {s.name} must be a finite number, got {value!r}.")
+    choices = s.info.options()
+    if choices is not None and value not in choices:
+        raise EriDiffusionError(
+            f"{where}: {s.name} '{value}' unknown; choose one of {', '.join(map(str, choices))}"
+            f"{nearest_hint(str(value), choices)}."
+        )
+    low, high = s.info.minimum, s.info.maximum
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise EriDiffusionError(f"{where}: {s.name} must be {_bounds(low, high)} (got {value!r}). {s.info.help}")
+    return value
+
+
+def parsed_value(s: Setting, value: Any, where: str) -> Any:
+    """A value read from a config file as setting `s` takes it: a list of prompts for multi-line
+    text, one path for a list of paths, a whole float for an int; then check_value."""
+    if s.info.multiline and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        value = "\n".join(value)
+    if s.type is tuple and isinstance(value, (str, list)):
+        value = (value,) if isinstance(value, str) else tuple(value)
+    if s.type is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return check_value(s, value, where)
+
+
+def check_settings(obj: Any, owner: str) -> None:
+    """Check every setting of frozen dataclass `obj` (check_value); `owner` names where it is set
+    (a node, a config section)."""
     for name, s in settings_of(obj).items():
-        value = getattr(obj, name)
-        if s.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-            object.__setattr__(obj, name, value)
-        if not isinstance(value, s.type) or (s.type is int and isinstance(value, bool)):
-            raise EriDiffusionError(f"{owner}: {name} must be {s.type.__name__}, got {value!r}.")
-        if s.info.choices is not None and value not in s.info.choices:
-            raise EriDiffusionError(
-                f"{owner}: {name} '{value}' unknown; choose one of {', '.join(map(str, s.info.choices))}."
-            )
-        low, high = s.info.minimum, s.info.maximum
-        if (low is not None and value < low) or (high is not None and value > high):
-            bounds = (
-                f"at least {low:g}"
-                if high is None
-                else (f"at most {high:g}" if low is None else f"between {low:g} and {high:g}")
-            )
-            raise EriDiffusionError(f"{owner}: {name} must be {bounds} (got {value!r}). {s.info.help}")
+        if not hasattr(obj, name) or dataclasses.is_dataclass(getattr(obj, name)):
+            continue  # (a nested settings dataclass checks its own)
+        value = check_value(s, getattr(obj, name), owner)
+        object.__setattr__(obj, name, value)
+
+
+def values_of(obj: Any) -> dict[str, Any]:
+    """{setting name: value} of a settings dataclass instance, nested ones flattened."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if "setting" in f.metadata:
+            out[f.name] = value
+        elif dataclasses.is_dataclass(value):
+            out.update(values_of(value))
+    return out

@@ -9,9 +9,9 @@ import time
 import pytest
 import yaml
 
+from devkit.headless import CONFIGS, run_cli, start_cli, write_yaml
+from devkit.paths import shared_datasets
 from eridiffusion.headless.schema import OPTIONAL_SECTIONS, section_settings
-from tests.support.headless import CONFIGS, run_cli, start_cli, write_yaml
-from tests.support.paths import shared_datasets
 
 
 def read_json(path):
@@ -24,7 +24,7 @@ def unmatched_lora_keys(path, caplog):
     import comfy.sd
     import comfy.utils
 
-    from eridiffusion.tiny_models import build_tiny_demo
+    from eridiffusion.training.model.tiny_models import build_tiny_demo
 
     model, clip, _ = build_tiny_demo("sdxl", seed=0)
     caplog.clear()

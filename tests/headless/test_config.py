@@ -6,10 +6,10 @@ import os
 
 import pytest
 
+from devkit.headless import CONFIGS, write_yaml
+from eridiffusion.errors import EriDiffusionError
 from eridiffusion.headless.run_config import config_yaml, load_run_config
 from eridiffusion.headless.schema import NODE_SECTIONS, section_nodes, section_settings
-from eridiffusion.training.errors import EriDiffusionError
-from tests.support.headless import CONFIGS, write_yaml
 
 
 def test_base_files_merge_depth_first_and_the_later_one_wins(tmp_path):
@@ -287,8 +287,8 @@ def test_ai_toolkit_output_preservation_and_flip_become_their_settings(tmp_path)
 
 
 def test_validation_and_regularization_sections_are_second_datasets_for_cache_latents(tmp_path):
+    from devkit.paths import shared_datasets
     from eridiffusion.headless.run import cache_latents, load_inputs
-    from tests.support.paths import shared_datasets
 
     datasets = shared_datasets()
     path = write_yaml(

@@ -4,13 +4,8 @@ import pytest
 import safetensors.torch
 import torch
 
-from eridiffusion.headless.models import (
-    ModelSource,
-    load_models,
-    load_vae,
-    model_family,
-)
-from eridiffusion.training.errors import EriDiffusionError
+from eridiffusion.errors import EriDiffusionError
+from eridiffusion.headless.models import ModelSource, load_models, load_vae, model_family
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from devkit.headless import CONFIGS, cli_env, run_cli, write_yaml
+from eridiffusion.errors import EriDiffusionError
 from eridiffusion.headless.launch import check_gpus, torchrun_command
-from eridiffusion.training.errors import EriDiffusionError
-from tests.support.headless import CONFIGS, cli_env, run_cli, write_yaml
 
 RUN = "multi"
 STEPS = 4
@@ -127,7 +127,7 @@ def test_a_checkpoint_of_two_processes_continues_in_one_at_the_same_global_batch
 def test_a_checkpoint_of_two_processes_resumed_at_another_global_batch_is_refused_with_the_fix(runs):
     from eridiffusion.headless import run
     from eridiffusion.headless.run_config import load_run_config
-    from eridiffusion.training.trainer import train_lora
+    from eridiffusion.training.run.trainer import train_lora
 
     folder = runs["folder"]
     config = load_run_config(str(folder / "two.yaml"))  # batch_size 1, in this one process

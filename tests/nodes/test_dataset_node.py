@@ -2,8 +2,8 @@
 
 import os
 
+from devkit.photo_clips import CLIP_FRAMES
 from eridiffusion.nodes.dataset_node import LoadDataset
-from tests.support.photo_clips import CLIP_FRAMES
 
 
 def run(folder, frames=17, fps=16.0):

@@ -12,9 +12,9 @@ import sys
 import pytest
 import torch
 
-from tests.support import tiny_family_node
-from tests.support.tiny_models import TINY_FAMILIES, build_tiny
-from tests.support.workflow import load_extension, run_training
+from devkit import tiny_family_node
+from devkit.tiny_models import TINY_FAMILIES, build_tiny
+from devkit.workflow import load_extension, run_training
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.support.workflow import load_extension, run_training
+from devkit.workflow import load_extension, run_training
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +21,11 @@ def test_fp8_compute_through_the_executor_trains_in_fp8_and_saves_a_lora_stock_c
 ):
     import nodes
 
-    from tests.support.tiny_models import build_tiny
+    from devkit.tiny_models import build_tiny
 
     # the extension ComfyUI loaded is its own import of the package (under the checkout's folder name)
     for name, module in list(sys.modules.items()):
-        if name.endswith("eridiffusion.training.adapters.fp8_products"):
+        if name.endswith("eridiffusion.training.speed.fp8_products"):
             monkeypatch.setattr(module, "MIN_MACS", 0)
             monkeypatch.setattr(module, "MIN_WIDTH", 0)
     dogs = os.path.join(datasets_dir, "dreambooth_dog")

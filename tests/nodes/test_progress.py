@@ -9,13 +9,13 @@ import torch
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from devkit.tiny_models import build_tiny
 from eridiffusion.nodes import progress
 from eridiffusion.nodes.trainer_node import live_hooks
 from eridiffusion.training.adapters import AdapterSpec
-from eridiffusion.training.config import TrainConfig
-from eridiffusion.training.latent_cache import build_training_data
-from eridiffusion.training.trainer import TrainingHooks, train_lora
-from tests.support.tiny_models import build_tiny
+from eridiffusion.training.data.training_data import build_training_data
+from eridiffusion.training.run.config import TrainConfig
+from eridiffusion.training.run.trainer import TrainingHooks, train_lora
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,7 @@ def test_loss_route_serves_a_runs_history_and_nothing_outside_output(stack, comf
 def test_validation_points_reach_the_page_live_and_from_the_loss_route(stack, comfy_dirs):
     import dataclasses
 
-    from eridiffusion.training.latent_cache import TrainingData
+    from eridiffusion.training.data.training_data import TrainingData
 
     model, data = stack
     held_out = TrainingData(data.samples[:1], data.empty_conditioning, 0.0, 1, data.resolution, "")

@@ -8,7 +8,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from tests.support.workflow import execution_error, load_extension, run_training
+from devkit.workflow import execution_error, load_extension, run_training
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_ema_through_the_executor_saves_the_average_and_the_trained_weights_besi
 
     import nodes
 
-    from tests.support.tiny_models import build_tiny
+    from devkit.tiny_models import build_tiny
 
     outcome = run_training(
         dogs, "ema_node", trainer={"steps": 4, "ema_decay": 0.5}, save={"filename_prefix": "ema/dog", "dtype": "fp32"}
@@ -79,7 +79,7 @@ def test_ema_through_the_executor_saves_the_average_and_the_trained_weights_besi
 
 
 def test_masks_flip_and_mask_min_through_the_executor(registered, datasets_dir, tmp_path):
-    from tests.training.test_masks import copy_photos, half_black_masks
+    from devkit.photo_masks import copy_photos, half_black_masks
 
     folder = copy_photos(datasets_dir, str(tmp_path / "masked"))
     half_black_masks(folder, names=("00",))
@@ -98,7 +98,7 @@ def test_masks_flip_and_mask_min_through_the_executor(registered, datasets_dir, 
 def test_regularization_images_and_output_preservation_through_the_executor(registered, dogs, datasets_dir):
     import folder_paths
 
-    from tests.support.workflow import QUICK, run_prompt, training_prompt, widget_defaults
+    from devkit.workflow import QUICK, run_prompt, training_prompt, widget_defaults
 
     settings = {
         **QUICK,

@@ -5,9 +5,9 @@ import os
 import folder_paths
 import pytest
 
+from eridiffusion.errors import EriDiffusionError
 from eridiffusion.nodes.save_node import SaveLoRA
-from eridiffusion.training.errors import EriDiffusionError
-from eridiffusion.training.lora_format import TrainedLoRA
+from eridiffusion.training.formats.lora_file import TrainedLoRA
 
 
 def small_lora():

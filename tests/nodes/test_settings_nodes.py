@@ -1,4 +1,4 @@
-"""The training settings are defined once (the dataclasses of training/config.py) and every node
+"""The training settings are defined once (the dataclasses of training/run/config.py) and every node
 input that sets one is that definition: same name, default, bounds, choices and help text."""
 
 import subprocess
@@ -7,10 +7,10 @@ import sys
 import pytest
 import torch
 
+from devkit.headless import cli_env
+from devkit.workflow import load_extension, trainer_setting_nodes
 from eridiffusion.nodes.options_nodes import OPTIONS_NODES
-from eridiffusion.training.config import TrainConfig, train_config_from, training_settings
-from tests.support.headless import cli_env
-from tests.support.workflow import load_extension, trainer_setting_nodes
+from eridiffusion.training.run.config import TrainConfig, train_config_from, training_settings
 
 WIDGET_KIND = {bool: "BOOLEAN", int: "INT", float: "FLOAT", str: "STRING"}
 
@@ -82,7 +82,7 @@ def test_nodes_left_at_their_defaults_give_the_default_config(registered):
 
 
 def test_a_value_outside_a_setting_s_bounds_names_the_setting_and_its_range():
-    from eridiffusion.training.errors import EriDiffusionError
+    from eridiffusion.errors import EriDiffusionError
 
     with pytest.raises(EriDiffusionError, match=r"rank must be between 1 and 1024 \(got 0\)"):
         train_config_from({"rank": 0})
@@ -110,7 +110,7 @@ def test_registering_the_nodes_imports_no_test_support_module_and_warns_of_nothi
         "print(len(nodes))\n"
         "print('\\n'.join(sorted(sys.modules)))\n"
     )
-    from tests.support.paths import ROOT
+    from devkit.paths import ROOT
 
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300
@@ -135,7 +135,7 @@ def test_registering_the_nodes_imports_no_test_support_module_and_warns_of_nothi
 
 
 def test_device_offers_each_gpu_by_name_only_where_there_are_several_to_choose_from(registered):
-    from eridiffusion.training.config import device_choices
+    from eridiffusion.training.run.config import device_choices
 
     assert device_choices(0) == ("auto",)
     assert device_choices(1) == ("auto",)
@@ -156,7 +156,7 @@ def test_device_offers_each_gpu_by_name_only_where_there_are_several_to_choose_f
 
 @pytest.mark.skipif(torch.cuda.device_count() > 1, reason="this machine has a cuda:1")
 def test_a_device_the_machine_lacks_is_refused_naming_the_choices():
-    from eridiffusion.training.errors import EriDiffusionError
+    from eridiffusion.errors import EriDiffusionError
 
     with pytest.raises(EriDiffusionError, match="device 'cuda:1' unknown; choose one of auto"):
         train_config_from({"device": "cuda:1"})

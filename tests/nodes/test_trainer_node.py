@@ -9,8 +9,8 @@ import pytest
 import safetensors.torch
 import torch
 
-from eridiffusion.training.optimizers import OPTIMIZERS
-from tests.support.workflow import load_extension, run_training
+from devkit.workflow import load_extension, run_training
+from eridiffusion.training.run.optimizers import OPTIMIZERS
 
 CPU_REFUSES = {"PagedAdamW": "AdamW", "PagedAdamW8bit": "AdamW8bit (the same without paging) or AdamW"}
 
@@ -114,7 +114,7 @@ def test_an_eager_bf16_run_through_the_executor_computes_with_the_steps_bf16_cop
 
     # the extension ComfyUI loaded is its own import of the package (under the checkout's folder name)
     for name, module in list(sys.modules.items()):
-        if name.endswith("eridiffusion.training.adapters.compute_copies"):
+        if name.endswith("eridiffusion.training.speed.compute_copies"):
             monkeypatch.setattr(module.ComputeCopies, "fold_gradients", counted(module.ComputeCopies.fold_gradients))
     outcome = run_training(two_photos, "bf16_copies", trainer={"dtype": "bf16", "cuda_graphs": "off"})
     assert outcome.success, outcome.error
@@ -137,12 +137,12 @@ def test_a_bf16_run_with_cuda_graphs_through_the_executor_replays_them_with_the_
 
     folds, replays = [], []
     for name, module in list(sys.modules.items()):
-        if name.endswith("eridiffusion.training.adapters.compute_copies"):
+        if name.endswith("eridiffusion.training.speed.compute_copies"):
             fold = module.ComputeCopies.fold_gradients
             monkeypatch.setattr(
                 module.ComputeCopies, "fold_gradients", lambda self, fold=fold: folds.append(self.groups) or fold(self)
             )
-        if name.endswith("eridiffusion.training.cuda_graphs"):
+        if name.endswith("eridiffusion.training.speed.cuda_graphs"):
             call = module.GraphedCall.__call__
             monkeypatch.setattr(
                 module.GraphedCall, "__call__", lambda self, batch, call=call: replays.append(1) or call(self, batch)

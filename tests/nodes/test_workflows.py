@@ -8,8 +8,8 @@ import folder_paths
 import pytest
 
 from demo.run_demo import demo_prompt
-from tests.support.example_workflows import EXAMPLES, FOLDER, render_examples
-from tests.support.workflow import execution_error, load_extension, run_prompt, substitute
+from devkit.example_workflows import EXAMPLES, FOLDER, render_examples
+from devkit.workflow import execution_error, load_extension, run_prompt, substitute
 
 NODE_IDS = {
     "EriDiffusion_LoadDataset",
@@ -50,7 +50,7 @@ def test_every_input_has_a_tooltip(registered):
 def test_committed_example_workflows_match_the_node_definitions(registered):
     for name, text in render_examples().items():
         with open(os.path.join(FOLDER, name)) as f:
-            assert f.read() == text, f"{name} is stale: run `python -m tests.support.example_workflows`"
+            assert f.read() == text, f"{name} is stale: run `python -m devkit.example_workflows`"
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
@@ -84,7 +84,7 @@ def test_example_workflow_runs_headless_and_its_lora_loads_in_loraloader(
     # stock LoraLoader node on the same tiny model: every key matches
     import nodes
 
-    from tests.support.tiny_models import build_tiny
+    from devkit.tiny_models import build_tiny
 
     model, clip, _ = build_tiny("sdxl" if example.startswith("tiny") else example.split("_")[0], seed=0)
     caplog.clear()

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tests.support.workflow import load_extension
+from devkit.workflow import load_extension
 
 
 @pytest.fixture(scope="session")

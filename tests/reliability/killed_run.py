@@ -13,13 +13,13 @@ def main(base, dataset, run_name):
     import folder_paths
     import torch
 
+    from devkit.tiny_models import build_tiny
     from eridiffusion.training.adapters import AdapterSpec
-    from eridiffusion.training.config import TrainConfig
-    from eridiffusion.training.dataset import load_dataset
-    from eridiffusion.training.latent_cache import build_training_data
-    from eridiffusion.training.run_folder import unique_run_dir
-    from eridiffusion.training.trainer import train_lora
-    from tests.support.tiny_models import build_tiny
+    from eridiffusion.training.data.dataset import load_dataset
+    from eridiffusion.training.data.training_data import build_training_data
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.run_folder import unique_run_dir
+    from eridiffusion.training.run.trainer import train_lora
 
     run_dir = unique_run_dir(folder_paths.get_output_directory(), run_name)
     if dataset == "-":

@@ -11,8 +11,8 @@ import time
 import pytest
 from PIL import Image
 
-from eridiffusion.training.dataset import load_dataset
-from tests.support.workflow import run_training
+from devkit.workflow import run_training
+from eridiffusion.training.data.dataset import load_dataset
 
 USE_TRIGGER = "or set missing_caption to 'use trigger word' to caption it with the trigger word."
 

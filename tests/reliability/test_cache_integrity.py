@@ -8,11 +8,11 @@ import pytest
 import safetensors.torch
 import torch
 
-from tests.support.workflow import run_training
+from devkit.workflow import run_training
 
 
 def damage(path, how):
-    from eridiffusion.training.latent_cache import _write_entry
+    from eridiffusion.training.data.latent_cache import _write_entry
 
     data = open(path, "rb").read()
     if how == "empty":

@@ -10,7 +10,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from tests.support.workflow import run_training
+from devkit.workflow import run_training
 
 DIVERGING = {"steps": 30, "learning_rate": 1.0, "dtype": "fp16", "save_every": 2, "rank": 16, "alpha": 16.0}
 CAUSE = (
@@ -69,8 +69,8 @@ def test_skip_mode_still_stops_a_run_that_stays_diverged(registered, photos, com
 def one_nan_latent(dog_dataset, tmp_path_factory):
     """A tiny SD1.5 and 4 training samples, the third with a NaN latent (what a caller that builds
     TrainingData itself could hand the core)."""
-    from eridiffusion.training.latent_cache import build_training_data
-    from tests.support.tiny_models import build_tiny
+    from devkit.tiny_models import build_tiny
+    from eridiffusion.training.data.training_data import build_training_data
 
     model, clip, vae = build_tiny("sd15", seed=0)
     with torch.inference_mode():
@@ -84,8 +84,8 @@ def one_nan_latent(dog_dataset, tmp_path_factory):
 @pytest.mark.parametrize("optimizer", ["AdamW", "Adafactor"])  # a fused optimizer skips on the device, others not
 def test_skip_mode_leaves_out_each_bad_step_and_counts_it(optimizer, one_nan_latent, tmp_path):
     from eridiffusion.training.adapters import AdapterSpec
-    from eridiffusion.training.config import TrainConfig
-    from eridiffusion.training.trainer import TrainingHooks, TrainingRun, train_lora
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import TrainingHooks, TrainingRun, train_lora
 
     model, data = one_nan_latent
     config = TrainConfig(
@@ -119,10 +119,10 @@ def test_skip_mode_leaves_out_each_bad_step_and_counts_it(optimizer, one_nan_lat
 
 
 def test_stop_mode_names_the_data_when_the_first_step_fails(one_nan_latent, tmp_path):
+    from eridiffusion.errors import EriDiffusionError
     from eridiffusion.training.adapters import AdapterSpec
-    from eridiffusion.training.config import TrainConfig
-    from eridiffusion.training.errors import EriDiffusionError
-    from eridiffusion.training.trainer import train_lora
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import train_lora
 
     model, data = one_nan_latent
     only_nan = type(data)(data.samples[2:3], data.empty_conditioning, 0.0, 1, 64, "nan")
@@ -145,7 +145,7 @@ def test_stop_mode_names_the_data_when_the_first_step_fails(one_nan_latent, tmp_
 
 
 def lora_with(value):
-    from eridiffusion.training.lora_format import TrainedLoRA
+    from eridiffusion.training.formats.lora_file import TrainedLoRA
 
     up = torch.ones(4, 2)
     up[0, 0] = value
@@ -179,8 +179,8 @@ def lora_with(value):
     ids=["nan", "fp16 overflow"],
 )
 def test_save_lora_refuses_non_finite_tensors_and_writes_nothing(value, dtype, problem, comfy_dirs):
+    from eridiffusion.errors import EriDiffusionError
     from eridiffusion.nodes.save_node import SaveLoRA
-    from eridiffusion.training.errors import EriDiffusionError
 
     path = os.path.join(comfy_dirs["loras"], "non_finite", f"{dtype}.safetensors")
     with pytest.raises(EriDiffusionError) as raised:

@@ -11,11 +11,11 @@ import time
 import pytest
 import torch
 
+from devkit.workflow import run_training
+from eridiffusion.errors import EriDiffusionError
 from eridiffusion.nodes.save_node import SaveLoRA
-from eridiffusion.training.atomic_file import FILE_MODE
-from eridiffusion.training.errors import EriDiffusionError
-from eridiffusion.training.lora_format import TrainedLoRA
-from tests.support.workflow import run_training
+from eridiffusion.training.formats.atomic_file import FILE_MODE
+from eridiffusion.training.formats.lora_file import TrainedLoRA
 
 
 def small_lora():

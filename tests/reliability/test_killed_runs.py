@@ -12,9 +12,9 @@ import time
 
 import safetensors.torch
 
-from eridiffusion.training.atomic_file import TEMP_SUFFIX
-from eridiffusion.training.resume import load_state
-from tests.support.paths import ROOT
+from devkit.paths import ROOT
+from eridiffusion.training.formats.atomic_file import TEMP_SUFFIX
+from eridiffusion.training.formats.state_file import load_state
 
 TRIALS = 10
 

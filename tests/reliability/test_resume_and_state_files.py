@@ -10,7 +10,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from tests.support.workflow import run_training
+from devkit.workflow import run_training
 
 RESUMABLE = {
     "steps": 12,

@@ -13,9 +13,9 @@ import urllib.request
 
 import pytest
 
+from devkit.browser import ARTIFACTS, CHROMIUM, ComfyPage
+from devkit.paths import ROOT
 from eridiffusion import host
-from tests.support.browser import ARTIFACTS, CHROMIUM, ComfyPage
-from tests.support.paths import ROOT
 
 
 def free_port():

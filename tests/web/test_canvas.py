@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tests.support.browser import ComfyPage
-from tests.support.example_workflows import EXAMPLES, load_example
+from devkit.browser import ComfyPage
+from devkit.example_workflows import EXAMPLES, load_example
 
 # tiny_demo_lora.json as EriDiffusion wrote it before the options nodes (commit 918dab5): its
 # LoRATrainer holds 26 settings, gradient_checkpointing off and targets all-linear among them.

@@ -7,8 +7,8 @@ import json
 import os
 import time
 
-from tests.support.browser import ARTIFACTS, inside
-from tests.support.example_workflows import load_example
+from devkit.browser import ARTIFACTS, inside
+from devkit.example_workflows import load_example
 
 TRAINER = 5
 

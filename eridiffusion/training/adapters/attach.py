@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import comfy.patcher_extension
 import torch
 
-from ..errors import EriDiffusionError
-from ..forward_swap import SwappedForward, swap_in, swap_out
-from ..layer_selection import select_layers
+from ...errors import EriDiffusionError
 from ..settings import check_settings, setting
 from .base import layer_kind
 from .dora import DoRA
+from .forward_swap import SwappedForward, swap_in, swap_out
+from .layer_selection import select_layers
 from .loha import LoHa
 from .lokr import LoKr
 from .lora import LoRA
@@ -57,7 +57,7 @@ TARGET_PRESETS = {
     "blocks": _is_block_linear,
     "all-linear": lambda name, module, modules_by_name: True,
 }
-AUTO_TARGETS = "auto"  # the model family's default preset (training/families.py)
+AUTO_TARGETS = "auto"  # the model family's default preset (training/model/families.py)
 
 
 def _is_resnet_conv(name, module, modules_by_name):
@@ -70,15 +70,19 @@ class AdapterSpec:
     """What to train: the algorithm, its size and which layers get it."""
 
     algorithm: str = setting(
-        "lora", "lora; dora (LoRA + learned magnitude); lokr (Kronecker); loha (Hadamard).", choices=tuple(ALGORITHMS)
+        "lora",
+        "lora; dora (LoRA + learned magnitude); lokr (Kronecker); loha (Hadamard).",
+        choices=tuple(ALGORITHMS),
+        group="trainer",
     )
-    rank: int = setting(16, "Adapter rank (its size).", minimum=1, maximum=1024)
+    rank: int = setting(16, "Adapter rank (its size).", minimum=1, maximum=1024, group="trainer")
     alpha: float = setting(
         16.0,
         "The adapter is scaled by alpha / rank (LoKr with full factors: 1).",
         minimum=0.01,
         maximum=1024.0,
         step=0.5,
+        group="trainer",
     )
     targets: str = setting(
         AUTO_TARGETS,
@@ -86,24 +90,41 @@ class AdapterSpec:
         "attention: q/k/v/out projections; blocks: every linear layer of the transformer blocks; "
         "all-linear: every linear layer.",
         choices=(AUTO_TARGETS,) + tuple(TARGET_PRESETS),
+        group="adapter",
     )
     conv_rank: int = setting(
-        0, "> 0 also adapts the UNet's resnet convolutions (LoCon) at this rank.", minimum=0, maximum=1024
+        0,
+        "> 0 also adapts the UNet's resnet convolutions (LoCon) at this rank.",
+        minimum=0,
+        maximum=1024,
+        group="adapter",
     )
-    conv_alpha: float = setting(1.0, "Alpha of the conv adapters.", minimum=0.01, maximum=1024.0, step=0.5)
+    conv_alpha: float = setting(
+        1.0, "Alpha of the conv adapters.", minimum=0.01, maximum=1024.0, step=0.5, group="adapter"
+    )
     lokr_factor: int = setting(
-        -1, "LoKr only: Kronecker factor (-1: as balanced as the layer allows).", minimum=-1, maximum=64
+        -1,
+        "LoKr only: Kronecker factor (-1: as balanced as the layer allows).",
+        minimum=-1,
+        maximum=64,
+        group="adapter",
     )
-    lokr_full_rank: bool = setting(False, "LoKr only: keep both Kronecker factors whole (no low-rank split).")
+    lokr_full_rank: bool = setting(
+        False, "LoKr only: keep both Kronecker factors whole (no low-rank split).", group="adapter"
+    )
     include: str = setting(
         "",
         "Regular expression: of the layers `targets` picks, adapt only those whose name matches (searched), "
         "e.g. 'attn2' (SD cross-attention) or 'output_blocks|middle_block'. Empty: all of them.",
+        group="adapter",
+        optional=True,
     )
     exclude: str = setting(
         "",
         "Regular expression: leave out the targeted layers whose name matches, e.g. 'ff\\.net' or "
         "'single_blocks\\.(3[0-7])\\.'. Empty: none.",
+        group="adapter",
+        optional=True,
     )
 
     def __post_init__(self):

@@ -1,0 +1,57 @@
+"""A trained LoRA as stock ComfyUI sees it: loaded through its own LoRA loader (with the keys it
+refuses), and a fixed probe input to compare model outputs exactly."""
+
+import logging
+
+import comfy.model_management
+import comfy.sd
+import comfy.utils
+import torch
+
+
+def load_with_stock_comfyui(model, path, strength, caplog):
+    """ComfyUI's own LoRA loading path (what LoraLoader does), collecting its key warnings."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        patched, _ = comfy.sd.load_lora_for_models(model, None, comfy.utils.load_torch_file(path), strength, 0)
+    unmatched = [
+        r.getMessage()
+        for r in caplog.records
+        if "lora key not loaded" in r.getMessage() or "NOT LOADED" in r.getMessage()
+    ]
+    return patched, unmatched
+
+
+def relative_error(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+class ProbeInput:
+    """A fixed noisy latent, sigma and conditioning to compare model outputs exactly."""
+
+    def __init__(self, x, sigma, inputs):
+        self.x, self.sigma, self.inputs = x, sigma, inputs
+
+    @classmethod
+    def of(cls, model, data):
+
+        from eridiffusion.training.model.inputs import batch_inputs, model_inputs
+
+        base = model.model
+        sample = data.samples[0]
+        latent = base.process_latent_in(sample.latent[None].float())
+        inputs = batch_inputs([model_inputs(base, sample.conditionings[0], latent[0], "cpu", sample.bucket)])
+        noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(7))
+        ms = base.model_sampling
+        sigma = torch.tensor([float(ms.percent_to_sigma(0.6))])  # 40% of the way from noise to image
+        return cls(ms.noise_scaling(sigma, noise, latent), sigma, inputs)
+
+    def output(self, patcher):
+        import comfy.model_management
+
+        with torch.inference_mode():
+            comfy.model_management.load_models_gpu([patcher], force_full_load=True)
+            device = patcher.load_device  # (the probe is made on the CPU; a GPU run computes there)
+            inputs = {name: v.to(device) if isinstance(v, torch.Tensor) else v for name, v in self.inputs.items()}
+            out = patcher.model.apply_model(self.x.to(device), self.sigma.to(device), **inputs)
+            return out.float().cpu().clone()

@@ -1,0 +1,240 @@
+"""Running ComfyUI workflows headless: load EriDiffusion into the host as ComfyUI does, turn a
+UI-format workflow (what the browser saves) into an API prompt, and run it through ComfyUI's
+own PromptExecutor."""
+
+import asyncio
+import copy
+import json
+import os
+import uuid
+
+from devkit.paths import ROOT
+from eridiffusion.comfy_compat import prompt_executor
+
+WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
+PAGE_ONLY = ("Note", "MarkdownNote")  # nodes the page keeps to itself: never part of a prompt
+
+
+def load_extension():
+    """ComfyUI's built-in extra nodes (its own trainer among them), then EriDiffusion through
+    ComfyUI's custom-node loader, as a server start does. Once per process."""
+    import nodes
+
+    if "EriDiffusion_LoRATrainer" not in nodes.NODE_CLASS_MAPPINGS:
+        asyncio.run(nodes.init_extra_nodes(init_custom_nodes=False, init_api_nodes=False))
+        if not asyncio.run(nodes.load_custom_node(ROOT)):
+            raise RuntimeError(f"ComfyUI could not load {ROOT} as a custom node; see the log above.")
+    return nodes.NODE_CLASS_MAPPINGS
+
+
+def _is_widget(spec):
+    kind = spec[0]
+    return isinstance(kind, list) or kind in WIDGET_TYPES
+
+
+def _has_control_widget(name, spec):
+    """The browser adds a 'control after generate' value after seed-like INT widgets."""
+    options = spec[1] if len(spec) > 1 else {}
+    return spec[0] == "INT" and options.get("control_after_generate", name in ("seed", "noise_seed"))
+
+
+def widget_inputs(class_type):
+    """[(input name, spec)] of a node's widget inputs in the order the browser lays them out."""
+    import nodes
+
+    definition = nodes.NODE_CLASS_MAPPINGS[class_type].INPUT_TYPES()
+    ordered = list(definition.get("required", {}).items()) + list(definition.get("optional", {}).items())
+    return [(name, spec) for name, spec in ordered if _is_widget(spec)]
+
+
+def ui_to_api(workflow):
+    """The API prompt of a UI-format workflow (muted and bypassed nodes, and notes, left out)."""
+    links = {link[0]: link for link in workflow["links"]}
+    prompt = {}
+    for node in workflow["nodes"]:
+        if node.get("mode", 0) != 0 or node["type"] in PAGE_ONLY:
+            continue
+        inputs = {}
+        values = list(node.get("widgets_values", []))
+        for name, spec in widget_inputs(node["type"]):
+            if not values:
+                break
+            inputs[name] = values.pop(0)
+            if _has_control_widget(name, spec) and values:
+                values.pop(0)
+        for socket in node.get("inputs", []):
+            if socket.get("link") is not None:
+                _, from_node, from_slot, _, _, _ = links[socket["link"]]
+                inputs[socket["name"]] = [str(from_node), from_slot]
+        prompt[str(node["id"])] = {"class_type": node["type"], "inputs": inputs}
+    return prompt
+
+
+def substitute(prompt, replacements=None, overrides=None):
+    """A copy of `prompt` with node types swapped ({old type: (new type, inputs)}) and widget
+    values changed ({node type: {input: value}})."""
+    prompt = copy.deepcopy(prompt)
+    for node in prompt.values():
+        if replacements and node["class_type"] in replacements:
+            node["class_type"], node["inputs"] = replacements[node["class_type"]]
+            node["inputs"] = dict(node["inputs"])
+        for name, value in (overrides or {}).get(node["class_type"], {}).items():
+            node["inputs"][name] = value
+    return prompt
+
+
+class HeadlessServer:
+    """What PromptExecutor needs of ComfyUI's web server when none runs: it keeps the events."""
+
+    def __init__(self):
+        self.client_id = None
+        self.last_node_id = None
+        self.last_prompt_id = None
+        self.events = []
+
+    def send_sync(self, event, data, sid=None):
+        self.events.append((event, data))
+
+    def queue_updated(self):
+        pass
+
+
+def run_prompt(prompt):
+    """Validate and execute `prompt` with ComfyUI's executor; returns (executor, server)."""
+    import execution
+
+    prompt_id = str(uuid.uuid4())
+    valid = asyncio.run(execution.validate_prompt(prompt_id, prompt, None))
+    if not valid[0]:
+        raise RuntimeError(f"ComfyUI rejected the prompt: {valid[1]} {valid[3]}")
+    server = HeadlessServer()
+    executor = prompt_executor(server)
+    executor.execute(prompt, prompt_id, {"client_id": "headless"}, valid[2])  # events go to a client only
+    return executor, server
+
+
+def execution_error(executor):
+    """The exception message ComfyUI recorded for a failed run, or None."""
+    for kind, data in executor.status_messages:
+        if kind == "execution_error":
+            return f"{data.get('node_type')}: {data.get('exception_message')}".rstrip()  # ComfyUI adds a newline
+    return None
+
+
+def widget_defaults(class_type):
+    """{widget input: default} of a node."""
+    from devkit.example_workflows import _default
+
+    return {name: _default(spec) for name, spec in widget_inputs(class_type)}
+
+
+def trainer_setting_nodes():
+    """{node type: LoRATrainer input it is linked to ('' for the trainer itself)} of the nodes that
+    hold training settings: the trainer, its options nodes and TrainingObjective."""
+    from eridiffusion.nodes.options_nodes import OPTIONS_NODES
+
+    nodes = {"EriDiffusion_LoRATrainer": "", "EriDiffusion_TrainingObjective": "objective"}
+    nodes.update({node.NODE_ID: node.TRAINER_INPUT for node in OPTIONS_NODES})
+    return nodes
+
+
+def set_training_settings(prompt, settings):
+    """Put each of `settings` ({name: value}) on the node of `prompt` that holds it: the trainer's own
+    widget, else its options node (or TrainingObjective), which is added and linked when missing."""
+    trainer_id = next(i for i, n in prompt.items() if n["class_type"] == "EriDiffusion_LoRATrainer")
+    for name, value in settings.items():
+        holder = next((t for t in trainer_setting_nodes() if name in widget_defaults(t)), None)
+        if holder is None:
+            raise KeyError(f"no node holds the training setting {name!r}")
+        socket = trainer_setting_nodes()[holder]
+        node_id = trainer_id if not socket else next((i for i, n in prompt.items() if n["class_type"] == holder), None)
+        if node_id is None:
+            node_id = str(max(int(i) for i in prompt) + 1)
+            prompt[node_id] = {"class_type": holder, "inputs": widget_defaults(holder)}
+            prompt[trainer_id]["inputs"][socket] = [node_id, 0]
+        prompt[node_id]["inputs"][name] = value
+    return prompt
+
+
+def training_prompt(
+    dataset,
+    trainer=None,
+    resume=None,
+    train_text_encoder=False,
+    save=None,
+    architecture="sd15",
+    resolution=128,
+    dataset_options=None,
+    cache_folder="",
+    stack=None,
+):
+    """An API prompt: tiny demo model → LoadDataset(`dataset`) → CacheLatents → LoRATrainer → SaveLoRA.
+    `trainer` holds training settings (each goes to the trainer or the options node that holds it),
+    `save` and `dataset_options` override the widget values of SaveLoRA and LoadDataset; `resume` is a
+    LoadLoRAForTraining path linked to the trainer; `train_text_encoder` links the CLIP to it;
+    `stack` ({class_type, inputs}) replaces the demo model node (tiny_family_node: any family)."""
+    defaults = widget_defaults
+    prompt = {
+        "1": stack or {"class_type": "EriDiffusion_TinyDemoModel", "inputs": {"architecture": architecture, "seed": 0}},
+        "2": {
+            "class_type": "EriDiffusion_LoadDataset",
+            "inputs": {**defaults("EriDiffusion_LoadDataset"), "folder": str(dataset), **(dataset_options or {})},
+        },
+        "3": {
+            "class_type": "EriDiffusion_CacheLatents",
+            "inputs": {
+                **defaults("EriDiffusion_CacheLatents"),
+                "resolution": resolution,
+                "dataset": ["2", 0],
+                "vae": ["1", 2],
+                "clip": ["1", 1],
+                "cache_folder": str(cache_folder),
+            },
+        },
+        "4": {
+            "class_type": "EriDiffusion_LoRATrainer",
+            "inputs": {**defaults("EriDiffusion_LoRATrainer"), "model": ["1", 0], "training_data": ["3", 0]},
+        },
+        "5": {
+            "class_type": "EriDiffusion_SaveLoRA",
+            "inputs": {**defaults("EriDiffusion_SaveLoRA"), "lora": ["4", 1], **(save or {})},
+        },
+    }
+    set_training_settings(prompt, trainer or {})
+    if train_text_encoder:
+        prompt["4"]["inputs"]["clip"] = ["1", 1]
+    if resume is not None:
+        resume_id = str(max(int(i) for i in prompt) + 1)
+        prompt[resume_id] = {"class_type": "EriDiffusion_LoadLoRAForTraining", "inputs": {"path": str(resume)}}
+        prompt["4"]["inputs"]["resume"] = [resume_id, 0]
+    return prompt
+
+
+# Small enough that a run through the executor takes seconds on two CPU cores.
+QUICK = {"steps": 2, "learning_rate": 3e-3, "rank": 4, "alpha": 4.0, "dtype": "fp32", "gradient_checkpointing": False}
+
+
+class Outcome:
+    """A prompt's result: success, ComfyUI's recorded error, and the run's folder and files."""
+
+    def __init__(self, executor, run_dir):
+        self.executor, self.run_dir = executor, run_dir
+        self.success, self.error = executor.success, execution_error(executor)
+
+    def losses(self):
+        with open(os.path.join(self.run_dir, "loss.json")) as f:
+            return json.load(f)["loss"]
+
+    def checkpoints(self):
+        folder = os.path.join(self.run_dir, "checkpoints")
+        return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def run_training(dataset, run_name, resolution=64, trainer=None, **options):
+    """Run training_prompt(dataset, QUICK settings updated with `trainer`, ...) through the executor as
+    run `run_name` (unique in the test session: its folder is output/<run_name>)."""
+    import folder_paths
+
+    settings = {**QUICK, **(trainer or {}), "run_name": run_name}
+    executor, _ = run_prompt(training_prompt(dataset, settings, resolution=resolution, **options))
+    return Outcome(executor, os.path.join(folder_paths.get_output_directory(), run_name))

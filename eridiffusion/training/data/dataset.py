@@ -1,0 +1,335 @@
+"""A training folder read into a checked, fingerprinted Dataset (LoadDataset's work): images, video
+clips and frame folders with their captions, edit references and loss masks, and the images held
+out for validation. The folder's files are scanned in folder_scan.py and opened in media.py."""
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+from ...errors import EriDiffusionError
+from ..settings import check_settings, setting
+from .captions import CaptionOptions, with_trigger
+from .folder_scan import (
+    SUPPORTED_CLIPS,
+    SUPPORTED_IMAGES,
+    masks_of,
+    no_caption_error,
+    normalize_caption_ext,
+    read_caption_files,
+    read_metadata,
+    references_of,
+    scan_folder,
+)
+from .media import (
+    VideoOptions,
+    check_mask_fits,
+    file_sha256,
+    is_clip_file,
+    length_prefixed,
+    media_sha256,
+    open_image_rgb,
+    read_clip,
+)
+
+MISSING_CAPTION_MODES = ("error", "trigger_word")
+MISSING_MASK_MODES = ("error", "weight_1")  # an image without a mask: an error, or it weighs 1 everywhere
+MAX_VALIDATION_FRACTION = 0.5
+# LoadDataset's choices as the node shows them, and the modes load_dataset takes for them
+MISSING_CAPTION_CHOICES = {"error": "error", "use trigger word": "trigger_word"}
+MISSING_MASK_CHOICES = {"error": "error", "weight 1": "weight_1"}
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    path: str
+    caption: str  # after trigger-word processing
+    width: int  # after EXIF orientation
+    height: int
+    clip: bool = False  # a video clip file or a frame folder rather than a still image
+    reference: str = ""  # edit pairs: the reference (control) image this target was made from
+    mask: str = ""  # the loss mask of this image (masks/ folder), if any
+
+
+@dataclass(frozen=True)
+class Dataset:
+    folder: str
+    records: tuple[ImageRecord, ...]
+    captions: CaptionOptions
+    repeats: int
+    video: VideoOptions = VideoOptions()  # how clips are sampled (unused without clips)
+    held_out: tuple[ImageRecord, ...] = ()  # records kept out of training to measure validation loss
+    flip: bool = False  # also train on every image mirrored left to right (with its mask and reference)
+
+    @property
+    def has_clips(self):
+        return any(record.clip for record in self.records)
+
+    def __post_init__(self):
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+            raise EriDiffusionError(
+                f"repeats {self.repeats!r} must be a whole number >= 1; "
+                "set how many times each image is seen per epoch (1 for once)."
+            )
+
+    def fingerprint(self):
+        """sha256 hex over every image's (clip's) relative path, bytes, caption and reference image,
+        the caption options and, with clips, the frame sampling; the same data gives the same value
+        wherever the folder lives and however the records are ordered. Reads the files now, so an
+        image edited since loading changes it."""
+        digest = hashlib.sha256()
+        options = {
+            "trigger_word": self.captions.trigger_word,
+            "dropout_rate": self.captions.dropout_rate,
+            "shuffle_tags": self.captions.shuffle_tags,
+            "keep_tags": self.captions.keep_tags,
+        }
+        if self.has_clips:  # only then: image-only datasets keep the fingerprint they always had
+            options.update(frames=self.video.frames, fps=self.video.fps)
+        if self.flip:
+            options.update(flip=True)
+        digest.update(json.dumps(options, sort_keys=True).encode())
+        named = sorted(
+            ((os.path.relpath(record.path, self.folder).replace(os.sep, "/"), record) for record in self.records),
+            key=lambda pair: pair[0],
+        )
+        for name, record in named:
+            digest.update(length_prefixed(name.encode()))
+            digest.update(media_sha256(record.path))
+            digest.update(length_prefixed(record.caption.encode()))
+            if record.reference:
+                digest.update(b"reference" + file_sha256(record.reference))
+            if record.mask:
+                digest.update(b"mask" + file_sha256(record.mask))
+        return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class DatasetSettings:
+    """LoadDataset's inputs (and a config file's `dataset:` section)."""
+
+    folder: str = setting(
+        "my_dataset",
+        "Folder of jpg/jpeg/png/webp images, mp4/webm/mov/gif clips and frame folders "
+        "(a subfolder of numbered images = one clip), each with a caption file beside "
+        "it (02.mp4 → 02.txt, frames folder 03/ → 03.txt). Edit pairs (Flux Kontext, "
+        "Qwen-Image Edit): put each target's reference image, same stem, in a "
+        "control/ (or reference/) subfolder: 00.jpg ↔ control/00.png. Relative paths "
+        "are inside ComfyUI's input folder.",
+        path=True,
+    )
+    caption_ext: str = setting(".txt", "Extension of the caption file beside each image.")
+    trigger_word: str = setting("", "Prepended to every caption that lacks it (empty: none).")
+    missing_caption: str = setting(
+        "error",
+        "An image whose caption is missing or empty: stop with an error naming "
+        "it, or use the trigger word as its caption.",
+        choices=tuple(MISSING_CAPTION_CHOICES),
+    )
+    caption_dropout: float = setting(
+        0.0,
+        "Fraction of steps that train on an empty caption (helps prompt-free use).",
+        minimum=0.0,
+        maximum=1.0,
+        step=0.01,
+    )
+    shuffle_tags: bool = setting(False, "Shuffle comma-separated tags of each caption.")
+    keep_tags: int = setting(1, "Tags at the start that never move when shuffling.", minimum=0, maximum=64)
+    repeats: int = setting(1, "How often each image counts per epoch.", minimum=1, maximum=1000)
+    frames: int = setting(
+        17,
+        "Clips only: frames per training clip. Video VAEs take 4k+1 frames (Wan, "
+        "HunyuanVideo: 5, 9, 17, 33, 81…) or 8k+1 (LTX-Video: 9, 17, 25…); a shorter "
+        "clip is an error.",
+        minimum=1,
+        maximum=1025,
+        step=4,
+    )
+    fps: float = setting(
+        16.0,
+        "Clips only: the rate frames are taken at (Wan 16, HunyuanVideo and LTX-Video "
+        "24); 0 takes every stored frame. Frame folders are read frame by frame.",
+        minimum=0.0,
+        maximum=240.0,
+        step=1.0,
+    )
+    validation: float = setting(
+        0.0,
+        "Fraction of the images held out of training (evenly spread over the names) to "
+        "measure a validation loss on: LoRATrainer tracks it, keeps the best checkpoint and can "
+        "stop early (ValidationOptions). 0: off.",
+        minimum=0.0,
+        maximum=MAX_VALIDATION_FRACTION,
+        step=0.05,
+        optional=True,
+    )
+    missing_mask: str = setting(
+        "error",
+        "With a masks/ subfolder (a greyscale mask per image, same stem: white = learn, "
+        "black = ignore, grey = in between; TrainingExtras' mask_min sets the floor): an image "
+        "without a mask stops with an error naming it, or trains with weight 1 everywhere.",
+        choices=tuple(MISSING_MASK_CHOICES),
+        optional=True,
+    )
+    flip: bool = setting(
+        False,
+        "Also train on every image mirrored left to right (twice the images; masks and "
+        "reference images are mirrored with them). Leave off for asymmetric subjects (text, logos).",
+        optional=True,
+    )
+
+    def __post_init__(self):
+        check_settings(self, "LoadDataset")
+
+    def load(self, folder):
+        """The Dataset of these settings, read from `folder` (the `folder` setting resolved)."""
+        return load_dataset(
+            folder,
+            caption_ext=self.caption_ext,
+            trigger_word=self.trigger_word.strip(),
+            missing_caption=MISSING_CAPTION_CHOICES[self.missing_caption],
+            caption_dropout=self.caption_dropout,
+            shuffle_tags=self.shuffle_tags,
+            keep_tags=self.keep_tags,
+            repeats=self.repeats,
+            frames=self.frames,
+            fps=self.fps,
+            validation=self.validation,
+            missing_mask=MISSING_MASK_CHOICES[self.missing_mask],
+            flip=self.flip,
+        )
+
+
+def load_dataset(
+    folder,
+    caption_ext=".txt",
+    trigger_word="",
+    missing_caption="error",
+    caption_dropout=0.0,
+    shuffle_tags=False,
+    keep_tags=1,
+    repeats=1,
+    min_side=64,
+    frames=17,
+    fps=16.0,
+    validation=0.0,
+    missing_mask="error",
+    flip=False,
+):
+    """Scan `folder`, pair each image, clip (mp4, webm, mov, gif) and frame folder (a subfolder of
+    numbered images: one clip) with its caption and, when a control/ (or reference/) subfolder
+    exists, with its reference image; decode every image and the `frames` frames at `fps` of every
+    clip once to prove they are readable, and return the records sorted by name. A `validation`
+    fraction of them (evenly spread over the names) is held out of training (Dataset.held_out). With a
+    masks/ subfolder each image gets its loss mask; `missing_mask` says what an image without one
+    means (MISSING_MASK_MODES). `flip` adds each image mirrored left to right (Dataset.flip)."""
+    options = CaptionOptions(
+        trigger_word=trigger_word, dropout_rate=caption_dropout, shuffle_tags=shuffle_tags, keep_tags=keep_tags
+    )
+    video = VideoOptions(frames=frames, fps=fps)
+    _check_modes(missing_caption, missing_mask, trigger_word, min_side)
+    caption_ext = normalize_caption_ext(caption_ext)
+    folder = _existing_folder(folder)
+    records = _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, video, min_side)
+    held = held_out_indices(len(records), validation, folder)
+    return Dataset(
+        folder=folder,
+        records=tuple(r for i, r in enumerate(records) if i not in held),
+        captions=options,
+        repeats=repeats,
+        video=video,
+        held_out=tuple(records[i] for i in held),
+        flip=flip,
+    )
+
+
+def _check_modes(missing_caption, missing_mask, trigger_word, min_side):
+    if missing_mask not in MISSING_MASK_MODES:
+        raise EriDiffusionError(
+            f"missing_mask {missing_mask!r} is not one of {', '.join(MISSING_MASK_MODES)}; pick one of those."
+        )
+    if missing_caption not in MISSING_CAPTION_MODES:
+        raise EriDiffusionError(
+            f"missing_caption {missing_caption!r} is not one of {', '.join(MISSING_CAPTION_MODES)}; pick one of those."
+        )
+    if missing_caption == "trigger_word" and not trigger_word:
+        raise EriDiffusionError(
+            "missing_caption='trigger_word' captions uncaptioned images with the "
+            "trigger word, but trigger_word is empty; set a trigger word or use "
+            "missing_caption='error'."
+        )
+    if isinstance(min_side, bool) or not isinstance(min_side, int) or min_side < 1:
+        raise EriDiffusionError(
+            f"min_side {min_side!r} must be a whole number >= 1; "
+            "set the smallest image side you accept in pixels (e.g. 64)."
+        )
+
+
+def _existing_folder(folder):
+    if not os.path.exists(folder):
+        raise EriDiffusionError(
+            f"dataset folder {folder} does not exist; check the path "
+            "(it should hold the training images and their captions)."
+        )
+    if not os.path.isdir(folder):
+        raise EriDiffusionError(
+            f"dataset folder {folder} is a file, not a folder; give the folder that holds the training images."
+        )
+    return os.path.abspath(folder)
+
+
+def _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, video, min_side):
+    """The ImageRecords of every image, clip and frame folder of `folder`, sorted by name."""
+    images, caption_files, has_metadata, reference_folder, mask_folder = scan_folder(folder, caption_ext)
+    if has_metadata:
+        captions = read_metadata(folder, images)
+    else:
+        captions = read_caption_files(folder, images, caption_files, caption_ext)
+    if not images:
+        raise EriDiffusionError(
+            f"no images in {folder}; supported: {SUPPORTED_IMAGES} images, {SUPPORTED_CLIPS} "
+            "clips and frame folders. Put the training images directly in this folder."
+        )
+    references = references_of(folder, reference_folder, images) if reference_folder else {}
+    masks = masks_of(folder, mask_folder, images, missing_mask) if mask_folder else {}
+    records = []
+    for name in sorted(images):
+        path = os.path.join(folder, name)
+        caption = captions.get(name, "")
+        if not caption:
+            if missing_caption == "error":
+                raise no_caption_error(folder, name, caption_ext, has_metadata, empty=name in captions)
+            caption = trigger_word
+        clip = os.path.isdir(path) or is_clip_file(name)
+        width, height = (read_clip(path, video)[0] if clip else open_image_rgb(path)).size
+        if min(width, height) < min_side:
+            raise EriDiffusionError(
+                f"{path} is {width}x{height}, smaller than {min_side} pixels on its short side "
+                "(the least EriDiffusion trains on); remove it from the folder or upscale it."
+            )
+        if name in masks:
+            check_mask_fits(masks[name], path, (width, height))
+        caption = with_trigger(caption, trigger_word)
+        records.append(ImageRecord(path, caption, width, height, clip, references.get(name, ""), masks.get(name, "")))
+    return records
+
+
+def held_out_indices(count, fraction, folder):
+    """Indices of the `fraction` of `count` name-sorted records held out for validation, spread
+    evenly over the names: no randomness, so a folder always splits the same way."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise EriDiffusionError(f"validation {fraction!r} must be a fraction such as 0.1 (0 turns it off).")
+    if not 0.0 <= fraction <= MAX_VALIDATION_FRACTION:
+        raise EriDiffusionError(
+            f"validation {fraction} is outside 0..{MAX_VALIDATION_FRACTION}: it is the fraction of the images "
+            "held out of training (0.1 is usual, 0 turns it off)."
+        )
+    if fraction == 0:
+        return set()
+    held = max(1, round(count * fraction))
+    if held >= count:
+        raise EriDiffusionError(
+            f"{folder} has {count} image(s): holding out a validation fraction of {fraction} leaves none "
+            "to train on; add images, or connect a separate validation folder to CacheLatents instead."
+        )
+    return {int((i + 0.5) * count / held) for i in range(held)}

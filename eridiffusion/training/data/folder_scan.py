@@ -1,0 +1,305 @@
+"""Scanning a dataset folder: which files are images, clips and frame folders, the caption of each
+(caption files or metadata.jsonl), and the edit references and loss masks in its side folders;
+anything the user may have meant to train on and that cannot be read is an error naming it."""
+
+import json
+import os
+
+from ...errors import EriDiffusionError
+from .media import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, frame_folder_files, is_clip_file, open_image_rgb
+
+METADATA_FILE = "metadata.jsonl"
+
+
+# Edit-pair datasets (Flux Kontext, Qwen-Image Edit): a subfolder of this name holds, for each
+# target image, the reference image it was edited from under the same stem (ai-toolkit's and
+# musubi-tuner's control images).
+REFERENCE_FOLDERS = ("control", "reference")
+
+
+# A subfolder of this name holds loss masks: for an image, a greyscale image of the same stem (white:
+# learn, black: ignore, grey: in between), fitted to the image's bucket exactly as the image is.
+MASK_FOLDER = "masks"
+
+
+SUPPORTED_IMAGES = ", ".join(ext[1:] for ext in IMAGE_EXTENSIONS)
+
+
+SUPPORTED_CLIPS = ", ".join(ext[1:] for ext in VIDEO_EXTENSIONS)
+
+
+def no_caption_error(folder, name, caption_ext, has_metadata, empty):
+    """The error for an image (clip) whose caption is missing, or present but empty."""
+    path = os.path.join(folder, name)
+    what = " (a frame folder, read as one clip)" if os.path.isdir(path) else ""
+    option = "or set missing_caption to 'use trigger word' to caption it with the trigger word."
+    caption_file = os.path.join(folder, caption_stem(folder, name) + caption_ext)
+    if empty and has_metadata:
+        return EriDiffusionError(
+            f"{path}{what} has an empty caption in {METADATA_FILE}; write its text there, {option}"
+        )
+    if empty:
+        return EriDiffusionError(
+            f"{caption_file}, the caption of {path}{what}, is empty; write the caption in it, {option}"
+        )
+    where = (
+        f"add a line for it to {METADATA_FILE}" if has_metadata else f"write {os.path.basename(caption_file)} beside it"
+    )
+    return EriDiffusionError(f"{path}{what} has no caption; {where}, {option}")
+
+
+def normalize_caption_ext(caption_ext):
+    ext = caption_ext.strip() if isinstance(caption_ext, str) else ""
+    if ext and not ext.startswith("."):
+        ext = "." + ext
+    if len(ext) < 2 or "/" in ext or "\\" in ext:
+        raise EriDiffusionError(
+            f"caption extension {caption_ext!r} is not a file extension; give one such as '.txt' or 'caption'."
+        )
+    if ext.lower() in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS:
+        kind = "an image" if ext.lower() in IMAGE_EXTENSIONS else "a clip"
+        raise EriDiffusionError(
+            f"caption extension {caption_ext!r} is {kind} extension; "
+            "give the extension of the caption text files, such as '.txt'."
+        )
+    return ext
+
+
+def scan_folder(folder, caption_ext):
+    """Image, clip and frame-folder names, {stem: caption file name}, whether metadata.jsonl is
+    present, and the reference and mask folders' names (or None); any other visible file is an error
+    so nothing the user meant to train on is skipped silently."""
+    images, frame_folders, caption_files, has_metadata, reference_folder = [], [], {}, False, None
+    mask_folder = None
+    loose_folders = {}  # subfolders holding other things than frames: clips only when captioned
+    with os.scandir(folder) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            name = entry.name
+            if name.startswith("."):
+                continue
+            if entry.is_dir():
+                if name.lower() in REFERENCE_FOLDERS:
+                    if reference_folder is not None:
+                        raise EriDiffusionError(
+                            f"{folder} has both {reference_folder}/ and {name}/ reference "
+                            "folders; keep the reference images in one of them."
+                        )
+                    reference_folder = name
+                    continue
+                if name.lower() == MASK_FOLDER:
+                    mask_folder = name
+                    continue
+                frames, others = frame_folder_files(entry.path)
+                if frames and not others:
+                    frame_folders.append(name)  # one clip
+                elif frames:
+                    loose_folders[name] = others[0]
+                continue  # other subfolders are not read (rejects, backups)
+            lowered = name.lower()
+            if name == METADATA_FILE:
+                has_metadata = True
+            elif os.path.splitext(lowered)[1] in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS:
+                images.append(name)
+            elif lowered.endswith(caption_ext.lower()) and len(name) > len(caption_ext):
+                stem = name[: -len(caption_ext)]
+                if stem in caption_files:
+                    raise EriDiffusionError(
+                        f"{os.path.join(folder, name)} and {caption_files[stem]} "
+                        f"both caption '{stem}'; delete one of them."
+                    )
+                caption_files[stem] = name
+            elif lowered in ("metadata.csv", "metadata.json", "metadata.parquet"):
+                raise EriDiffusionError(
+                    f"{os.path.join(folder, name)}: EriDiffusion reads captions from "
+                    f"{METADATA_FILE} (one JSON object per line with file_name and "
+                    "text); convert it to that or to one caption file per image."
+                )
+            else:
+                raise EriDiffusionError(
+                    f"{os.path.join(folder, name)} is not an image EriDiffusion reads "
+                    f"(supported: {SUPPORTED_IMAGES}, clips: {SUPPORTED_CLIPS}); move it out of "
+                    "the folder or convert it to png/jpg/webp."
+                )
+    if not has_metadata:  # metadata.jsonl names the folders it wants
+        images += frame_folders
+    for name, stray in loose_folders.items():
+        if name in caption_files:  # captioned, so meant as a clip
+            raise EriDiffusionError(
+                f"{os.path.join(folder, name, stray)} is not a frame of the frame folder "
+                f"{os.path.join(folder, name)} ({SUPPORTED_IMAGES} images only); move it out."
+            )
+    return images, caption_files, has_metadata, reference_folder, mask_folder
+
+
+def read_caption_files(folder, images, caption_files, caption_ext):
+    by_stem = {}
+    for name in images:
+        stem = caption_stem(folder, name)
+        if stem in by_stem:
+            raise EriDiffusionError(
+                f"{os.path.join(folder, by_stem[stem])} and {os.path.join(folder, name)} "
+                f"share the name '{stem}', so {stem}{caption_ext} would caption both; "
+                "rename one of them."
+            )
+        by_stem[stem] = name
+    for stem, caption_name in caption_files.items():
+        if stem not in by_stem:
+            raise EriDiffusionError(
+                f"{os.path.join(folder, caption_name)} has no image beside it "
+                f"(expected {stem}.png, .jpg or .webp, a {stem}.mp4 clip or a {stem}/ "
+                "frame folder); add the image or delete the caption file."
+            )
+    captions = {}
+    for stem, caption_name in caption_files.items():
+        path = os.path.join(folder, caption_name)
+        try:
+            with open(path, encoding="utf-8-sig") as file:  # -sig: a byte-order mark is not caption text
+                captions[by_stem[stem]] = file.read().strip()
+        except UnicodeDecodeError:
+            raise EriDiffusionError(f"{path} is not UTF-8 text; re-save it as UTF-8.") from None
+    return captions
+
+
+def read_metadata(folder, images):
+    """{relative image path: caption} from metadata.jsonl (Hugging Face imagefolder style: one
+    object per line with file_name and text or caption). Listed files in subfolders are allowed,
+    and added to `images`, since naming them there is explicit."""
+    path = os.path.join(folder, METADATA_FILE)
+    captions, first_line = {}, {}
+    try:
+        with open(path, encoding="utf-8-sig") as file:
+            lines = file.read().splitlines()
+    except UnicodeDecodeError:
+        raise EriDiffusionError(f"{path} is not UTF-8 text; re-save it as UTF-8.") from None
+    example = '{"file_name": "00.jpg", "text": "a photo of sks dog"}'
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise EriDiffusionError(
+                f"{where} is not valid JSON ({error.msg}); write one object per line such as {example}."
+            ) from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("file_name"), str):
+            raise EriDiffusionError(
+                f'{where} has no "file_name" text field; write one object per line such as {example}.'
+            )
+        caption = entry.get("text", entry.get("caption", ""))
+        if not isinstance(caption, str):
+            raise EriDiffusionError(f"{where}: the caption must be text, got {caption!r}; write it as a JSON string.")
+        name = os.path.normpath(entry["file_name"]).replace(os.sep, "/")
+        if os.path.isabs(name) or name.startswith("../") or name == "..":
+            raise EriDiffusionError(
+                f"{where} names {entry['file_name']}, outside the dataset folder; "
+                "give a path relative to the folder holding metadata.jsonl."
+            )
+        is_frame_folder = os.path.isdir(os.path.join(folder, name))
+        if os.path.splitext(name.lower())[1] not in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS and not is_frame_folder:
+            raise EriDiffusionError(
+                f"{where} names {entry['file_name']}, which is not a {SUPPORTED_IMAGES} "
+                f"image, a {SUPPORTED_CLIPS} clip or a frame folder; convert it or "
+                "remove the line."
+            )
+        if not is_frame_folder and not os.path.isfile(os.path.join(folder, name)):
+            raise EriDiffusionError(
+                f"{where} names {entry['file_name']}, which is not in {folder}; add the image or remove the line."
+            )
+        if name in first_line:
+            raise EriDiffusionError(
+                f"{where} names {entry['file_name']} again (first on line {first_line[name]}); keep one line per image."
+            )
+        first_line[name] = number
+        captions[name] = caption.strip()
+        if name not in images:
+            images.append(name)
+    return captions
+
+
+def _images_by_stem(where, what, both):
+    """{stem relative to `where`: image path} of the images in the side folder `where` (references,
+    masks); a file that is no image or a second image of one stem is an error naming it ("is not
+    {what} EriDiffusion reads", "are both {both} '<stem>'")."""
+    by_stem = {}
+    for root, _, files in os.walk(where):
+        for file in sorted(files):
+            if file.startswith("."):
+                continue
+            path = os.path.join(root, file)
+            if os.path.splitext(file.lower())[1] not in IMAGE_EXTENSIONS:
+                raise EriDiffusionError(
+                    f"{path} is not {what} EriDiffusion reads (supported: {SUPPORTED_IMAGES}); move it out of {where} "
+                    "or convert it."
+                )
+            stem = os.path.splitext(os.path.relpath(path, where).replace(os.sep, "/"))[0]
+            if stem in by_stem:
+                raise EriDiffusionError(f"{by_stem[stem]} and {path} are both {both} '{stem}'; keep one of them.")
+            by_stem[stem] = path
+    return by_stem
+
+
+def references_of(folder, reference_folder, images):
+    """{target name: path of its reference image} from the reference folder, which must hold exactly
+    one image per target, under the target's stem (a target in a subfolder: the same subfolder)."""
+    where = os.path.join(folder, reference_folder)
+    by_stem = _images_by_stem(where, "a reference image", "references for")
+    references = {}
+    for name in images:
+        path = os.path.join(folder, name)
+        stem = os.path.splitext(name)[0]
+        if os.path.isdir(path) or is_clip_file(name):
+            raise EriDiffusionError(
+                f"{path} is a clip, but {where} makes this an edit-pair dataset of still "
+                "images; move the clip to its own dataset folder."
+            )
+        if stem not in by_stem:
+            raise EriDiffusionError(
+                f"{path} has no reference image: put the image it was edited from in "
+                f"{where} as {stem}.png (or .jpg/.webp), or move {name} out of the dataset."
+            )
+        references[name] = by_stem.pop(stem)
+    if by_stem:
+        stem, path = min(by_stem.items())
+        raise EriDiffusionError(
+            f"{path} is a reference for '{stem}', but the dataset has no image {stem}; "
+            f"add the target image beside {where} or delete the reference."
+        )
+    for path in references.values():
+        open_image_rgb(path)  # proves it is readable now rather than at caching time
+    return references
+
+
+def masks_of(folder, mask_folder, images, missing_mask):
+    """{image name: path of its mask} from the mask folder: one mask per image under the image's stem
+    (an image in a subfolder: the same subfolder); an image without one is an error unless
+    `missing_mask` is "weight_1", a mask without an image always is."""
+    where = os.path.join(folder, mask_folder)
+    by_stem = _images_by_stem(where, "a mask image", "masks of")
+    masks = {}
+    for name in images:
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) or is_clip_file(name):
+            raise EriDiffusionError(
+                f"{path} is a clip, but {where} holds loss masks, which are for still images; move the "
+                "clip to a dataset folder without masks/."
+            )
+        stem = os.path.splitext(name)[0]
+        if stem in by_stem:
+            masks[name] = by_stem.pop(stem)
+        elif missing_mask == "error":
+            raise EriDiffusionError(
+                f"{path} has no mask: put one in {where} as {stem}.png (white: learn, black: ignore), or "
+                "set missing_mask to 'weight 1' to train on such images everywhere."
+            )
+    if by_stem:
+        stem, path = min(by_stem.items())
+        raise EriDiffusionError(
+            f"{path} is a mask for '{stem}', but the dataset has no image {stem}; add the image or delete the mask."
+        )
+    return masks
+
+
+def caption_stem(folder, name):
+    """The name a caption file takes after: a file's name less its extension, a frame folder's name."""
+    return name if os.path.isdir(os.path.join(folder, name)) else os.path.splitext(name)[0]

@@ -1,0 +1,237 @@
+"""The latent cache: encode a dataset once: latents of images, clips and edit references through the graph's VAE,
+captions through its CLIP, kept on disk under keys that change whenever anything that shapes them
+changes (file bytes, frame sampling, crop, bucket, caption text, the VAE's and CLIP's weights), so
+a second run encodes nothing. Each entry carries a checksum of its tensors: one that cannot be
+read, does not match it or holds NaN is encoded again (with a warning), never trained on."""
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import safetensors
+import torch
+
+from ...errors import EriDiffusionError
+from ..formats.atomic_file import sweep_stale_temp_files, write_safetensors_atomic
+from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
+from .media import media_sha256, mirrored, open_image_rgb, read_clip
+
+CACHE_FORMAT = 1  # bump when the stored content changes meaning
+
+
+@dataclass
+class CacheStats:
+    latents_encoded: int = 0
+    latents_loaded: int = 0
+    texts_encoded: int = 0
+    texts_loaded: int = 0
+    entries_rejected: int = 0  # unreadable, checksum mismatch or non-finite: encoded again
+
+
+def _fold(h, obj):
+    """Feed a stable digest of nested tensors/values into hash h (tensors by dtype, shape and
+    a sample of values: enough to tell two sets of weights apart)."""
+    if isinstance(obj, torch.Tensor):
+        flat = obj.detach().reshape(-1)
+        picks = torch.cat([flat[:256], flat[-256:], flat[:: max(1, flat.numel() // 256)][:256]])
+        h.update(f"{obj.dtype}{tuple(obj.shape)}".encode())
+        h.update(picks.to("cpu", torch.float32).numpy().tobytes())
+    elif isinstance(obj, dict):
+        for k in sorted(obj, key=str):
+            h.update(str(k).encode())
+            _fold(h, obj[k])
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            _fold(h, item)
+    elif hasattr(obj, "weights"):  # a ComfyUI weight adapter inside patches
+        _fold(h, obj.weights)
+    else:
+        h.update(repr(obj).encode())
+
+
+def entry_sha256(tensors, metadata):
+    """sha256 hex of a cache entry: its metadata and its tensors' names, dtypes, shapes and bytes."""
+    h = hashlib.sha256(json.dumps({k: v for k, v in metadata.items() if k != "sha256"}, sort_keys=True).encode())
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().to("cpu").contiguous()
+        h.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _write_entry(path, tensors, metadata=None):
+    metadata = {**(metadata or {}), "sha256": entry_sha256(tensors, metadata or {})}
+    write_safetensors_atomic(path, tensors, metadata, overwrite=True)
+
+
+def _all_finite(tensors):
+    return all(bool(torch.isfinite(t).all()) for t in tensors.values() if t.is_floating_point())
+
+
+def _read_entry(path, source):
+    """(tensors, metadata) of the cache entry at `path`, or None, with a warning naming it and
+    `source` (what it encodes), when it cannot be read, misses its checksum or holds NaN/inf."""
+    try:
+        # cloned: safetensors maps the file, and a file changed in place under a mapped tensor
+        # crashes the process (SIGBUS)
+        with safetensors.safe_open(path, "pt") as f:
+            metadata = f.metadata() or {}
+            tensors = {k: f.get_tensor(k).clone() for k in f.keys()}
+    except Exception as error:  # safetensors raises several types for a damaged file
+        problem = f"cannot be read ({error})"
+    else:
+        if "sha256" not in metadata:
+            problem = "has no checksum (an older EriDiffusion wrote it)"
+        elif metadata["sha256"] != entry_sha256(tensors, metadata):
+            problem = "does not match its checksum (damaged or overwritten)"
+        elif not _all_finite(tensors):
+            problem = "holds NaN or infinite values"
+        else:
+            return tensors, metadata
+    logging.warning(f"EriDiffusion: cache entry {path} {problem}; encoding {source} again.")
+    return None
+
+
+def vae_identity(vae):
+    h = hashlib.sha256(b"vae")
+    _fold(h, vae.first_stage_model.state_dict())
+    return h.hexdigest()[:32]
+
+
+def clip_identity(clip):
+    h = hashlib.sha256(b"clip")
+    _fold(h, clip.cond_stage_model.state_dict())
+    _fold(h, {k: [(p[0], p[1], p[2]) for p in v] for k, v in clip.patcher.patches.items()})
+    _fold(h, [getattr(clip, "layer_idx", None), getattr(clip, "tokenizer_options", None)])
+    return h.hexdigest()[:32]
+
+
+class LatentCache:
+    """Files under `folder`: latents/<key>.safetensors and text/<key>.safetensors. Several processes
+    may write one folder at once (entries are written whole under their content key); only one of
+    them sweeps the temp files killed processes left (`sweep`), before any of them writes."""
+
+    def __init__(self, folder, vae, clip, sweep=True):
+        self.folder = folder
+        self.vae, self.clip = vae, clip
+        self.vae_id, self.clip_id = vae_identity(vae), clip_identity(clip)
+        self.stats = CacheStats()
+        for kind in ("latents", "text") if sweep else ():  # left by a process killed mid-write
+            sweep_stale_temp_files(os.path.join(folder, kind))
+
+    def _path(self, kind, *parts):
+        key = hashlib.sha256(json.dumps([CACHE_FORMAT, *parts]).encode()).hexdigest()
+        return os.path.join(self.folder, kind, f"{key}.safetensors")
+
+    def latent(self, image_path, resolution, bucket=None, mirror=False):
+        """(latent (C,h,w), bucket) of one image, encoded or read back; in its aspect-ratio bucket
+        at `resolution`, or in `bucket` (width, height) when given (a reference fits its target's);
+        `mirror`: the image flipped left to right first."""
+        with open(image_path, "rb") as f:
+            image_digest = hashlib.sha256(f.read()).hexdigest()
+        image = open_image_rgb(image_path)
+        bucket = bucket or bucket_for(image.width, image.height, resolution)
+        fitted, crop = fit_to_bucket(mirrored(image, mirror), bucket)
+        flipped = ["mirror"] if mirror else []  # (unmirrored entries keep the keys they always had)
+        path = self._path("latents", image_digest, list(bucket), list(crop), self.vae_id, *flipped)
+        return self._encoded(path, lambda: [fitted], image_path), bucket
+
+    def clip_latent(self, record, resolution, video, mirror=False):
+        """(latent (C,t,h,w), bucket) of one clip (file or frame folder) sampled by `video`
+        (VideoOptions), encoded or read back; every frame gets the same resize and center crop
+        (and, with `mirror`, the same flip first)."""
+        bucket = bucket_for(record.width, record.height, resolution)
+        crop = crop_to_bucket((record.width, record.height), bucket)[1]
+        path = self._path(
+            "latents",
+            "clip",
+            media_sha256(record.path).hex(),
+            video.frames,
+            video.fps,
+            list(bucket),
+            list(crop),
+            self.vae_id,
+            *(["mirror"] if mirror else []),
+        )
+        return self._encoded(
+            path,
+            lambda: [fit_to_bucket(mirrored(frame, mirror), bucket)[0] for frame in read_clip(record.path, video)],
+            record.path,
+        ), bucket
+
+    def _stored(self, path, source):
+        """The verified entry at `path`, or None when there is none or it was rejected."""
+        if not os.path.exists(path):
+            return None
+        entry = _read_entry(path, source)
+        if entry is None:
+            self.stats.entries_rejected += 1
+        return entry
+
+    def _encoded(self, path, frames, source):
+        """The latent stored at `path`, or the VAE's encoding of the PIL images `frames()`
+        (one image, or the frames of a clip; `source` is their file) written there."""
+        stored = self._stored(path, source)
+        if stored is not None:
+            self.stats.latents_loaded += 1
+            return stored[0]["latent"]
+        pixels = torch.from_numpy(np.stack([np.asarray(frame, dtype=np.float32) for frame in frames()]) / 255.0)
+        latent = self.vae.encode(pixels)[0].to("cpu", torch.float32).contiguous()
+        if not _all_finite({"latent": latent}):
+            raise EriDiffusionError(
+                f"the VAE encodes {source} to NaN or infinite values: it overflows at its "
+                "precision. Start ComfyUI with --fp32-vae (SDXL: or load the fp16-fix VAE)."
+            )
+        self.stats.latents_encoded += 1
+        _write_entry(path, {"latent": latent})
+        return latent
+
+    def conditioning(self, text):
+        """ComfyUI conditioning of `text`, as CLIPTextEncode makes it, encoded or read back."""
+        path = self._path("text", text, self.clip_id)
+        stored = self._stored(path, f"the caption {text!r}")
+        if stored is not None:
+            self.stats.texts_loaded += 1
+            return _conditioning_of(*stored)
+        conditioning = self.clip.encode_from_tokens_scheduled(self.clip.tokenize(text))
+        if not all(_all_finite({"cond": cond}) for cond, _ in conditioning):
+            raise EriDiffusionError(
+                f"the CLIP encodes the caption {text!r} to NaN or infinite values; load the "
+                "text encoder at a wider precision (fp32) or check its weights."
+            )
+        self.stats.texts_encoded += 1
+        _write_conditioning(path, conditioning)
+        return conditioning
+
+
+def _write_conditioning(path, conditioning):
+    tensors, extras = {}, []
+    for i, (cond, options) in enumerate(conditioning):
+        tensors[f"{i}.cond"] = cond.detach().to("cpu").contiguous()
+        plain = {}
+        for key, value in options.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{i}.extra.{key}"] = value.detach().to("cpu").contiguous()
+            else:
+                plain[key] = value
+        extras.append(plain)
+    try:
+        metadata = {"extras": json.dumps(extras)}
+    except TypeError:
+        logging.info("EriDiffusion: conditioning options of this CLIP are not plain values; not cached.")
+        return
+    _write_entry(path, tensors, metadata)
+
+
+def _conditioning_of(tensors, metadata):
+    extras = json.loads(metadata["extras"])
+    conditioning = []
+    for i, plain in enumerate(extras):
+        options = dict(plain)
+        prefix = f"{i}.extra."
+        options.update({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
+        conditioning.append([tensors[f"{i}.cond"], options])
+    return conditioning

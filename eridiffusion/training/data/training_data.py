@@ -1,0 +1,216 @@
+"""What CacheLatents hands the trainer: every image, clip, reference image and caption variant of a
+dataset encoded (or read back from the latent cache) into TrainingData, with its validation and
+regularization parts."""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ...errors import EriDiffusionError
+from ..settings import check_settings, setting
+from .buckets import fit_to_bucket
+from .captions import caption_variants
+from .latent_cache import CacheStats, LatentCache
+from .media import check_frames_for_vae, mirrored, open_mask
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """CacheLatents' inputs (and a config file's `cache:` section)."""
+
+    resolution: int = setting(
+        1024,
+        "Training area is about resolution² (per frame for clips); images and clips "
+        "go to aspect-ratio buckets, reference images to their target's.",
+        minimum=64,
+        maximum=4096,
+        step=64,
+    )
+    shuffle_variants: int = setting(
+        4, "With tag shuffling: how many shuffled captions to encode per image.", minimum=1, maximum=32
+    )
+    cache_folder: str = setting("", "Where encodings are kept; empty: output/eridiffusion_cache.", path=True)
+
+    def __post_init__(self):
+        check_settings(self, "CacheLatents")
+
+
+@dataclass
+class TrainingSample:
+    source: str
+    latent: torch.Tensor  # (C, h, w), or (C, t, h, w) from a video VAE; VAE space, CPU
+    conditionings: list  # ComfyUI conditionings, one per caption variant
+    bucket: tuple  # (width, height) in pixels
+    captions: tuple = ()  # the caption variants' texts (text-encoder training encodes them live)
+    frames: int = 1  # pixel frames the latent encodes (clips: the dataset's frame count)
+    reference_latents: tuple = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
+    mask: torch.Tensor | None = None  # (1, h, w) loss mask on the latent grid in [0, 1] (white = 1), CPU
+    mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
+
+
+@dataclass
+class TrainingData:
+    """What CacheLatents hands to the trainer."""
+
+    samples: list
+    empty_conditioning: list  # the "" prompt, used for caption dropout
+    caption_dropout: float
+    repeats: int
+    resolution: int
+    dataset_fingerprint: str
+    stats: CacheStats = field(default_factory=CacheStats)
+    validation: "TrainingData | None" = None  # held-out images (and a validation folder's): never trained on
+    regularization: "TrainingData | None" = None  # class images drawn beside the training images
+
+    def buckets(self):
+        """{(frames, width, height): [sample indices]}, each index listed `repeats` times: samples
+        of one group have latents of one shape, so they batch."""
+        groups = {}
+        for index, sample in enumerate(self.samples):
+            groups.setdefault((sample.frames, *sample.bucket), []).extend([index] * self.repeats)
+        return groups
+
+
+def check_vae_takes_clips(dataset, vae):
+    """Refuse clips a VAE cannot encode: an image VAE, or a frame count off the VAE's k*n+1 rule."""
+    if not dataset.has_clips:
+        return
+    if getattr(vae, "latent_dim", 2) != 3:
+        raise EriDiffusionError(
+            f"{dataset.folder} holds video clips, but this VAE encodes still images; "
+            "connect the VAE of a video model (Wan, HunyuanVideo, LTX-Video) to CacheLatents "
+            "or remove the clips."
+        )
+    temporal = vae.temporal_compression_decode() or 1
+    check_frames_for_vae(dataset.video.frames, temporal, f"dataset {dataset.folder}")
+
+
+def build_training_data(
+    dataset,
+    vae,
+    clip,
+    resolution,
+    cache_folder,
+    shuffle_variants=4,
+    seed=0,
+    progress=None,
+    validation_dataset=None,
+    regularization_dataset=None,
+    processes=None,
+):
+    """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
+    `resolution`; clips are sampled as the dataset says (its frames and fps). The dataset's held-out
+    records and those of `validation_dataset` (a second DATASET) become the validation data, and
+    `regularization_dataset` (class images, DreamBooth's prior preservation) the regularization data.
+
+    `processes` (distributed.TrainingProcesses) of a run of several: each process first encodes its
+    share of the entries (rank, rank + N, ...) into the shared cache folder and, once all have, reads
+    every entry back. Entries are keyed by content, so they are the ones one process would write;
+    `progress` then counts this process's share."""
+    for source in (dataset, validation_dataset, regularization_dataset):
+        if source is not None:
+            check_vae_takes_clips(source, vae)
+    distributed = processes is not None and processes.distributed
+    cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
+    entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed)
+    every = [entry for group in entries for entry in group]
+    if distributed:
+        _encode_share(every, cache, resolution, progress, processes)
+    done = [0]
+
+    def encoded(entry):
+        sample = _sample_of(*entry[:2], cache, resolution, *entry[2:])
+        done[0] += 1
+        if progress is not None and not distributed:
+            progress(done[0], len(every))
+        return sample
+
+    samples, held_out, class_samples = ([encoded(entry) for entry in group] for group in entries)
+    empty = cache.conditioning("")
+    validation_data = None
+    if held_out:
+        validation_data = TrainingData(held_out, empty, 0.0, 1, resolution, "", cache.stats)
+    regularization = None
+    if regularization_dataset is not None:
+        regularization = _training_data(class_samples, empty, regularization_dataset, resolution, cache.stats)
+    training = _training_data(samples, empty, dataset, resolution, cache.stats)
+    training.validation, training.regularization = validation_data, regularization
+    return training
+
+
+def _training_data(samples, empty, source, resolution, stats):
+    return TrainingData(
+        samples, empty, source.captions.dropout_rate, source.repeats, resolution, source.fingerprint(), stats
+    )
+
+
+def _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed):
+    """The entries to encode, (record, video, caption options, variants, seed, mirror) each, of the
+    training, validation and regularization data in turn."""
+
+    def training_entries(source):
+        """The entries of every record of DATASET `source` (and its mirror image, with flip)."""
+        wanted = shuffle_variants if source.captions.shuffle_tags else 1
+        return [
+            (record, source.video, source.captions, wanted, seed + index, mirror)
+            for index, record in enumerate(source.records)
+            for mirror in ((False, True) if source.flip else (False,))
+        ]
+
+    validation = [(record, dataset.video) for record in dataset.held_out]
+    if validation_dataset is not None:
+        validation += [(r, validation_dataset.video) for r in validation_dataset.records + validation_dataset.held_out]
+    return (
+        training_entries(dataset),
+        [(r, video, dataset.captions, 1, seed + i, False) for i, (r, video) in enumerate(validation)],
+        training_entries(regularization_dataset) if regularization_dataset is not None else [],
+    )
+
+
+def _encode_share(every, cache, resolution, progress, processes):
+    """A run of several processes: this one encodes its share of the entries into the shared cache."""
+    processes.barrier()  # rank 0 swept the temp files before anyone writes
+    share = every[processes.rank :: processes.world_size]
+    for done, entry in enumerate(share):
+        _sample_of(*entry[:2], cache, resolution, *entry[2:])
+        if progress is not None:
+            progress(done + 1, len(share))
+    if processes.is_main:
+        cache.conditioning("")
+    processes.barrier()  # every entry is on disk
+
+
+def _sample_of(record, video, cache, resolution, options, variants_wanted, seed, mirror=False):
+    """The TrainingSample of one record: its latent, reference latents, mask and caption variants;
+    `mirror`: all of them flipped left to right."""
+    if record.clip:
+        latent, bucket = cache.clip_latent(record, resolution, video, mirror)
+    else:
+        latent, bucket = cache.latent(record.path, resolution, mirror=mirror)
+    references = (cache.latent(record.reference, resolution, bucket, mirror)[0],) if record.reference else ()
+    texts = caption_variants(record.caption, options, variants_wanted, seed)
+    return TrainingSample(
+        record.path,
+        latent,
+        [cache.conditioning(t) for t in texts],
+        bucket,
+        tuple(texts),
+        video.frames if record.clip else 1,
+        references,
+        mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
+        mirrored=mirror,
+    )
+
+
+def mask_on_latent_grid(record, bucket, grid, mirror=False):
+    """The (1, h, w) loss mask of `record` on its latent's grid in [0, 1]: scaled to the image's size,
+    flipped with it (`mirror`), resized and cropped into the bucket exactly as the image is
+    (fit_to_bucket), then averaged over each latent cell."""
+    mask = open_mask(record.mask)
+    if mask.size != (record.width, record.height):
+        mask = mask.resize((record.width, record.height), Image.Resampling.BILINEAR)
+    fitted, _ = fit_to_bucket(mirrored(mask, mirror), bucket)
+    pixels = torch.from_numpy(np.asarray(fitted, dtype=np.float32) / 255.0)[None, None]
+    return torch.nn.functional.interpolate(pixels, size=tuple(grid), mode="area")[0]

@@ -1,0 +1,138 @@
+"""File writes that never leave a half-written file: write a temp file beside the target, then
+rename. Temp files share one pattern, so the ones a killed process left behind can be swept later."""
+
+import errno
+import json
+import math
+import os
+import re
+import tempfile
+import time
+
+from ...errors import EriDiffusionError
+
+TEMP_SUFFIX = ".eridiffusion.tmp"
+# `.<start of the target's name>.<mkstemp's 8 random characters>.eridiffusion.tmp`
+_TEMP_NAME = re.compile(r"^\..*\.[A-Za-z0-9_]{8}" + re.escape(TEMP_SUFFIX) + "$")
+# Characters of the target's name kept in its temp name: the temp name stays shorter than the
+# file-system limit whenever the final name fits.
+_NAME_KEPT = 40
+# A temp file last written before this process started is not one this process is writing.
+PROCESS_START = time.time()
+
+
+def _process_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp makes 0600 files; a saved LoRA must be readable as the user's umask says (a shared
+# ComfyUI, its web server under another user).
+FILE_MODE = 0o666 & ~_process_umask()
+
+_FIXES = {
+    errno.EACCES: "make the folder writable for the user running ComfyUI",
+    errno.EPERM: "the folder or file is protected (read-only or immutable): make it writable for the user "
+    "running ComfyUI",
+    errno.EROFS: "the file system is mounted read-only: choose a folder on a writable disk",
+    errno.ENOSPC: "the disk is full: free some space",
+    errno.EDQUOT: "the disk quota is used up: free some space",
+    errno.EISDIR: "a folder has that name: remove the folder or choose another name",
+    errno.ENOTDIR: "a file stands where a folder of the path should be: remove it or choose another name",
+    errno.ENAMETOOLONG: "the name is too long for the file system: choose a shorter one",
+}
+
+
+def write_error(path, error):
+    """An EriDiffusionError naming `path`, what the operating system said and the fix."""
+    if isinstance(error, ValueError):  # Python refuses a NUL character in a path before the OS sees it
+        return EriDiffusionError(f"cannot write {path!r}: the name contains a NUL character; remove it.")
+    fix = _FIXES.get(error.errno, "check the folder exists and is writable")
+    return EriDiffusionError(f"cannot write {path}: {error.strerror or error}; {fix}.")
+
+
+def write_atomic(path, write, overwrite=False):
+    """Call write(temp_path) and move the result to `path` in one step. Without `overwrite`,
+    an existing `path` is an error and stays untouched (checked atomically with a hard link).
+    Operating-system failures are raised as EriDiffusionError naming the file and the fix."""
+    try:
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)[:_NAME_KEPT]}.", suffix=TEMP_SUFFIX, dir=folder)
+        os.close(fd)
+    except (OSError, ValueError) as error:
+        raise write_error(path, error) from None
+    try:
+        write(tmp)
+        os.chmod(tmp, FILE_MODE)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise EriDiffusionError(f"{path} already exists; choose another name or allow overwriting.") from None
+    except OSError as error:
+        raise write_error(path, error) from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def sweep_stale_temp_files(folder):
+    """Remove the temp files of write_atomic in `folder` (not below) that were last written before
+    this process started: a process killed mid-write leaves them. Returns the paths removed."""
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    for entry in entries:
+        if not _TEMP_NAME.match(entry.name) or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime < PROCESS_START:
+                os.remove(entry.path)
+                removed.append(entry.path)
+        except FileNotFoundError:  # another process swept it first
+            continue
+    return removed
+
+
+def write_safetensors_atomic(path, tensors, metadata=None, overwrite=False):
+    """A .safetensors file through write_atomic. The bytes are made in memory and written to our
+    temp file: safetensors' own save_file writes through a temp file of its own (`.tmpXXXXXX`),
+    which a killed process would leave behind where no sweep looks."""
+    import safetensors.torch
+
+    data = safetensors.torch.save(tensors, metadata=metadata)
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    return write_atomic(path, write, overwrite=overwrite)
+
+
+def json_safe(value):
+    """`value` with every non-finite float as None: JSON has no NaN or Infinity, and a browser's
+    JSON.parse rejects the tokens Python writes for them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def write_json_atomic(path, value):
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(json_safe(value), f, indent=1, allow_nan=False)
+
+    return write_atomic(path, write, overwrite=True)

@@ -1,0 +1,171 @@
+"""ComfyUI's LoRA file format: which key names address which weights, the tensors and
+metadata of a saved adapter, and writing the .safetensors file."""
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+import comfy.lora
+import torch
+
+from ... import __version__
+from ...errors import EriDiffusionError
+from .atomic_file import write_safetensors_atomic
+
+SAVE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def loadable_weight_keys(base_model):
+    """{model weight key: key prefix in a LoRA file} for every weight ComfyUI's LoraLoader can
+    address, read from ComfyUI's own key map. Prefers kohya's `lora_unet_…` naming (what
+    sd-scripts writes for SDXL), else the generic `diffusion_model.…` one."""
+    key_map = comfy.lora.model_lora_keys_unet(base_model, {})
+    prefixes = {}
+    for lora_key, weight_key in key_map.items():
+        if not isinstance(weight_key, str) or not weight_key.endswith(".weight"):
+            continue
+        native = weight_key[len("diffusion_model.") : -len(".weight")]
+        kohya = "lora_unet_" + native.replace(".", "_")
+        if key_map.get(kohya) == weight_key:
+            prefixes[weight_key] = kohya
+        elif key_map.get(weight_key[: -len(".weight")]) == weight_key:
+            prefixes[weight_key] = weight_key[: -len(".weight")]
+        else:
+            prefixes.setdefault(weight_key, lora_key)
+    return prefixes
+
+
+def loadable_clip_keys(cond_stage_model):
+    """{CLIP weight key: key prefix in a LoRA file} for the text-encoder weights ComfyUI's
+    LoraLoader addresses: kohya's `lora_te_…` (SD1.x), `lora_te1_…`/`lora_te2_…` (SDXL), else the
+    generic `text_encoders.…`."""
+    key_map = comfy.lora.model_lora_keys_clip(cond_stage_model, {})
+    two_encoders = any(k.startswith("clip_g.") for k in cond_stage_model.state_dict())
+    preferred = ("lora_te1_", "lora_te2_") if two_encoders else ("lora_te_",)
+    prefixes = {}
+    for lora_key, weight_key in key_map.items():
+        if lora_key.startswith(preferred) or (lora_key.startswith("text_encoders.") and weight_key not in prefixes):
+            if weight_key not in prefixes or not prefixes[weight_key].startswith(preferred):
+                prefixes[weight_key] = lora_key
+    return prefixes
+
+
+@dataclass
+class TrainedLoRA:
+    """What SaveLoRA writes: tensors under ComfyUI's names (fp32, CPU) and the metadata."""
+
+    tensors: dict
+    metadata: dict = field(default_factory=dict)
+    raw: "TrainedLoRA | None" = None  # with EMA (these tensors): the trained weights, saved beside as *_raw
+
+    def save(self, path, dtype="fp16", overwrite=False):
+        """Write the file (and, with `raw`, <name>_raw.safetensors beside it); returns its path."""
+        converted = self._converted(path, dtype)
+        raw = self.raw._converted(raw_path(path), dtype) if self.raw is not None else None  # both checked first
+        if raw is not None:
+            write_safetensors_atomic(raw_path(path), *raw, overwrite=overwrite)
+        return write_safetensors_atomic(path, *converted, overwrite=overwrite)
+
+    def _converted(self, path, dtype):
+        target = SAVE_DTYPES[dtype]
+        tensors = {k: (v if k.endswith(".alpha") else v.to(target)).contiguous() for k, v in self.tensors.items()}
+        check_finite(self.tensors, tensors, dtype, path)
+        metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in self.metadata.items()}
+        metadata["save_dtype"] = dtype
+        return tensors, metadata
+
+
+def raw_path(path):
+    """Where the trained (not averaged) weights of an EMA LoRA file at `path` go."""
+    stem = path[: -len(".safetensors")] if path.endswith(".safetensors") else path
+    return stem + "_raw.safetensors"
+
+
+def check_finite(tensors, converted, dtype, path):
+    """Refuse to write a LoRA with NaN or infinite values (`converted`: `tensors` in the saved dtype)."""
+    bad = sorted(k for k, v in converted.items() if not bool(torch.isfinite(v).all()))
+    if not bad:
+        return
+    if all(bool(torch.isfinite(tensors[k]).all()) for k in bad):
+        raise EriDiffusionError(
+            f"{path} was not written: in {dtype}, {len(bad)} of its {len(converted)} tensors (e.g. "
+            f"{bad[0]}) hold values too large for {dtype}, which become infinite; save as bf16 or "
+            "fp32."
+        )
+    raise EriDiffusionError(
+        f"{path} was not written: {len(bad)} of this LoRA's {len(converted)} tensors (e.g. {bad[0]}) "
+        "hold NaN or infinite values, so the run that made it diverged. Train again with a lower "
+        "learning_rate (or dtype bf16/fp32)."
+    )
+
+
+def run_metadata(base_model, config, data, steps):
+    """The metadata a run adds to its files: version, architecture, steps, dataset and settings."""
+    return {
+        "eridiffusion_version": __version__,
+        "architecture": type(base_model.model_config).__name__,
+        "steps": str(steps),
+        "dataset_hash": data.dataset_fingerprint,
+        "resolution": str(data.resolution),
+        "training_config": json.dumps(config.as_dict()),
+    }
+
+
+def export_lora(adapter_set, prefixes, metadata, text_encoder=None):
+    """Collect an AdapterSet's tensors under the file prefixes of its layers; `text_encoder` is
+    an optional (AdapterSet, prefixes) pair of text-encoder adapters saved in the same file."""
+    tensors = {}
+    for adapters, names in [(adapter_set, prefixes)] + ([text_encoder] if text_encoder else []):
+        for layer, adapter in adapters.items():
+            prefix = names[f"{layer}.weight"]
+            for name, tensor in adapter.comfy_tensors().items():
+                tensors[f"{prefix}.{name}"] = tensor.detach().to("cpu", torch.float32).clone()
+    spec = adapter_set.spec
+    meta = {
+        # kohya's keys, read by tools that list LoRA info
+        "ss_network_module": "networks.lora" if spec.algorithm == "lora" else "lycoris.kohya",
+        "ss_network_dim": str(spec.rank),
+        "ss_network_alpha": str(spec.alpha),
+        "ss_network_args": json.dumps(
+            {
+                "algo": spec.algorithm,
+                "conv_dim": spec.conv_rank,
+                "conv_alpha": spec.conv_alpha,
+                "factor": spec.lokr_factor,
+            }
+        ),
+        "eridiffusion_adapter_spec": json.dumps(dataclasses.asdict(spec)),
+        "eridiffusion_adapter": spec.algorithm,
+        "eridiffusion_rank": str(spec.rank),
+        "eridiffusion_alpha": str(spec.alpha),
+        "eridiffusion_targets": spec.targets,
+        # the adapted layers, by their names in the model (the text encoder's under their own key)
+        "eridiffusion_modules": json.dumps(list(adapter_set.layer_names)),
+    }
+    if text_encoder:
+        meta["eridiffusion_text_encoder_modules"] = json.dumps(list(text_encoder[0].layer_names))
+    meta.update(metadata)
+    return TrainedLoRA(tensors, meta)
+
+
+# Names an adapter's tensors have in a file, after the layer prefix (ComfyUI's names).
+TENSOR_NAMES = (
+    "lora_up.weight",
+    "lora_down.weight",
+    "lora_mid.weight",
+    "alpha",
+    "dora_scale",
+    "hada_w1_a",
+    "hada_w1_b",
+    "hada_w2_a",
+    "hada_w2_b",
+    "hada_t1",
+    "hada_t2",
+    "lokr_w1",
+    "lokr_w1_a",
+    "lokr_w1_b",
+    "lokr_w2",
+    "lokr_w2_a",
+    "lokr_w2_b",
+    "lokr_t2",
+)

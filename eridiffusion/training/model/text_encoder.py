@@ -1,0 +1,84 @@
+"""Training adapters on a CLIP's text encoder(s) next to the diffusion model's.
+
+The CLIP is cloned and the adapters injected into the clone's patcher, as for the MODEL:
+the input CLIP keeps encoding exactly as before. Captions are encoded every step (with
+gradients), through the same `encode_from_tokens_scheduled` CLIPTextEncode uses; with CUDA graphs
+the encoders' transformers replay from graphs (speed/graphed_text_encoder.py).
+"""
+
+import contextlib
+import dataclasses
+
+from ...comfy_compat import encodings_kept_on, trainable_clip_clone
+from ..adapters import attach_adapters
+from ..adapters.from_tensors import adapters_from_tensors
+from ..formats.lora_file import loadable_clip_keys
+from . import loading as model_loading
+from .autograd_inplace import OutOfPlaceAugmentedAssignments
+from .autograd_weights import frozen_weights_injection
+
+
+def text_encoder_layers(prefixes):
+    """The weights of the transformer layers (attention and MLP), which kohya-style text-encoder
+    LoRAs adapt; embeddings and projections stay frozen."""
+    return {k for k in prefixes if ".encoder.layers." in k}
+
+
+class TextEncoderTraining:
+    """`tensors`/`path`: a resume file whose text-encoder weights the adapters start from."""
+
+    def __init__(self, clip, spec, seed, tensors=None, path=None, encodings_on_device=True):
+        if spec.targets == "blocks":  # the layers are already restricted to the encoder's blocks
+            spec = dataclasses.replace(spec, targets="all-linear")
+        spec = dataclasses.replace(spec, include="", exclude="")  # (those name the diffusion model's layers)
+        self.source = trainable_clip_clone(clip)  # the input CLIP as training sees it (see run/build.py)
+        self.clip = self.source.clone()
+        self.prefixes = loadable_clip_keys(self.clip.cond_stage_model)
+        frozen_weights_injection(self.clip.patcher)
+        layers = text_encoder_layers(self.prefixes)
+        self.used_keys = set()
+        if tensors is None:
+            self.adapters = attach_adapters(self.clip.patcher, spec, layers, seed=seed + 7919, prefix="")
+        else:
+            allowed = {k: v for k, v in self.prefixes.items() if k in layers}
+            self.adapters, self.used_keys = adapters_from_tensors(self.clip.patcher.model, tensors, spec, allowed, path)
+            self.adapters.to(self.clip.patcher.load_device).attach_to(self.clip.patcher)
+        self.tokens = {}
+        self.graphed = None  # speed/graphed_text_encoder.GraphedEncoders, when the step path replays graphs
+        self.encodings_on_device = encodings_on_device  # (SpeedPaths.encodings_on_device)
+        self.clip.load_model = self._load_model  # (this clone's own attribute)
+
+    def _load_model(self, *args, **kwargs):
+        """CLIP.load_model for the training clone, which ComfyUI's encoding calls every time: loading
+        the CLIP again re-patches it (with dynamic VRAM, 0.28 re-injects the adapters and the weight
+        aliases each time: 30 ms of an SDXL step), so while it is loaded whole it is left alone."""
+        if model_loading.loaded_whole(self.clip.patcher):
+            return self.clip.patcher
+        with model_loading.as_comfyui_loads():
+            return type(self.clip).load_model(self.clip, *args, **kwargs)
+
+    def micro_batch_starts(self):
+        if self.graphed is not None:
+            self.graphed.micro_batch_starts()
+
+    def conditioning(self, text):
+        """ComfyUI conditioning of `text` through the adapted encoder, with gradients."""
+        if text not in self.tokens:
+            self.tokens[text] = self.clip.tokenize(text)
+        graphs = self.graphed.active() if self.graphed is not None else contextlib.nullcontext()
+        # CLIP's layers add their residuals in place; the encoding stays on the GPU (no wait for it)
+        device = self.clip.patcher.load_device
+        on_device = encodings_kept_on(device) if self.encodings_on_device else contextlib.nullcontext()
+        with OutOfPlaceAugmentedAssignments(), graphs, on_device:
+            return self.clip.encode_from_tokens_scheduled(self.tokens[text], show_pbar=False)
+
+    def result_clip(self):
+        """A clone of the input CLIP with the trained adapters attached."""
+        self.adapters.requires_grad_(False)
+        out = self.source.clone()
+        self.adapters.attach_to(out.patcher)
+        return out
+
+    def unload(self):
+        self.graphed = None
+        model_loading.unload(self.clip.patcher)

@@ -1,0 +1,92 @@
+"""What a run writes as it goes, under its run folder: checkpoints with their training state
+(keep_last drops the oldest), checkpoints/best.safetensors at the lowest validation loss, and
+loss.json. With EMA, every file holds the averaged weights and the trained ones beside as *_raw.
+Rank 0 writes; the other processes wait for it."""
+
+import contextlib
+import os
+
+from ..formats.atomic_file import write_json_atomic
+from ..formats.lora_file import check_finite, export_lora, raw_path, run_metadata
+from ..formats.state_file import save_state, state_path
+from . import run_state
+
+BEST = "best.safetensors"
+
+
+def lora_of(run, step):
+    """TrainingRun `run`'s adapter after `step` steps as a LoRA file's content: with EMA, the averaged
+    weights, the trained ones as `raw`."""
+    text_encoder = (run.text_encoder.adapters, run.text_encoder.prefixes) if run.text_encoder else None
+
+    def export():
+        metadata = run_metadata(run.base, run.config, run.data, step)
+        return export_lora(run.adapters, run.prefixes, metadata, text_encoder=text_encoder)
+
+    if run.ema is None:
+        return export()
+    raw = export()
+    with run.ema.applied():
+        averaged = export()
+    averaged.metadata["eridiffusion_weights"] = f"ema (decay {run.config.ema_decay:g}; trained weights: *_raw)"
+    averaged.raw = raw
+    return averaged
+
+
+def averaged(run):
+    """The block runs on the EMA weights when the run keeps them (sampling, validation)."""
+    return run.ema.applied() if run.ema is not None else contextlib.nullcontext()
+
+
+def checkpoint_path(run, name):
+    return os.path.join(run.run_dir, "checkpoints", name)
+
+
+def save_checkpoint(run, step):
+    """Rank 0 writes the checkpoint after `step` steps, with its training state (and drops those
+    keep_last lets go) while the others wait."""
+    path = checkpoint_path(run, f"{run.config.run_name}_step{step:06d}.safetensors")
+    if run.processes.is_main:
+        lora = lora_of(run, step)
+        check_finite(lora.tensors, lora.tensors, "fp32", path)  # before its state is written
+        if lora.raw is not None:
+            check_finite(lora.raw.tensors, lora.raw.tensors, "fp32", raw_path(path))
+        save_state(path, run_state.capture(run, step))
+        lora.save(path, dtype="fp32", overwrite=True)
+    kept = run.progress.checkpoints
+    kept.append(path)
+    keep = run.config.keep_last
+    if keep and len(kept) > keep:
+        dropped, kept[:] = kept[:-keep], kept[-keep:]
+        if run.processes.is_main:
+            for file in [f for old in dropped for f in (old, state_path(old), raw_path(old))]:
+                if os.path.exists(file):
+                    os.remove(file)
+    run.processes.barrier()
+
+
+def record_validation(run, step, value):
+    """The validation loss `value` after `step` steps: kept in the progress, the adapter written as
+    best.safetensors when it is the lowest so far, the checks since the best counted."""
+    progress = run.progress
+    progress.validation_points.append([step, value])
+    if progress.best is None or value < progress.best["loss"]:
+        path = checkpoint_path(run, BEST)
+        if run.processes.is_main:  # (every process measured the same value)
+            lora = lora_of(run, step)
+            lora.metadata["validation_loss"] = repr(value)
+            lora.save(path, dtype="fp32", overwrite=True)
+        progress.best, progress.checks_since_best = {"step": step, "loss": value, "path": path}, 0
+    else:
+        progress.checks_since_best += 1
+    return [step, value]
+
+
+def write_loss_log(run):
+    """loss.json: the training losses read back so far, and the validation points."""
+    if not run.processes.is_main:
+        return
+    log = {"loss": run.progress.losses}
+    if run.progress.validation_points:
+        log["validation"] = run.progress.validation_points
+    write_json_atomic(os.path.join(run.run_dir, "loss.json"), log)

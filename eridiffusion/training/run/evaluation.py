@@ -1,0 +1,47 @@
+"""The evaluation loss: the model's loss at fixed (noise, timestep) pairs on the first images, the
+same numbers before and after training, so the drop measures what was learned."""
+
+import torch
+
+from ..model import loading as model_loading
+from ..model.families import family_of
+from ..model.forward import prediction, transformer_options_of
+from ..model.inputs import batch_inputs
+from ..model.objective import Objective
+from ..model.prepared_data import PreparedData, conditioning_options
+
+
+def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
+    """Mean native-parameterization loss over `config.eval_timesteps` fixed (noise, timestep) pairs
+    per image of the first `config.eval_images`, timesteps spread evenly over the schedule."""
+    base = patcher.model
+    device = patcher.load_device
+    objective = Objective(base.model_sampling)
+    # loaded before the inputs are built: some extra_conds run model layers (LTX-2's text connectors)
+    model_loading.load(patcher, config.weights_vram_gib)
+    with torch.no_grad():
+        prepared = PreparedData(
+            base,
+            data,
+            device,
+            limit=config.eval_images,
+            cached_inputs=text_encoder is None,
+            options=conditioning_options(config, family_of(base)),
+        )
+        ms = base.model_sampling
+        t_lo, t_hi = float(ms.timestep(ms.sigma_min.reshape(1))), float(ms.timestep(ms.sigma_max.reshape(1)))
+        fractions = (torch.arange(config.eval_timesteps, dtype=torch.float32) + 0.5) / config.eval_timesteps
+        sigmas = ms.sigma(t_lo + fractions * (t_hi - t_lo)).float().to(device)
+        generator = torch.Generator().manual_seed(seed)
+        total, count = 0.0, 0
+        transformer_options = transformer_options_of(patcher)
+        for index, latent in enumerate(prepared.latents):
+            inputs = prepared.inputs_for(index, 0, text_encoder)
+            model_loading.load(patcher, config.weights_vram_gib)  # (again, after the text encoder took the device)
+            x0 = latent[None].expand(len(sigmas), *latent.shape)
+            noise = torch.randn(x0.shape, generator=generator).to(device)
+            x_t = objective.noisy_latent(x0, noise, sigmas)
+            denoised = prediction(base, transformer_options, x_t, sigmas, batch_inputs([inputs] * len(sigmas)))
+            total += float(objective.loss(denoised, x0, sigmas).sum())
+            count += len(sigmas)
+    return total / count

@@ -1,0 +1,56 @@
+"""One optimizer step: each micro-batch's forward and backward along the step path, the gradients
+averaged over the processes, unscaled and clipped, the update (left out for a non-finite step with
+on_nan=skip), the EMA and the schedule. Nothing is read back: the step's loss and gradient norm stay
+on the device (non_finite.StepHealth) until the next logging step."""
+
+import torch
+
+from .non_finite import gradient_norm, skip_on_device
+
+
+class OptimizerStep:
+    """The steps of TrainingRun `run`: micro-batches from `micro_batches` (MicroBatches), losses and
+    gradients along `path` (speed/step_path.StepPath), each step's loss and norm into `health`."""
+
+    def __init__(self, run, path, micro_batches, health):
+        self.run, self.path, self.micro_batches, self.health = run, path, micro_batches, health
+        self.skip_on_the_device = skip_on_device(run.optimizer, run.scaler)
+
+    def __call__(self, step):
+        run, config = self.run, self.run.config
+        step_loss = torch.zeros((), device=run.device)
+        with self.path.step():
+            for _ in range(config.grad_accum):
+                for batch, weight in self.micro_batches.of_step(step):
+                    loss = self.path.loss(batch)
+                    loss = (loss if weight is None else weight * loss) / config.grad_accum
+                    self.path.backward(loss, run.scaler)
+                    step_loss += loss.detach()
+        # several processes: the gradients summed over the micro-batches, then averaged (DDP with no_sync)
+        step_loss = run.processes.average_gradients(run.trained_parameters, step_loss)
+        run.scaler.unscale_(run.optimizer)
+        norm = gradient_norm(run.trained_parameters, config.max_grad_norm)
+        finite = self.health.finite(step_loss, norm) if config.on_nan == "skip" else None
+        self.update(finite)
+        if run.ema is not None:
+            run.ema.update()
+        run.scheduler.step()
+        run.optimizer.zero_grad(set_to_none=True)
+        self.health.record(step, step_loss, norm)
+
+    def update(self, finite):
+        """The scaled optimizer update. With `finite` (on_nan=skip), a step where it is False leaves the
+        adapters and the optimizer's state as they were: decided on the device where the optimizer
+        can, else by reading the flag back."""
+        run = self.run
+        if finite is None:
+            run.scaler.step(run.optimizer)
+        elif self.skip_on_the_device:
+            run.optimizer.found_inf = (~finite).float()
+            try:
+                run.optimizer.step()
+            finally:
+                del run.optimizer.found_inf
+        elif bool(finite):
+            run.scaler.step(run.optimizer)
+        run.scaler.update()

@@ -1,0 +1,107 @@
+"""The optimizers a LoRA run can choose, built by name, the parameter groups they train (one per
+block_lr multiplier, and the text encoder's), and a one-step check that the chosen one really runs
+on the training device before any training work starts."""
+
+import warnings
+
+import torch
+
+from ...errors import EriDiffusionError
+
+OPTIMIZERS = ("AdamW", "AdamW8bit", "PagedAdamW", "PagedAdamW8bit", "Prodigy", "Adafactor", "Lion", "Lion8bit")
+
+# Our name is the class name in bitsandbytes.optim.
+_BITSANDBYTES = ("AdamW8bit", "PagedAdamW", "PagedAdamW8bit", "Lion", "Lion8bit")
+
+# On a CPU (torch 2.14, bitsandbytes 0.50.2, prodigyopt 1.1.2, transformers 5.23) AdamW, AdamW8bit,
+# Lion, Lion8bit, Prodigy and Adafactor step and train. PagedAdamW and PagedAdamW8bit do not raise
+# there: bitsandbytes warns "Paged optimizers are not supported on CPU. Falling back to non-paged
+# optimizer behavior." and runs the unpaged optimizer, so check_optimizer_runs refuses them off CUDA.
+
+
+def make_optimizer(name, params, lr, weight_decay, device):
+    """The optimizer `name` over `params`; optional libraries are imported only when chosen."""
+    device = torch.device(device)
+    if name == "AdamW":
+        # fused: one kernel for all parameters, and its step counters stay on the device (the
+        # foreach path reads each one back to the host every step)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=device.type in ("cuda", "cpu"))
+    if name in _BITSANDBYTES:
+        import bitsandbytes
+
+        return getattr(bitsandbytes.optim, name)(params, lr=lr, weight_decay=weight_decay)
+    if name == "Prodigy":
+        # Prodigy estimates the step size itself and lr multiplies that estimate: LoRA runs pass lr=1.0.
+        # safeguard_warmup and use_bias_correction are what kohya's docs advise for Prodigy with a warmup.
+        # It estimates one step size for all groups and fails at its first step when their non-zero
+        # lrs differ: refuse that now, with the fix.
+        params = list(params)
+        rates = {group.get("lr", lr) if isinstance(group, dict) else lr for group in params} - {0}
+        if len(rates) > 1:
+            raise EriDiffusionError(
+                f"optimizer Prodigy needs one learning rate for every parameter group (got "
+                f"{sorted(rates)}): give the text encoder the model's learning rate (1.0) or 0."
+            )
+        import prodigyopt
+
+        return prodigyopt.Prodigy(
+            params, lr=lr, weight_decay=weight_decay, safeguard_warmup=True, use_bias_correction=True
+        )
+    if name == "Adafactor":
+        # A fixed-lr Adafactor, as kohya uses it for LoRA: its own relative step and parameter
+        # scaling would override the schedule the user chose.
+        from transformers.optimization import Adafactor
+
+        return Adafactor(
+            params, lr=lr, weight_decay=weight_decay, relative_step=False, scale_parameter=False, warmup_init=False
+        )
+    raise _unknown(name)
+
+
+def check_optimizer_runs(name, device):
+    """One step of `name` on a dummy parameter on `device`; raises EriDiffusionError if it cannot run."""
+    if name not in OPTIMIZERS:
+        raise _unknown(name)
+    device = torch.device(device)
+    try:
+        # 64x64 = 4096 elements: the smallest tensor bitsandbytes keeps 8-bit state for, so the
+        # 8-bit kernels are the ones exercised. A zero start makes any update visible.
+        param = torch.nn.Parameter(torch.zeros(64, 64, device=device))
+        grad = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+        with warnings.catch_warnings():
+            # bitsandbytes warns instead of raising when it runs something other than what was named
+            # (paged state on a CPU): that is not the optimizer the user chose.
+            warnings.filterwarnings("error", category=UserWarning, module=r"bitsandbytes\b")
+            optimizer = make_optimizer(name, [param], 1e-3, 0.01, device)
+            param.grad = grad.to(device)
+            optimizer.step()
+        stepped = param.detach()
+        if not bool(torch.isfinite(stepped).all()):
+            raise RuntimeError("one step produced non-finite values")
+        if not bool((stepped != 0).any()):
+            raise RuntimeError("one step left the parameter unchanged")
+    except Exception as error:
+        detail = (str(error).strip().splitlines() or [""])[0]
+        unpaged = name[len("Paged") :] if name.startswith("Paged") else "AdamW"
+        instead = "AdamW" if unpaged == "AdamW" else f"{unpaged} (the same without paging) or AdamW"
+        raise EriDiffusionError(
+            f"optimizer {name} cannot run on {device.type}: {type(error).__name__}: {detail} "
+            f"Choose another optimizer, e.g. {instead}."
+        ) from error
+
+
+def _unknown(name):
+    return EriDiffusionError(f"optimizer '{name}' unknown; choose one of {', '.join(OPTIMIZERS)}.")
+
+
+def parameter_groups(unet_adapters, learning_rate, text_encoder=None, text_encoder_lr=None, multipliers=None):
+    """The optimizer's parameter groups: the diffusion model's adapters at `learning_rate` (one group per
+    block_lr multiplier, {layer: multiplier}, in order of first appearance), the text encoder's at its rate."""
+    by_multiplier = {}
+    for layer, adapter in unet_adapters.items():
+        multiplier = (multipliers or {}).get(layer, 1.0)
+        by_multiplier.setdefault(multiplier, []).extend(adapter.parameters())
+    groups = [{"params": params, "lr": learning_rate * m} for m, params in by_multiplier.items()]
+    if text_encoder is not None:
+        groups.append({"params": list(text_encoder.adapters.parameters()), "lr": text_encoder_lr})
+    return groups

@@ -1,0 +1,87 @@
+"""Continuing from a saved adapter: LoadLoRAForTraining's RESUME point, read from one of our
+checkpoints (with its training state beside it the run continues exactly where it stopped) or from
+any trainer's plain LoRA/DoRA file (a new run from its weights)."""
+
+import json
+import os
+from dataclasses import dataclass
+
+import safetensors
+import torch
+
+from ...errors import EriDiffusionError
+from ..adapters import AdapterSpec
+from ..formats.state_file import STATE_SUFFIX, load_state, pickled_state_path, state_path
+
+
+@dataclass
+class ResumePoint:
+    """A saved adapter to continue from, and its training state when there is one."""
+
+    path: str
+    tensors: dict
+    spec: AdapterSpec
+    state: dict | None = None
+
+
+def _spec_from_tensors(tensors, path):
+    """The spec of a plain LoRA file written by another tool: algorithm and rank from its keys."""
+    downs = [t for k, t in tensors.items() if k.endswith(".lora_down.weight")]
+    if downs and not any(k.endswith((".hada_w1_a", ".lokr_w1", ".lokr_w1_a")) for k in tensors):
+        rank = downs[0].shape[0]
+        alphas = [float(t) for k, t in tensors.items() if k.endswith(".alpha")]
+        algorithm = "dora" if any(k.endswith(".dora_scale") for k in tensors) else "lora"
+        return AdapterSpec(
+            algorithm=algorithm, rank=rank, alpha=alphas[0] if alphas else float(rank), targets="all-linear"
+        )
+    raise EriDiffusionError(
+        f"{path}: not a LoRA/DoRA file EriDiffusion can continue from (LoHa and LoKr files "
+        "resume only when EriDiffusion wrote them). Start a new run instead."
+    )
+
+
+def load_resume_point(path):
+    """Read an adapter file (and its state file if present) for LoRATrainer to continue from."""
+    if path.endswith(STATE_SUFFIX):
+        adapter = path[: -len(STATE_SUFFIX)] + ".safetensors"
+        raise EriDiffusionError(
+            f"{path} is the training state of {adapter}; give the adapter file, and its state beside it is read too."
+        )
+    if not os.path.isfile(path):
+        raise EriDiffusionError(
+            f"resume file {path} does not exist; give the path of a .safetensors checkpoint "
+            "(runs write them to output/<run_name>/checkpoints/)."
+        )
+    # ComfyUI runs nodes under inference_mode; tensors made there can never be updated in place
+    # (the optimizer's state is), so everything is read outside it.
+    with torch.inference_mode(False):
+        try:
+            with safetensors.safe_open(path, "pt") as f:
+                metadata = f.metadata() or {}
+                tensors = {k: f.get_tensor(k).clone() for k in f.keys()}
+        except Exception as error:  # safetensors raises several types for a damaged file
+            raise EriDiffusionError(
+                f"{path} cannot be read as a .safetensors file ({error}); pick another checkpoint."
+            ) from None
+        non_finite = sorted(k for k, t in tensors.items() if not bool(torch.isfinite(t).all()))
+        if non_finite:
+            raise EriDiffusionError(
+                f"{path} holds NaN or infinite values ({len(non_finite)} of its {len(tensors)} "
+                f"tensors, e.g. {non_finite[0]}): it was saved from a diverged run. Resume from "
+                "an earlier checkpoint."
+            )
+        if "eridiffusion_adapter_spec" in metadata:
+            spec = AdapterSpec(**json.loads(metadata["eridiffusion_adapter_spec"]))
+        else:
+            spec = _spec_from_tensors(tensors, path)
+        state = None
+        if os.path.isfile(state_path(path)):
+            state = load_state(state_path(path), path)
+        elif os.path.exists(pickled_state_path(path)):
+            raise EriDiffusionError(
+                f"{pickled_state_path(path)} is a training state in the pickle format of earlier EriDiffusion "
+                "versions, which is never opened (a pickle can run any code). To continue from "
+                f"{os.path.basename(path)}'s weights as a new run, move {os.path.basename(pickled_state_path(path))} "
+                "away; to continue a run exactly, resume from a checkpoint written by this version."
+            )
+    return ResumePoint(path, tensors, spec, state)

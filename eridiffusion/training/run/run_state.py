@@ -1,0 +1,154 @@
+"""What of a run's loop an exact continuation needs beside the adapter weights (step, optimizer,
+LR schedule, loss scaler, batch order, random generators, losses), and the settings that must not
+change between the run that wrote it and the one that resumes it (formats/state_file.py stores it).
+The state is the same in every process of a multi-process run (rank 0 writes it) and holds the
+global step and the samples seen, so a run continues on another number of processes as long as
+the global batch stays."""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import torch
+
+from ...errors import EriDiffusionError
+from ..formats.state_file import state_path
+from .config import NESTED, TrainConfig
+
+
+@dataclass
+class RunProgress:
+    """How far a run has come: what the loop updates as it goes and a resume restores."""
+
+    start_step: int = 0  # the step this process's loop starts at (a resumed run's saved step)
+    losses: list = field(default_factory=list)  # training loss of every step read back so far
+    eval_before: float | None = None  # the evaluation loss before the first step
+    validation_points: list = field(default_factory=list)  # [[step, validation loss], ...]
+    best: dict | None = None  # {"step", "loss", "path"} of the lowest validation loss
+    checks_since_best: int = 0
+    checkpoints: list = field(default_factory=list)  # the periodic checkpoints kept (keep_last), oldest first
+
+
+# Settings a resumed run may change: how long it runs, where it writes, and how fast it runs.
+FREE_ON_RESUME = (
+    "steps",
+    "run_name",
+    "save_every",
+    "keep_last",
+    "log_every",
+    "eval_timesteps",
+    "eval_images",
+    "cuda_graphs",
+    "weights_vram_gib",
+    "torch_compile",
+    "fp8_compute",
+    "on_nan",
+    "device",
+    "validate_every",
+    "early_stop_patience",
+)
+
+
+def _resumable(values, world_size):
+    kept = {k: v for k, v in values.items() if k not in FREE_ON_RESUME}
+    # the batch that counts is the global micro-batch: 2 processes x batch_size 1 draw the samples,
+    # noise and noise levels 1 process x batch_size 2 draws (trainer.py), so either continues the other
+    kept["batch_size"] = values["batch_size"] * world_size
+    return kept
+
+
+def resumable_settings(config, world_size=1):
+    """The settings a resumed run must share with the run that wrote the state (batch_size as
+    batch_size x the number of processes)."""
+    return _resumable(config.as_dict(), world_size)
+
+
+def config_fingerprint(config, world_size=1):
+    return hashlib.sha256(json.dumps(resumable_settings(config, world_size), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _with_defaults(written):
+    """The settings of a state file with those added since it was written at their defaults: the run
+    that wrote it trained as their defaults do (a setting is only added with a default that keeps
+    earlier behaviour), so it continues."""
+    defaults = TrainConfig().as_dict()
+    merged = {**defaults, **written}
+    for nested in NESTED:
+        merged[nested] = {**defaults[nested], **written.get(nested, {})}
+    return merged
+
+
+def _global_batch_advice(state, config, world_size):
+    written_processes = state.get("world_size", 1)
+    written = state["config"]["batch_size"] * written_processes
+    fix = (
+        f"set batch_size to {written // world_size} for {world_size} process(es)"
+        if written % world_size == 0
+        else f"run it on a number of processes that divides {written}"
+    )
+    return (
+        f"the global batch (batch_size x processes) was {written_processes} x {state['config']['batch_size']} = "
+        f"{written} and is {world_size} x {config.batch_size} = {config.batch_size * world_size} here: {fix}"
+    )
+
+
+def capture(run, step):
+    """The loop state of TrainingRun `run` after `step` steps."""
+    return {
+        "step": step,
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "scaler": run.scaler.state_dict(),
+        "batches": run.batches.state(),
+        "prior_batches": run.prior_batches.state() if run.prior_batches is not None else None,
+        "choice": run.choice.getstate(),
+        "noise": run.noise_gen.get_state(),
+        "losses": list(run.progress.losses),
+        "eval_loss_before": run.progress.eval_before,
+        "validation": [list(point) for point in run.progress.validation_points],
+        "best": dict(run.progress.best) if run.progress.best else None,
+        "checks_since_best": run.progress.checks_since_best,
+        # with EMA the checkpoint file holds the averages: the trained weights come back from here
+        "ema": run.ema.state() if run.ema is not None else None,
+        "trained_parameters": [p.detach() for p in run.ema.parameters] if run.ema is not None else None,
+        "config_fingerprint": config_fingerprint(run.config, run.processes.world_size),
+        "config": run.config.as_dict(),
+        "world_size": run.processes.world_size,
+        "samples_seen": step * run.config.grad_accum * run.config.batch_size * run.processes.world_size,
+    }
+
+
+def restore(run, state, path):
+    """Put TrainingRun `run` back where `state` (read beside the adapter at `path`) left it."""
+    world_size = run.processes.world_size
+    written = _resumable(_with_defaults(state["config"]), state.get("world_size", 1))
+    if written != resumable_settings(run.config, world_size):
+        changed = sorted(k for k, v in resumable_settings(run.config, world_size).items() if written.get(k) != v)
+        if changed == ["batch_size"]:
+            raise EriDiffusionError(
+                f"{state_path(path)} continues exactly only with the batch it was trained with: "
+                f"{_global_batch_advice(state, run.config, world_size)}."
+            )
+        raise EriDiffusionError(
+            f"{state_path(path)} was written with other settings ({', '.join(changed)} "
+            "differ); use the same settings to resume, or start a new run."
+        )
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.scaler.load_state_dict(state["scaler"])
+    run.batches.load_state(state["batches"])
+    if run.prior_batches is not None and state.get("prior_batches") is not None:
+        run.prior_batches.load_state(state["prior_batches"])
+    run.choice.setstate(state["choice"])
+    run.noise_gen.set_state(state["noise"].to(run.noise_gen.get_state().device))
+    progress = run.progress
+    progress.start_step, progress.losses = state["step"], list(state["losses"])
+    progress.eval_before = state["eval_loss_before"]
+    # (states written before validation existed have none of it)
+    progress.validation_points = [list(point) for point in state.get("validation", [])]
+    progress.best, progress.checks_since_best = state.get("best"), state.get("checks_since_best", 0)
+    if run.ema is not None:
+        run.ema.load_state(state["ema"])
+        with torch.no_grad():
+            for parameter, trained in zip(run.ema.parameters, state["trained_parameters"]):
+                parameter.copy_(trained)

@@ -1,0 +1,257 @@
+"""The training loop, top to bottom: build the run (build.py), then one optimizer step after another
+(optimizer_step.py), each followed by what is due (cadence.py): read the losses back, validate,
+report, write a checkpoint, render samples, stop. Then the last checkpoint and the result.
+
+Works on a ComfyUI ModelPatcher (and optionally its CLIP) and the TrainingData of CacheLatents.
+The inputs are never changed: the results are clones of the inputs with the trained adapters
+attached. In a run of several processes (distributed.py) each trains its part of every global
+micro-batch, the gradients are averaged once per optimizer step, and rank 0 alone writes files.
+"""
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from ..formats.atomic_file import write_json_atomic
+from ..model import loading as model_loading
+from ..model.forward import transformer_options_of
+from ..model.prepared_data import conditioning_options
+from ..speed.step_path import step_path
+from . import checkpoints
+from .build import TrainingRun
+from .cadence import Cadence
+from .distributed import SINGLE_PROCESS
+from .evaluation import evaluation_loss
+from .micro_batches import MicroBatches, loss_function, prepared
+from .non_finite import MAX_SKIPS_IN_A_ROW, StepHealth, diverged_error
+from .optimizer_step import OptimizerStep
+from .samples import render_samples
+from .summary import run_summary
+from .validation import ValidationLoss
+
+
+@dataclass
+class TrainingHooks:
+    """How a caller watches and steers a run; every hook is optional."""
+
+    on_progress: Callable | None = None  # (step, total, new_losses or None, stats dict)
+    check_cancel: Callable | None = None  # raises to stop the run (ComfyUI's cancel)
+    should_stop: Callable | None = None  # True: end at this step boundary, save, return the result
+    on_samples: Callable | None = None  # (step, grid IMAGE, paths)
+
+
+@dataclass
+class TrainResult:
+    lora: object  # TrainedLoRA, ready for SaveLoRA
+    losses: list  # training loss per optimizer step
+    eval_loss_before: float
+    eval_loss_after: float
+    seconds_per_step: float
+    run_dir: str
+    patcher: object = None  # a clone of the input MODEL with the trained adapters
+    checkpoints: list = field(default_factory=list)
+    samples: torch.Tensor | None = None
+    adapters: object = None  # the trained AdapterSet (attached to `patcher`)
+    sample_paths: list = field(default_factory=list)
+    peak_memory_gib: float = 0.0
+    clip: object = None  # a clone of the input CLIP with its trained adapters, if trained
+    skipped_steps: int = 0  # on_nan=skip: steps whose update was left out (non-finite)
+    peak_memory_gib_per_process: list = field(default_factory=list)  # [rank 0's, rank 1's, ...]
+    validation: list = field(default_factory=list)  # [[step, validation loss], ...]
+    best: dict | None = None  # {"step", "loss", "path"} of the lowest validation loss
+    stopped_early: bool = False  # early_stop_patience ended the run
+
+
+def train(run: TrainingRun, sample_settings=None, hooks: TrainingHooks | None = None) -> TrainResult:
+    """Train TrainingRun `run` from its progress to its last step (or a stop), rendering samples of
+    `sample_settings` (SampleSettings or None) and reporting to `hooks`."""
+    with _Loop(run, sample_settings, hooks or TrainingHooks()) as loop:
+        config, progress, done = run.config, run.progress, run.progress.start_step
+        for step in range(progress.start_step, config.steps):
+            if loop.hooks.check_cancel is not None:
+                loop.hooks.check_cancel()
+            loop.optimizer_step(step)
+            done = step + 1
+            due = loop.cadence.after(done, loop.stop_asked(done))
+            new, point = None, None
+            if due.log:
+                new = loop.read_losses(done)
+            if due.validation:
+                point = loop.validate(done)
+                due = loop.cadence.after_validation(due, progress.checks_since_best)
+            loop.report(done, new, point)
+            if due.checkpoint:
+                checkpoints.save_checkpoint(run, done)
+            if due.samples:
+                loop.render_samples(done)
+            if due.stop:
+                loop.stopped_early = due.early_stop
+                break
+        return loop.finish(done)
+
+
+class _Loop:
+    """What one call of train() keeps beside the run: the step and its path, validation, the
+    samples rendered, the timing and the losses not yet read back."""
+
+    def __init__(self, run, sample_settings, hooks):
+        self.run, self.sample_settings, self.hooks = run, sample_settings, hooks
+        config, progress = run.config, run.progress
+        if progress.eval_before is None:
+            progress.eval_before = evaluation_loss(run.patcher, run.data, config, text_encoder=run.text_encoder)
+        model_loading.load(run.patcher, config.weights_vram_gib)
+        training = prepared(run, run.data, run.preservation)
+        prior = prepared(run, run.data.regularization) if run.data.regularization is not None else None
+        self.transformer_options = transformer_options_of(run.patcher)
+        loss_of = loss_function(run, self.transformer_options)
+        self.path = step_path(
+            config, run.device, run.adapters, loss_of, run.text_encoder, run.base.diffusion_model, run.fp8_products
+        )
+        self.validation = None
+        if run.data.validation is not None:
+            options = conditioning_options(config, run.family)
+            self.validation = ValidationLoss(
+                run.base, run.data.validation, run.device, run.objective, config, options, run.text_encoder
+            )
+        self.health = StepHealth(config.steps, run.device, config.on_nan, run.scaler.is_enabled())
+        self.optimizer_step = OptimizerStep(run, self.path, MicroBatches(run, training, prior), self.health)
+        every = sample_settings.every if sample_settings is not None else None
+        self.cadence = Cadence(config, every, validating=self.validation is not None)
+        self.samples, self.sample_paths, self.stopped_early = None, [], False
+        if run.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(run.device)
+        self.started, self.timed_from, self.logged = time.perf_counter(), None, progress.start_step
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.path.release()  # (a failed run too: its graphs and fp8 weights go now)
+
+    def stop_asked(self, done):
+        """Whether the caller asked to stop before the last step (all processes stop at one step: a
+        Ctrl-C reaches each)."""
+        should_stop, steps = self.hooks.should_stop, self.run.config.steps
+        return self.run.processes.any(should_stop is not None and done < steps and should_stop())
+
+    def read_losses(self, done):
+        """The losses of the steps since the last read (the one device sync of a logging step), kept
+        and logged; a non-finite one stops the run (on_nan=stop) or counts as skipped (on_nan=skip)."""
+        run = self.run
+        new, norms = self.health.read(self.logged, done)
+        run.progress.losses += new
+        checkpoints.write_loss_log(run)
+        self._check_finite(new, norms)
+        self.logged = done
+        if self.timed_from is None:
+            self.timed_from = (done, time.perf_counter())
+        return new
+
+    def _check_finite(self, losses, norms):
+        run, health, start = self.run, self.health, self.logged
+        config, first = run.config, run.progress.start_step + 1
+        checkpoint = run.progress.checkpoints[-1] if run.progress.checkpoints else None
+        if config.on_nan == "stop":
+            bad = health.bad_steps(start, losses, norms)
+            if bad:
+                raise diverged_error(*bad[0], config, first, checkpoint)
+            return
+        bad = health.count(start, losses, norms)
+        if health.bad_in_a_row >= MAX_SKIPS_IN_A_ROW:
+            raise diverged_error(*bad[-1], config, first, checkpoint, skipped_in_a_row=health.bad_in_a_row)
+
+    def validate(self, done):
+        """The validation loss after `done` steps (its one read-back), recorded (checkpoints.py)."""
+        with checkpoints.averaged(self.run):
+            value = float(self.validation(self.run.patcher, self.transformer_options))
+        point = checkpoints.record_validation(self.run, done, value)
+        checkpoints.write_loss_log(self.run)
+        return point
+
+    def report(self, done, new, point):
+        if self.hooks.on_progress is None:
+            return
+        run = self.run
+        stats = {"lr": run.scheduler.get_last_lr()[0]}
+        if point is not None:
+            stats["validation"] = [point]
+        if run.device.type == "cuda":  # allocator bookkeeping: no device sync
+            stats["peak_vram_gib"] = torch.cuda.max_memory_allocated(run.device) / 2**30
+        self.hooks.on_progress(done, run.config.steps, new, stats)
+
+    def render_samples(self, done):
+        """Rank 0 renders the samples (on the EMA weights, if kept); the others wait."""
+        run = self.run
+        if run.processes.is_main:
+            with checkpoints.averaged(run):
+                folder = os.path.join(run.run_dir, "samples")
+                self.samples, paths = render_samples(run.patcher, self.sample_settings, done, folder)
+            self.sample_paths += paths
+            if self.hooks.on_samples is not None:
+                self.hooks.on_samples(done, self.samples, paths)
+        run.processes.barrier()
+
+    def finish(self, done):
+        """The last checkpoint, the trained adapter and the run's figures, after `done` steps."""
+        run = self.run
+        finished = time.perf_counter()
+        if self.timed_from is not None and done > self.timed_from[0]:
+            seconds_per_step = (finished - self.timed_from[1]) / (done - self.timed_from[0])
+        else:
+            seconds_per_step = (finished - self.started) / max(1, done - run.progress.start_step)
+        peak = torch.cuda.max_memory_allocated(run.device) / 2**30 if run.device.type == "cuda" else 0.0
+        checkpoints.save_checkpoint(run, done)
+        lora = checkpoints.lora_of(run, done)
+        if run.ema is not None:
+            run.ema.copy_to_parameters()  # the run's result (MODEL, evaluation) is the averaged adapter
+        run.adapters.requires_grad_(False)
+        eval_after = evaluation_loss(run.patcher, run.data, run.config, text_encoder=run.text_encoder)
+        progress = run.progress
+        return TrainResult(
+            lora=lora,
+            losses=progress.losses,
+            eval_loss_before=progress.eval_before,
+            eval_loss_after=eval_after,
+            seconds_per_step=seconds_per_step,
+            run_dir=run.run_dir,
+            checkpoints=list(progress.checkpoints),
+            samples=self.samples,
+            adapters=run.adapters,
+            sample_paths=self.sample_paths,
+            peak_memory_gib=peak,
+            skipped_steps=self.health.skipped,
+            peak_memory_gib_per_process=run.processes.gather(peak),
+            validation=list(progress.validation_points),
+            best=dict(progress.best) if progress.best else None,
+            stopped_early=self.stopped_early,
+        )
+
+
+def train_lora(
+    model_patcher,
+    data,
+    config,
+    run_dir,
+    sample_settings=None,
+    hooks=None,
+    clip=None,
+    resume=None,
+    processes=SINGLE_PROCESS,
+) -> TrainResult:
+    """Train, save checkpoints to run_dir, and return the trained MODEL (and CLIP) clones and LoRA.
+    `processes`: this process's place in a run of several (distributed.join_processes)."""
+    run = TrainingRun(model_patcher, data, config, run_dir, clip=clip, resume=resume, processes=processes)
+    try:
+        result = train(run, sample_settings, hooks)
+    finally:
+        run.release()
+    result.patcher = run.source.clone()
+    run.adapters.attach_to(result.patcher)
+    if run.text_encoder is not None:
+        result.clip = run.text_encoder.result_clip()
+    if processes.is_main:
+        write_json_atomic(os.path.join(run_dir, "summary.json"), run_summary(result, config))
+    return result

@@ -1,0 +1,81 @@
+"""Gradient checkpointing of a ComfyUI diffusion model's blocks, switched on per model clone.
+
+Each block of the model's top-level block lists (UNet resnets and transformers, DiT blocks)
+recomputes its activations in backward instead of storing them. Installed through
+ComfyUI's injection mechanism, so the shared modules are restored when the clone unpatches.
+"""
+
+import contextlib
+
+import comfy.patcher_extension
+import torch
+import torch.utils.checkpoint
+
+from ..adapters.forward_swap import SwappedForward, swap_in, swap_out
+from ..model.autograd_inplace import OutOfPlaceAugmentedAssignments
+from ..model.autograd_saved import saved_activations_copied
+
+INJECTION_KEY = "eridiffusion_gradient_checkpointing"
+
+
+def checkpoint_blocks(diffusion_model):
+    """The modules to checkpoint: each entry of every top-level ModuleList, or, where an entry
+    is itself a Sequential (a UNet level), its layers (ComfyUI calls those one by one). Only
+    composite blocks: single layers (the adapted linears among them) are never wrapped, so
+    the adapter bypass and the checkpoint wrapper never sit on the same module."""
+    blocks = []
+    for child in diffusion_model.children():
+        entries = (
+            child
+            if isinstance(child, torch.nn.ModuleList)
+            else [child]
+            if isinstance(child, torch.nn.Sequential)
+            else []
+        )
+        for entry in entries:
+            blocks.extend(entry.children() if isinstance(entry, torch.nn.Sequential) else [entry])
+    return [b for b in blocks if any(True for _ in b.children()) and any(True for _ in b.parameters())]
+
+
+class _CheckpointedForward(SwappedForward):
+    def __init__(self, module, copy_saved):
+        super().__init__(module)
+        self.copy_saved = copy_saved
+
+    def __call__(self, *args, **kwargs):
+        if not torch.is_grad_enabled():
+            return self.base(*args, **kwargs)
+        # No RNG stash: ComfyUI's diffusion models draw no random numbers in forward (no dropout
+        # in use), and reading the CUDA RNG state is not allowed inside a CUDA graph capture.
+        return torch.utils.checkpoint.checkpoint(
+            self._run, *args, use_reentrant=False, preserve_rng_state=False, **kwargs
+        )
+
+    def _run(self, *args, **kwargs):
+        # Blocks that add residuals in place (Flux: `img += ...`) would overwrite their own inputs,
+        # so the recomputation in backward would start from the wrong values, silently; the
+        # recomputation runs outside the forward's context, hence entering it here.
+        # The same holds for the saved-activation copies some families need (autograd_saved.py).
+        with (
+            OutOfPlaceAugmentedAssignments(),
+            saved_activations_copied() if self.copy_saved else contextlib.nullcontext(),
+        ):
+            return self.base(*args, **kwargs)
+
+
+def checkpointing_injection(patcher, copy_saved=False):
+    """Checkpoint the blocks of `patcher`'s model whenever it is patched; `copy_saved`: the
+    recomputed blocks also save copies of their activations (families whose forward writes in
+    place into saved tensors)."""
+    blocks = checkpoint_blocks(patcher.model.diffusion_model)
+
+    def inject(model_patcher):
+        for block in blocks:
+            swap_in(block, _CheckpointedForward, copy_saved)
+
+    def eject(model_patcher):
+        for block in blocks:
+            swap_out(block, _CheckpointedForward)
+
+    patcher.set_injections(INJECTION_KEY, [comfy.patcher_extension.PatcherInjection(inject, eject)])
+    return len(blocks)

@@ -1,0 +1,114 @@
+"""How a training step computes its micro-batches' losses and gradients: the one interface the
+training loop calls, behind which the speed paths plug in (CUDA graphs of the step and of the
+trained text encoders, compute copies of the adapters' weights with their shared-input groups, fp8
+products of the frozen layers, the fused RoPE). The loop never branches on them; each path
+computes what the plain eager one computes."""
+
+import contextlib
+import logging
+
+import torch
+
+from ...comfy_compat import training_forward
+from ...errors import EriDiffusionError
+from .compute_copies import ComputeCopies
+from .cuda_graphs import GraphedCall
+from .fused_rope import fused_flux_rope
+from .graphed_text_encoder import GraphedEncoders
+
+
+class StepPath:
+    """`loss_of(batch)`: a micro-batch's loss, eagerly; `graphed`: the same replayed from CUDA
+    graphs (a GraphedCall, which answers None for a batch it cannot replay); `copies`: the
+    ComputeCopies the adapted layers compute with; `fp8_products`: the frozen layers' fp8 products."""
+
+    def __init__(self, adapters, loss_of, graphed=None, copies=None, fp8_products=None, fused_rope=True):
+        self.adapters, self.loss_of, self.graphed = adapters, loss_of, graphed
+        self.copies, self.fp8_products, self.fused_rope = copies, fp8_products, fused_rope
+        self.steps_taken = 0
+
+    @contextlib.contextmanager
+    def step(self):
+        """One optimizer step's forwards and backwards run inside: ComfyUI's training switch, the
+        fused RoPE, the fp8 products and the step's compute copies of the adapters' weights."""
+        copies = self.copies.in_use() if self.copies is not None else contextlib.nullcontext()
+        with (
+            training_forward(),
+            fused_flux_rope(self.fused_rope),
+            self.adapters.frozen_products(self.fp8_products),
+            copies,
+        ):
+            yield
+        self.steps_taken += 1
+        if self.steps_taken == 1 and self.fp8_products is not None:
+            in_fp8, seen = self.fp8_products.layers_in_fp8()
+            logging.info(
+                f"EriDiffusion: fp8_compute: {in_fp8} of the {seen} adapted layers compute their frozen product in "
+                "fp8 (the others are convolutions, streamed, patched, or too small for fp8 to gain)."
+            )
+
+    def loss(self, batch):
+        """The micro-batch's loss: replayed from a CUDA graph where there is one, else eagerly."""
+        loss = self.graphed(batch) if self.graphed is not None else None
+        return loss if loss is not None else self.loss_of(batch)
+
+    def backward(self, loss, scaler):
+        """Backpropagate the (scaled) loss; the compute copies' gradients join the fp32 masters'."""
+        scaler.scale(loss).backward()
+        if self.copies is not None:
+            self.copies.fold_gradients()
+
+    def release(self):
+        """Let go of what only training used (CUDA graphs, fp8 weights)."""
+        self.graphed = None
+        if self.fp8_products is not None:
+            self.fp8_products.clear()
+
+
+def graphs_wanted(config, device):
+    """Whether the steps replay from CUDA graphs (config.cuda_graphs); raises where `on` cannot."""
+    setting = config.cuda_graphs
+    streamed = config.weights_vram_gib > 0
+    if setting == "off" or (setting == "auto" and (device.type != "cuda" or streamed)):
+        return False
+    if streamed:
+        raise EriDiffusionError(
+            "cuda_graphs cannot replay weights streamed from CPU memory (weights_vram_gib > 0): "
+            "set cuda_graphs to auto or off, or weights_vram_gib to 0."
+        )
+    if device.type != "cuda":
+        raise EriDiffusionError(
+            f"cuda_graphs needs a CUDA device; this model trains on {device}. Turn cuda_graphs off."
+        )
+    return True
+
+
+def compute_copies(adapters, config, graphed):
+    """ComputeCopies of the adapters when the step computes in a lower precision than the adapters'
+    fp32, else None; a step replayed from CUDA graphs (`graphed`) has no shared-input groups."""
+    dtype = config.torch_dtype
+    if not config.speed.compute_copies or dtype == torch.float32 or not ComputeCopies.worth_it(adapters, dtype):
+        return None
+    return ComputeCopies(adapters, dtype, share_inputs=not graphed)
+
+
+def step_path(config, device, adapters, loss_of, text_encoder=None, frozen_model=None, fp8_products=None):
+    """The StepPath of a run. With CUDA graphs and the text encoder trained, its encoding is a graph
+    input that requires grad, the model's weight addresses (`frozen_model`) are checked before each
+    replay (loading the text encoder could move them), and the encoders' transformers replay from
+    graphs of their own. With ComputeCopies, the graphs take the copies the layers compute with as
+    trained inputs too."""
+    graphed = graphs_wanted(config, device)
+    copies = compute_copies(adapters, config, graphed)
+    call = None
+    if graphed:
+        strict = config.cuda_graphs == "on"
+        frozen = None
+        if text_encoder is not None:
+            frozen = frozen_model
+            text_encoder.graphed = GraphedEncoders(text_encoder.clip.cond_stage_model, text_encoder.adapters, strict)
+        trained = adapters
+        if copies is not None:  # the layers compute with the copies: their gradients come out of the graph
+            trained = torch.nn.ModuleList([adapters, copies.graphed_parameters()])
+        call = GraphedCall(loss_of, trained, strict, frozen=frozen)
+    return StepPath(adapters, loss_of, call, copies, fp8_products, fused_rope=config.speed.fused_rope)

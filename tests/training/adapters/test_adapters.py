@@ -1,0 +1,106 @@
+"""Adapters attached through ComfyUI's injections: each algorithm's bypass equals what ComfyUI
+builds from the saved file, at full and half strength, with and without conv layers."""
+
+import logging
+
+import comfy.model_management
+import comfy.sd
+import comfy.utils
+import pytest
+import torch
+
+from devkit.tiny_models import build_tiny
+from eridiffusion.training.adapters import ALGORITHMS, AdapterSpec, attach_adapters
+from eridiffusion.training.adapters.attach import _BypassForward
+from eridiffusion.training.adapters.lora import LoRA
+from eridiffusion.training.formats.lora_file import export_lora, loadable_weight_keys
+
+
+@pytest.fixture(scope="module")
+def sd15():
+    return build_tiny("sd15")[0]
+
+
+def probe_output(patcher):
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(1, 4, 16, 16, generator=generator)
+    context = torch.randn(1, 77, 32, generator=generator)
+    with torch.inference_mode():
+        comfy.model_management.load_models_gpu([patcher])
+        return patcher.model.apply_model(x, torch.tensor([3.0]), c_crossattn=context).clone()
+
+
+def test_lora_term_equals_its_delta_weight_applied_to_the_input():
+    layer = torch.nn.Linear(24, 12)
+    lora = LoRA(layer, rank=4, alpha=2.0)
+    with torch.no_grad():
+        lora.lycoris.lora_up.weight.normal_()
+    x = torch.randn(5, 24)
+    torch.testing.assert_close(lora(x, layer) - layer(x), x @ lora.delta_weight().T, rtol=1e-5, atol=1e-5)
+    assert lora.scale == 0.5
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_fresh_adapter_leaves_the_layer_output_unchanged(algorithm):
+    layer = torch.nn.Linear(32, 16)
+    adapter = AdapterSpec(algorithm=algorithm, rank=4, alpha=4.0).build(layer, seed=0)
+    x = torch.randn(3, 32)
+    torch.testing.assert_close(adapter(x, layer), layer(x), rtol=1e-5, atol=1e-6)
+    assert any(p.requires_grad and p.abs().sum() > 0 for p in adapter.parameters())
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.parametrize("conv_rank", [0, 4])
+def test_saved_file_reproduces_the_bypass_model_in_stock_comfyui(algorithm, conv_rank, sd15, tmp_path, caplog):
+    spec = AdapterSpec(
+        algorithm=algorithm, rank=4, alpha=2.0, targets="all-linear", conv_rank=conv_rank, conv_alpha=2.0
+    )
+    prefixes = loadable_weight_keys(sd15.model)
+    clone = sd15.clone()
+    adapters = attach_adapters(clone, spec, prefixes.keys(), seed=1)
+    with torch.no_grad():  # as if trained: every parameter moved off its initial value
+        for p in adapters.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    path = export_lora(adapters, prefixes, {}).save(str(tmp_path / "a.safetensors"), dtype="fp32")
+    for strength in (1.0, 0.5):
+        adapters.set_multiplier(strength)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            patched, _ = comfy.sd.load_lora_for_models(sd15, None, comfy.utils.load_torch_file(path), strength, 0)
+        assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
+        ours, theirs = probe_output(clone), probe_output(patched)
+        assert ((ours - theirs).norm() / theirs.norm()).item() < 1e-4, (algorithm, conv_rank, strength)
+    convs = [n for n in adapters.layer_names if ".in_layers." in n or ".out_layers." in n]
+    assert bool(convs) == (conv_rank > 0)
+
+
+def test_lokr_full_rank_keeps_both_kronecker_factors_whole(sd15):
+    spec = AdapterSpec(algorithm="lokr", rank=4, alpha=4.0, targets="attention", lokr_full_rank=True)
+    adapters = attach_adapters(sd15.clone(), spec, loadable_weight_keys(sd15.model).keys())
+    names = {k for _, a in adapters.items() for k in a.comfy_tensors()}
+    assert names == {"lokr_w1", "lokr_w2", "alpha"}
+
+
+def test_attention_preset_targets_only_attention_projections():
+    model, _, _ = build_tiny("sdxl")
+    adapters = attach_adapters(
+        model.clone(), AdapterSpec(rank=2, alpha=2, targets="attention"), loadable_weight_keys(model.model)
+    )
+    suffixes = {n[n.rindex(".to_") + 1 :] for n in adapters.layer_names}
+    assert suffixes == {"to_q", "to_k", "to_v", "to_out.0"}
+    assert all(".to_" in n for n in adapters.layer_names)
+
+
+def test_injection_is_active_only_while_the_clone_is_loaded(sd15):
+    clone = sd15.clone()
+    adapters = attach_adapters(
+        clone, AdapterSpec(rank=2, alpha=2, targets="all-linear"), loadable_weight_keys(sd15.model)
+    )
+    layer = dict(sd15.model.named_modules())[adapters.layer_names[0]]
+    assert "forward" not in layer.__dict__
+    with torch.inference_mode():
+        comfy.model_management.load_models_gpu([clone])
+        assert isinstance(layer.__dict__["forward"], _BypassForward)
+        comfy.model_management.load_models_gpu([sd15])  # the other branch of the graph
+    assert "forward" not in layer.__dict__
+    assert sd15.injections == {}

@@ -1,0 +1,133 @@
+"""Every model family trains: a tiny stack of each family's ComfyUI classes learns from real photos
+(clips made from them for video), its saved LoRA loads in stock ComfyUI with zero unmatched keys
+and reproduces the trainer's output, and SampleDuringTraining renders at the requested size."""
+
+import gc
+import os
+
+import pytest
+import torch
+from PIL import Image
+
+from devkit.stock_comfyui import ProbeInput, load_with_stock_comfyui, relative_error
+from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
+from eridiffusion.nodes.sampling_node import encode
+from eridiffusion.training.adapters import AdapterSpec
+from eridiffusion.training.data.training_data import build_training_data
+from eridiffusion.training.model.families import family_named
+from eridiffusion.training.run.config import TrainConfig
+from eridiffusion.training.run.samples import SampleSettings
+from eridiffusion.training.run.trainer import train_lora
+
+FAMILY_NAMES = sorted(name for name in TINY_FAMILIES if name not in ("sd15", "sdxl"))  # those: test_trainer
+_RUNS = {}
+
+
+def _dataset_for(family, request):
+    if family.video_frames:
+        return request.getfixturevalue("dog_clips")
+    return request.getfixturevalue("dog_dataset")
+
+
+def _train(name, request, tmp_path_factory):
+    family = TINY_FAMILIES[name]
+    folder = str(tmp_path_factory.mktemp(f"family_{name}"))
+    model, clip, vae = build_tiny(name, seed=0)
+    with torch.inference_mode():  # as ComfyUI runs nodes
+        data = build_training_data(
+            _dataset_for(family, request), vae, clip, family.resolution, os.path.join(folder, "cache")
+        )
+        sample = SampleSettings(
+            prompts=("a photo of sks dog",),
+            positives=(encode(clip, "a photo of sks dog"),),
+            negative=encode(clip, ""),
+            vae=vae,
+            every=10_000,
+            seed=0,
+            steps=2,
+            cfg=1.0,
+            sampler="euler",
+            scheduler="simple",
+            width=family.sample_size[0],
+            height=family.sample_size[1],
+            frames=family.video_frames or 1,
+        )
+    data.samples = data.samples[:4]
+    probe = ProbeInput.of(model, data)
+    before = probe.output(model)
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=family.steps,
+        learning_rate=family.learning_rate,
+        dtype="fp32",
+        seed=0,
+        log_every=20,
+        adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
+        run_name=f"family_{name}",
+    )
+    with torch.inference_mode(False):
+        result = train_lora(model, data, config, os.path.join(folder, "run"), sample_settings=sample)
+    return {
+        "model": model,
+        "clip": clip,
+        "vae": vae,
+        "data": data,
+        "config": config,
+        "result": result,
+        "family": family.family,
+        "sample_size": family.sample_size,
+        "probe": probe,
+        "base_output_before": before,
+        "frames": family.video_frames or 1,
+    }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_runs():
+    """Drop the runs while ComfyUI's modules still exist (its patchers' finalizers need them)."""
+    yield
+    _RUNS.clear()
+    gc.collect()
+
+
+@pytest.fixture(params=family_params(FAMILY_NAMES))
+def family_run(request, tmp_path_factory):
+    """One short training run per family for the whole session."""
+    if request.param not in _RUNS:
+        _RUNS[request.param] = _train(request.param, request, tmp_path_factory)
+    return _RUNS[request.param]
+
+
+def test_comfyui_loads_the_stack_as_a_class_of_its_family_row(family_run):
+    config_class = type(family_run["model"].model.model_config).__name__
+    assert config_class in family_named(family_run["family"]).config_classes
+
+
+def test_evaluation_loss_drops_at_least_30_percent(family_run):
+    result = family_run["result"]
+    assert result.eval_loss_after < 0.7 * result.eval_loss_before, (result.eval_loss_before, result.eval_loss_after)
+
+
+def test_saved_lora_loads_in_stock_comfyui_and_reproduces_the_trainer_output(family_run, tmp_path, caplog):
+    path = family_run["result"].lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
+    patched, unmatched = load_with_stock_comfyui(family_run["model"], path, 1.0, caplog)
+    assert unmatched == []
+    probe = family_run["probe"]
+    trainer_output = probe.output(family_run["result"].patcher)
+    assert relative_error(probe.output(patched), trainer_output) < 1e-4
+    assert relative_error(trainer_output, family_run["base_output_before"]) > 1e-2
+
+
+def test_sample_during_training_renders_the_requested_size(family_run):
+    samples = family_run["result"].samples
+    assert samples is not None
+    width, height = family_run["sample_size"]
+    assert tuple(samples.shape) == (1, height, width, 3)
+    assert torch.isfinite(samples).all()
+    with Image.open(family_run["result"].sample_paths[-1]) as rendered:  # video: an animated WebP
+        assert getattr(rendered, "n_frames", 1) == family_run["frames"]
+
+
+def test_input_model_is_unchanged_by_training(family_run):
+    probe = family_run["probe"]
+    assert torch.equal(probe.output(family_run["model"]), family_run["base_output_before"])

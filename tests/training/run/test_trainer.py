@@ -1,0 +1,132 @@
+"""Training tiny ComfyUI SD1.5 and SDXL models on real photos: learning, the saved file in stock
+ComfyUI, and the input model left alone."""
+
+import os
+
+import comfy.model_management
+import comfy.sd
+import comfy.utils
+import pytest
+import safetensors
+import torch
+
+from devkit.stock_comfyui import load_with_stock_comfyui, relative_error
+from eridiffusion.training.adapters import AdapterSpec
+from eridiffusion.training.run.config import TrainConfig
+from eridiffusion.training.run.trainer import TrainingHooks, train_lora
+
+
+def test_evaluation_loss_drops_at_least_30_percent(trained):
+    result = trained["result"]
+    assert result.eval_loss_after < 0.7 * result.eval_loss_before, (result.eval_loss_before, result.eval_loss_after)
+
+
+def test_training_loss_is_recorded_for_every_step(trained):
+    result = trained["result"]
+    assert len(result.losses) == trained["config"].steps
+    assert all(torch.isfinite(torch.tensor(result.losses)))
+
+
+def test_saved_file_loads_in_stock_comfyui_with_no_unmatched_key(trained, tmp_path, caplog):
+    path = trained["result"].lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
+    _, unmatched = load_with_stock_comfyui(trained["model"], path, 1.0, caplog)
+    assert unmatched == []
+    with safetensors.safe_open(path, "pt") as f:
+        keys = list(f.keys())
+        metadata = f.metadata()
+    layers = {k.rsplit(".", 2)[0] if k.endswith(".weight") else k.rsplit(".", 1)[0] for k in keys}
+    assert len(layers) > 50
+    assert metadata["architecture"] == type(trained["model"].model.model_config).__name__
+    assert metadata["steps"] == "200" and metadata["eridiffusion_rank"] == "8"
+    assert metadata["eridiffusion_adapter"] == trained["config"].adapter.algorithm
+    assert metadata["dataset_hash"] == trained["data"].dataset_fingerprint
+
+
+@pytest.mark.parametrize("strength", [1.0, 0.5])
+def test_stock_comfyui_patched_output_equals_trainer_model_output(trained, strength, tmp_path, caplog):
+    path = trained["result"].lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
+    patched, _ = load_with_stock_comfyui(trained["model"], path, strength, caplog)
+    probe = trained["probe"]
+    trained["result"].adapters.set_multiplier(strength)  # LoraLoader's strength on the trainer's MODEL
+    try:
+        trainer_output = probe.output(trained["result"].patcher)
+    finally:
+        trained["result"].adapters.set_multiplier(1.0)
+    assert relative_error(probe.output(patched), trainer_output) < 1e-4
+    # and the LoRA does something: the trained model differs from the base
+    assert relative_error(trainer_output, trained["base_output_before"]) > 1e-2
+
+
+def test_strength_zero_equals_the_base_model(trained, tmp_path, caplog):
+    path = trained["result"].lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
+    patched, _ = load_with_stock_comfyui(trained["model"], path, 0.0, caplog)
+    assert relative_error(trained["probe"].output(patched), trained["base_output_before"]) < 1e-6
+
+
+def test_input_model_output_is_bit_identical_after_training(trained):
+    # the trained MODEL was used in the tests above; the input MODEL must not have changed
+    probe = trained["probe"]
+    probe.output(trained["result"].patcher)
+    assert torch.equal(probe.output(trained["model"]), trained["base_output_before"])
+
+
+def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained_lora, tmp_path, caplog):
+    trained = trained_lora
+    model = trained["model"]
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=50,
+        learning_rate=1e-3,
+        dtype="fp32",
+        save_every=2,
+        log_every=1,
+        adapter=AdapterSpec(rank=4, alpha=4.0),
+        run_name="cancelled",
+    )
+    seen = []
+
+    def on_progress(step, total, losses, stats):
+        seen.append(step)
+        if step == 5:
+            comfy.model_management.interrupt_current_processing(True)  # what ComfyUI's Cancel does
+
+    hooks = TrainingHooks(
+        on_progress=on_progress, check_cancel=comfy.model_management.throw_exception_if_processing_interrupted
+    )
+    try:
+        with torch.inference_mode(False), pytest.raises(comfy.model_management.InterruptProcessingException):
+            train_lora(model, trained["data"], config, str(tmp_path), hooks=hooks)
+    finally:
+        comfy.model_management.interrupt_current_processing(False)
+    assert seen == [1, 2, 3, 4, 5]
+    checkpoints = sorted(f for f in os.listdir(tmp_path / "checkpoints") if f.endswith(".safetensors"))
+    assert checkpoints == ["cancelled_step000002.safetensors", "cancelled_step000004.safetensors"]
+    assert os.path.exists(tmp_path / "checkpoints" / "cancelled_step000004.training_state")
+    _, unmatched = load_with_stock_comfyui(model, str(tmp_path / "checkpoints" / checkpoints[-1]), 1.0, caplog)
+    assert unmatched == []
+    # the cancelled run's clone is gone: the input model computes exactly what it did before
+    assert torch.equal(trained["probe"].output(model), trained["base_output_before"])
+
+
+def test_a_bf16_run_computes_in_the_models_own_dtype_without_autocast(trained_lora, tmp_path):
+    """The frozen model runs in the run's compute dtype as ComfyUI's sampler runs it (its layers cast
+    their weights), not under autocast, which would up-cast every norm and softmax to fp32 and back;
+    the adapters keep fp32 weights and gradients."""
+    seen = []
+
+    def watch(module, args, output):
+        seen.append((output.dtype, torch.is_autocast_enabled("cpu")))
+
+    block = trained_lora["model"].model.diffusion_model.input_blocks[1][0]  # a resnet block
+    hook = block.register_forward_hook(watch)
+    try:
+        config = TrainConfig(
+            steps=2, learning_rate=1e-3, dtype="bf16", gradient_checkpointing=False, log_every=2, run_name="bf16"
+        )
+        with torch.inference_mode(False):
+            result = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path))
+    finally:
+        hook.remove()
+    assert seen and set(seen) == {(torch.bfloat16, False)}
+    assert all(torch.isfinite(torch.tensor(loss)) for loss in result.losses)
+    assert {p.dtype for p in result.adapters.parameters()} == {torch.float32}
