@@ -75,12 +75,13 @@ def main():
     enable_dynamic_vram()
     from eridiffusion.comfy_compat import host_version, training_forward
     from eridiffusion.training.adapters import AdapterSpec
-    from eridiffusion.training.adapters.attach import _eject, _inject
+    from eridiffusion.training.adapters.attach import eject_adapter, inject_adapter
     from eridiffusion.training.adapters.lora import LoRA
     from eridiffusion.training.model import loading as model_loading
     from eridiffusion.training.model.forward import transformer_options_of
+    from eridiffusion.training.run.build import TrainingRun
     from eridiffusion.training.run.config import TrainConfig
-    from eridiffusion.training.run.trainer import TrainingRun
+    from eridiffusion.training.run.micro_batches import MicroBatches, loss_function, prepared
     from eridiffusion.training.speed.compute_copies import ComputeCopies
 
     config = TrainConfig(
@@ -93,13 +94,10 @@ def main():
     )
     run = TrainingRun(build("sdxl"), random_data("sdxl"), config, tempfile.mkdtemp())
     model_loading.load(run.patcher)
-    prepared = run._prepared(run.data)
-    loss_of = run._loss_function(transformer_options_of(run.patcher))
-    captured = []
-    run.loss_of, run.graphed = (lambda batch: captured.append(batch) or loss_of(batch)), None
+    training = prepared(run, run.data)
+    loss_of = loss_function(run, transformer_options_of(run.patcher))
     with torch.inference_mode(False), training_forward():
-        run._micro_batch(prepared, run.batches, run.data)
-    batch = captured[0]
+        batch = MicroBatches(run, training).draw(training, run.batches, run.data)
     modules = dict(run.base.named_modules())
     pairs = [(modules[name], adapter) for name, adapter in run.adapters.items()]
     fused_forward = LoRA.forward
@@ -133,7 +131,7 @@ def main():
         LoRA.forward = unfused_forward if name == "unfused" else fused_forward
         floor = name.startswith("floor")
         for module, adapter in pairs:
-            (_eject if floor else _inject)(module, adapter)
+            (eject_adapter if floor else inject_adapter)(module, adapter)
         torch.backends.cuda.preferred_blas_library("cublas" if name.endswith("_cublas") else default_blas)
         if floor:
             return floor_step

@@ -63,7 +63,7 @@ def measure_layer(name, rows, fan_in, fan_out):
     """The timings of one layer shape (see the module's docstring), in seconds."""
     import torch
 
-    from eridiffusion.training.speed.fp8_products import E4M3, E5M2, Fp8Linear, quantized_eagerly, quantized
+    from eridiffusion.training.speed.fp8_products import E4M3, E5M2, Fp8Linear, quantized, quantized_eagerly
 
     x = torch.randn(rows, fan_in, device="cuda", dtype=torch.bfloat16)
     g = torch.randn(rows, fan_out, device="cuda", dtype=torch.bfloat16)
@@ -145,12 +145,12 @@ def main():
         r = measure_layer(*shape)
         layers.append(r)
         print(json.dumps(microseconds(r)), flush=True)
-    from eridiffusion.training.speed.fp8_products import _FUSED
+    from eridiffusion.training.speed.fp8_products import scaling_failure
 
     summary = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "scaling": "eager kernels: " + _FUSED.failure if _FUSED.failure else "fused (fp8_scaling, Triton)",
+        "scaling": "eager kernels: " + scaling_failure() if scaling_failure() else "fused (fp8_scaling, Triton)",
         "layers": layers,
     }
     print("RESULT", json.dumps(summary))

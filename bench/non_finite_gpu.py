@@ -32,8 +32,9 @@ def main():
     from eridiffusion.training.data.dataset import load_dataset
     from eridiffusion.training.data.training_data import build_training_data
     from eridiffusion.training.model.tiny_models import tiny_sd15
+    from eridiffusion.training.run.build import TrainingRun
     from eridiffusion.training.run.config import TrainConfig
-    from eridiffusion.training.run.trainer import TrainingHooks, TrainingRun
+    from eridiffusion.training.run.trainer import TrainingHooks, train
 
     read_backs = {
         torch.Tensor.item,
@@ -68,14 +69,14 @@ def main():
         training = TrainingRun(model, data, config, os.path.join(out, config.run_name))
         try:
             if eval_skipped:
-                training.eval_before = 0.0
+                training.progress.eval_before = 0.0
             counter = watch or ReadBackCounter()
 
             def on_progress(step, total, losses, stats):
                 counter.step = step + 1
 
             with torch.inference_mode(False), counter:
-                training.train(None, TrainingHooks(on_progress=on_progress))
+                train(training, None, TrainingHooks(on_progress=on_progress))
             steps = {int(s["step"]) for s in training.optimizer.state.values()}
             return training, counter, steps
         finally:

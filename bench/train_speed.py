@@ -19,10 +19,10 @@ graphs on; else off), _alllinear (targets; else attention for SDXL, the family d
 _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _adamw8bit, _compile
 (torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8; _minmacsX sets its
-threshold fp8_products.MIN_MACS to X multiply-adds, e.g. _minmacs1e10), _plainrope (Flux's RoPE in
+threshold SpeedPaths.fp8_min_macs to X multiply-adds, e.g. _minmacs1e10), _plainrope (Flux's RoPE in
 the host's plain PyTorch, not fused), _cpuencodings (the trained text encoders' encodings handed over
-on ComfyUI's intermediate device, the CPU, and the pooled output through the host's extra_conds, as
-before comfy_compat.encodings_kept_on and model_inputs._extra_conds), _layercasts (no ComputeCopies: each
+on ComfyUI's intermediate device, the CPU, and the pooled output through the host's extra_conds:
+SpeedPaths.encodings_on_device off), _layercasts (no ComputeCopies: each
 adapted layer casts its fp32 LoRA weights to bf16 and their gradients back), _te (the text
 encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
 and CLIP-G, random weights, bf16); model: sdxl, flux, wan (Wan 2.1 14B text-to-video on 480p clips of
@@ -281,13 +281,11 @@ def ours(
 ):
     import torch
 
-    from eridiffusion import comfy_compat
     from eridiffusion.training.adapters import AdapterSpec
-    from eridiffusion.training.model import inputs as model_inputs
-    from eridiffusion.training.run import trainer
     from eridiffusion.training.run.config import TrainConfig
     from eridiffusion.training.run.trainer import TrainingHooks, train_lora
     from eridiffusion.training.speed import fp8_products
+    from eridiffusion.training.speed.paths import SpeedPaths
 
     events = []
     python_profile = os.environ.get("PROFILE") == "python"  # cProfile: the Python functions a step spends in
@@ -348,30 +346,24 @@ def ours(
         eval_images=1,
         eval_timesteps=1,
         run_name="bench",
+        speed=SpeedPaths(
+            fused_rope=fused_rope,
+            encodings_on_device=encodings_on_device,
+            compute_copies=not layer_casts,
+            fp8_min_macs=fp8_min_macs,
+        ),
     )
     fp8_messages = _Messages("fp8_compute:")
     logger = logging.getLogger()  # the trainer logs as ComfyUI does, to the root logger
     logger.addHandler(fp8_messages)
     level = logger.level
     logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
-    default_min_macs = fp8_products.MIN_MACS
-    if fp8_min_macs is not None:
-        fp8_products.MIN_MACS = fp8_min_macs
-    comfy_compat.FUSED_ROPE = fused_rope
-    comfy_compat.ENCODINGS_ON_DEVICE = model_inputs.LIVE_POOLED_ADDED = encodings_on_device
-    compute_copies = trainer.TrainingRun._compute_copies
-    if layer_casts:  # each layer casts its fp32 adapter weights (no ComputeCopies), as before
-        trainer.TrainingRun._compute_copies = lambda self, graphed: None
     try:
         with torch.inference_mode(False):
             hooks = TrainingHooks(on_progress)
             data = random_data(model_name, images=max(4, work.batch), work=work)
             result = train_lora(patcher, data, config, tempfile.mkdtemp(), hooks=hooks, clip=clip)
     finally:
-        fp8_products.MIN_MACS = default_min_macs
-        comfy_compat.FUSED_ROPE = True
-        comfy_compat.ENCODINGS_ON_DEVICE = model_inputs.LIVE_POOLED_ADDED = True
-        trainer.TrainingRun._compute_copies = compute_copies
         logger.removeHandler(fp8_messages)
         logger.setLevel(level)
     torch.cuda.synchronize()

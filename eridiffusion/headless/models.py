@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import EriDiffusionError
+from ..training.settings import check_settings, setting
 
 TINY_MODELS = {"tiny-sdxl": "sdxl", "tiny-sd15": "sd15"}
 
@@ -48,19 +49,49 @@ WEIGHT_DTYPE_OPTIONS = {
 }
 
 
+def _weight_dtypes():
+    import nodes  # ComfyUI's own
+
+    return tuple(nodes.UNETLoader.INPUT_TYPES()["required"]["weight_dtype"][0])
+
+
+def _clip_types():
+    import comfy.sd
+
+    return tuple(t.name.lower() for t in comfy.sd.CLIPType)
+
+
 @dataclass(frozen=True)
 class ModelSource:
-    """The `model` section: where MODEL, CLIP and VAE come from."""
+    """The `model` section: where MODEL, CLIP and VAE come from, loaded as ComfyUI's loader nodes load
+    them (the choices are those loaders')."""
 
-    checkpoint: str = ""
-    diffusion_model: str = ""
-    weight_dtype: str = "default"
-    text_encoders: tuple = ()
-    clip_type: str = "stable_diffusion"
-    vae: str = ""
-    arch: str = ""
+    checkpoint: str = setting(
+        "",
+        "One .safetensors file with model, text encoders and VAE (CheckpointLoaderSimple), or tiny-sdxl / tiny-sd15.",
+        path=True,
+    )
+    diffusion_model: str = setting("", "The diffusion model file alone (UNETLoader).", path=True)
+    weight_dtype: str = setting(
+        "default",
+        "Storage type of the diffusion model's weights, as UNETLoader's weight_dtype.",
+        choices=_weight_dtypes,
+    )
+    text_encoders: tuple[str, ...] = setting((), "Text encoder files (CLIPLoader, DualCLIPLoader, ...).", path=True)
+    clip_type: str = setting(
+        "stable_diffusion",
+        "What the text encoder files are for, as CLIPLoader's type (flux, sd3, wan, ...).",
+        choices=_clip_types,
+    )
+    vae: str = setting("", "The VAE file (VAELoader).", path=True)
+    arch: str = setting(
+        "",
+        "Optional: the family the files must be (sdxl, flux, sd3, wan21, ... or ComfyUI's class name); "
+        "another family is an error.",
+    )
 
     def __post_init__(self):
+        check_settings(self, "model")
         if bool(self.checkpoint) == bool(self.diffusion_model):
             raise EriDiffusionError(
                 "model: give either checkpoint (one file, or tiny-sdxl / tiny-sd15) or "

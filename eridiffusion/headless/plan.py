@@ -52,8 +52,6 @@ def adapter_parameters(model, settings, family):
 
 def plan_lines(config, inputs, settings, output, processes=1):
     """The dry run's report, one line per item (`processes`: the run's, each on its own device)."""
-    import comfy.model_management
-
     from ..training.model.families import resolve_objective
 
     family, dataset, model = inputs.family, inputs.dataset, inputs.model
@@ -63,26 +61,15 @@ def plan_lines(config, inputs, settings, output, processes=1):
     seen = settings.steps * settings.batch_size * settings.grad_accum * processes
     layers, parameters = adapter_parameters(model, settings, family)
     objective = resolve_objective(settings.objective, family)
-
-    weights = sum(p.numel() * p.element_size() for p in model.model.parameters())
-    resident = min(weights, settings.weights_vram_gib * GIB) if settings.weights_vram_gib else weights
-    adapter_bytes = parameters * (4 + 4 + OPTIMIZER_STATE_BYTES[settings.optimizer])  # fp32 master + gradient
-    latent_bytes = sum(latent_bytes_of(record, dataset, resolution, model, inputs.vae) for record in dataset.records)
-    device = comfy.model_management.get_torch_device()
-
-    activations = (
-        "activations come on top (with gradient_checkpointing, about one block's)"
-        if settings.gradient_checkpointing
-        else "activations of the whole forward come on top"
-    )
-    lines = [
+    what = "clips and images" if dataset.has_clips else "images"
+    return [
         f"config   {config.path} ({config.schema} format)",
         (
             f"model    {config.model.describe()}: ComfyUI {type(model.model.model_config).__name__} -> {family.name} "
             f"({family.prediction}; timestep sampling {objective.timestep_sampling})"
         ),
         (
-            f"dataset  {dataset.folder}: {len(dataset.records)} {'clips and images' if dataset.has_clips else 'images'}"
+            f"dataset  {dataset.folder}: {len(dataset.records)} {what}"
             f" x {dataset.repeats} repeat{'s' if dataset.repeats > 1 else ''}"
         ),
         f"buckets  at {resolution}: " + ", ".join(f"{w}x{h} x{n}" for (w, h), n in sizes.items()),
@@ -96,14 +83,38 @@ def plan_lines(config, inputs, settings, output, processes=1):
             f"{layers} layers: {parameters / 1e6:.2f} M parameters"
             + (" (and the text encoders')" if settings.text_encoder_lr > 0 else "")
         ),
-        (
-            f"memory   about {(resident + adapter_bytes + latent_bytes) / GIB:.2f} GiB on "
-            + (f"each of {processes} devices" if processes > 1 else f"{device}")
-            + ": weights "
-            f"{resident / GIB:.2f}, adapters with gradients and {settings.optimizer} state {adapter_bytes / GIB:.2f}, "
-            f"latents {latent_bytes / GIB:.3f}; {activations}"
-        ),
+        _memory_line(config, inputs, settings, parameters, processes),
+        *_output_lines(config, settings, output),
     ]
+
+
+def _memory_line(config, inputs, settings, parameters, processes):
+    """An estimate of the device memory the run takes: weights, adapters and their state, latents."""
+    import comfy.model_management
+
+    dataset, model, resolution = inputs.dataset, inputs.model, config.cache["resolution"]
+    weights = sum(p.numel() * p.element_size() for p in model.model.parameters())
+    resident = min(weights, settings.weights_vram_gib * GIB) if settings.weights_vram_gib else weights
+    adapter_bytes = parameters * (4 + 4 + OPTIMIZER_STATE_BYTES[settings.optimizer])  # fp32 master + gradient
+    latent_bytes = sum(latent_bytes_of(record, dataset, resolution, model, inputs.vae) for record in dataset.records)
+    device = comfy.model_management.get_torch_device()
+    activations = (
+        "activations come on top (with gradient_checkpointing, about one block's)"
+        if settings.gradient_checkpointing
+        else "activations of the whole forward come on top"
+    )
+    return (
+        f"memory   about {(resident + adapter_bytes + latent_bytes) / GIB:.2f} GiB on "
+        + (f"each of {processes} devices" if processes > 1 else f"{device}")
+        + ": weights "
+        f"{resident / GIB:.2f}, adapters with gradients and {settings.optimizer} state {adapter_bytes / GIB:.2f}, "
+        f"latents {latent_bytes / GIB:.3f}; {activations}"
+    )
+
+
+def _output_lines(config, settings, output):
+    """The samples, the files written and the settings left unapplied."""
+    lines = []
     if config.sample is not None:
         prompts = [p for p in config.sample["prompts"].splitlines() if p.strip()]
         lines.append(

@@ -125,7 +125,7 @@ def resume_point(config, resume, output, steps, processes=SINGLE_PROCESS):
         path = processes.decided_by_main(lambda: newest_checkpoint(output, config.train["run_name"].strip()))
     else:
         path = resume
-    point = LoadLoRAForTraining.execute(path).result[0]
+    point = LoadLoRAForTraining.execute(path=path).result[0]
     if point.state is not None and point.state["step"] >= steps:
         raise EriDiffusionError(
             f"{point.path} is at step {point.state['step']}, and train.steps is {steps}: raise train.steps to train on."
@@ -163,7 +163,6 @@ def train_from_config(config, resume=None, processes=SINGLE_PROCESS):
 
     from ..training.run.run_folder import unique_run_dir
     from ..training.run.summary import validation_summary
-    from ..training.run.trainer import TrainingHooks, train_lora
 
     main = processes.is_main
     say = terminal.say if main else (lambda line: None)
@@ -188,6 +187,25 @@ def train_from_config(config, resume=None, processes=SINGLE_PROCESS):
     if main:
         with open(os.path.join(run_dir, "config.yaml"), "w", encoding="utf-8") as f:
             f.write(config_yaml(config))
+    result, stop = _trained(config, inputs, data, settings, point, samples, run_dir, processes)
+    if not main:
+        return len(result.losses) < settings.steps and stop.requested
+    lora_path = save_outputs(config, result)
+    stopped = len(result.losses) < settings.steps
+    terminal.say(
+        f"{'stopped at' if stopped else 'trained'} step {len(result.losses)} of {settings.steps} in "
+        f"{time.monotonic() - started:.0f} s ({result.seconds_per_step:.3g} s/step); evaluation loss "
+        f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}{validation_summary(result)}"
+    )
+    terminal.say(f"run folder {os.path.relpath(run_dir)}; LoRA {os.path.relpath(lora_path)}")
+    return stopped and stop.requested
+
+
+def _trained(config, inputs, data, settings, point, samples, run_dir, processes):
+    """(LoRATrainer's TrainResult, the Ctrl-C handler): the training itself, with the terminal's progress."""
+    from ..training.run.trainer import TrainingHooks, train_lora
+
+    main = processes.is_main
     start = point.state["step"] if point is not None and point.state else 0
     with terminal.CtrlC(announce=main) as stop:
         progress = None
@@ -211,14 +229,4 @@ def train_from_config(config, resume=None, processes=SINGLE_PROCESS):
         finally:
             if progress is not None:
                 progress.close(result)
-    if not main:
-        return len(result.losses) < settings.steps and stop.requested
-    lora_path = save_outputs(config, result)
-    stopped = len(result.losses) < settings.steps
-    terminal.say(
-        f"{'stopped at' if stopped else 'trained'} step {len(result.losses)} of {settings.steps} in "
-        f"{time.monotonic() - started:.0f} s ({result.seconds_per_step:.3g} s/step); evaluation loss "
-        f"{result.eval_loss_before:.4g} -> {result.eval_loss_after:.4g}{validation_summary(result)}"
-    )
-    terminal.say(f"run folder {os.path.relpath(run_dir)}; LoRA {os.path.relpath(lora_path)}")
-    return stopped and stop.requested
+    return result, stop

@@ -8,10 +8,11 @@ from dataclasses import dataclass, fields
 import yaml
 
 from ..errors import EriDiffusionError
+from ..training.settings import nearest_hint, parsed_value
 from . import ai_toolkit
 from .config_file import read_config
 from .models import TINY_MODELS, ModelSource
-from .schema import FOLDER_INPUTS, NODE_SECTIONS, OPTIONAL_SECTIONS, SECTIONS, nearest_hint, section_settings
+from .schema import NODE_SECTIONS, OPTIONAL_SECTIONS, SECTIONS, section_settings
 
 TOP_LEVEL = SECTIONS + ("output",)
 
@@ -143,9 +144,8 @@ def _complete_section(section, given, labels, path):
                 f"{origin}: unknown key {where}{nearest_hint(str(key), settings)} "
                 f"({section} takes {', '.join(settings)})."
             )
-        value = settings[key].checked(value, f"{origin}: {where}")
-        is_path = settings[key].kind in ("PATH", "PATHS") or (section, key) in FOLDER_INPUTS
-        if is_path and value and not (section == "model" and value in TINY_MODELS):
+        value = parsed_value(settings[key], value, f"{origin}: {where}")
+        if settings[key].info.path and value and not (section == "model" and value in TINY_MODELS):
             value = tuple(_absolute(v, origin) for v in value) if isinstance(value, tuple) else _absolute(value, origin)
         values[key] = value
     return {name: values.get(name, setting.default) for name, setting in settings.items()}

@@ -6,7 +6,9 @@ import folder_paths
 from comfy.utils import ProgressBar
 from comfy_api.latest import io
 
-from ..training.data.training_data import build_training_data
+from ..training.data.training_data import CacheSettings, build_training_data
+from ..training.settings import settings_of
+from .setting_inputs import inputs_for
 from .types import CATEGORY, Dataset, TrainingData
 
 
@@ -30,25 +32,7 @@ class CacheLatents(io.ComfyNode):
                     tooltip="The VAE of the model you train (encodes the images; clips need a video model's VAE).",
                 ),
                 io.Clip.Input("clip", tooltip="The text encoder of the model you train (encodes the captions)."),
-                io.Int.Input(
-                    "resolution",
-                    default=1024,
-                    min=64,
-                    max=4096,
-                    step=64,
-                    tooltip="Training area is about resolution² (per frame for clips); images and clips "
-                    "go to aspect-ratio buckets, reference images to their target's.",
-                ),
-                io.Int.Input(
-                    "shuffle_variants",
-                    default=4,
-                    min=1,
-                    max=32,
-                    tooltip="With tag shuffling: how many shuffled captions to encode per image.",
-                ),
-                io.String.Input(
-                    "cache_folder", default="", tooltip="Where encodings are kept; empty: output/eridiffusion_cache."
-                ),
+                *inputs_for(settings_of(CacheSettings)),
                 Dataset.Input(
                     "validation_dataset",
                     optional=True,
@@ -68,25 +52,16 @@ class CacheLatents(io.ComfyNode):
         )
 
     @classmethod
-    def execute(
-        cls,
-        dataset,
-        vae,
-        clip,
-        resolution,
-        shuffle_variants,
-        cache_folder,
-        validation_dataset=None,
-        regularization_dataset=None,
-    ):
+    def execute(cls, dataset, vae, clip, validation_dataset=None, regularization_dataset=None, **values):
+        settings = CacheSettings(**values)
         progress = ProgressBar(len(dataset.records), node_id=cls.hidden.unique_id)
         data = build_training_data(
             dataset,
             vae,
             clip,
-            resolution,
-            cache_folder.strip() or default_cache_folder(),
-            shuffle_variants=shuffle_variants,
+            settings.resolution,
+            settings.cache_folder.strip() or default_cache_folder(),
+            shuffle_variants=settings.shuffle_variants,
             progress=lambda done, total: progress.update_absolute(done, total),
             validation_dataset=validation_dataset,
             regularization_dataset=regularization_dataset,

@@ -2,7 +2,9 @@
 
 from comfy_api.latest import io
 
-from ..training.model.tiny_models import TINY_BUILDERS, build_tiny_demo
+from ..training.model.tiny_models import TinyDemoSettings, build_tiny_demo
+from ..training.settings import settings_of
+from .setting_inputs import inputs_for
 from .types import CATEGORY
 
 
@@ -15,22 +17,7 @@ class TinyDemoModel(io.ComfyNode):
             category=f"{CATEGORY}/demo",
             description="A tiny SD1.5- or SDXL-architecture MODEL, CLIP and VAE with random weights, built from "
             "ComfyUI's own classes. It draws noise: it exists to test a training graph in seconds.",
-            inputs=[
-                io.Combo.Input(
-                    "architecture",
-                    options=list(TINY_BUILDERS),
-                    default="sdxl",
-                    tooltip="Which ComfyUI model class to shrink.",
-                ),
-                io.Int.Input(
-                    "seed",
-                    default=0,
-                    min=0,
-                    max=0xFFFFFFFF,
-                    control_after_generate=False,
-                    tooltip="Seed of the random weights.",
-                ),
-            ],
+            inputs=inputs_for(settings_of(TinyDemoSettings)),
             outputs=[
                 io.Model.Output(display_name="model"),
                 io.Clip.Output(display_name="clip"),
@@ -39,5 +26,6 @@ class TinyDemoModel(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, architecture, seed):
-        return io.NodeOutput(*build_tiny_demo(architecture, seed))
+    def execute(cls, **values):
+        settings = TinyDemoSettings(**values)
+        return io.NodeOutput(*build_tiny_demo(settings.architecture, settings.seed))

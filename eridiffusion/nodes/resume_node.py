@@ -6,7 +6,9 @@ import folder_paths
 from comfy_api.latest import io
 
 from ..training.formats.state_file import state_path
-from ..training.run.resume import load_resume_point
+from ..training.run.resume import ResumeSettings, load_resume_point
+from ..training.settings import settings_of
+from .setting_inputs import inputs_for
 from .types import CATEGORY, Resume
 
 
@@ -30,21 +32,13 @@ class LoadLoRAForTraining(io.ComfyNode):
             display_name="LoadLoRAForTraining",
             category=CATEGORY,
             description="Continue a run from one of its checkpoints, or keep training any LoRA/DoRA file.",
-            inputs=[
-                io.String.Input(
-                    "path",
-                    default="eridiffusion_lora/checkpoints/eridiffusion_lora_step000500.safetensors",
-                    tooltip="A .safetensors checkpoint; relative paths look in ComfyUI's output "
-                    "folder, then in models/loras. Its .training_state beside it makes the "
-                    "continuation exact.",
-                ),
-            ],
+            inputs=inputs_for(settings_of(ResumeSettings)),
             outputs=[Resume.Output(display_name="resume", tooltip="Connect to LoRATrainer's resume input.")],
         )
 
     @classmethod
-    def execute(cls, path):
-        point = load_resume_point(resolve_checkpoint(path))
+    def execute(cls, **values):
+        point = load_resume_point(resolve_checkpoint(ResumeSettings(**values).path))
         found = "with" if point.state is not None else "without"
         return io.NodeOutput(
             point,

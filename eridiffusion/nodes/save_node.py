@@ -7,7 +7,9 @@ from comfy_api.latest import io
 
 from ..errors import EriDiffusionError
 from ..training.formats.atomic_file import sweep_stale_temp_files
-from ..training.formats.lora_file import SAVE_DTYPES
+from ..training.formats.lora_file import SaveSettings
+from ..training.settings import settings_of
+from .setting_inputs import inputs_for
 from .types import CATEGORY, LoRA
 
 # The longest ending a saved name gets: a counter for an existing name, and the extension.
@@ -70,30 +72,16 @@ class SaveLoRA(io.ComfyNode):
             category=CATEGORY,
             description="Writes the LoRA where ComfyUI's LoraLoader lists it.",
             is_output_node=True,
-            inputs=[
-                LoRA.Input("lora", tooltip="From LoRATrainer."),
-                io.String.Input(
-                    "filename_prefix",
-                    default="eridiffusion/my_lora",
-                    tooltip="Name inside models/loras (subfolders allowed).",
-                ),
-                io.Combo.Input(
-                    "dtype", options=list(SAVE_DTYPES), default="fp16", tooltip="Precision of the saved weights."
-                ),
-                io.Boolean.Input(
-                    "overwrite",
-                    default=False,
-                    tooltip="Replace an existing file of that name (otherwise a number is appended).",
-                ),
-            ],
+            inputs=[LoRA.Input("lora", tooltip="From LoRATrainer."), *inputs_for(settings_of(SaveSettings))],
             outputs=[io.String.Output(display_name="path", tooltip="The file written.")],
         )
 
     @classmethod
-    def execute(cls, lora, filename_prefix, dtype, overwrite):
+    def execute(cls, lora, **values):
+        settings = SaveSettings(**values)
         loras_dir = folder_paths.get_folder_paths("loras")[0]
-        path = lora_path_for(filename_prefix, loras_dir, overwrite)
+        path = lora_path_for(settings.filename_prefix, loras_dir, settings.overwrite)
         sweep_stale_temp_files(os.path.dirname(path))
-        lora.save(path, dtype=dtype, overwrite=overwrite)
+        lora.save(path, dtype=settings.dtype, overwrite=settings.overwrite)
         name = os.path.relpath(path, loras_dir)
         return io.NodeOutput(path, ui={"text": [f"saved {name}"]})

@@ -80,9 +80,10 @@ def _bounds(low, high):
 
 
 def check_value(s: Setting, value: Any, where: str) -> Any:
-    """`value` as setting `s` holds it, or an EriDiffusionError naming `where` (a node, a config
-    key), the value and the fix. A whole number for a float setting becomes a float (16 and 16.0
-    are one setting); NaN and infinities are refused."""
+    """`value` as setting `s` holds it, or an EriDiffusionError naming `where` (the setting on a
+    node, "LoadDataset: repeats", or a config file's key, "cfg.yaml: dataset.repeats"), the value
+    and the fix. A whole number for a float setting becomes a float (16 and 16.0 are one setting);
+    NaN and infinities are refused."""
     if s.type is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     wrong_type = not isinstance(value, s.type) or (s.type is int and isinstance(value, bool))
@@ -92,18 +93,18 @@ def check_value(s: Setting, value: Any, where: str) -> Any:
         kind = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}.get(
             s.type, "a list of file paths"
         )
-        raise EriDiffusionError(f"{where}: {s.name} must be {kind}, got {value!r}.")
+        raise EriDiffusionError(f"{where} must be {kind}, got {value!r}.")
     if s.type is float and not math.isfinite(value):
-        raise EriDiffusionError(f"{where}: {s.name} must be a finite number, got {value!r}.")
+        raise EriDiffusionError(f"{where} must be a finite number, got {value!r}.")
     choices = s.info.options()
     if choices is not None and value not in choices:
         raise EriDiffusionError(
-            f"{where}: {s.name} '{value}' unknown; choose one of {', '.join(map(str, choices))}"
+            f"{where} '{value}' unknown; choose one of {', '.join(map(str, choices))}"
             f"{nearest_hint(str(value), choices)}."
         )
     low, high = s.info.minimum, s.info.maximum
     if (low is not None and value < low) or (high is not None and value > high):
-        raise EriDiffusionError(f"{where}: {s.name} must be {_bounds(low, high)} (got {value!r}). {s.info.help}")
+        raise EriDiffusionError(f"{where} must be {_bounds(low, high)} (got {value!r}). {s.info.help}")
     return value
 
 
@@ -125,7 +126,7 @@ def check_settings(obj: Any, owner: str) -> None:
     for name, s in settings_of(obj).items():
         if not hasattr(obj, name) or dataclasses.is_dataclass(getattr(obj, name)):
             continue  # (a nested settings dataclass checks its own)
-        value = check_value(s, getattr(obj, name), owner)
+        value = check_value(s, getattr(obj, name), f"{owner}: {name}")
         object.__setattr__(obj, name, value)
 
 

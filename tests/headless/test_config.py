@@ -9,7 +9,7 @@ import pytest
 from devkit.headless import CONFIGS, write_yaml
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.headless.run_config import config_yaml, load_run_config
-from eridiffusion.headless.schema import NODE_SECTIONS, section_nodes, section_settings
+from eridiffusion.headless.schema import NODE_SECTIONS, section_settings
 
 
 def test_base_files_merge_depth_first_and_the_later_one_wins(tmp_path):
@@ -57,12 +57,12 @@ def test_unknown_section_is_an_error_naming_the_nearest_section(tmp_path):
 
 def test_values_outside_the_node_inputs_bounds_are_an_error_naming_the_key(tmp_path):
     top = write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\ntrain: {rank: 0}\n")
-    with pytest.raises(EriDiffusionError, match=r"top.yaml: train.rank is 0, outside 1..1024"):
+    with pytest.raises(EriDiffusionError, match=r"top.yaml: train.rank must be between 1 and 1024 \(got 0\)"):
         load_run_config(top)
     top = write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\ntrain: {optimizer: adamw}\n")
     with pytest.raises(
         EriDiffusionError,
-        match=r"train.optimizer is 'adamw'; choose one of AdamW, .*; did you mean "
+        match=r"train.optimizer 'adamw' unknown; choose one of AdamW, .*; did you mean "
         r"AdamW\?",
     ):
         load_run_config(top)
@@ -76,7 +76,7 @@ def test_every_node_input_is_a_key_of_its_section_with_the_nodes_default(tmp_pat
             "validation_dataset: {folder: v}\nregularization_dataset: {folder: r}\n",
         )
     )
-    for section, nodes in section_nodes().items():
+    for section, nodes in section_nodes().items():  # each section holds its node(s) widgets, same defaults
         widgets = {
             name: spec[1].get("default")
             for node in nodes
@@ -89,6 +89,28 @@ def test_every_node_input_is_a_key_of_its_section_with_the_nodes_default(tmp_pat
         assert {k: v for k, v in values.items() if k != "folder"} == {
             k: v for k, v in widgets.items() if k != "folder"
         }, section
+
+
+def section_nodes():
+    """{section: the node classes whose inputs it holds}."""
+    from eridiffusion.nodes.cache_node import CacheLatents
+    from eridiffusion.nodes.dataset_node import LoadDataset
+    from eridiffusion.nodes.objective_node import TrainingObjective
+    from eridiffusion.nodes.options_nodes import OPTIONS_NODES
+    from eridiffusion.nodes.sampling_node import SampleDuringTraining
+    from eridiffusion.nodes.save_node import SaveLoRA
+    from eridiffusion.nodes.trainer_node import LoRATrainer
+
+    return {
+        "dataset": (LoadDataset,),
+        "cache": (CacheLatents,),
+        "train": (LoRATrainer, *OPTIONS_NODES),
+        "objective": (TrainingObjective,),
+        "sample": (SampleDuringTraining,),
+        "save": (SaveLoRA,),
+        "validation_dataset": (LoadDataset,),
+        "regularization_dataset": (LoadDataset,),
+    }
 
 
 def test_a_config_without_sample_or_objective_connects_neither_node(tmp_path):
@@ -267,9 +289,13 @@ def test_model_section_takes_unetloaders_weight_dtypes_and_comfyuis_clip_types()
     from eridiffusion.headless.models import WEIGHT_DTYPE_OPTIONS
 
     settings = section_settings("model")
-    assert settings["weight_dtype"].options == tuple(nodes.UNETLoader.INPUT_TYPES()["required"]["weight_dtype"][0])
-    assert set(settings["weight_dtype"].options) == set(WEIGHT_DTYPE_OPTIONS)
-    assert "flux" in settings["clip_type"].options and len(settings["clip_type"].options) == len(comfy.sd.CLIPType)
+    assert settings["weight_dtype"].info.options() == tuple(
+        nodes.UNETLoader.INPUT_TYPES()["required"]["weight_dtype"][0]
+    )
+    assert set(settings["weight_dtype"].info.options()) == set(WEIGHT_DTYPE_OPTIONS)
+    assert "flux" in settings["clip_type"].info.options() and len(settings["clip_type"].info.options()) == len(
+        comfy.sd.CLIPType
+    )
 
 
 def test_ai_toolkit_output_preservation_and_flip_become_their_settings(tmp_path):

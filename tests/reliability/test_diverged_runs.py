@@ -84,8 +84,9 @@ def one_nan_latent(dog_dataset, tmp_path_factory):
 @pytest.mark.parametrize("optimizer", ["AdamW", "Adafactor"])  # a fused optimizer skips on the device, others not
 def test_skip_mode_leaves_out_each_bad_step_and_counts_it(optimizer, one_nan_latent, tmp_path):
     from eridiffusion.training.adapters import AdapterSpec
+    from eridiffusion.training.run.build import TrainingRun
     from eridiffusion.training.run.config import TrainConfig
-    from eridiffusion.training.run.trainer import TrainingHooks, TrainingRun, train_lora
+    from eridiffusion.training.run.trainer import TrainingHooks, train, train_lora
 
     model, data = one_nan_latent
     config = TrainConfig(
@@ -103,7 +104,7 @@ def test_skip_mode_leaves_out_each_bad_step_and_counts_it(optimizer, one_nan_lat
         result = train_lora(model, data, config, str(tmp_path / "skipped"))
         run = TrainingRun(model, data, config, str(tmp_path / "counted"))
         try:
-            run.train(None, TrainingHooks())
+            train(run, None, TrainingHooks())
             updates = [state["step"] for state in run.optimizer.state.values()]
         finally:
             run.release()

@@ -207,13 +207,13 @@ def _is_on(tensor, device):
     return tensor.device.type == device.type and device.index in (None, tensor.device.index)
 
 
-def _inject(module, adapter):
+def inject_adapter(module, adapter):
     forward = swap_in(module, _BypassForward)
     if not any(a is adapter for a in forward.adapters):
         forward.adapters.append(adapter)
 
 
-def _eject(module, adapter):
+def eject_adapter(module, adapter):
     forward = module.__dict__.get("forward")
     if isinstance(forward, _BypassForward):
         forward.adapters = [a for a in forward.adapters if a is not adapter]
@@ -278,11 +278,11 @@ class AdapterSet(torch.nn.Module):
                 with torch.inference_mode(False):  # ComfyUI loads under inference mode; these must stay trainable
                     self.to(device)
             for module, adapter in pairs:
-                _inject(module, adapter)
+                inject_adapter(module, adapter)
 
         def eject(model_patcher):
             for module, adapter in pairs:
-                _eject(module, adapter)
+                eject_adapter(module, adapter)
 
         patcher.set_injections(self.injection_key, [comfy.patcher_extension.PatcherInjection(inject, eject)])
         return patcher

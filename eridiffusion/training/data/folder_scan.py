@@ -69,66 +69,77 @@ def scan_folder(folder, caption_ext):
     """Image, clip and frame-folder names, {stem: caption file name}, whether metadata.jsonl is
     present, and the reference and mask folders' names (or None); any other visible file is an error
     so nothing the user meant to train on is skipped silently."""
-    images, frame_folders, caption_files, has_metadata, reference_folder = [], [], {}, False, None
-    mask_folder = None
-    loose_folders = {}  # subfolders holding other things than frames: clips only when captioned
+    scan = _FolderScan(folder, caption_ext)
     with os.scandir(folder) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
-            name = entry.name
-            if name.startswith("."):
+            if entry.name.startswith("."):
                 continue
             if entry.is_dir():
-                if name.lower() in REFERENCE_FOLDERS:
-                    if reference_folder is not None:
-                        raise EriDiffusionError(
-                            f"{folder} has both {reference_folder}/ and {name}/ reference "
-                            "folders; keep the reference images in one of them."
-                        )
-                    reference_folder = name
-                    continue
-                if name.lower() == MASK_FOLDER:
-                    mask_folder = name
-                    continue
-                frames, others = frame_folder_files(entry.path)
-                if frames and not others:
-                    frame_folders.append(name)  # one clip
-                elif frames:
-                    loose_folders[name] = others[0]
-                continue  # other subfolders are not read (rejects, backups)
-            lowered = name.lower()
-            if name == METADATA_FILE:
-                has_metadata = True
-            elif os.path.splitext(lowered)[1] in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS:
-                images.append(name)
-            elif lowered.endswith(caption_ext.lower()) and len(name) > len(caption_ext):
-                stem = name[: -len(caption_ext)]
-                if stem in caption_files:
-                    raise EriDiffusionError(
-                        f"{os.path.join(folder, name)} and {caption_files[stem]} "
-                        f"both caption '{stem}'; delete one of them."
-                    )
-                caption_files[stem] = name
-            elif lowered in ("metadata.csv", "metadata.json", "metadata.parquet"):
-                raise EriDiffusionError(
-                    f"{os.path.join(folder, name)}: EriDiffusion reads captions from "
-                    f"{METADATA_FILE} (one JSON object per line with file_name and "
-                    "text); convert it to that or to one caption file per image."
-                )
+                scan.subfolder(entry)
             else:
-                raise EriDiffusionError(
-                    f"{os.path.join(folder, name)} is not an image EriDiffusion reads "
-                    f"(supported: {SUPPORTED_IMAGES}, clips: {SUPPORTED_CLIPS}); move it out of "
-                    "the folder or convert it to png/jpg/webp."
-                )
-    if not has_metadata:  # metadata.jsonl names the folders it wants
-        images += frame_folders
-    for name, stray in loose_folders.items():
-        if name in caption_files:  # captioned, so meant as a clip
+                scan.file(entry.name)
+    if not scan.has_metadata:  # metadata.jsonl names the folders it wants
+        scan.images += scan.frame_folders
+    for name, stray in scan.loose_folders.items():
+        if name in scan.caption_files:  # captioned, so meant as a clip
             raise EriDiffusionError(
                 f"{os.path.join(folder, name, stray)} is not a frame of the frame folder "
                 f"{os.path.join(folder, name)} ({SUPPORTED_IMAGES} images only); move it out."
             )
-    return images, caption_files, has_metadata, reference_folder, mask_folder
+    return scan.images, scan.caption_files, scan.has_metadata, scan.reference_folder, scan.mask_folder
+
+
+class _FolderScan:
+    """What scan_folder has found so far."""
+
+    def __init__(self, folder, caption_ext):
+        self.folder, self.caption_ext = folder, caption_ext
+        self.images, self.frame_folders, self.caption_files, self.has_metadata = [], [], {}, False
+        self.reference_folder = self.mask_folder = None
+        self.loose_folders = {}  # subfolders holding other things than frames: clips only when captioned
+
+    def subfolder(self, entry):
+        name = entry.name
+        if name.lower() in REFERENCE_FOLDERS:
+            if self.reference_folder is not None:
+                raise EriDiffusionError(
+                    f"{self.folder} has both {self.reference_folder}/ and {name}/ reference "
+                    "folders; keep the reference images in one of them."
+                )
+            self.reference_folder = name
+        elif name.lower() == MASK_FOLDER:
+            self.mask_folder = name
+        else:
+            frames, others = frame_folder_files(entry.path)
+            if frames and not others:
+                self.frame_folders.append(name)  # one clip
+            elif frames:
+                self.loose_folders[name] = others[0]
+            # (other subfolders are not read: rejects, backups)
+
+    def file(self, name):
+        lowered, path, ext = name.lower(), os.path.join(self.folder, name), self.caption_ext
+        if name == METADATA_FILE:
+            self.has_metadata = True
+        elif os.path.splitext(lowered)[1] in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS:
+            self.images.append(name)
+        elif lowered.endswith(ext.lower()) and len(name) > len(ext):
+            stem = name[: -len(ext)]
+            if stem in self.caption_files:
+                raise EriDiffusionError(
+                    f"{path} and {self.caption_files[stem]} both caption '{stem}'; delete one of them."
+                )
+            self.caption_files[stem] = name
+        elif lowered in ("metadata.csv", "metadata.json", "metadata.parquet"):
+            raise EriDiffusionError(
+                f"{path}: EriDiffusion reads captions from {METADATA_FILE} (one JSON object per line with "
+                "file_name and text); convert it to that or to one caption file per image."
+            )
+        else:
+            raise EriDiffusionError(
+                f"{path} is not an image EriDiffusion reads (supported: {SUPPORTED_IMAGES}, clips: "
+                f"{SUPPORTED_CLIPS}); move it out of the folder or convert it to png/jpg/webp."
+            )
 
 
 def read_caption_files(folder, images, caption_files, caption_ext):

@@ -10,9 +10,22 @@ import torch
 
 from ... import __version__
 from ...errors import EriDiffusionError
+from ..settings import check_settings, setting
 from .atomic_file import write_safetensors_atomic
 
 SAVE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class SaveSettings:
+    """SaveLoRA's inputs (and a config file's `save:` section)."""
+
+    filename_prefix: str = setting("eridiffusion/my_lora", "Name inside models/loras (subfolders allowed).")
+    dtype: str = setting("fp16", "Precision of the saved weights.", choices=tuple(SAVE_DTYPES))
+    overwrite: bool = setting(False, "Replace an existing file of that name (otherwise a number is appended).")
+
+    def __post_init__(self):
+        check_settings(self, "SaveLoRA")
 
 
 def loadable_weight_keys(base_model):

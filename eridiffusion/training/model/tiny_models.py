@@ -3,6 +3,8 @@ ComfyUI's own classes: the TinyDemoModel node, the demo and `model: tiny-sdxl` t
 no checkpoint is at hand. The builders here are also how the tests shrink every other family.
 Import once ComfyUI is on sys.path."""
 
+from dataclasses import dataclass
+
 import comfy.model_management as mm
 import comfy.model_patcher
 import comfy.sd
@@ -11,6 +13,7 @@ import comfy.taesd.taesd
 import torch
 
 from ...errors import EriDiffusionError
+from ..settings import check_settings, setting
 
 # Text encoders keep the real vocabulary (ComfyUI's real tokenizers feed them) and shrink the rest.
 # Three layers, not two: SDXL reads the penultimate layer (layer_idx=-2) and SDClipModel asserts
@@ -152,6 +155,17 @@ def tiny_sdxl(seed: int = 0) -> tuple[comfy.model_patcher.ModelPatcher, comfy.sd
 
 
 TINY_BUILDERS = {"sd15": tiny_sd15, "sdxl": tiny_sdxl}
+
+
+@dataclass(frozen=True)
+class TinyDemoSettings:
+    """TinyDemoModel's inputs."""
+
+    architecture: str = setting("sdxl", "Which ComfyUI model class to shrink.", choices=tuple(TINY_BUILDERS))
+    seed: int = setting(0, "Seed of the random weights.", minimum=0, maximum=0xFFFFFFFF, seed=True)
+
+    def __post_init__(self):
+        check_settings(self, "TinyDemoModel")
 
 
 def build_tiny_demo(arch: str, seed: int = 0):

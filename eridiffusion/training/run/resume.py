@@ -12,6 +12,22 @@ import torch
 from ...errors import EriDiffusionError
 from ..adapters import AdapterSpec
 from ..formats.state_file import STATE_SUFFIX, load_state, pickled_state_path, state_path
+from ..settings import check_settings, setting
+
+
+@dataclass(frozen=True)
+class ResumeSettings:
+    """LoadLoRAForTraining's input."""
+
+    path: str = setting(
+        "eridiffusion_lora/checkpoints/eridiffusion_lora_step000500.safetensors",
+        "A .safetensors checkpoint; relative paths look in ComfyUI's output "
+        "folder, then in models/loras. Its .training_state beside it makes the "
+        "continuation exact.",
+    )
+
+    def __post_init__(self):
+        check_settings(self, "LoadLoRAForTraining")
 
 
 @dataclass

@@ -5,12 +5,44 @@ import os
 from dataclasses import dataclass
 
 import comfy.sample
+import comfy.samplers
 import numpy as np
 import torch
 from PIL import Image
 
 from ..formats.atomic_file import write_atomic
 from ..model import loading as model_loading
+from ..settings import check_settings, setting
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """SampleDuringTraining's inputs (and a config file's `sample:` section): what to render, how often."""
+
+    prompts: str = setting("a photo of sks dog", "One prompt per line.", multiline=True)
+    every: int = setting(100, "Render every N training steps (and at the end).", minimum=1, maximum=100000)
+    seed: int = setting(0, "Noise seed; prompt k uses seed + k.", minimum=0, maximum=0xFFFFFFFF, seed=True)
+    steps: int = setting(20, "Sampling steps.", minimum=1, maximum=200)
+    cfg: float = setting(7.0, "Classifier-free guidance scale.", minimum=0.0, maximum=30.0, step=0.1)
+    sampler_name: str = setting("euler", "ComfyUI sampler.", choices=lambda: tuple(comfy.samplers.KSampler.SAMPLERS))
+    scheduler: str = setting("normal", "ComfyUI scheduler.", choices=lambda: tuple(comfy.samplers.KSampler.SCHEDULERS))
+    width: int = setting(1024, "Sample width in pixels.", minimum=64, maximum=4096, step=8)
+    height: int = setting(1024, "Sample height in pixels.", minimum=64, maximum=4096, step=8)
+    frames: int = setting(
+        1,
+        "Video models: frames per sample, saved as an animated WebP beside the "
+        "first frame's PNG (Wan/HunyuanVideo take 4k+1, LTX-Video 8k+1). Image "
+        "models render one image whatever this says.",
+        minimum=1,
+        maximum=1024,
+        optional=True,
+    )
+
+    def __post_init__(self):
+        check_settings(self, "SampleDuringTraining")
+
+    def prompt_lines(self):
+        return tuple(line.strip() for line in self.prompts.splitlines() if line.strip())
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,11 @@ class _FusedScaling:
 _FUSED = _FusedScaling()
 
 
+def scaling_failure():
+    """Why the eager kernels scale the activations instead of the fused ones, or None."""
+    return _FUSED.failure
+
+
 class Fp8Linear(torch.autograd.Function):
     """y = x·Wᵀ + b with x quantized to e4m3 and W given in e4m3 (scale w_scale), row-major and as
     the column-major copy the backward's product reads; ∂x = g·W with g in e5m2. W and b are

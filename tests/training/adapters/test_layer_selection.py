@@ -11,8 +11,9 @@ import torch
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.adapters.layer_selection import block_multipliers, describe_blocks, parse_block_lr
+from eridiffusion.training.run.build import TrainingRun
 from eridiffusion.training.run.config import TrainConfig
-from eridiffusion.training.run.trainer import TrainingHooks, TrainingRun
+from eridiffusion.training.run.trainer import TrainingHooks, train
 
 LEARNING_RATE = 1e-3
 
@@ -40,10 +41,10 @@ def test_only_the_selected_layers_get_adapters_and_the_file_lists_them(stack, tm
     everything = TrainingRun(model, data, config(), str(tmp_path / "all"))
     everything.release()
     run = TrainingRun(model, data, config(include=r"attn2\.to_[kv]", exclude=r"output_blocks\.[0-5]\."), str(tmp_path))
-    run.eval_before = 0.0
+    run.progress.eval_before = 0.0
     try:
         with torch.inference_mode(False):
-            result = run.train(None, TrainingHooks())
+            result = train(run, None, TrainingHooks())
     finally:
         run.release()
     chosen = run.adapters.layer_names

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from devkit.kernel_counts import ADDED_KERNELS, adapted_layer, cost_of_a_step
-from eridiffusion.training.adapters.attach import _eject, _inject
+from eridiffusion.training.adapters.attach import eject_adapter, inject_adapter
 from eridiffusion.training.adapters.lora_linear import plain_weight_of
 
 # (layer class, the autograd node the adapted layer records): a plain layer gets the frozen product
@@ -26,13 +26,13 @@ def test_the_adapted_layer_matches_the_lora_formula_in_value_and_gradients(case,
     layer, adapter = adapted_layer(cls, dtype)
     x = torch.randn(2, 5, 37, dtype=dtype, requires_grad=True)
     grad = torch.randn(2, 5, 53, dtype=dtype)
-    _inject(layer, adapter)
+    inject_adapter(layer, adapter)
     try:
         y = layer(x)
         assert type(y.grad_fn).__name__ == node
         y.backward(grad)
     finally:
-        _eject(layer, adapter)
+        eject_adapter(layer, adapter)
     down, up = adapter.lycoris.lora_down.weight, adapter.lycoris.lora_up.weight
     got = [y, x.grad, down.grad, up.grad]
     assert [t.dtype for t in got] == [dtype, dtype, torch.float32, torch.float32]  # fp32 master weights keep theirs
@@ -54,7 +54,7 @@ def test_the_adapted_layer_matches_the_lora_formula_in_value_and_gradients(case,
 def test_strength_and_bypass_scale_the_adapter_term():
     layer, adapter = adapted_layer(torch.nn.Linear, torch.float32)
     x = torch.randn(3, 37)
-    _inject(layer, adapter)
+    inject_adapter(layer, adapter)
     try:
         with torch.no_grad():
             full = layer(x)
@@ -63,7 +63,7 @@ def test_strength_and_bypass_scale_the_adapter_term():
             adapter.multiplier = 0.0
             plain = layer(x)
     finally:
-        _eject(layer, adapter)
+        eject_adapter(layer, adapter)
     with torch.no_grad():
         assert torch.equal(plain, layer(x))
     torch.testing.assert_close(half - plain, 0.5 * (full - plain), rtol=1e-4, atol=1e-5)
@@ -89,10 +89,10 @@ def test_a_lora_adds_six_kernels_and_one_autograd_node_to_each_adapted_linear_la
     nodes per layer on an H100 (bench/eager_step.py)."""
     layer, adapter = adapted_layer(torch.nn.Linear, dtype)
     plain_kernels, _ = cost_of_a_step(layer, dtype)
-    _inject(layer, adapter)
+    inject_adapter(layer, adapter)
     try:
         kernels, nodes = cost_of_a_step(layer, dtype, adapter)
     finally:
-        _eject(layer, adapter)
+        eject_adapter(layer, adapter)
     assert kernels - plain_kernels == ADDED_KERNELS[dtype]
     assert nodes == 2  # the sum's and the adapted layer's (the plain ops recorded 13 per layer)

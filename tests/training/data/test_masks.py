@@ -16,8 +16,9 @@ from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.buckets import fit_to_bucket
 from eridiffusion.training.data.dataset import load_dataset
 from eridiffusion.training.data.training_data import build_training_data
+from eridiffusion.training.run.build import TrainingRun
 from eridiffusion.training.run.config import TrainConfig
-from eridiffusion.training.run.trainer import TrainingHooks, TrainingRun
+from eridiffusion.training.run.trainer import TrainingHooks, train
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def output_gradient(model, data, mask_min, tmp_path):
         run_name="masked",
     )
     run = TrainingRun(model, data, config, str(tmp_path))
-    run.eval_before = 0.0
+    run.progress.eval_before = 0.0
     gradients = []
 
     def keep_gradient(module, inputs, output):
@@ -54,7 +55,7 @@ def output_gradient(model, data, mask_min, tmp_path):
     handle = run.base.diffusion_model.register_forward_hook(keep_gradient)
     try:
         with torch.inference_mode(False):
-            run.train(None, TrainingHooks())
+            train(run, None, TrainingHooks())
     finally:
         handle.remove()
         run.release()

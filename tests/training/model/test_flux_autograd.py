@@ -15,8 +15,9 @@ from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model import loading as model_loading
 from eridiffusion.training.model.autograd_inplace import OutOfPlaceAugmentedAssignments
 from eridiffusion.training.model.forward import prediction
+from eridiffusion.training.run.build import TrainingRun
 from eridiffusion.training.run.config import TrainConfig
-from eridiffusion.training.run.trainer import TrainingRun, train_lora
+from eridiffusion.training.run.trainer import train_lora
 from eridiffusion.training.speed.checkpointing import _CheckpointedForward
 
 FLUX_FAMILIES = ("flux_dev", "chroma", "flux2")

@@ -14,7 +14,7 @@ from devkit.short_runs import short_run as config
 from devkit.tiny_models import build_tiny
 from eridiffusion.training.model import loading as model_loading
 from eridiffusion.training.model.autograd_weights import _tracks_versions
-from eridiffusion.training.run import trainer
+from eridiffusion.training.run.optimizer_step import OptimizerStep
 from eridiffusion.training.run.trainer import train_lora
 
 
@@ -48,19 +48,19 @@ def test_streamed_weights_give_the_gradients_of_weights_loaded_whole(quality_sta
     model, _, _, data = quality_stack
     data = dataclasses.replace(data, validation=None)
     streamed_layers, gradients = [], []
-    load, step = model_loading.load, trainer.TrainingRun._optimizer_step
+    load, update = model_loading.load, OptimizerStep.update
 
     def recording_load(patcher, weights_vram_gib=0.0):
         load(patcher, weights_vram_gib)
         weights = [getattr(m, "weight", None) for m in patcher.model.diffusion_model.modules()]
         streamed_layers.append(sum(w is not None and w.device.type == "cpu" for w in weights))
 
-    def recording_step(run, *args):
-        gradients.append(torch.cat([p.grad.flatten() for p in run._trained_parameters()]))
-        return step(run, *args)
+    def recording_update(step, *args):
+        gradients.append(torch.cat([p.grad.flatten() for p in step.run.trained_parameters]))
+        return update(step, *args)
 
     monkeypatch.setattr(model_loading, "load", recording_load)
-    monkeypatch.setattr(trainer.TrainingRun, "_optimizer_step", recording_step)
+    monkeypatch.setattr(OptimizerStep, "update", recording_update)
     runs, most_streamed = [], []
     with torch.inference_mode(False):
         for name, gib in (("whole", 0.0), ("streamed", 0.001)):

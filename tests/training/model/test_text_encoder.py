@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from devkit.tiny_models import build_tiny
-from eridiffusion import comfy_compat
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model.inputs import batch_inputs, model_inputs
@@ -140,17 +139,14 @@ def test_a_training_encoding_stays_on_the_gpu_and_waits_for_it_less_than_the_hos
                 torch.nn.init.normal_(p, std=0.1)
         waits, gradients = {}, {}
         for on_device in (False, True):
-            comfy_compat.ENCODINGS_ON_DEVICE = on_device
+            training.encodings_on_device = on_device  # (SpeedPaths.encodings_on_device)
             training.adapters.zero_grad(set_to_none=True)
-            try:
-                training.conditioning(PROMPT)  # loads the encoder, tokenizes the caption
-                (cond, options), waits[on_device] = waits_for_the_gpu(lambda: training.conditioning(PROMPT)[0])
-                pooled = options["pooled_output"]
-                _, waits[on_device, "backward"] = waits_for_the_gpu(
-                    lambda c=cond, p=pooled: (c.square().mean() + p.square().mean()).backward()
-                )
-            finally:
-                comfy_compat.ENCODINGS_ON_DEVICE = True
+            training.conditioning(PROMPT)  # loads the encoder, tokenizes the caption
+            (cond, options), waits[on_device] = waits_for_the_gpu(lambda: training.conditioning(PROMPT)[0])
+            pooled = options["pooled_output"]
+            _, waits[on_device, "backward"] = waits_for_the_gpu(
+                lambda c=cond, p=pooled: (c.square().mean() + p.square().mean()).backward()
+            )
             assert (cond.device.type, pooled.device.type) == (("cuda", "cuda") if on_device else ("cpu", "cpu"))
             trained = training.adapters.named_parameters()
             gradients[on_device] = {n: p.grad.clone() for n, p in trained if p.grad is not None}

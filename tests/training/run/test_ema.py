@@ -12,10 +12,11 @@ import safetensors.torch
 import torch
 
 from eridiffusion.training.adapters import AdapterSpec
+from eridiffusion.training.run.build import TrainingRun
 from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.ema import AdapterEMA
 from eridiffusion.training.run.resume import load_resume_point
-from eridiffusion.training.run.trainer import TrainingHooks, TrainingRun, train_lora
+from eridiffusion.training.run.trainer import TrainingHooks, train_lora
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def test_the_ema_after_n_steps_is_the_analytic_average_of_the_recorded_weights(s
     model, data = stack
     config = ema_config()
     run = TrainingRun(model, data, config, str(tmp_path))
-    parameters = run._trained_parameters()
+    parameters = run.trained_parameters
     recorded = [[p.detach().clone() for p in parameters]]
     try:
         with torch.inference_mode(False):

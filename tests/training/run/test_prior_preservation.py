@@ -13,8 +13,11 @@ from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.dataset import load_dataset
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model.inputs import batch_inputs, model_inputs
+from eridiffusion.training.run.build import TrainingRun
 from eridiffusion.training.run.config import TrainConfig
-from eridiffusion.training.run.trainer import TrainingHooks, TrainingRun, train_lora
+from eridiffusion.training.run.micro_batches import MicroBatches
+from eridiffusion.training.run.trainer import TrainingHooks, train, train_lora
+from eridiffusion.training.speed.step_path import StepPath
 
 CLASS_PHRASE = "a photo of dog"
 
@@ -39,18 +42,24 @@ def config(**values):
 
 
 def train_watching_micro_batches(run, watch):
-    """run.train() with watch(batches, preserve, loss) after each micro-batch; the run released after."""
-    micro_batch = run._micro_batch
+    """train(run) with watch(batches, preserve, loss) after each micro-batch; the run released after."""
+    draw, loss_of = MicroBatches.draw, StepPath.loss
+    drawn = []
 
-    def watched(prepared, batches, source, preserve=False):
-        loss = micro_batch(prepared, batches, source, preserve)
-        watch(batches, preserve, loss)
+    def watched_draw(self, prepared, batches, source, preserve=False):
+        drawn.append((batches, preserve))
+        return draw(self, prepared, batches, source, preserve)
+
+    def watched_loss(self, batch):
+        loss = loss_of(self, batch)
+        watch(*drawn.pop(), loss)
         return loss
 
-    run._micro_batch = watched
     try:
-        with torch.inference_mode(False):
-            return run.train(None, TrainingHooks())
+        with pytest.MonkeyPatch.context() as patch, torch.inference_mode(False):
+            patch.setattr(MicroBatches, "draw", watched_draw)
+            patch.setattr(StepPath, "loss", watched_loss)
+            return train(run, None, TrainingHooks())
     finally:
         run.release()
 
@@ -102,7 +111,7 @@ def test_preservation_every_n_steps_runs_on_those_steps_only_weighted_by_n(stack
         ("every2", {"preservation_prompt": CLASS_PHRASE, "preservation_every": 2}),
     ):
         run = TrainingRun(model, data, config(steps=5, log_every=5, **values), str(tmp_path / name), clip=clip)
-        run.eval_before = 0.0
+        run.progress.eval_before = 0.0
         with torch.inference_mode(False), torch.no_grad():  # an adapter that already moves the output
             for index, (_, adapter) in enumerate(run.adapters.items()):
                 generator = torch.Generator().manual_seed(index)
@@ -128,7 +137,7 @@ def test_regularization_images_come_one_micro_batch_beside_each_training_one_wei
         data = build_training_data(dogs, vae, clip, 64, str(tmp_path / "cache"), regularization_dataset=cats)
     assert len(data.regularization.samples) == 5 and len(data.samples) == 5
     run = TrainingRun(model, data, config(grad_accum=2, prior_weight=0.25), str(tmp_path / "run"))
-    run.eval_before = 0.0
+    run.progress.eval_before = 0.0
     drawn, losses = [], []
 
     def watch(batches, preserve, loss):

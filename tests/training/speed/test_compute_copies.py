@@ -2,15 +2,19 @@
 layer then adds the kernels of an fp32 one, and training comes out exactly as with per-layer casts."""
 
 import contextlib
+import dataclasses
 
 import torch
 
 from devkit.kernel_counts import ADDED_KERNELS, adapted_layer, cost_of_a_step
 from eridiffusion.training.adapters import AdapterSpec
-from eridiffusion.training.adapters.attach import AdapterSet, _eject, _inject
+from eridiffusion.training.adapters.attach import AdapterSet, eject_adapter, inject_adapter
 from eridiffusion.training.run.config import TrainConfig
-from eridiffusion.training.run.trainer import TrainingRun, train_lora
+from eridiffusion.training.run.trainer import train_lora
 from eridiffusion.training.speed.compute_copies import ComputeCopies
+from eridiffusion.training.speed.paths import SpeedPaths
+
+NO_COPIES = SpeedPaths(compute_copies=False)  # each layer casts its fp32 LoRA weights itself
 
 
 def two_adapted_layers():
@@ -27,7 +31,7 @@ def master_gradients(layers, adapter_set, copies, inputs):
     """The adapters' gradients after a backward pass of each input (accumulated), with or without copies."""
     adapter_set.zero_grad(set_to_none=True)
     for layer, (_, adapter) in zip(layers, adapter_set.items()):
-        _inject(layer, adapter)
+        inject_adapter(layer, adapter)
     try:
         with copies.in_use() if copies is not None else contextlib.nullcontext():
             for x in inputs:
@@ -36,7 +40,7 @@ def master_gradients(layers, adapter_set, copies, inputs):
                     copies.fold_gradients()
     finally:
         for layer, (_, adapter) in zip(layers, adapter_set.items()):
-            _eject(layer, adapter)
+            eject_adapter(layer, adapter)
     return [p.grad.clone() for p in adapter_set.parameters()]
 
 
@@ -46,14 +50,14 @@ def test_a_bf16_lora_with_compute_copies_adds_the_kernels_of_an_fp32_one():
     layer, adapter = adapted_layer(torch.nn.Linear, torch.bfloat16)
     plain_kernels, _ = cost_of_a_step(layer, torch.bfloat16)
     copies = ComputeCopies(AdapterSet(AdapterSpec(rank=4, alpha=2.0), {"layer": adapter}), torch.bfloat16)
-    _inject(layer, adapter)
+    inject_adapter(layer, adapter)
     try:
         with copies.in_use():
             kernels, _ = cost_of_a_step(layer, torch.bfloat16, adapter)
             into_copies = all(copy.grad is not None for copy in copies.copies)
             copies.fold_gradients()
     finally:
-        _eject(layer, adapter)
+        eject_adapter(layer, adapter)
     assert ADDED_KERNELS[torch.bfloat16] == 10
     assert kernels - plain_kernels == ADDED_KERNELS[torch.float32] == 6
     assert into_copies  # the backward went into the copies, and from them into the masters:
@@ -113,9 +117,13 @@ def test_an_eager_bf16_run_trains_the_same_adapter_with_and_without_compute_copi
     with torch.inference_mode(False):
         with_copies = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path / "a"))
     assert len(folds) == 4  # 2 steps x 2 micro-batches
-    monkeypatch.setattr(TrainingRun, "_compute_copies", lambda self, graphed: None)
     with torch.inference_mode(False):
-        per_layer = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path / "b"))
+        per_layer = train_lora(
+            trained_lora["model"],
+            trained_lora["data"],
+            dataclasses.replace(config, speed=NO_COPIES),
+            str(tmp_path / "b"),
+        )
     assert len(folds) == 4
     assert with_copies.losses == per_layer.losses
     a, b = with_copies.adapters.state_dict(), per_layer.adapters.state_dict()

@@ -15,12 +15,14 @@ import torch
 from devkit.short_runs import encoding_changes
 from devkit.short_runs import short_run as config
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.training.run import trainer
 from eridiffusion.training.run.trainer import train_lora
-from eridiffusion.training.speed import cuda_graphs
+from eridiffusion.training.speed import cuda_graphs, step_path
 from eridiffusion.training.speed.compute_copies import ComputeCopies
+from eridiffusion.training.speed.paths import SpeedPaths
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+
+NO_COPIES = SpeedPaths(compute_copies=False)  # each layer casts its fp32 LoRA weights itself
 
 
 class SyncInCapture(cuda_graphs.GraphedCall):
@@ -46,7 +48,7 @@ def test_a_failed_capture_under_auto_trains_on_without_graphs_as_an_eager_run(st
     model, data = stack
     with torch.inference_mode(False):
         eager = train_lora(model, data, config("off", "eager"), str(tmp_path / "eager"))
-        monkeypatch.setattr(trainer, "GraphedCall", SyncInCapture)
+        monkeypatch.setattr(step_path, "GraphedCall", SyncInCapture)
         with caplog.at_level(logging.WARNING):
             fallen_back = train_lora(model, data, config("auto", "fallback"), str(tmp_path / "fallback"))
     warnings = [r.getMessage() for r in caplog.records if "CUDA graph failed" in r.getMessage()]
@@ -57,7 +59,7 @@ def test_a_failed_capture_under_auto_trains_on_without_graphs_as_an_eager_run(st
 
 def test_a_failed_capture_under_on_stops_naming_the_fix(stack, tmp_path, monkeypatch):
     model, data = stack
-    monkeypatch.setattr(trainer, "GraphedCall", SyncInCapture)
+    monkeypatch.setattr(step_path, "GraphedCall", SyncInCapture)
     with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="Set cuda_graphs to auto"):
         train_lora(model, data, config("on", "strict"), str(tmp_path / "strict"))
 
@@ -93,7 +95,7 @@ def test_text_encoder_training_replays_graphs_and_trains_what_an_eager_run_train
     model, clip, _, data = quality_stack
     data = dataclasses.replace(data, validation=None)
     runs = {}
-    monkeypatch.setattr(trainer, "GraphedCall", Recorded)
+    monkeypatch.setattr(step_path, "GraphedCall", Recorded)
     monkeypatch.setattr(Recorded, "instances", [])
     monkeypatch.setattr(Recorded, "move_weights", moves)
     with torch.inference_mode(False):
@@ -116,7 +118,7 @@ def test_text_encoder_training_replays_graphs_and_trains_what_an_eager_run_train
 def test_weights_that_keep_moving_end_the_graphs_with_one_warning(quality_stack, tmp_path, monkeypatch, caplog):
     model, clip, _, data = quality_stack
     data = dataclasses.replace(data, validation=None)
-    monkeypatch.setattr(trainer, "GraphedCall", Recorded)
+    monkeypatch.setattr(step_path, "GraphedCall", Recorded)
     monkeypatch.setattr(Recorded, "instances", [])
     monkeypatch.setattr(Recorded, "move_weights", 100)
     with torch.inference_mode(False), caplog.at_level(logging.WARNING):
@@ -136,7 +138,7 @@ def test_a_bf16_run_replays_graphs_that_compute_with_the_steps_copies_and_trains
     kernels per layer in them); the copies' gradients come out of the replayed backward and reach the
     fp32 masters, which train as the per-layer casts train them."""
     model, data = stack
-    monkeypatch.setattr(trainer, "GraphedCall", Recorded)
+    monkeypatch.setattr(step_path, "GraphedCall", Recorded)
     monkeypatch.setattr(Recorded, "instances", [])
     folds = []
     fold = ComputeCopies.fold_gradients
@@ -149,9 +151,10 @@ def test_a_bf16_run_replays_graphs_that_compute_with_the_steps_copies_and_trains
     graph_inputs = {id(p) for p in graphed.trained.parameters()}
     copies = [m for m in graphed.trained.modules() if isinstance(m, torch.nn.ParameterList)]
     assert len(copies) == 1 and all(p.dtype == torch.bfloat16 and id(p) in graph_inputs for p in copies[0])
-    monkeypatch.setattr(trainer.TrainingRun, "_compute_copies", lambda self, graphed: None)
     with torch.inference_mode(False):
-        per_layer = train_lora(model, data, dataclasses.replace(bf16, run_name="casts"), str(tmp_path / "casts"))
+        per_layer = train_lora(
+            model, data, dataclasses.replace(bf16, run_name="casts", speed=NO_COPIES), str(tmp_path / "casts")
+        )
     assert len(Recorded.instances) == 2 and len(folds) == 4
     assert with_copies.losses == pytest.approx(per_layer.losses, rel=1e-3)
     a, b = with_copies.adapters.state_dict(), per_layer.adapters.state_dict()

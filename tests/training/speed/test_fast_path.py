@@ -9,8 +9,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from eridiffusion.training.adapters import AdapterSpec
+from eridiffusion.training.run.build import TrainingRun
 from eridiffusion.training.run.config import TrainConfig
-from eridiffusion.training.run.trainer import TrainingHooks, TrainingRun
+from eridiffusion.training.run.trainer import TrainingHooks, train
 
 # Tensor → Python conversions: on a GPU each one waits for the device to catch up.
 READ_BACKS = {
@@ -42,7 +43,7 @@ def _run(trained_lora, tmp_path, config, watch):
     """Train `config` on the tiny model's data with `watch` (a torch mode) active over the steps only."""
     run = TrainingRun(trained_lora["model"], trained_lora["data"], config, str(tmp_path))
     try:
-        run.eval_before = 0.0  # skip the evaluation pass: it is not part of the steps
+        run.progress.eval_before = 0.0  # skip the evaluation pass: it is not part of the steps
         steps = []
 
         def on_progress(step, total, losses, stats):
@@ -50,7 +51,7 @@ def _run(trained_lora, tmp_path, config, watch):
             watch.step = step + 1
 
         with torch.inference_mode(False), watch:
-            run.train(None, TrainingHooks(on_progress=on_progress))
+            train(run, None, TrainingHooks(on_progress=on_progress))
     finally:
         run.release()
     return steps
@@ -148,6 +149,6 @@ def test_cuda_graphs_on_a_cpu_is_refused_with_the_fix(trained_lora, tmp_path):
     run = TrainingRun(trained_lora["model"], trained_lora["data"], config, str(tmp_path))
     try:
         with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="cuda_graphs needs a CUDA device"):
-            run.train(None, TrainingHooks())
+            train(run, None, TrainingHooks())
     finally:
         run.release()

@@ -16,7 +16,7 @@ import torch
 from devkit.devices import fp8_gpu
 from devkit.stock_comfyui import load_with_stock_comfyui
 from eridiffusion.training.adapters import AdapterSpec
-from eridiffusion.training.adapters.attach import _eject, _inject
+from eridiffusion.training.adapters.attach import eject_adapter, inject_adapter
 from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.trainer import train_lora
 from eridiffusion.training.speed import fp8_products
@@ -24,10 +24,10 @@ from eridiffusion.training.speed.fp8_products import (
     E4M3,
     E5M2,
     Fp8Products,
-    quantized_eagerly,
     check_fp8_compute,
     power_of_two_scale,
     quantized,
+    quantized_eagerly,
 )
 
 
@@ -78,12 +78,12 @@ def run_layer(layer, adapter, x, grad, products=None):
     for p in adapter.parameters():
         p.grad = None
     x = x.detach().clone().requires_grad_(True)
-    _inject(layer, adapter)
+    inject_adapter(layer, adapter)
     try:
         y = layer(x)
         y.backward(grad)
     finally:
-        _eject(layer, adapter)
+        eject_adapter(layer, adapter)
         adapter.frozen_products = None
     nodes, stack = set(), [y.grad_fn]
     while stack:

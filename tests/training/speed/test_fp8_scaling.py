@@ -11,7 +11,7 @@ import torch
 from devkit.devices import fp8_gpu
 from devkit.triton_interpreter import interpreted
 from eridiffusion.training.speed import fp8_products
-from eridiffusion.training.speed.fp8_products import E4M3, E5M2, quantized_eagerly, power_of_two_scale, quantized
+from eridiffusion.training.speed.fp8_products import E4M3, E5M2, power_of_two_scale, quantized, quantized_eagerly
 
 triton = pytest.importorskip("triton")
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from devkit.triton_interpreter import interpreted
-from eridiffusion.comfy_compat import fused_flux_rope, training_forward
 from eridiffusion.training.speed import fused_rope, rope_kernel
+from eridiffusion.training.speed.fused_rope import fused_flux_rope
 
 triton = pytest.importorskip("triton")
 
@@ -78,12 +78,14 @@ def test_inputs_the_kernel_does_not_fit_take_the_hosts_function():
     torch.testing.assert_close(out, HOST_ROPE(x.permute(0, 2, 1, 3), freqs))
 
 
-def test_training_forward_swaps_in_the_fused_rope_and_puts_the_hosts_back():
+def test_the_fused_rope_swaps_in_for_a_block_and_puts_the_hosts_back():
     before = flux_math.apply_rope, flux_math.apply_rope1
-    with training_forward():
+    with fused_flux_rope():
         assert flux_math.apply_rope1 is not before[1] and flux_math.apply_rope is not before[0]
         assert flux_math.apply_rope1.__qualname__.startswith("rope1")
     assert (flux_math.apply_rope, flux_math.apply_rope1) == before
+    with fused_flux_rope(enabled=False):
+        assert (flux_math.apply_rope, flux_math.apply_rope1) == before
     with pytest.raises(RuntimeError), fused_flux_rope():
         raise RuntimeError("a failed step")
     assert (flux_math.apply_rope, flux_math.apply_rope1) == before

@@ -9,7 +9,7 @@ import torch
 
 from devkit.kernel_counts import KernelCounter
 from eridiffusion.training.adapters import AdapterSpec
-from eridiffusion.training.adapters.attach import AdapterSet, _eject, _inject
+from eridiffusion.training.adapters.attach import AdapterSet, eject_adapter, inject_adapter
 from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.trainer import train_lora
 from eridiffusion.training.speed.compute_copies import ComputeCopies
@@ -51,7 +51,7 @@ def steps(block, adapter_set, copies, count, dtype=torch.float64):
     """[(masters' gradients, input gradient)] of `count` forward and backward passes through `block`."""
     modules = dict(block.named_modules())
     for name, adapter in adapter_set.items():
-        _inject(modules[name], adapter)
+        inject_adapter(modules[name], adapter)
     results = []
     try:
         for seed in range(count):
@@ -63,7 +63,7 @@ def steps(block, adapter_set, copies, count, dtype=torch.float64):
             results.append(([p.grad.clone() for p in adapter_set.parameters()], x.grad))
     finally:
         for name, adapter in adapter_set.items():
-            _eject(modules[name], adapter)
+            eject_adapter(modules[name], adapter)
     return results
 
 
@@ -71,13 +71,13 @@ def autograd_node_names(block, adapter_set, copies, dtype=torch.float64):
     """The type names of the autograd nodes of one forward pass through `block`."""
     modules = dict(block.named_modules())
     for name, adapter in adapter_set.items():
-        _inject(modules[name], adapter)
+        inject_adapter(modules[name], adapter)
     try:
         with copies.in_use():
             out = block(*inputs(dtype, 0)[:1], context=inputs(dtype, 0)[1])
     finally:
         for name, adapter in adapter_set.items():
-            _eject(modules[name], adapter)
+            eject_adapter(modules[name], adapter)
     seen, todo = set(), [out.grad_fn]
     while todo:
         node = todo.pop()
@@ -133,7 +133,7 @@ def test_grouped_layers_train_the_gradients_of_the_layers_computed_alone(operati
 def kernels_of_a_step(block, adapter_set, copies):
     modules = dict(block.named_modules())
     for name, adapter in adapter_set.items():
-        _inject(modules[name], adapter)
+        inject_adapter(modules[name], adapter)
     try:
         x, context = inputs(torch.bfloat16, 0)
         counter = KernelCounter()
@@ -142,7 +142,7 @@ def kernels_of_a_step(block, adapter_set, copies):
             copies.fold_gradients()
     finally:
         for name, adapter in adapter_set.items():
-            _eject(modules[name], adapter)
+            eject_adapter(modules[name], adapter)
     return counter.count
 
 

@@ -1,0 +1,300 @@
+"""ai-toolkit's `train` and `sample` sections in EriDiffusion's `train`, `objective` and `sample`."""
+
+from ...errors import EriDiffusionError
+from ...training.run.optimizers import OPTIMIZERS
+from ..schema import section_settings
+from .translation import DTYPES, TIMESTEP_TYPES, label
+
+TRAIN_KEYS = (
+    "batch_size",
+    "steps",
+    "gradient_accumulation",
+    "gradient_accumulation_steps",
+    "train_unet",
+    "train_text_encoder",
+    "text_encoder_lr",
+    "lr",
+    "unet_lr",
+    "gradient_checkpointing",
+    "noise_scheduler",
+    "optimizer",
+    "optimizer_params",
+    "lr_scheduler",
+    "lr_scheduler_params",
+    "lr_warmup_steps",
+    "dtype",
+    "linear_timesteps",
+    "linear_timesteps2",
+    "timestep_type",
+    "min_denoising_steps",
+    "max_denoising_steps",
+    "bypass_guidance_embedding",
+    "noise_offset",
+    "min_snr_gamma",
+    "snr_gamma",
+    "skip_first_sample",
+    "force_first_sample",
+    "disable_sampling",
+    "ema_config",
+    "max_grad_norm",
+    "content_or_style",
+    "unload_text_encoder",
+    "cache_text_embeddings",
+    "weight_jitter",
+    "loss_type",
+    "xformers",
+    "sdp",
+    "do_cfg",
+    "diff_output_preservation",
+    "diff_output_preservation_multiplier",
+    "diff_output_preservation_class",
+    "switch_boundary_every",
+)
+
+
+def train_section(t, train, at):
+    train = t.mapping(train, at, TRAIN_KEYS)
+    for key, ours in (
+        ("batch_size", "batch_size"),
+        ("steps", "steps"),
+        ("gradient_checkpointing", "gradient_checkpointing"),
+    ):
+        if key in train:
+            t.put("train", ours, train[key], at + (key,))
+    accumulations = [k for k in ("gradient_accumulation", "gradient_accumulation_steps") if train.get(k, 1) != 1]
+    if len(accumulations) > 1:
+        raise EriDiffusionError(
+            f"{t.text.origin(at)}: {label(at)}: give gradient_accumulation or gradient_accumulation_steps, not both."
+        )
+    for key in accumulations:
+        t.put("train", "grad_accum", train[key], at + (key,))
+    rate_key = "unet_lr" if "unet_lr" in train else "lr"
+    if rate_key in train:
+        t.put("train", "learning_rate", train[rate_key], at + (rate_key,))
+    if train.get("train_text_encoder"):  # at ai-toolkit's default: the learning rate
+        te_key = "text_encoder_lr" if "text_encoder_lr" in train else rate_key
+        if te_key in train:
+            t.put("train", "text_encoder_lr", train[te_key], at + (te_key,))
+        else:
+            t.put(
+                "train",
+                "text_encoder_lr",
+                section_settings("train")["learning_rate"].default,
+                at + ("train_text_encoder",),
+            )
+    _train_optimizer(t, train, at)
+    if "dtype" in train:
+        t.put("train", "dtype", t.choice(train["dtype"], DTYPES, at + ("dtype",)), at + ("dtype",))
+    _train_objective(t, train, at)
+    _train_ema(t, train.get("ema_config"), at + ("ema_config",))
+    _train_preservation(t, train, at)
+    _train_unsupported(t, train, at)
+
+
+def _train_optimizer(t, train, at):
+    """The optimizer, its schedule, warmup, clipping and weight decay."""
+    if "optimizer" in train:  # adamw8bit, AdamW_8bit, paged_adamw8bit ... are ours without case and "_"
+        names = {name.lower(): name for name in OPTIMIZERS}
+        written = str(train["optimizer"]).replace("_", "").replace("-", "")
+        t.put("train", "optimizer", t.choice(written, names, at + ("optimizer",)), at + ("optimizer",))
+    if "lr_scheduler" in train:
+        schedules = {"constant": "constant", "constant_with_warmup": "constant", "cosine": "cosine"}
+        t.put(
+            "train",
+            "lr_schedule",
+            t.choice(train["lr_scheduler"], schedules, at + ("lr_scheduler",)),
+            at + ("lr_scheduler",),
+        )
+    if "lr_warmup_steps" in train:
+        t.put("train", "warmup_steps", train["lr_warmup_steps"], at + ("lr_warmup_steps",))
+    if "max_grad_norm" in train:
+        t.put("train", "max_grad_norm", train["max_grad_norm"], at + ("max_grad_norm",))
+    params = train.get("optimizer_params")
+    if isinstance(params, dict):
+        if "weight_decay" in params:
+            t.put("train", "weight_decay", params["weight_decay"], at + ("optimizer_params", "weight_decay"))
+        for key in params:
+            if key != "weight_decay":
+                t.skip(
+                    at + ("optimizer_params", key), "the optimizers take their library's defaults beside weight_decay"
+                )
+    elif params is not None:
+        raise EriDiffusionError(
+            f"{t.text.origin(at + ('optimizer_params',))}: {label(at + ('optimizer_params',))} "
+            f"must be a mapping (got {params!r})."
+        )
+
+
+def _train_preservation(t, train, at):
+    """diff_output_preservation (+ _class, _multiplier): the class phrase whose prediction the adapter must
+    leave as the model had it. ai-toolkit puts the class in place of the trigger word in each caption; here
+    the class is the preservation prompt itself."""
+    if not train.get("diff_output_preservation"):
+        return
+    phrase = train.get("diff_output_preservation_class")
+    if not isinstance(phrase, str) or not phrase.strip():
+        raise EriDiffusionError(
+            f"{t.text.origin(at)}: {label(at + ('diff_output_preservation',))} needs "
+            f"{label(at + ('diff_output_preservation_class',))}, the class without the trigger word (e.g. person)."
+        )
+    t.put("train", "preservation_prompt", phrase.strip(), at + ("diff_output_preservation_class",))
+    if "diff_output_preservation_multiplier" in train:
+        key = at + ("diff_output_preservation_multiplier",)
+        t.put("train", "preservation_weight", train["diff_output_preservation_multiplier"], key)
+
+
+def _train_ema(t, ema, at):
+    """ema_config {use_ema, ema_decay}: ai-toolkit's EMA of the trained weights (its decay 0.999 by default)."""
+    if ema is None:
+        return
+    ema = t.mapping(ema, at, ("use_ema", "ema_decay"))
+    if ema.get("use_ema"):
+        t.put(
+            "train", "ema_decay", ema.get("ema_decay", 0.999), at + ("ema_decay" if "ema_decay" in ema else "use_ema",)
+        )
+
+
+def _train_objective(t, train, at):
+    if "timestep_type" in train:
+        kind = str(train["timestep_type"]).lower()
+        if kind in TIMESTEP_TYPES:
+            t.put("objective", "timestep_sampling", TIMESTEP_TYPES[kind], at + ("timestep_type",))
+        else:
+            t.skip(
+                at + ("timestep_type",),
+                f"'{kind}' is not one of EriDiffusion's samplings; the family's default "
+                "is used (see objective.timestep_sampling)",
+            )
+    for key in ("bypass_guidance_embedding", "noise_offset"):
+        if key in train:
+            t.put("objective", key, train[key], at + (key,))
+    # ai-toolkit's timestep range is in steps of its 1000-step schedule
+    for key, ours in (("min_denoising_steps", "timestep_min"), ("max_denoising_steps", "timestep_max")):
+        if key in train:
+            value = train[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise EriDiffusionError(f"{t.text.origin(at + (key,))}: {label(at + (key,))} must be a number 0..1000.")
+            t.put("objective", ours, value / 1000, at + (key,))
+    for key in ("min_snr_gamma", "snr_gamma"):
+        if train.get(key):
+            t.put("objective", "loss_weighting", "min_snr", at + (key,))
+            t.put("objective", "min_snr_gamma", train[key], at + (key,))
+
+
+def _train_unsupported(t, train, at):
+    accepted = {
+        "train_unet": True,
+        "linear_timesteps": False,
+        "linear_timesteps2": False,
+        "skip_first_sample": True,
+        "force_first_sample": False,
+        "content_or_style": "balanced",
+        "unload_text_encoder": False,
+        "cache_text_embeddings": True,
+        "weight_jitter": 0.0,
+        "loss_type": "mse",
+        "do_cfg": False,
+    }
+    reasons = {
+        "skip_first_sample": "EriDiffusion samples after training steps only",
+        "cache_text_embeddings": "captions are always cached",
+        "train_unet": "the diffusion model is always trained",
+    }
+    for key, value in accepted.items():
+        if key in train:
+            t.unless(train[key], value, at + (key,), reasons.get(key, "not supported yet"))
+    why = {
+        "noise_scheduler": "the model's own noise schedule (ComfyUI's model_sampling) is used",
+        "lr_scheduler_params": "not supported yet",
+        "xformers": "ComfyUI picks the attention",
+        "sdp": "ComfyUI picks the attention",
+        "switch_boundary_every": "not supported yet",
+    }
+    for key, reason in why.items():
+        if key in train:
+            t.skip(at + (key,), reason)
+
+
+SAMPLE_KEYS = (
+    "sampler",
+    "sample_every",
+    "width",
+    "height",
+    "prompts",
+    "samples",
+    "neg",
+    "seed",
+    "walk_seed",
+    "guidance_scale",
+    "sample_steps",
+    "num_frames",
+    "fps",
+    "sample_start_step",
+    "network_multiplier",
+    "guidance_rescale",
+    "format",
+    "refiner_start_at",
+    "adapter_conditioning_scale",
+    "extra_values",
+)
+
+
+def sample_section(t, sample, at, trigger, distilled):
+    sample = t.mapping(sample, at, SAMPLE_KEYS)
+    t.sections["sample"] = {}
+    renamed = {
+        "sample_every": "every",
+        "width": "width",
+        "height": "height",
+        "seed": "seed",
+        "guidance_scale": "cfg",
+        "sample_steps": "steps",
+        "num_frames": "frames",
+    }
+    for key, ours in renamed.items():
+        if key in sample:
+            t.put("sample", ours, sample[key], at + (key,))
+    if distilled and "guidance_scale" in sample:
+        # for Flux dev ai-toolkit feeds guidance_scale to the guidance embedding, which the sampler
+        # here leaves at the model's default; CFG stays off
+        t.put("sample", "cfg", 1.0, at + ("guidance_scale",))
+        t.skip(at + ("guidance_scale",), "Flux dev samples at cfg 1 with its default guidance 3.5")
+    prompts = sample.get("prompts")
+    if "samples" in sample:
+        items = sample["samples"] if isinstance(sample["samples"], list) else []
+        prompts = [item.get("prompt") for item in items if isinstance(item, dict) and item.get("prompt")]
+        if any(set(item) - {"prompt"} for item in items if isinstance(item, dict)):
+            t.skip(at + ("samples",), "per-sample settings: every prompt uses the sample section's")
+    if prompts is not None:
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+            raise EriDiffusionError(f"{t.text.origin(at)}: {label(at + ('prompts',))} must be a list of prompts.")
+        # ai-toolkit writes [trigger] where the trigger word goes
+        t.put(
+            "sample",
+            "prompts",
+            [p.replace("[trigger]", trigger) for p in prompts],
+            at + ("samples" if "samples" in sample else "prompts",),
+        )
+    if sample.get("neg"):
+        t.skip(at + ("neg",), "samples use an empty negative prompt")
+    accepted = {"walk_seed": True, "sample_start_step": 0, "network_multiplier": 1, "guidance_rescale": 0.0}
+    for key, value in accepted.items():
+        if key in sample:
+            t.unless(
+                sample[key],
+                value,
+                at + (key,),
+                "not supported yet" if key != "walk_seed" else "prompt k always uses seed + k",
+            )
+    for key, reason in (
+        ("sampler", "ComfyUI's sampler_name and scheduler are used (euler, normal)"),
+        ("fps", "video samples play at 16 fps"),
+        ("format", "samples are PNG (video: WebP)"),
+        ("refiner_start_at", "not supported"),
+        ("adapter_conditioning_scale", "not supported"),
+        ("extra_values", "not supported"),
+    ):
+        if key in sample:
+            t.skip(at + (key,), reason)
