@@ -19,7 +19,7 @@ _ROPE_OPS = {"apply_rope1": 1, "apply_rope_split_half1": 1, "apply_rope": 2, "ap
 # always calls them. Their backward is the vector-Jacobian product of comfy_kitchen's own eager
 # implementation of the same op, recomputed from the saved inputs.
 _RMS_ROPE_OPS = ("rms_rope1", "rms_rope_split_half1", "rms_rope", "rms_rope_split_half")
-_rope_backwards_registered = []
+_rope_backwards_registered: list[bool] = []
 
 
 def host_version():
@@ -124,16 +124,13 @@ def _backward_for(op_name, tensors):
     def setup_context(ctx, inputs, output):
         ctx.freqs = inputs[tensors]
 
-    if tensors == 1:
+    def backward_one(ctx, grad):
+        return op(grad.contiguous(), _transposed(ctx.freqs)), None
 
-        def backward(ctx, grad):
-            return op(grad.contiguous(), _transposed(ctx.freqs)), None
-    else:
+    def backward_pair(ctx, grad_q, grad_k):
+        return (*op(grad_q.contiguous(), grad_k.contiguous(), _transposed(ctx.freqs)), None)
 
-        def backward(ctx, grad_q, grad_k):
-            return (*op(grad_q.contiguous(), grad_k.contiguous(), _transposed(ctx.freqs)), None)
-
-    return backward, setup_context
+    return (backward_one if tensors == 1 else backward_pair), setup_context
 
 
 def _recomputed_backward_for(op_name):

@@ -1,4 +1,4 @@
-"""Rewrite the README's support table (tests/support/support_table.py); the same on every host.
+"""Rewrite the README's support table (devkit/support_table.py); the same on every host.
 
 .venv/bin/python scripts/support_table.py
 """
@@ -9,7 +9,6 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import devkit  # noqa: E402,F401  (before the host's own `tests` package is on sys.path)
 from eridiffusion.runtime import start_host_in_temp_dir  # noqa: E402
 
 

@@ -17,7 +17,7 @@ const VALIDATION_COLOR = "rgb(255,150,40)";
 
 // The height LoRATrainer reserves for its live panel up front, so that nothing the panel shows
 // (samples, the summary) makes the node grow over its neighbours. The panel's rows are fixed and
-// the run's summary takes the rest. tests/support/example_workflows.py reads this line to size
+// the run's summary takes the rest. devkit/example_workflows.py reads this line to size
 // the example workflows.
 const PANEL_HEIGHT = 316;
 const PANEL_ROWS = { chart: 130, stats: 32, samples: 64, buttons: 24 };

@@ -70,7 +70,7 @@ def _positive(text):
     return value
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     name = "eridiffusion"
     try:

@@ -6,6 +6,10 @@ import collections
 import dataclasses
 import os
 
+from ..training.run.config import TrainConfig
+from .run import Inputs
+from .run_config import RunConfig
+
 # Bytes of optimizer state per trained parameter (fp32 moments; 8-bit: one byte each).
 OPTIMIZER_STATE_BYTES = {
     "AdamW": 8,
@@ -50,7 +54,7 @@ def adapter_parameters(model, settings, family):
     return len(layers), count
 
 
-def plan_lines(config, inputs, settings, output, processes=1):
+def plan_lines(config: RunConfig, inputs: Inputs, settings: TrainConfig, output: str, processes: int = 1) -> list[str]:
     """The dry run's report, one line per item (`processes`: the run's, each on its own device)."""
     from ..training.model.families import resolve_objective
 

@@ -9,14 +9,17 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from ..errors import EriDiffusionError
-from ..training.run.distributed import SINGLE_PROCESS
+from ..training.data.dataset import Dataset
+from ..training.model.families import Family
+from ..training.run.distributed import SINGLE_PROCESS, TrainingProcesses
 from . import terminal
 from .models import load_models, model_family
-from .run_config import config_yaml
+from .run_config import RunConfig, config_yaml
 
 
 def use_output_folder(output):
@@ -32,26 +35,28 @@ def use_output_folder(output):
 class Inputs:
     """What the graph's first nodes hand on: the loaded model and its family, and the DATASET."""
 
-    model: object
-    clip: object
-    vae: object
-    family: object
-    dataset: object
-    validation_dataset: object = None  # the config's second and third LoadDatasets, if any
-    regularization_dataset: object = None
+    model: Any  # ComfyUI's MODEL (a ModelPatcher)
+    clip: Any
+    vae: Any
+    family: Family
+    dataset: Dataset
+    validation_dataset: Dataset | None = None  # the config's second and third LoadDatasets, if any
+    regularization_dataset: Dataset | None = None
 
 
-def load_inputs(config):
+def load_inputs(config: RunConfig) -> Inputs:
     from ..nodes.dataset_node import LoadDataset
 
     with torch.inference_mode():  # as ComfyUI's executor runs every node
         model, clip, vae = load_models(config.model)
         family = model_family(model, config.model)
-        dataset, validation, regularization = (
-            LoadDataset.execute(**values).result[0] if values is not None else None
-            for values in (config.dataset, config.validation_dataset, config.regularization_dataset)
-        )
-    return Inputs(model, clip, vae, family, dataset, validation, regularization)
+
+        def dataset(values):
+            return LoadDataset.execute(**values).result[0] if values is not None else None
+
+        training = LoadDataset.execute(**config.dataset).result[0]
+        validation, regularization = dataset(config.validation_dataset), dataset(config.regularization_dataset)
+    return Inputs(model, clip, vae, family, training, validation, regularization)
 
 
 def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
@@ -156,7 +161,9 @@ def _resuming_line(point):
     )
 
 
-def train_from_config(config, resume=None, processes=SINGLE_PROCESS):
+def train_from_config(
+    config: RunConfig, resume: str | None = None, processes: TrainingProcesses = SINGLE_PROCESS
+) -> bool:
     """Run the whole config (as one of `processes`); True when Ctrl-C ended it early (after it saved)."""
     import comfy.model_management
     import folder_paths

@@ -60,12 +60,12 @@ _Dumper.add_representer(
 )
 
 
-def config_yaml(config):
+def config_yaml(config: RunConfig) -> str:
     """`config` as YAML in EriDiffusion's sections: a file that runs the same."""
     return yaml.dump(config.as_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
 
 
-def load_run_config(path):
+def load_run_config(path: str) -> RunConfig:
     """The RunConfig of the config file at `path` (with its _base_ files)."""
     text = read_config(path)
     if ai_toolkit.is_ai_toolkit(text.values):

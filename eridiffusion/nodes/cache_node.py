@@ -1,15 +1,18 @@
 """CacheLatents: DATASET + VAE + CLIP → TRAINING_DATA, encoded once and kept on disk."""
 
 import os
+from typing import Any
 
 import folder_paths
 from comfy.utils import ProgressBar
 from comfy_api.latest import io
 
+from ..training.data.dataset import Dataset
 from ..training.data.training_data import CacheSettings, build_training_data
 from ..training.settings import settings_of
+from . import sockets
 from .setting_inputs import inputs_for
-from .types import CATEGORY, Dataset, TrainingData
+from .sockets import CATEGORY
 
 
 def default_cache_folder():
@@ -26,20 +29,20 @@ class CacheLatents(io.ComfyNode):
             description="Encodes every image, clip and reference image with the graph's VAE and every caption "
             "with its CLIP, once.",
             inputs=[
-                Dataset.Input("dataset", tooltip="From LoadDataset."),
+                sockets.Dataset.Input("dataset", tooltip="From LoadDataset."),
                 io.Vae.Input(
                     "vae",
                     tooltip="The VAE of the model you train (encodes the images; clips need a video model's VAE).",
                 ),
                 io.Clip.Input("clip", tooltip="The text encoder of the model you train (encodes the captions)."),
                 *inputs_for(settings_of(CacheSettings)),
-                Dataset.Input(
+                sockets.Dataset.Input(
                     "validation_dataset",
                     optional=True,
                     tooltip="A second LoadDataset of images never trained on (optional): LoRATrainer measures "
                     "the validation loss on them (beside any fraction LoadDataset held out).",
                 ),
-                Dataset.Input(
+                sockets.Dataset.Input(
                     "regularization_dataset",
                     optional=True,
                     tooltip="Class images (optional; DreamBooth's prior preservation), from a second LoadDataset: "
@@ -47,12 +50,20 @@ class CacheLatents(io.ComfyNode):
                     "prior_weight, so the class keeps its look.",
                 ),
             ],
-            outputs=[TrainingData.Output(display_name="training_data", tooltip="Latents and conditionings.")],
+            outputs=[sockets.TrainingData.Output(display_name="training_data", tooltip="Latents and conditionings.")],
             hidden=[io.Hidden.unique_id],
         )
 
     @classmethod
-    def execute(cls, dataset, vae, clip, validation_dataset=None, regularization_dataset=None, **values):
+    def execute(
+        cls,
+        dataset: Dataset,
+        vae: Any,
+        clip: Any,
+        validation_dataset: Dataset | None = None,
+        regularization_dataset: Dataset | None = None,
+        **values: Any,
+    ) -> io.NodeOutput:
         settings = CacheSettings(**values)
         progress = ProgressBar(len(dataset.records), node_id=cls.hidden.unique_id)
         data = build_training_data(

@@ -1,14 +1,16 @@
 """LoadDataset: a folder of captioned images, video clips or edit pairs → DATASET."""
 
 import os
+from typing import Any
 
 import folder_paths
 from comfy_api.latest import io
 
 from ..training.data.dataset import DatasetSettings
 from ..training.settings import settings_of
+from . import sockets
 from .setting_inputs import inputs_for
-from .types import CATEGORY, Dataset
+from .sockets import CATEGORY
 
 
 def resolve_dataset_folder(folder):
@@ -28,10 +30,10 @@ class LoadDataset(io.ComfyNode):
             "(or a metadata.jsonl); a control/ subfolder makes it an edit-pair dataset, a masks/ subfolder "
             "gives each image a loss mask.",
             inputs=inputs_for(settings_of(DatasetSettings)),
-            outputs=[Dataset.Output(display_name="dataset", tooltip="The images and their captions.")],
+            outputs=[sockets.Dataset.Output(display_name="dataset", tooltip="The images and their captions.")],
         )
 
     @classmethod
-    def execute(cls, **values):
+    def execute(cls, **values: Any) -> io.NodeOutput:
         settings = DatasetSettings(**values)
         return io.NodeOutput(settings.load(resolve_dataset_folder(settings.folder)))

@@ -1,11 +1,13 @@
 """TinyDemoModel: a clearly labelled random-weight model for trying the graph without a checkpoint."""
 
+from typing import Any
+
 from comfy_api.latest import io
 
 from ..training.model.tiny_models import TinyDemoSettings, build_tiny_demo
 from ..training.settings import settings_of
 from .setting_inputs import inputs_for
-from .types import CATEGORY
+from .sockets import CATEGORY
 
 
 class TinyDemoModel(io.ComfyNode):
@@ -26,6 +28,6 @@ class TinyDemoModel(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, **values):
+    def execute(cls, **values: Any) -> io.NodeOutput:
         settings = TinyDemoSettings(**values)
         return io.NodeOutput(*build_tiny_demo(settings.architecture, settings.seed))

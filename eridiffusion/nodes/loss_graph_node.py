@@ -5,8 +5,9 @@ import os
 from comfy_api.latest import io, ui
 
 from ..training.formats.atomic_file import write_atomic
-from ..training.run.loss_plot import as_image_tensor, draw_loss_plot
-from .types import CATEGORY, Loss
+from ..training.run.loss_plot import LossHistory, as_image_tensor, draw_loss_plot
+from . import sockets
+from .sockets import CATEGORY
 
 
 class LossGraph(io.ComfyNode):
@@ -18,12 +19,12 @@ class LossGraph(io.ComfyNode):
             category=CATEGORY,
             description="Plots the training loss, raw and smoothed, and the validation loss when there is one.",
             is_output_node=True,
-            inputs=[Loss.Input("loss", tooltip="From LoRATrainer.")],
+            inputs=[sockets.Loss.Input("loss", tooltip="From LoRATrainer.")],
             outputs=[io.Image.Output(display_name="image", tooltip="The plot.")],
         )
 
     @classmethod
-    def execute(cls, loss):
+    def execute(cls, loss: LossHistory) -> io.NodeOutput:
         title = (
             f"loss (eval {loss.eval_loss_before:.4g} -> {loss.eval_loss_after:.4g}, {loss.seconds_per_step:.3g} s/step)"
         )

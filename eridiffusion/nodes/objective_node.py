@@ -1,10 +1,13 @@
 """TrainingObjective: timestep sampling, loss weighting, noise offset and guidance for LoRATrainer."""
 
+from typing import Any
+
 from comfy_api.latest import io
 
 from ..training.run.config import training_settings
+from . import sockets
 from .setting_inputs import SettingValues, inputs_for
-from .types import CATEGORY, Objective
+from .sockets import CATEGORY
 
 
 class TrainingObjective(io.ComfyNode):
@@ -17,9 +20,9 @@ class TrainingObjective(io.ComfyNode):
             description="How noise levels are drawn and the loss weighted (without this node: the model "
             "family's defaults, see the README's support table).",
             inputs=inputs_for(training_settings(), "objective"),
-            outputs=[Objective.Output(display_name="objective", tooltip="Connect to LoRATrainer.")],
+            outputs=[sockets.Objective.Output(display_name="objective", tooltip="Connect to LoRATrainer.")],
         )
 
     @classmethod
-    def execute(cls, **values):
+    def execute(cls, **values: Any) -> io.NodeOutput:
         return io.NodeOutput(SettingValues(values))

@@ -3,19 +3,14 @@ shape, optimizer and schedule, memory and speed, checkpoints, validation, EMA an
 extras), so the trainer's own face holds only the essentials. Each input is a training setting
 (training/run/config.py) with its default; a node left out means those defaults."""
 
+from typing import Any
+
 from comfy_api.latest import io
 
 from ..training.run.config import training_settings
+from . import sockets
 from .setting_inputs import SettingValues, inputs_for
-from .types import (
-    CATEGORY,
-    AdapterOptions,
-    CheckpointOptions,
-    MemoryOptions,
-    OptimizerOptions,
-    TrainingExtras,
-    ValidationOptions,
-)
+from .sockets import CATEGORY
 
 
 class TrainerOptionsNode(io.ComfyNode):
@@ -40,7 +35,7 @@ class TrainerOptionsNode(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, **values):
+    def execute(cls, **values: Any) -> io.NodeOutput:
         return io.NodeOutput(SettingValues(values))
 
 
@@ -51,7 +46,7 @@ class AdapterOptionsNode(TrainerOptionsNode):
         "(LoCon) and LoKr's factors, for LoRATrainer."
     )
     GROUP = "adapter"
-    SOCKET, TRAINER_INPUT = AdapterOptions, "adapter_options"
+    SOCKET, TRAINER_INPUT = sockets.AdapterOptions, "adapter_options"
 
 
 class OptimizerOptionsNode(TrainerOptionsNode):
@@ -61,7 +56,7 @@ class OptimizerOptionsNode(TrainerOptionsNode):
         "for LoRATrainer."
     )
     GROUP = "optimizer"
-    SOCKET, TRAINER_INPUT = OptimizerOptions, "optimizer_options"
+    SOCKET, TRAINER_INPUT = sockets.OptimizerOptions, "optimizer_options"
 
 
 class MemoryOptionsNode(TrainerOptionsNode):
@@ -71,14 +66,14 @@ class MemoryOptionsNode(TrainerOptionsNode):
         "and the GPU that trains."
     )
     GROUP = "memory"
-    SOCKET, TRAINER_INPUT = MemoryOptions, "memory_options"
+    SOCKET, TRAINER_INPUT = sockets.MemoryOptions, "memory_options"
 
 
 class CheckpointOptionsNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_CheckpointOptions", "CheckpointOptions"
     DESCRIPTION = "Which checkpoints a run keeps, and what it does when the loss turns NaN."
     GROUP = "checkpoint"
-    SOCKET, TRAINER_INPUT = CheckpointOptions, "checkpoint_options"
+    SOCKET, TRAINER_INPUT = sockets.CheckpointOptions, "checkpoint_options"
 
 
 class ValidationOptionsNode(TrainerOptionsNode):
@@ -88,7 +83,7 @@ class ValidationOptionsNode(TrainerOptionsNode):
         "validation_dataset) and when a run that stopped improving ends."
     )
     GROUP = "validation"
-    SOCKET, TRAINER_INPUT = ValidationOptions, "validation_options"
+    SOCKET, TRAINER_INPUT = sockets.ValidationOptions, "validation_options"
 
 
 class TrainingExtrasNode(TrainerOptionsNode):
@@ -98,7 +93,7 @@ class TrainingExtrasNode(TrainerOptionsNode):
         "regularization images, and differential output preservation of a class phrase)."
     )
     GROUP = "extras"
-    SOCKET, TRAINER_INPUT = TrainingExtras, "training_extras"
+    SOCKET, TRAINER_INPUT = sockets.TrainingExtras, "training_extras"
 
 
 OPTIONS_NODES = (

@@ -18,8 +18,8 @@ MAX_ID_CHARS = 200  # prompt ids are UUIDs and node ids short numbers; anything 
 
 # (prompt id, node id) of the trainers training now, and those of them asked to stop. A request
 # for any other pair is refused, so neither set outgrows the trainers running at once.
-_training = set()
-_stop_requests = set()
+_training: set[tuple[str, str]] = set()
+_stop_requests: set[tuple[str, str]] = set()
 _stop_lock = threading.Lock()
 
 
@@ -188,7 +188,7 @@ def run_problem(run):
     return None
 
 
-_registered = []
+_registered: list[bool] = []
 
 
 def register_routes_once():

@@ -1,6 +1,7 @@
 """LoadLoRAForTraining: a saved checkpoint (and its training state) → RESUME for LoRATrainer."""
 
 import os
+from typing import Any
 
 import folder_paths
 from comfy_api.latest import io
@@ -8,8 +9,9 @@ from comfy_api.latest import io
 from ..training.formats.state_file import state_path
 from ..training.run.resume import ResumeSettings, load_resume_point
 from ..training.settings import settings_of
+from . import sockets
 from .setting_inputs import inputs_for
-from .types import CATEGORY, Resume
+from .sockets import CATEGORY
 
 
 def resolve_checkpoint(path):
@@ -33,11 +35,11 @@ class LoadLoRAForTraining(io.ComfyNode):
             category=CATEGORY,
             description="Continue a run from one of its checkpoints, or keep training any LoRA/DoRA file.",
             inputs=inputs_for(settings_of(ResumeSettings)),
-            outputs=[Resume.Output(display_name="resume", tooltip="Connect to LoRATrainer's resume input.")],
+            outputs=[sockets.Resume.Output(display_name="resume", tooltip="Connect to LoRATrainer's resume input.")],
         )
 
     @classmethod
-    def execute(cls, **values):
+    def execute(cls, **values: Any) -> io.NodeOutput:
         point = load_resume_point(resolve_checkpoint(ResumeSettings(**values).path))
         found = "with" if point.state is not None else "without"
         return io.NodeOutput(

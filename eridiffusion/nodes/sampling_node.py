@@ -1,12 +1,15 @@
 """SampleDuringTraining: prompts and sampler settings → SAMPLE_CONFIG for the trainer."""
 
+from typing import Any
+
 from comfy_api.latest import io
 
 from ..errors import EriDiffusionError
 from ..training.run.samples import SamplerSettings, SampleSettings
 from ..training.settings import settings_of
+from . import sockets
 from .setting_inputs import inputs_for
-from .types import CATEGORY, SampleConfig
+from .sockets import CATEGORY
 
 
 def encode(clip, text):
@@ -26,11 +29,11 @@ class SampleDuringTraining(io.ComfyNode):
                 io.Vae.Input("vae", tooltip="Decodes the samples."),
                 *inputs_for(settings_of(SamplerSettings)),
             ],
-            outputs=[SampleConfig.Output(display_name="sample_config", tooltip="Connect to LoRATrainer.")],
+            outputs=[sockets.SampleConfig.Output(display_name="sample_config", tooltip="Connect to LoRATrainer.")],
         )
 
     @classmethod
-    def execute(cls, clip, vae, **values):
+    def execute(cls, clip: Any, vae: Any, **values: Any) -> io.NodeOutput:
         settings = SamplerSettings(**values)
         lines = settings.prompt_lines()
         if not lines:

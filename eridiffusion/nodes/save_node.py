@@ -1,16 +1,18 @@
 """SaveLoRA: LORA → a ComfyUI-format .safetensors in models/loras."""
 
 import os
+from typing import Any
 
 import folder_paths
 from comfy_api.latest import io
 
 from ..errors import EriDiffusionError
 from ..training.formats.atomic_file import sweep_stale_temp_files
-from ..training.formats.lora_file import SaveSettings
+from ..training.formats.lora_file import SaveSettings, TrainedLoRA
 from ..training.settings import settings_of
+from . import sockets
 from .setting_inputs import inputs_for
-from .types import CATEGORY, LoRA
+from .sockets import CATEGORY
 
 # The longest ending a saved name gets: a counter for an existing name, and the extension.
 _ENDING = "_00001.safetensors"
@@ -72,12 +74,12 @@ class SaveLoRA(io.ComfyNode):
             category=CATEGORY,
             description="Writes the LoRA where ComfyUI's LoraLoader lists it.",
             is_output_node=True,
-            inputs=[LoRA.Input("lora", tooltip="From LoRATrainer."), *inputs_for(settings_of(SaveSettings))],
+            inputs=[sockets.LoRA.Input("lora", tooltip="From LoRATrainer."), *inputs_for(settings_of(SaveSettings))],
             outputs=[io.String.Output(display_name="path", tooltip="The file written.")],
         )
 
     @classmethod
-    def execute(cls, lora, **values):
+    def execute(cls, lora: TrainedLoRA, **values: Any) -> io.NodeOutput:
         settings = SaveSettings(**values)
         loras_dir = folder_paths.get_folder_paths("loras")[0]
         path = lora_path_for(settings.filename_prefix, loras_dir, settings.overwrite)

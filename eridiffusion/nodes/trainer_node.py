@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+from typing import Any
 
 import comfy.model_management
 import folder_paths
@@ -11,16 +12,20 @@ from comfy.utils import ProgressBar
 from comfy_api.latest import io
 from comfy_execution.utils import get_executing_context
 
+from ..training.data.training_data import TrainingData
 from ..training.formats.atomic_file import write_json_atomic
 from ..training.run.config import train_config_from, training_settings
 from ..training.run.loss_plot import LossHistory
+from ..training.run.resume import ResumePoint
 from ..training.run.run_folder import unique_run_dir
+from ..training.run.samples import SampleSettings
 from ..training.run.summary import validation_summary
 from ..training.run.trainer import TrainingHooks, train_lora
+from . import sockets
 from .options_nodes import OPTIONS_NODES
 from .progress import ProgressReporter, begin_run, end_run, server_sender, stop_requested
 from .setting_inputs import inputs_for
-from .types import CATEGORY, LoRA, Loss, Objective, Resume, SampleConfig, TrainingData
+from .sockets import CATEGORY
 
 
 @contextlib.contextmanager
@@ -85,20 +90,22 @@ class LoRATrainer(io.ComfyNode):
             description="Trains a LoRA on the MODEL and returns a copy of it with the LoRA applied.",
             inputs=[
                 io.Model.Input("model", tooltip="The model to train on; it is not changed."),
-                TrainingData.Input("training_data", tooltip="From CacheLatents."),
+                sockets.TrainingData.Input("training_data", tooltip="From CacheLatents."),
                 *inputs_for(training_settings(), "trainer"),  # what most runs change
-                SampleConfig.Input("sample_config", optional=True, tooltip="From SampleDuringTraining (optional)."),
+                sockets.SampleConfig.Input(
+                    "sample_config", optional=True, tooltip="From SampleDuringTraining (optional)."
+                ),
                 io.Clip.Input(
                     "clip",
                     optional=True,
                     tooltip="The graph's CLIP: needed to train the text encoder (text_encoder_lr > 0).",
                 ),
-                Resume.Input(
+                sockets.Resume.Input(
                     "resume",
                     optional=True,
                     tooltip="From LoadLoRAForTraining: continue that run (same settings) or that LoRA.",
                 ),
-                Objective.Input(
+                sockets.Objective.Input(
                     "objective",
                     optional=True,
                     tooltip="From TrainingObjective (optional): timestep sampling, loss weighting, "
@@ -115,8 +122,8 @@ class LoRATrainer(io.ComfyNode):
             ],
             outputs=[
                 io.Model.Output(display_name="model", tooltip="A copy of the input model with the trained LoRA."),
-                LoRA.Output(display_name="lora", tooltip="Connect to SaveLoRA."),
-                Loss.Output(display_name="loss", tooltip="Loss history; connect to LossGraph."),
+                sockets.LoRA.Output(display_name="lora", tooltip="Connect to SaveLoRA."),
+                sockets.Loss.Output(display_name="loss", tooltip="Loss history; connect to LossGraph."),
                 io.Image.Output(
                     display_name="samples", tooltip="Latest sample grid (a black 64×64 image without a sample_config)."
                 ),
@@ -129,7 +136,15 @@ class LoRATrainer(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, model, training_data, sample_config=None, clip=None, resume=None, **inputs):
+    def execute(
+        cls,
+        model: Any,
+        training_data: TrainingData,
+        sample_config: SampleSettings | None = None,
+        clip: Any = None,
+        resume: ResumePoint | None = None,
+        **inputs: Any,
+    ) -> io.NodeOutput:
         connected = [inputs.pop(name, None) for name in SETTING_SOCKETS]
         config = train_config(inputs, [settings for settings in connected if settings is not None])
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)

@@ -7,7 +7,7 @@ from eridiffusion.nodes.dataset_node import LoadDataset
 
 
 def run(folder, frames=17, fps=16.0):
-    return LoadDataset.execute(folder, ".txt", "", "error", 0.0, False, 1, 1, frames, fps).result[0]
+    return LoadDataset.execute(folder=folder, frames=frames, fps=fps).result[0]
 
 
 def test_frames_and_fps_inputs_reach_the_dataset(dog_clips):

@@ -185,6 +185,6 @@ def test_save_lora_refuses_non_finite_tensors_and_writes_nothing(value, dtype, p
 
     path = os.path.join(comfy_dirs["loras"], "non_finite", f"{dtype}.safetensors")
     with pytest.raises(EriDiffusionError) as raised:
-        SaveLoRA.execute(lora_with(value), f"non_finite/{dtype}", dtype, False)
+        SaveLoRA.execute(lora_with(value), filename_prefix=f"non_finite/{dtype}", dtype=dtype, overwrite=False)
     assert str(raised.value) == f"{path} was not written: {problem}"
     assert not os.path.exists(os.path.dirname(path))

@@ -30,7 +30,7 @@ def small_lora():
 
 
 def save(prefix, overwrite=False):
-    return SaveLoRA.execute(small_lora(), prefix, "fp16", overwrite).result[0]
+    return SaveLoRA.execute(small_lora(), filename_prefix=prefix, dtype="fp16", overwrite=overwrite).result[0]
 
 
 def refusal(prefix, overwrite=False):

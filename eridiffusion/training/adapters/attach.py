@@ -10,14 +10,16 @@ CLIP's patcher (text-encoder adapters).
 import contextlib
 import itertools
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import comfy.patcher_extension
 import torch
 
 from ...errors import EriDiffusionError
 from ..settings import check_settings, setting
-from .base import layer_kind
+from .base import Adapter, layer_kind
 from .dora import DoRA
 from .forward_swap import SwappedForward, swap_in, swap_out
 from .layer_selection import select_layers
@@ -130,7 +132,7 @@ class AdapterSpec:
     def __post_init__(self):
         check_settings(self, "adapter")
 
-    def build(self, layer, seed):
+    def build(self, layer: torch.nn.Module, seed: int) -> Adapter:
         """A fresh adapter for `layer` (linear or conv)."""
         return ALGORITHMS[self.algorithm].for_layer(layer, self, seed)
 
@@ -323,7 +325,9 @@ def warn_narrow_layers(spec, narrow):
     )
 
 
-def attach_adapters(patcher, spec, allowed_keys, seed=0, prefix="diffusion_model."):
+def attach_adapters(
+    patcher: Any, spec: AdapterSpec, allowed_keys: Iterable[str], seed: int = 0, prefix: str = "diffusion_model."
+) -> "AdapterSet":
     """Create fresh adapters for the layers `spec` targets and attach them to `patcher`."""
     adapters = {
         name: spec.build(module, seed * 100003 + index)

@@ -7,6 +7,8 @@ layer is never rebuilt and LyCORIS never hooks into the model.
 """
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -23,31 +25,34 @@ class Adapter(torch.nn.Module):
 
     algorithm = ""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.multiplier = 1.0
         # fp8_products.Fp8Products while a run computes the frozen layers in fp8 (fp8_compute), else None
         self.frozen_products = None
 
     @classmethod
-    def for_layer(cls, layer, spec, seed):
+    def for_layer(cls, layer: torch.nn.Module, spec: Any, seed: int) -> "Adapter":
         """A fresh adapter of `layer` (linear or conv) as AdapterSpec `spec` asks for it."""
         conv = layer_kind(layer) == "conv"
-        return cls(layer, spec.conv_rank if conv else spec.rank, spec.conv_alpha if conv else spec.alpha, seed=seed)
+        algorithm: Callable[..., Adapter] = cls  # each algorithm's class takes (layer, rank, alpha, seed)
+        return algorithm(
+            layer, spec.conv_rank if conv else spec.rank, spec.conv_alpha if conv else spec.alpha, seed=seed
+        )
 
-    def forward(self, x, base):
+    def forward(self, x: torch.Tensor, base: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """The layer's output with this adapter applied; `base` computes the frozen layer."""
         raise NotImplementedError
 
-    def comfy_tensors(self):
+    def comfy_tensors(self) -> dict[str, torch.Tensor]:
         """{name in a ComfyUI LoRA file, after the layer's prefix: tensor} of this adapter."""
         raise NotImplementedError
 
-    def tensor_targets(self):
+    def tensor_targets(self) -> dict[str, torch.Tensor]:
         """{name as comfy_tensors: the parameter or buffer a saved tensor of that name is loaded into}."""
         raise NotImplementedError
 
-    def load_comfy_tensors(self, tensors):
+    def load_comfy_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Set this adapter from tensors read back from a saved file (names as comfy_tensors)."""
         own = self.comfy_tensors()
         missing = sorted(set(own) - set(tensors))

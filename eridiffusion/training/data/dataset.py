@@ -215,7 +215,7 @@ def load_dataset(
     validation=0.0,
     missing_mask="error",
     flip=False,
-):
+) -> Dataset:
     """Scan `folder`, pair each image, clip (mp4, webm, mov, gif) and frame folder (a subfolder of
     numbered images: one clip) with its caption and, when a control/ (or reference/) subfolder
     exists, with its reference image; decode every image and the `frames` frames at `fps` of every

@@ -99,7 +99,7 @@ def build_training_data(
     validation_dataset=None,
     regularization_dataset=None,
     processes=None,
-):
+) -> "TrainingData":
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
     `resolution`; clips are sampled as the dataset says (its frames and fps). The dataset's held-out
     records and those of `validation_dataset` (a second DATASET) become the validation data, and

@@ -26,7 +26,7 @@ _OUT_OF_PLACE = {
 }
 _lock = threading.Lock()
 _depth = 0
-_saved = {}
+_saved: dict = {}  # the operators replaced while a block runs: {name: the original}
 
 
 def _augmented(name, out_of_place):

@@ -24,7 +24,7 @@ class Family:
     reference: str  # whose trainer the default follows
     latent_patch: int = 2  # latent pixels per token side (for resolution-dependent shift)
     prediction: str = "rectified flow"  # what the network predicts, as ComfyUI's model_sampling says
-    guidance: float = None  # guidance fed while training guidance-distilled models (None: the
+    guidance: float | None = None  # guidance fed while training guidance-distilled models (None: the
     # model's own ComfyUI default)
     copies_saved_activations: bool = False  # ComfyUI's forward writes in place into saved tensors
     # (training/model/autograd_saved.py)

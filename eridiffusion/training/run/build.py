@@ -9,6 +9,7 @@ weights are handed to the others, as DDP starts."""
 
 import dataclasses
 import random
+from typing import Any
 
 import torch
 
@@ -18,6 +19,7 @@ from ..adapters import attach_adapters, narrow_layers, warn_narrow_layers
 from ..adapters.from_tensors import adapters_from_tensors
 from ..adapters.layer_selection import block_multipliers
 from ..data.batches import BatchSampler
+from ..data.training_data import TrainingData
 from ..formats.lora_file import loadable_weight_keys
 from ..model import loading as model_loading
 from ..model.autograd_weights import frozen_weights_injection
@@ -28,10 +30,12 @@ from ..speed.checkpointing import checkpointing_injection
 from ..speed.compile_blocks import compile_blocks_injection
 from ..speed.fp8_products import Fp8Products, check_fp8_compute
 from . import run_state
-from .distributed import SINGLE_PROCESS
+from .config import TrainConfig
+from .distributed import SINGLE_PROCESS, TrainingProcesses
 from .ema import AdapterEMA
 from .lr_schedule import lr_factor
 from .optimizers import check_optimizer_runs, make_optimizer, parameter_groups
+from .resume import ResumePoint
 
 
 def check_inputs(data, config, clip, processes):
@@ -65,7 +69,16 @@ class TrainingRun:
     as training sees it (the same weights; reloaded as a plain patcher where ComfyUI's dynamic VRAM
     manages the input), `patcher` the clone trained on."""
 
-    def __init__(self, model_patcher, data, config, run_dir, clip=None, resume=None, processes=SINGLE_PROCESS):
+    def __init__(
+        self,
+        model_patcher: Any,
+        data: TrainingData,
+        config: TrainConfig,
+        run_dir: str,
+        clip: Any = None,
+        resume: ResumePoint | None = None,
+        processes: TrainingProcesses = SINGLE_PROCESS,
+    ) -> None:
         check_inputs(data, config, clip, processes)
         self.data, self.config, self.run_dir, self.processes = data, config, run_dir, processes
         self.source = trainable_model_clone(model_patcher)

@@ -12,9 +12,11 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from ..data.training_data import TrainingData
 from ..formats.atomic_file import write_json_atomic
 from ..model import loading as model_loading
 from ..model.forward import transformer_options_of
@@ -23,12 +25,14 @@ from ..speed.step_path import step_path
 from . import checkpoints
 from .build import TrainingRun
 from .cadence import Cadence
-from .distributed import SINGLE_PROCESS
+from .config import TrainConfig
+from .distributed import SINGLE_PROCESS, TrainingProcesses
 from .evaluation import evaluation_loss
 from .micro_batches import MicroBatches, loss_function, prepared
 from .non_finite import MAX_SKIPS_IN_A_ROW, StepHealth, diverged_error
 from .optimizer_step import OptimizerStep
-from .samples import render_samples
+from .resume import ResumePoint
+from .samples import SampleSettings, render_samples
 from .summary import run_summary
 from .validation import ValidationLoss
 
@@ -65,7 +69,9 @@ class TrainResult:
     stopped_early: bool = False  # early_stop_patience ended the run
 
 
-def train(run: TrainingRun, sample_settings=None, hooks: TrainingHooks | None = None) -> TrainResult:
+def train(
+    run: TrainingRun, sample_settings: SampleSettings | None = None, hooks: TrainingHooks | None = None
+) -> TrainResult:
     """Train TrainingRun `run` from its progress to its last step (or a stop), rendering samples of
     `sample_settings` (SampleSettings or None) and reporting to `hooks`."""
     with _Loop(run, sample_settings, hooks or TrainingHooks()) as loop:
@@ -231,15 +237,15 @@ class _Loop:
 
 
 def train_lora(
-    model_patcher,
-    data,
-    config,
-    run_dir,
-    sample_settings=None,
-    hooks=None,
-    clip=None,
-    resume=None,
-    processes=SINGLE_PROCESS,
+    model_patcher: Any,
+    data: TrainingData,
+    config: TrainConfig,
+    run_dir: str,
+    sample_settings: SampleSettings | None = None,
+    hooks: TrainingHooks | None = None,
+    clip: Any = None,
+    resume: ResumePoint | None = None,
+    processes: TrainingProcesses = SINGLE_PROCESS,
 ) -> TrainResult:
     """Train, save checkpoints to run_dir, and return the trained MODEL (and CLIP) clones and LoRA.
     `processes`: this process's place in a run of several (distributed.join_processes)."""

@@ -10,7 +10,7 @@ import torch
 
 from ...comfy_compat import flux_rope_replaced
 
-_FAILED = []  # the error that stopped the kernel in this process, if one did
+_FAILED: list[Exception] = []  # the error that stopped the kernel in this process, if one did
 
 
 class _Rotation(torch.autograd.Function):

@@ -16,7 +16,7 @@ from eridiffusion.training.run.build import TrainingRun
 from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.ema import AdapterEMA
 from eridiffusion.training.run.resume import load_resume_point
-from eridiffusion.training.run.trainer import TrainingHooks, train_lora
+from eridiffusion.training.run.trainer import TrainingHooks, train, train_lora
 
 
 @pytest.fixture
@@ -54,7 +54,8 @@ def test_the_ema_after_n_steps_is_the_analytic_average_of_the_recorded_weights(s
     recorded = [[p.detach().clone() for p in parameters]]
     try:
         with torch.inference_mode(False):
-            result = run.train(
+            result = train(
+                run,
                 None,
                 TrainingHooks(on_progress=lambda *_: recorded.append([p.detach().clone() for p in parameters])),
             )
