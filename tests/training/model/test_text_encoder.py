@@ -10,6 +10,7 @@ import comfy.utils
 import pytest
 import torch
 
+from devkit.stock_comfyui import merged_tolerance, relative_error
 from devkit.tiny_models import build_tiny
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.training_data import build_training_data
@@ -36,17 +37,6 @@ def model_output(patcher, conditioning, latent):
         inputs = batch_inputs([model_inputs(base, conditioning, x[0], device)])
         sigma = torch.tensor([2.0], device=device)
         return base.apply_model(x + 0.5 * torch.ones_like(x), sigma, **inputs).float().cpu()
-
-
-def tolerance(patcher):
-    """Relative error allowed between a LoRA applied by LoraLoader (merged into the weights) and the
-    trained bypass: on the CPU ComfyUI computes in fp32 and they agree closely; on a GPU it computes
-    in half precision (casting fp32 weights as it goes), which rounds the merged weight."""
-    return 1e-4 if patcher.load_device.type == "cpu" else 3e-3
-
-
-def relative_error(a, b):
-    return ((a - b).norm() / b.norm()).item()
 
 
 @pytest.fixture(scope="module", params=["sd15", "sdxl"])
@@ -103,13 +93,13 @@ def test_loraloader_model_and_clip_reproduce_conditioning_and_output(trained, tm
         )
     assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage() or "NOT LOADED" in r.getMessage()]
     ours, theirs = encode(trained["result"].clip), encode(clip)
-    text_tolerance = tolerance(clip.patcher)
+    text_tolerance = merged_tolerance(clip.patcher)
     assert relative_error(theirs[0][0], ours[0][0]) < text_tolerance
     assert relative_error(theirs[0][1]["pooled_output"], ours[0][1]["pooled_output"]) < text_tolerance
     latent = trained["data"].samples[0].latent
     assert relative_error(
         model_output(model, theirs, latent), model_output(trained["result"].patcher, ours, latent)
-    ) < tolerance(model)
+    ) < merged_tolerance(model)
 
 
 def waits_for_the_gpu(fn):

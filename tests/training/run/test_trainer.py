@@ -10,7 +10,7 @@ import pytest
 import safetensors
 import torch
 
-from devkit.stock_comfyui import load_with_stock_comfyui, relative_error
+from devkit.stock_comfyui import load_with_stock_comfyui, merged_tolerance, relative_error
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.trainer import TrainingHooks, train_lora
@@ -52,7 +52,10 @@ def test_stock_comfyui_patched_output_equals_trainer_model_output(trained, stren
         trainer_output = probe.output(trained["result"].patcher)
     finally:
         trained["result"].adapters.set_multiplier(1.0)
-    assert relative_error(probe.output(patched), trainer_output) < 1e-4
+    dora = trained["config"].adapter.algorithm == "dora"
+    assert relative_error(probe.output(patched), trainer_output) < merged_tolerance(
+        patched, on_a_gpu=1e-2 if dora else 3e-3
+    )
     # and the LoRA does something: the trained model differs from the base
     assert relative_error(trainer_output, trained["base_output_before"]) > 1e-2
 
@@ -60,7 +63,8 @@ def test_stock_comfyui_patched_output_equals_trainer_model_output(trained, stren
 def test_strength_zero_equals_the_base_model(trained, tmp_path, caplog):
     path = trained["result"].lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
     patched, _ = load_with_stock_comfyui(trained["model"], path, 0.0, caplog)
-    assert relative_error(trained["probe"].output(patched), trained["base_output_before"]) < 1e-6
+    error = relative_error(trained["probe"].output(patched), trained["base_output_before"])
+    assert error < merged_tolerance(patched, on_the_cpu=1e-6)
 
 
 def test_input_model_output_is_bit_identical_after_training(trained):
