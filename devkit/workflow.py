@@ -167,12 +167,16 @@ def training_prompt(
     dataset_options=None,
     cache_folder="",
     stack=None,
+    validation_dataset=None,
+    regularization_dataset=None,
 ):
     """An API prompt: tiny demo model → LoadDataset(`dataset`) → CacheLatents → LoRATrainer → SaveLoRA.
     `trainer` holds training settings (each goes to the trainer or the options node that holds it),
     `save` and `dataset_options` override the widget values of SaveLoRA and LoadDataset; `resume` is a
     LoadLoRAForTraining path linked to the trainer; `train_text_encoder` links the CLIP to it;
-    `stack` ({class_type, inputs}) replaces the demo model node (tiny_family_node: any family)."""
+    `stack` ({class_type, inputs}) replaces the demo model node (tiny_family_node: any family);
+    `validation_dataset` and `regularization_dataset` are folders of second LoadDatasets into
+    CacheLatents' inputs of those names."""
     defaults = widget_defaults
     prompt = {
         "1": stack or {"class_type": "EriDiffusion_TinyDemoModel", "inputs": {"architecture": architecture, "seed": 0}},
@@ -200,6 +204,13 @@ def training_prompt(
             "inputs": {**defaults("EriDiffusion_SaveLoRA"), "lora": ["4", 1], **(save or {})},
         },
     }
+    for node_id, (name, folder) in enumerate(
+        (("validation_dataset", validation_dataset), ("regularization_dataset", regularization_dataset)), start=20
+    ):
+        if folder is not None:
+            load = {**defaults("EriDiffusion_LoadDataset"), "folder": str(folder)}
+            prompt[str(node_id)] = {"class_type": "EriDiffusion_LoadDataset", "inputs": load}
+            prompt["3"]["inputs"][name] = [str(node_id), 0]
     set_training_settings(prompt, trainer or {})
     if train_text_encoder:
         prompt["4"]["inputs"]["clip"] = ["1", 1]

@@ -70,8 +70,24 @@ def _positive(text):
     return value
 
 
+class _ThirdPartyNoise(logging.Filter):
+    """Warnings other packages log when imported that say nothing about the run: ComfyUI's note that
+    torchaudio is missing (audio models only), bitsandbytes' optional CPU kernels."""
+
+    NOISE = ("torchaudio missing", "Failed to load CPU gemm_4bit")
+
+    def filter(self, record):
+        return not record.getMessage().startswith(self.NOISE)
+
+
+def quiet_third_party_warnings():
+    logging.getLogger().addFilter(_ThirdPartyNoise())
+    logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_ThirdPartyNoise())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    quiet_third_party_warnings()
     name = "eridiffusion"
     try:
         if args.gpus and not (args.print_config or args.dry_run):
@@ -131,6 +147,8 @@ def _train(args, host_folders, processes):
         from .plan import plan_lines
 
         if processes.is_main:
+            run.check_save_target(config)
+            run.resume_point(args.resume, output, run.train_config(config))
             inputs = run.load_inputs(config)
             count = max(args.gpus or 1, processes.world_size)
             print("\n".join(plan_lines(config, inputs, run.train_config(config), output, processes=count)))

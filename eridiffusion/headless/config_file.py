@@ -1,5 +1,8 @@
 """Reading a config file: YAML, with the files its `_base_` names merged in first (depth-first, a
-later file wins), and which file set each value, so errors and relative paths refer to that file."""
+later file wins), and which file set each value, so errors and relative paths refer to that file.
+What YAML allows but a config never means is refused by name: a key written twice, an alias that
+contains itself or expands past any real config's size, a file that is not UTF-8 text or is larger
+than a config could be."""
 
 import os
 import re
@@ -10,10 +13,30 @@ import yaml
 from ..errors import EriDiffusionError
 
 BASE_KEY = "_base_"
+MAX_FILE_BYTES = 1 << 20  # a config is a few KiB; a MiB is room for long prompt lists
+MAX_VALUES = 100_000  # values after aliases expand (an alias bomb would be billions)
+MAX_DEPTH = 32  # nesting of mappings and lists
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads `1e-4` (no dot) as text; configs in the wild write learning rates that way."""
+    """YAML 1.1 reads `1e-4` (no dot) as text; configs in the wild write learning rates that way.
+    A key written twice in one mapping is an error (YAML would keep the last and drop the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key '{key}' is written twice in one mapping (line {seen[key] + 1} and line "
+                    f"{key_node.start_mark.line + 1}); YAML would keep the second and drop the first: keep one",
+                    key_node.start_mark,
+                )
+            if isinstance(key, (str, int, float, bool)):
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -55,13 +78,27 @@ def read_config(path):
 
 def _load_yaml(path, included_by):
     where = f" (named in {included_by}'s {BASE_KEY})" if included_by else ""
+    if os.path.isdir(path):
+        raise EriDiffusionError(f"config file {path}{where} is a folder; give the .yaml file inside it.")
     if not os.path.isfile(path):
         raise EriDiffusionError(f"config file {path}{where} does not exist.")
+    if os.path.getsize(path) > MAX_FILE_BYTES:
+        raise EriDiffusionError(
+            f"config file {path}{where} is {os.path.getsize(path)} bytes, more than a config's "
+            f"{MAX_FILE_BYTES}; is it the right file?"
+        )
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.load(f, Loader=_Loader)
+    except UnicodeDecodeError as error:
+        raise EriDiffusionError(
+            f"config file {path}{where} is not UTF-8 text (byte {error.start}); save it as UTF-8."
+        ) from None
     except yaml.YAMLError as error:
         raise EriDiffusionError(f"{path} is not valid YAML: {error}") from None
+    except RecursionError:
+        raise EriDiffusionError(f"{path} nests deeper than a config can; flatten it.") from None
+    _check_size(data, path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -69,6 +106,28 @@ def _load_yaml(path, included_by):
             f"{path} must hold a mapping of sections (model:, dataset:, train:, ...), not a {type(data).__name__}."
         )
     return data
+
+
+def _check_size(data, path):
+    """Refuse what only aliases can make: a value that contains itself, more than MAX_VALUES values
+    (or deeper than MAX_DEPTH) once every alias is expanded (PyYAML shares an alias's value; walking
+    it would take as long as the expansion, for an alias bomb billions of steps)."""
+    count = 0
+    stack = [(data, 0, ())]
+    while stack:
+        value, depth, ancestors = stack.pop()
+        count += 1
+        if count > MAX_VALUES or depth > MAX_DEPTH:
+            what = f"more than {MAX_VALUES} values" if count > MAX_VALUES else f"deeper than {MAX_DEPTH} levels"
+            raise EriDiffusionError(
+                f"{path} holds {what} once its aliases (*name) are expanded; a config needs far fewer: "
+                "write the values out or use fewer aliases."
+            )
+        if isinstance(value, (dict, list)):
+            if id(value) in ancestors:
+                raise EriDiffusionError(f"{path} has an alias (*name) inside the value it names; remove it.")
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1, ancestors + (id(value),)) for child in children)
 
 
 def _read(path, chain):

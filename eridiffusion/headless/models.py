@@ -2,10 +2,13 @@
 diffusion model + text encoders + VAE, as the loader nodes load them) or as a tiny demo stack, and
 checking that it is the family the config says."""
 
+import contextlib
+import json
 import os
+import pickle
 from dataclasses import dataclass
 
-from ..errors import EriDiffusionError
+from ..errors import EriDiffusionError, first_line
 from ..training.settings import check_settings, setting
 
 TINY_MODELS = {"tiny-sdxl": "sdxl", "tiny-sd15": "sd15"}
@@ -140,15 +143,72 @@ def _model_options(weight_dtype):
     return {k: getattr(torch, v) if k == "dtype" else v for k, v in WEIGHT_DTYPE_OPTIONS[weight_dtype].items()}
 
 
+SAFETENSORS_SUFFIXES = (".safetensors", ".sft")
+# Pickle checkpoints: ComfyUI opens them with torch's weights_only loader, which refuses any that
+# carries code; their errors are named here.
+PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit on the JSON header
+
+
 def _existing(path, key):
+    """`path` when it is a model file ComfyUI can try to load; an error naming it and the fix when it
+    is a folder, missing, or a .safetensors file that is not one (text, truncated, a damaged header)."""
+    if os.path.isdir(path):
+        raise EriDiffusionError(f"model.{key} {path} is a folder; give the path of the .safetensors file in it.")
     if not os.path.isfile(path):
         raise EriDiffusionError(f"model.{key} {path} does not exist; give the path of the .safetensors file.")
+    if path.lower().endswith(SAFETENSORS_SUFFIXES):
+        problem = _safetensors_problem(path)
+        if problem:
+            raise EriDiffusionError(
+                f"model.{key} {path} is not a .safetensors file ComfyUI can read: {problem}. Download it again "
+                "(or give the right file)."
+            )
     return path
+
+
+def _safetensors_problem(path):
+    """What is wrong with the safetensors layout of the file at `path` (an 8-byte header length, then
+    a JSON header of that length), or None: checked before ComfyUI maps the file."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"it holds {size} bytes"
+        length = int.from_bytes(head, "little")
+        if length > MAX_HEADER_BYTES or 8 + length > size:
+            text = head.isascii() and head.decode("ascii").isprintable()
+            return "it is a text file" if text else f"it is truncated or damaged (its header claims {length} bytes)"
+        header = f.read(length)
+    try:
+        json.loads(header)
+    except (ValueError, RecursionError):
+        return "its header is not the JSON a .safetensors file starts with"
+    return None
+
+
+@contextlib.contextmanager
+def _loading(path, key):
+    """What ComfyUI's loader raises for a file it cannot open, as an error naming the file and the fix."""
+    try:
+        yield
+    except pickle.UnpicklingError as error:
+        raise EriDiffusionError(
+            f"model.{key} {path} is a pickle checkpoint that ComfyUI will not open safely ({first_line(error)}): a "
+            "pickle can run code. Use the model's .safetensors release, or convert the file to .safetensors."
+        ) from None
+    except (EOFError, OSError) as error:
+        raise EriDiffusionError(
+            f"model.{key} {path} cannot be read ({first_line(error)}); it is truncated or damaged: download it again."
+        ) from None
+    except (RuntimeError, KeyError, ValueError) as error:  # ComfyUI's detection (and torch's zip reader)
+        if isinstance(error, EriDiffusionError):
+            raise
+        raise _undetected(error, path, key) from None
 
 
 def _undetected(error, path, key):
     """ComfyUI's "could not detect model type" as our error, naming the file and what to try."""
-    first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
     kind = {
         "checkpoint": "a checkpoint",
         "diffusion_model": "a diffusion model",
@@ -156,7 +216,7 @@ def _undetected(error, path, key):
         "vae": "a VAE",
     }[key]
     return EriDiffusionError(
-        f"ComfyUI could not load model.{key} {path} ({first_line}); check that it is {kind} of "
+        f"ComfyUI could not load model.{key} {path} ({first_line(error)}); check that it is {kind} of "
         "a model family this ComfyUI version knows."
     )
 
@@ -187,7 +247,7 @@ def load_checkpoint(path, model_options, with_clip=True, with_vae=True):
     import folder_paths
 
     path = _existing(path, "checkpoint")
-    try:
+    with _loading(path, "checkpoint"):
         model, clip, vae = comfy.sd.load_checkpoint_guess_config(
             path,
             output_vae=with_vae,
@@ -195,8 +255,6 @@ def load_checkpoint(path, model_options, with_clip=True, with_vae=True):
             embedding_directory=folder_paths.get_folder_paths("embeddings"),
             model_options=model_options,
         )[:3]
-    except RuntimeError as error:
-        raise _undetected(error, path, "checkpoint") from None
     if with_clip and clip is None:
         raise EriDiffusionError(
             f"model.checkpoint {path} holds no text encoder; add model.text_encoders (and clip_type)."
@@ -211,10 +269,8 @@ def load_diffusion_model(path, model_options):
     import comfy.sd
 
     path = _existing(path, "diffusion_model")
-    try:
+    with _loading(path, "diffusion_model"):
         return comfy.sd.load_diffusion_model(path, model_options=model_options)
-    except RuntimeError as error:
-        raise _undetected(error, path, "diffusion_model") from None
 
 
 def load_text_encoders(paths, clip_type):
@@ -223,14 +279,12 @@ def load_text_encoders(paths, clip_type):
     import folder_paths
 
     paths = [_existing(p, "text_encoders") for p in paths]
-    try:
+    with _loading(", ".join(paths), "text_encoders"):
         return comfy.sd.load_clip(
             ckpt_paths=paths,
             embedding_directory=folder_paths.get_folder_paths("embeddings"),
             clip_type=comfy.sd.CLIPType[clip_type.upper()],
         )
-    except (RuntimeError, KeyError, ValueError) as error:
-        raise _undetected(error, ", ".join(paths), "text_encoders") from None
 
 
 def load_vae(path):
@@ -239,12 +293,10 @@ def load_vae(path):
     import comfy.utils
 
     path = _existing(path, "vae")
-    sd, metadata = comfy.utils.load_torch_file(path, return_metadata=True)
-    try:
+    with _loading(path, "vae"):
+        sd, metadata = comfy.utils.load_torch_file(path, return_metadata=True)
         vae = comfy.sd.VAE(sd=sd, metadata=metadata)
         vae.throw_exception_if_invalid()
-    except RuntimeError as error:
-        raise _undetected(error, path, "vae") from None
     return vae
 
 

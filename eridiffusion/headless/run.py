@@ -15,8 +15,17 @@ import torch
 
 from ..errors import EriDiffusionError
 from ..training.data.dataset import Dataset
+from ..training.data.training_data import check_datasets_apart
+from ..training.formats.atomic_file import writable_folder
 from ..training.model.families import Family
 from ..training.run.distributed import SINGLE_PROCESS, TrainingProcesses
+from ..training.run.preflight import (
+    check_masks,
+    check_resume_point,
+    check_run,
+    check_settings_fit_data,
+    masks_of_records,
+)
 from . import terminal
 from .models import load_models, model_family
 from .run_config import RunConfig, config_yaml
@@ -26,7 +35,7 @@ def use_output_folder(output):
     """ComfyUI's output folder for the run, and its loras/ as the folder SaveLoRA writes to."""
     import folder_paths
 
-    os.makedirs(output, exist_ok=True)
+    writable_folder(output, "output folder")
     folder_paths.set_output_directory(output)
     folder_paths.add_model_folder_path("loras", os.path.join(output, "loras"), is_default=True)
 
@@ -45,18 +54,30 @@ class Inputs:
 
 
 def load_inputs(config: RunConfig) -> Inputs:
+    """The datasets (LoadDataset), checked against the run's settings, then the model: a mistake in
+    the data or the settings is named before any model file is read."""
     from ..nodes.dataset_node import LoadDataset
 
     with torch.inference_mode():  # as ComfyUI's executor runs every node
-        model, clip, vae = load_models(config.model)
-        family = model_family(model, config.model)
 
         def dataset(values):
             return LoadDataset.execute(**values).result[0] if values is not None else None
 
         training = LoadDataset.execute(**config.dataset).result[0]
         validation, regularization = dataset(config.validation_dataset), dataset(config.regularization_dataset)
+        check_datasets(config, training, validation, regularization)
+        model, clip, vae = load_models(config.model)
+        family = model_family(model, config.model)
     return Inputs(model, clip, vae, family, training, validation, regularization)
+
+
+def check_datasets(config, training, validation, regularization):
+    """What the datasets tell of the run before anything is encoded (and what --dry-run reports)."""
+    settings = train_config(config)
+    check_datasets_apart(training, validation, regularization)
+    has_validation = bool(training.held_out) or validation is not None
+    check_settings_fit_data(settings, has_validation, regularization is not None)
+    check_masks(*masks_of_records(training), settings.mask_min)
 
 
 def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
@@ -119,23 +140,29 @@ def newest_checkpoint(output, run_name):
     return max(found)[1]
 
 
-def resume_point(config, resume, output, steps, processes=SINGLE_PROCESS):
+def resume_point(resume, output, settings, processes=SINGLE_PROCESS):
     """LoadLoRAForTraining's RESUME for --resume auto (the run's newest checkpoint, as rank 0 finds
-    it) or a path."""
+    it) or a path, checked against the run's TrainConfig `settings` before anything loads."""
     if not resume:
         return None
     from ..nodes.resume_node import LoadLoRAForTraining
 
     if resume == "auto":
-        path = processes.decided_by_main(lambda: newest_checkpoint(output, config.train["run_name"].strip()))
+        path = processes.decided_by_main(lambda: newest_checkpoint(output, settings.run_name))
     else:
         path = resume
     point = LoadLoRAForTraining.execute(path=path).result[0]
-    if point.state is not None and point.state["step"] >= steps:
-        raise EriDiffusionError(
-            f"{point.path} is at step {point.state['step']}, and train.steps is {steps}: raise train.steps to train on."
-        )
+    check_resume_point(point, settings, processes.world_size)
     return point
+
+
+def check_save_target(config):
+    """SaveLoRA's filename_prefix, checked before any work (SaveLoRA runs after training)."""
+    import folder_paths
+
+    from ..nodes.save_node import lora_path_for
+
+    lora_path_for(config.save["filename_prefix"], folder_paths.get_folder_paths("loras")[0], config.save["overwrite"])
 
 
 def save_outputs(config, result):
@@ -177,6 +204,9 @@ def train_from_config(
         terminal.tensorboard_writer_class()  # missing: fail before any work
     output = folder_paths.get_output_directory()
     started = time.monotonic()
+    settings = train_config(config)
+    point = resume_point(resume, output, settings, processes)  # before any model loads
+    check_save_target(config)
     inputs = load_inputs(config)
     device = comfy.model_management.get_torch_device()
     where = f"in {processes.world_size} processes (rank 0 on {device})" if processes.distributed else f"on {device}"
@@ -185,8 +215,7 @@ def train_from_config(
     data = cache_latents(config, inputs, progress, processes)
     if bar is not None:
         bar.close()
-    settings = train_config(config)
-    point = resume_point(config, resume, output, settings.steps, processes)
+    check_run(data, settings, inputs.clip, point, processes)  # before the run's folder is made
     if point is not None:
         say(_resuming_line(point))
     samples = sample_settings(config, inputs)

@@ -15,6 +15,8 @@ from ..training.formats.atomic_file import json_safe
 EVENT = "eridiffusion.progress"
 MIN_INTERVAL_S = 0.25  # at most four events a second, whatever the step rate
 MAX_ID_CHARS = 200  # prompt ids are UUIDs and node ids short numbers; anything longer is not one
+MAX_REQUEST_BYTES = 4096  # a stop request is two short ids
+MAX_HISTORY_BYTES = 64 << 20  # loss.json: a million steps' losses take about 20 MB
 
 # (prompt id, node id) of the trainers training now, and those of them asked to stop. A request
 # for any other pair is refused, so neither set outgrows the trainers running at once.
@@ -133,11 +135,18 @@ def loss_history(run):
     path = os.path.realpath(os.path.join(output, run, "loss.json"))
     if os.path.commonpath([output, path]) != output or not os.path.isfile(path):
         return None
+    if os.path.getsize(path) > MAX_HISTORY_BYTES:
+        raise EriDiffusionError(
+            f"output/{run}/loss.json is {os.path.getsize(path)} bytes, more than a run's loss history "
+            f"({MAX_HISTORY_BYTES}); it is not one EriDiffusion wrote."
+        )
     try:
         with open(path, encoding="utf-8") as f:
             history = json.load(f)
     except (ValueError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise EriDiffusionError(f"output/{run}/loss.json cannot be read as a loss history ({error}).") from None
+    except RecursionError:
+        raise EriDiffusionError(f"output/{run}/loss.json nests deeper than a loss history does.") from None
     if (
         not isinstance(history, dict)
         or not isinstance(history.get("loss"), list)
@@ -212,9 +221,14 @@ def register_routes(routes):
 
     @routes.post("/eridiffusion/stop")
     async def stop(request):
+        if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
+            return refused(f"the body is {request.content_length} bytes; a stop request is under {MAX_REQUEST_BYTES}")
         try:
-            body = await request.json()
-        except ValueError:
+            text = await request.content.read(MAX_REQUEST_BYTES + 1)
+            if len(text) > MAX_REQUEST_BYTES:
+                return refused(f"the body is longer than a stop request ({MAX_REQUEST_BYTES} bytes)")
+            body = json.loads(text)
+        except (ValueError, RecursionError):  # (not JSON, not UTF-8, nested beyond the parser)
             return refused('send a JSON body: {"prompt_id": "...", "node_id": "..."}')
         if not isinstance(body, dict):
             return refused('send a JSON object: {"prompt_id": "...", "node_id": "..."}')

@@ -79,6 +79,18 @@ class SaveLoRA(io.ComfyNode):
         )
 
     @classmethod
+    def validate_inputs(cls, filename_prefix: str | None = None) -> bool | str:
+        """ComfyUI asks this when the prompt is queued, before any node runs: a prefix that would
+        fail once the LoRA is trained is refused before the training starts."""
+        if filename_prefix is None:  # (linked from another node: its value comes at run time)
+            return True
+        try:
+            lora_path_for(filename_prefix, folder_paths.get_folder_paths("loras")[0], overwrite=True)
+        except EriDiffusionError as error:
+            return str(error)
+        return True
+
+    @classmethod
     def execute(cls, lora: TrainedLoRA, **values: Any) -> io.NodeOutput:
         settings = SaveSettings(**values)
         loras_dir = folder_paths.get_folder_paths("loras")[0]

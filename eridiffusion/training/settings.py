@@ -73,6 +73,12 @@ def nearest_hint(word: str, known) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
+def _shown(value, quoted=True, limit=60):
+    """`value` for a message: its repr (or str), cut to `limit` characters."""
+    text = repr(value) if quoted else str(value)
+    return text if len(text) <= limit else f"{text[: limit - 20]}…({len(text)} characters)"
+
+
 def _bounds(low, high):
     if high is None:
         return f"at least {low:g}"
@@ -85,7 +91,10 @@ def check_value(s: Setting, value: Any, where: str) -> Any:
     and the fix. A whole number for a float setting becomes a float (16 and 16.0 are one setting);
     NaN and infinities are refused."""
     if s.type is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # a whole number of hundreds of digits
+            raise EriDiffusionError(f"{where} must be a number a float can hold, got {_shown(value)}.") from None
     wrong_type = not isinstance(value, s.type) or (s.type is int and isinstance(value, bool))
     if s.type is tuple and not wrong_type:
         wrong_type = not all(isinstance(v, str) and v for v in value)
@@ -93,18 +102,18 @@ def check_value(s: Setting, value: Any, where: str) -> Any:
         kind = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}.get(
             s.type, "a list of file paths"
         )
-        raise EriDiffusionError(f"{where} must be {kind}, got {value!r}.")
+        raise EriDiffusionError(f"{where} must be {kind}, got {_shown(value)}.")
     if s.type is float and not math.isfinite(value):
         raise EriDiffusionError(f"{where} must be a finite number, got {value!r}.")
     choices = s.info.options()
     if choices is not None and value not in choices:
         raise EriDiffusionError(
-            f"{where} '{value}' unknown; choose one of {', '.join(map(str, choices))}"
+            f"{where} '{_shown(value, quoted=False)}' unknown; choose one of {', '.join(map(str, choices))}"
             f"{nearest_hint(str(value), choices)}."
         )
     low, high = s.info.minimum, s.info.maximum
     if (low is not None and value < low) or (high is not None and value > high):
-        raise EriDiffusionError(f"{where} must be {_bounds(low, high)} (got {value!r}). {s.info.help}")
+        raise EriDiffusionError(f"{where} must be {_bounds(low, high)} (got {_shown(value)}). {s.info.help}")
     return value
 
 

@@ -127,15 +127,11 @@ def test_a_checkpoint_of_two_processes_continues_in_one_at_the_same_global_batch
 def test_a_checkpoint_of_two_processes_resumed_at_another_global_batch_is_refused_with_the_fix(runs):
     from eridiffusion.headless import run
     from eridiffusion.headless.run_config import load_run_config
-    from eridiffusion.training.run.trainer import train_lora
 
     folder = runs["folder"]
     config = load_run_config(str(folder / "two.yaml"))  # batch_size 1, in this one process
-    inputs = run.load_inputs(config)
-    data = run.cache_latents(config, inputs)
-    point = run.resume_point(config, str(checkpoint(folder / "pair", 2)), str(folder), STEPS)
-    with torch.inference_mode(False), pytest.raises(EriDiffusionError) as refused:
-        train_lora(inputs.model, data, run.train_config(config), str(folder / "refused"), resume=point)
+    with pytest.raises(EriDiffusionError) as refused:  # before any model loads
+        run.resume_point(str(checkpoint(folder / "pair", 2)), str(folder), run.train_config(config))
     assert "the global batch (batch_size x processes) was 2 x 1 = 2 and is 1 x 1 = 1 here" in str(refused.value)
     assert "set batch_size to 2 for 1 process(es)" in str(refused.value)
 

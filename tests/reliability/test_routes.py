@@ -144,3 +144,29 @@ def test_progress_events_send_non_finite_losses_as_null():
     reporter.on_progress(1, 10, [float("nan"), 0.5], {"lr": 1e-3})
     assert sent[0]["losses"] == [None, 0.5]
     json.dumps(sent[0], allow_nan=False)  # raises on NaN
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        ({"data": DEEP}, "the body is 200000 bytes; a stop request is under 4096"),
+        (
+            {"data": b'{"prompt_id": ' + b"[" * 2000 + b"]" * 2000 + b"}"},
+            'send a JSON body: {"prompt_id": "...", "node_id": "..."}',
+        ),
+        ({"data": b"[" * 3000 + b"]" * 3000, "chunked": True}, "the body is longer than a stop request (4096 bytes)"),
+    ],
+    ids=["100k deep", "deeper than the parser", "chunked, no length"],
+)
+def test_a_stop_request_too_large_or_too_deep_gets_400_with_the_reason(body, error):
+    assert ask(("POST", "/eridiffusion/stop", body)) == [(400, {"error": error})]
+
+
+def test_a_loss_file_nested_deeper_than_a_history_gets_400_naming_it(comfy_dirs):
+    write_loss_file(comfy_dirs, "deep_loss", "[" * 100_000 + "]" * 100_000)
+    assert ask(("GET", "/eridiffusion/loss", {"params": {"run": "deep_loss"}})) == [
+        (400, {"error": "output/deep_loss/loss.json nests deeper than a loss history does."})
+    ]

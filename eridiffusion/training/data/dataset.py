@@ -4,6 +4,7 @@ out for validation. The folder's files are scanned in folder_scan.py and opened 
 
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ class ImageRecord:
     clip: bool = False  # a video clip file or a frame folder rather than a still image
     reference: str = ""  # edit pairs: the reference (control) image this target was made from
     mask: str = ""  # the loss mask of this image (masks/ folder), if any
+    mask_coverage: float = 1.0  # the mask's mean, 0 (black: ignore) to 1 (white: learn)
 
 
 @dataclass(frozen=True)
@@ -307,10 +309,15 @@ def _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, v
                 f"{path} is {width}x{height}, smaller than {min_side} pixels on its short side "
                 "(the least EriDiffusion trains on); remove it from the folder or upscale it."
             )
-        if name in masks:
-            check_mask_fits(masks[name], path, (width, height))
+        coverage = check_mask_fits(masks[name], path, (width, height)) if name in masks else 1.0
+        if coverage == 0:
+            logging.warning(
+                f"EriDiffusion: the mask {masks[name]} is black all over, so {path} teaches nothing unless "
+                "TrainingExtras' mask_min is above 0: paint what it should teach white, or remove the image."
+            )
         caption = with_trigger(caption, trigger_word)
-        records.append(ImageRecord(path, caption, width, height, clip, references.get(name, ""), masks.get(name, "")))
+        reference, mask = references.get(name, ""), masks.get(name, "")
+        records.append(ImageRecord(path, caption, width, height, clip, reference, mask, coverage))
     return records
 
 

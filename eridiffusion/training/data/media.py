@@ -285,7 +285,7 @@ def open_mask(path):
 
 def check_mask_fits(mask_path, image_path, size):
     """A mask must have its image's aspect ratio (as the image is shown: after EXIF orientation); a
-    mask of another size is scaled to the image's."""
+    mask of another size is scaled to the image's. Returns the mask's mean in [0, 1] (1: all white)."""
     mask = open_mask(mask_path)
     width, height = size
     if abs(mask.width * height - mask.height * width) > 0.01 * width * mask.height:
@@ -293,6 +293,8 @@ def check_mask_fits(mask_path, image_path, size):
             f"mask {mask_path} is {mask.width}x{mask.height}, but its image {image_path} is {width}x{height} "
             "(as shown, after its EXIF orientation): export the mask at the image's size."
         )
+    histogram = mask.histogram()  # (an 8-bit mask: 256 counts)
+    return sum(value * count for value, count in enumerate(histogram)) / (255 * mask.width * mask.height)
 
 
 def media_sha256(path):

@@ -2,6 +2,7 @@
 dataset encoded (or read back from the latent cache) into TrainingData, with its validation and
 regularization parts."""
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,7 +14,7 @@ from ..settings import check_settings, setting
 from .buckets import fit_to_bucket
 from .captions import caption_variants
 from .latent_cache import CacheStats, LatentCache
-from .media import check_frames_for_vae, mirrored, open_mask
+from .media import check_frames_for_vae, file_sha256, mirrored, open_mask
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,50 @@ class TrainingData:
         return groups
 
 
+def check_datasets_apart(dataset, validation_dataset=None, regularization_dataset=None):
+    """Refuse validation or class images that are training images: the validation loss would then
+    measure memorisation (and pick best.safetensors by it), class images would teach the subject.
+    The same folder, or the same files (by their bytes) in another, are an error naming them."""
+    training = _files_by_size(dataset.records + dataset.held_out)
+    for other, role, fix in (
+        (
+            validation_dataset,
+            "validation",
+            "connect a folder of images never trained on, or hold some out with LoadDataset's validation fraction",
+        ),
+        (regularization_dataset, "regularization (class)", "connect a folder of other images of the class"),
+    ):
+        if other is None:
+            continue
+        if os.path.realpath(other.folder) == os.path.realpath(dataset.folder):
+            raise EriDiffusionError(f"the {role} dataset is the training folder {dataset.folder}; {fix}.")
+        for record in other.records + other.held_out:
+            twin = _same_file(record.path, training)
+            if twin is not None:
+                raise EriDiffusionError(
+                    f"{record.path} of the {role} dataset is the training image {twin} (the same bytes); {fix}."
+                )
+
+
+def _files_by_size(records):
+    sizes = {}
+    for record in records:
+        if os.path.isfile(record.path):
+            sizes.setdefault(os.path.getsize(record.path), []).append(record.path)
+    return sizes
+
+
+def _same_file(path, by_size):
+    """The file of `by_size` ({bytes: [paths]}) with the bytes of `path`, or None (hashed only where sizes match)."""
+    if not os.path.isfile(path):
+        return None
+    candidates = by_size.get(os.path.getsize(path), [])
+    if not candidates:
+        return None
+    digest = file_sha256(path)
+    return next((other for other in candidates if file_sha256(other) == digest), None)
+
+
 def check_vae_takes_clips(dataset, vae):
     """Refuse clips a VAE cannot encode: an image VAE, or a frame count off the VAE's k*n+1 rule."""
     if not dataset.has_clips:
@@ -109,6 +154,7 @@ def build_training_data(
     share of the entries (rank, rank + N, ...) into the shared cache folder and, once all have, reads
     every entry back. Entries are keyed by content, so they are the ones one process would write;
     `progress` then counts this process's share."""
+    check_datasets_apart(dataset, validation_dataset, regularization_dataset)
     for source in (dataset, validation_dataset, regularization_dataset):
         if source is not None:
             check_vae_takes_clips(source, vae)

@@ -44,12 +44,29 @@ _FIXES = {
 }
 
 
-def write_error(path, error):
-    """An EriDiffusionError naming `path`, what the operating system said and the fix."""
+def write_error(path, error, what=""):
+    """An EriDiffusionError naming `path` (`what` it is, if given), what the operating system said
+    and the fix."""
     if isinstance(error, ValueError):  # Python refuses a NUL character in a path before the OS sees it
         return EriDiffusionError(f"cannot write {path!r}: the name contains a NUL character; remove it.")
     fix = _FIXES.get(error.errno, "check the folder exists and is writable")
-    return EriDiffusionError(f"cannot write {path}: {error.strerror or error}; {fix}.")
+    named = f"{what} {path} cannot be written" if what else f"cannot write {path}"
+    return EriDiffusionError(f"{named}: {error.strerror or error}; {fix}.")
+
+
+def writable_folder(path, what):
+    """`path`, made if missing, once a file can be written in it; else an EriDiffusionError naming it
+    (`what`: "output folder", ...) and the fix: a file in its place, no permission, a read-only disk."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise EriDiffusionError(f"{what} {path} is a file, not a folder; choose a folder (or remove the file).")
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".eridiffusion-probe.", suffix=TEMP_SUFFIX, dir=path)
+        os.close(fd)
+        os.remove(probe)
+    except (OSError, ValueError) as error:
+        raise write_error(path, error, what) from None
+    return path
 
 
 def write_atomic(path, write, overwrite=False):

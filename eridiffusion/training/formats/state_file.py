@@ -77,12 +77,17 @@ def save_state(adapter_path, state):
     write_safetensors_atomic(state_path(adapter_path), tensors, metadata, overwrite=True)
 
 
-def load_state(path, adapter_path):
-    """The state save_state wrote to `path`; a file that is not one is refused by name."""
-    fix = (
+def damaged_state_fix(path, adapter_path):
+    """What to do about a training state at `path` that cannot be used."""
+    return (
         f"resume from another checkpoint, or move {os.path.basename(path)} away to continue from "
         f"{os.path.basename(adapter_path)}'s weights alone as a new run."
     )
+
+
+def load_state(path, adapter_path):
+    """The state save_state wrote to `path`; a file that is not one is refused by name."""
+    fix = damaged_state_fix(path, adapter_path)
     try:
         with safetensors.safe_open(path, "pt") as f:
             metadata = f.metadata() or {}

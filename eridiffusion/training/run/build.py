@@ -28,6 +28,7 @@ from ..model.objective import Objective
 from ..model.text_encoder import TextEncoderTraining
 from ..speed.checkpointing import checkpointing_injection
 from ..speed.compile_blocks import compile_blocks_injection
+from ..speed.cuda_graphs import release_graph_memory
 from ..speed.fp8_products import Fp8Products, check_fp8_compute
 from . import run_state
 from .config import TrainConfig
@@ -35,33 +36,8 @@ from .distributed import SINGLE_PROCESS, TrainingProcesses
 from .ema import AdapterEMA
 from .lr_schedule import lr_factor
 from .optimizers import check_optimizer_runs, make_optimizer, parameter_groups
+from .preflight import check_block_multipliers, check_run
 from .resume import ResumePoint
-
-
-def check_inputs(data, config, clip, processes):
-    """What can be told wrong before anything is built: an error naming the input and the fix."""
-    if not data.samples:
-        raise EriDiffusionError("TRAINING_DATA holds no samples; check the LoadDataset folder.")
-    if config.text_encoder_lr > 0 and clip is None:
-        raise EriDiffusionError(
-            "text_encoder_lr > 0 trains the text encoder: connect the graph's CLIP to "
-            "LoRATrainer's clip input (or set text_encoder_lr to 0)."
-        )
-    if processes.distributed and config.device != "auto":
-        raise EriDiffusionError(
-            f"device {config.device}: a run of {processes.world_size} processes trains each on its own GPU "
-            "(torchrun's LOCAL_RANK); set device to auto."
-        )
-    if data.regularization is not None and config.prior_weight == 0:
-        raise EriDiffusionError(
-            "regularization images are connected to CacheLatents but prior_weight is 0, so they would be "
-            "drawn and ignored: raise prior_weight (DreamBooth uses 1.0) or disconnect them."
-        )
-    if config.preservation_prompt.strip() and clip is None:
-        raise EriDiffusionError(
-            "preservation_prompt needs the text encoder to encode the class phrase: connect the graph's "
-            "CLIP to LoRATrainer's clip input (or clear preservation_prompt)."
-        )
 
 
 class TrainingRun:
@@ -79,7 +55,7 @@ class TrainingRun:
         resume: ResumePoint | None = None,
         processes: TrainingProcesses = SINGLE_PROCESS,
     ) -> None:
-        check_inputs(data, config, clip, processes)
+        check_run(data, config, clip, resume, processes)
         self.data, self.config, self.run_dir, self.processes = data, config, run_dir, processes
         self.source = trainable_model_clone(model_patcher)
         self.patcher = self.source.clone()
@@ -153,6 +129,7 @@ class TrainingRun:
         """(optimizer, LR scheduler, loss scaler, EMA or None) of the trained parameters."""
         config = self.config
         multipliers = block_multipliers(self.adapters.layer_names, config.block_lr) if config.block_lr.strip() else None
+        check_block_multipliers(multipliers, config.block_lr)
         groups = parameter_groups(
             self.adapters, config.learning_rate, self.text_encoder, config.text_encoder_lr, multipliers
         )
@@ -182,3 +159,4 @@ class TrainingRun:
         model_loading.unload(self.patcher)
         if self.text_encoder is not None:
             self.text_encoder.unload()
+        release_graph_memory()

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 import safetensors
 import torch
 
-from ...errors import EriDiffusionError
+from ...errors import EriDiffusionError, first_line
 from ..adapters import AdapterSpec
 from ..formats.state_file import STATE_SUFFIX, load_state, pickled_state_path, state_path
 from ..settings import check_settings, setting
+from .run_state import check_state
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,23 @@ class ResumePoint:
     state: dict | None = None
 
 
+def _spec_from_metadata(text, path):
+    """The AdapterSpec our metadata entry `eridiffusion_adapter_spec` holds; a named error when it is
+    not the JSON of one (edited, or written by something else)."""
+    try:
+        fields = json.loads(text)
+        if not isinstance(fields, dict):
+            raise TypeError(f"a {type(fields).__name__}, not a mapping")
+        return AdapterSpec(**fields)
+    except (ValueError, TypeError, RecursionError) as error:  # (EriDiffusionError: a field out of bounds)
+        reason = first_line(error)
+        raise EriDiffusionError(
+            f"{path}: its metadata entry eridiffusion_adapter_spec is not an adapter's settings ({reason}); the "
+            "file was edited or written by another tool. Resume from another checkpoint, or remove that entry "
+            "to continue from its weights as a plain LoRA."
+        ) from None
+
+
 def _spec_from_tensors(tensors, path):
     """The spec of a plain LoRA file written by another tool: algorithm and rank from its keys."""
     downs = [t for k, t in tensors.items() if k.endswith(".lora_down.weight")]
@@ -62,6 +80,11 @@ def load_resume_point(path):
         adapter = path[: -len(STATE_SUFFIX)] + ".safetensors"
         raise EriDiffusionError(
             f"{path} is the training state of {adapter}; give the adapter file, and its state beside it is read too."
+        )
+    if os.path.isdir(path):
+        raise EriDiffusionError(
+            f"resume file {path} is a folder; give the path of a .safetensors checkpoint in it "
+            "(runs write them to output/<run_name>/checkpoints/)."
         )
     if not os.path.isfile(path):
         raise EriDiffusionError(
@@ -87,12 +110,12 @@ def load_resume_point(path):
                 "an earlier checkpoint."
             )
         if "eridiffusion_adapter_spec" in metadata:
-            spec = AdapterSpec(**json.loads(metadata["eridiffusion_adapter_spec"]))
+            spec = _spec_from_metadata(metadata["eridiffusion_adapter_spec"], path)
         else:
             spec = _spec_from_tensors(tensors, path)
         state = None
         if os.path.isfile(state_path(path)):
-            state = load_state(state_path(path), path)
+            state = check_state(load_state(state_path(path), path), state_path(path), path)
         elif os.path.exists(pickled_state_path(path)):
             raise EriDiffusionError(
                 f"{pickled_state_path(path)} is a training state in the pickle format of earlier EriDiffusion "

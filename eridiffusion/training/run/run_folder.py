@@ -3,11 +3,12 @@
 import os
 import re
 
-from ..formats.atomic_file import sweep_stale_temp_files
+from ..formats.atomic_file import sweep_stale_temp_files, writable_folder
 
 
 def unique_run_dir(parent, name):
-    """parent/name, or parent/name_2, _3 … when an earlier run already wrote there. Temp files
+    """parent/name, or parent/name_2, _3 … when an earlier run already wrote there (or a file has
+    the name). Temp files
     that killed runs of this name left in their folders are removed first."""
     earlier = re.compile(re.escape(name) + r"(_\d+)?")
     if os.path.isdir(parent):
@@ -20,8 +21,7 @@ def unique_run_dir(parent, name):
                 ):
                     sweep_stale_temp_files(folder)
     candidate, n = os.path.join(parent, name), 1
-    while os.path.exists(candidate) and os.listdir(candidate):
+    while os.path.exists(candidate) and (not os.path.isdir(candidate) or os.listdir(candidate)):
         n += 1
         candidate = os.path.join(parent, f"{name}_{n}")
-    os.makedirs(candidate, exist_ok=True)
-    return candidate
+    return writable_folder(candidate, "run folder")

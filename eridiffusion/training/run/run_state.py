@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...errors import EriDiffusionError
-from ..formats.state_file import state_path
+from ..formats.state_file import damaged_state_fix, state_path
 from .config import NESTED, TrainConfig
 
 
@@ -27,6 +27,89 @@ class RunProgress:
     best: dict | None = None  # {"step", "loss", "path"} of the lowest validation loss
     checks_since_best: int = 0
     checkpoints: list = field(default_factory=list)  # the periodic checkpoints kept (keep_last), oldest first
+
+
+def _whole(low=0):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _number_or_none(v):
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _list_of(test):
+    return lambda v: isinstance(v, list) and all(test(item) for item in v)
+
+
+def _or_none(test):
+    return lambda v: v is None or test(v)
+
+
+def _random_state(v):  # random.Random.getstate(): (version, 625 ints, gauss_next)
+    return isinstance(v, tuple) and len(v) == 3 and isinstance(v[1], tuple) and all(isinstance(i, int) for i in v[1])
+
+
+def _batch_order(v):
+    return isinstance(v, dict) and _random_state(v.get("generator")) and _list_of(_list_of(_whole()))(v.get("pending"))
+
+
+def _validation_point(v):
+    return isinstance(v, list) and len(v) == 2 and _whole()(v[0]) and _number_or_none(v[1])
+
+
+def _best(v):
+    return isinstance(v, dict) and _whole()(v.get("step")) and _number_or_none(v.get("loss")) and "path" in v
+
+
+def _settings(v):  # TrainConfig.as_dict(): its nested adapter and objective settings are mappings too
+    return isinstance(v, dict) and all(isinstance(v.get(name, {}), dict) for name in ("adapter", "objective"))
+
+
+# The training state's schema: (key, required, what it must be, its test). States written before a
+# key existed lack the optional ones.
+STATE_SCHEMA = (
+    ("step", True, "a whole number >= 0", _whole()),
+    ("optimizer", True, "the optimizer's state (a mapping)", lambda v: isinstance(v, dict)),
+    ("scheduler", True, "the schedule's state (a mapping)", lambda v: isinstance(v, dict)),
+    ("scaler", True, "the loss scaler's state (a mapping)", lambda v: isinstance(v, dict)),
+    ("batches", True, "the batch order's state", _batch_order),
+    ("prior_batches", False, "the class images' batch order's state", _or_none(_batch_order)),
+    ("choice", True, "a random generator's state", _random_state),
+    ("noise", True, "a random generator's state (a byte tensor)", lambda v: isinstance(v, torch.Tensor)),
+    ("losses", True, "a list of the steps' losses", _list_of(_number_or_none)),
+    ("eval_loss_before", True, "a number", _number_or_none),
+    ("validation", False, "a list of [step, loss] pairs", _list_of(_validation_point)),
+    ("best", False, "the best validation point", _or_none(_best)),
+    ("checks_since_best", False, "a whole number >= 0", _whole()),
+    ("ema", False, "the EMA's state", _or_none(lambda v: isinstance(v, dict))),
+    ("trained_parameters", False, "a list of tensors", _or_none(_list_of(lambda t: isinstance(t, torch.Tensor)))),
+    ("config", True, "the run's settings (a mapping)", _settings),
+    ("world_size", False, "a whole number >= 1", _whole(1)),
+    ("samples_seen", False, "a whole number >= 0", _whole()),
+)
+
+
+def check_state(state, path, adapter_path):
+    """`state` as read from `path` (beside `adapter_path`) when it fits STATE_SCHEMA: its values of the
+    right types and bounds, one loss per step. Anything else is one damaged-state error."""
+
+    def damaged(what):
+        return EriDiffusionError(f"training state {path} is damaged ({what}); {damaged_state_fix(path, adapter_path)}")
+
+    if not isinstance(state, dict):
+        raise damaged("it holds no mapping of a run's state")
+    for key, required, what, test in STATE_SCHEMA:
+        if key not in state:
+            if required:
+                raise damaged(f"it has no '{key}'")
+            continue
+        if not test(state[key]):
+            raise damaged(f"its '{key}' is not {what}")
+    if len(state["losses"]) != state["step"]:
+        raise damaged(f"it is at step {state['step']} but holds {len(state['losses'])} losses")
+    if any(point[0] > state["step"] for point in state.get("validation", [])):
+        raise damaged("it holds a validation check after its own step")
+    return state
 
 
 # Settings a resumed run may change: how long it runs, where it writes, and how fast it runs.
@@ -53,7 +136,8 @@ def _resumable(values, world_size):
     kept = {k: v for k, v in values.items() if k not in FREE_ON_RESUME}
     # the batch that counts is the global micro-batch: 2 processes x batch_size 1 draw the samples,
     # noise and noise levels 1 process x batch_size 2 draws (trainer.py), so either continues the other
-    kept["batch_size"] = values["batch_size"] * world_size
+    batch = values["batch_size"]
+    kept["batch_size"] = batch * world_size if isinstance(batch, int) else batch  # (a damaged state's: differs)
     return kept
 
 
@@ -118,24 +202,38 @@ def capture(run, step):
     }
 
 
-def restore(run, state, path):
-    """Put TrainingRun `run` back where `state` (read beside the adapter at `path`) left it."""
-    world_size = run.processes.world_size
+def check_resumable(state, config, world_size, path):
+    """Refuse to continue `state` (read beside the adapter at `path`) with TrainConfig `config` on
+    `world_size` processes when a setting that must stay differs: checked before a run makes its
+    folder or loads anything."""
     written = _resumable(_with_defaults(state["config"]), state.get("world_size", 1))
-    if written != resumable_settings(run.config, world_size):
-        changed = sorted(k for k, v in resumable_settings(run.config, world_size).items() if written.get(k) != v)
-        if changed == ["batch_size"]:
+    if written != resumable_settings(config, world_size):
+        changed = sorted(k for k, v in resumable_settings(config, world_size).items() if written.get(k) != v)
+        if changed == ["batch_size"] and isinstance(state["config"].get("batch_size"), int):
             raise EriDiffusionError(
                 f"{state_path(path)} continues exactly only with the batch it was trained with: "
-                f"{_global_batch_advice(state, run.config, world_size)}."
+                f"{_global_batch_advice(state, config, world_size)}."
             )
         raise EriDiffusionError(
             f"{state_path(path)} was written with other settings ({', '.join(changed)} "
             "differ); use the same settings to resume, or start a new run."
         )
+
+
+def restore(run, state, path):
+    """Put TrainingRun `run` back where `state` (read beside the adapter at `path`) left it."""
+    check_resumable(state, run.config, run.processes.world_size, path)
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
     run.scaler.load_state_dict(state["scaler"])
+    samples = len(run.data.samples)
+    for name, data in (("batches", run.data), ("prior_batches", run.data.regularization)):
+        order = state.get(name)
+        if order is not None and data is not None and any(i >= len(data.samples) for b in order["pending"] for i in b):
+            raise EriDiffusionError(
+                f"{state_path(path)} draws from more images than this run's {samples}: it was written for "
+                "other training data; resume with that data, or start a new run."
+            )
     run.batches.load_state(state["batches"])
     if run.prior_batches is not None and state.get("prior_batches") is not None:
         run.prior_batches.load_state(state["prior_batches"])

@@ -199,6 +199,21 @@ class GraphedCall:
         return None
 
 
+def release_graph_memory():
+    """Give back the memory of graphs no longer used. torch keeps a cuBLAS workspace per stream, and
+    one made while a graph was captured came from that graph's private memory pool: it kept the pool,
+    and all the graph's memory with it, allocated after the graph was gone (on an H100, 0.3 to 0.9
+    GiB more after each run that trained a text encoder with graphs). The workspaces are made again
+    when next needed."""
+    if not torch.cuda.is_initialized():
+        return
+    gc.collect()  # (graphs in reference cycles go now)
+    torch.cuda.synchronize()
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+
+
 def _breaking(error):
     """The error that broke a capture: CUDA ends a capture that an op broke with an error of its
     own ("a previous error during capture"), raised while the op's is handled."""

@@ -1,0 +1,101 @@
+"""What can be told wrong about a run before it makes its folder, loads a model or encodes an image:
+settings that contradict the data, masks that leave nothing to learn, a resume point the run cannot
+continue. LoRATrainer, the command line's `train` and its `--dry-run` ask the same checks, so a
+mistake is named the same way wherever it is made."""
+
+import os
+
+from ...errors import EriDiffusionError
+from .run_state import check_resumable
+
+# Below this share of the loss weight (masked pixels at their mask's value, the rest at mask_min)
+# over all the images, a run trains on almost nothing.
+MIN_TRAINED_SHARE = 0.01
+
+
+def check_run(data, config, clip, resume, processes):
+    """Every check of a run of TrainConfig `config` on TrainingData `data` (with `clip` and the
+    ResumePoint `resume`, or None, on `processes`) that needs no model moved and no folder made."""
+    if not data.samples:
+        raise EriDiffusionError("TRAINING_DATA holds no samples; check the LoadDataset folder.")
+    if config.text_encoder_lr > 0 and clip is None:
+        raise EriDiffusionError(
+            "text_encoder_lr > 0 trains the text encoder: connect the graph's CLIP to "
+            "LoRATrainer's clip input (or set text_encoder_lr to 0)."
+        )
+    if processes.distributed and config.device != "auto":
+        raise EriDiffusionError(
+            f"device {config.device}: a run of {processes.world_size} processes trains each on its own GPU "
+            "(torchrun's LOCAL_RANK); set device to auto."
+        )
+    if config.preservation_prompt.strip() and clip is None:
+        raise EriDiffusionError(
+            "preservation_prompt needs the text encoder to encode the class phrase: connect the graph's "
+            "CLIP to LoRATrainer's clip input (or clear preservation_prompt)."
+        )
+    check_settings_fit_data(config, data.validation is not None, data.regularization is not None)
+    check_masks(*masks_of_samples(data), config.mask_min)
+    check_resume_point(resume, config, processes.world_size)
+
+
+def check_settings_fit_data(config, has_validation, has_regularization):
+    """Settings that mean nothing, or silently nothing, with the data connected."""
+    if has_regularization and config.prior_weight == 0:
+        raise EriDiffusionError(
+            "regularization images are connected to CacheLatents but prior_weight is 0, so they would be "
+            "drawn and ignored: raise prior_weight (DreamBooth uses 1.0) or disconnect them."
+        )
+    if config.early_stop_patience and not has_validation:
+        raise EriDiffusionError(
+            f"early_stop_patience is {config.early_stop_patience}, but the run has no validation images to stop "
+            "on: hold some out with LoadDataset's validation fraction, connect a validation_dataset to "
+            "CacheLatents, or set early_stop_patience to 0."
+        )
+
+
+def check_masks(masked, unmasked, mask_min):
+    """`masked`: (image, mean of its mask in [0, 1]) of every image with a mask, beside `unmasked`
+    images weighing 1. A mask set under which less than MIN_TRAINED_SHARE of the loss weight is left
+    is an error naming the images. (A single black mask is LoadDataset's warning.)"""
+    if not masked:
+        return
+    weights = [mask_min + (1 - mask_min) * coverage for _, coverage in masked] + [1.0] * unmasked
+    if sum(weights) / len(weights) < MIN_TRAINED_SHARE:
+        names = ", ".join(os.path.basename(image) for image, _ in masked[:5]) + (", …" if len(masked) > 5 else "")
+        raise EriDiffusionError(
+            f"the masks of {len(masked)} images ({names}) leave {100 * sum(weights) / len(weights):.2g}% of their "
+            "pixels to train on: black means ignore. Paint what the LoRA should learn white in masks/, or raise "
+            "TrainingExtras' mask_min."
+        )
+
+
+def masks_of_samples(data):
+    """check_masks' `masked` of TrainingData `data`: each masked sample's mean mask on its latent grid."""
+    masked = [(sample.source, float(sample.mask.float().mean())) for sample in data.samples if sample.mask is not None]
+    return masked, len(data.samples) - len(masked)
+
+
+def masks_of_records(dataset):
+    """check_masks' `masked` of a Dataset, from the masks' coverage read when it was loaded."""
+    masked = [(record.path, record.mask_coverage) for record in dataset.records if record.mask]
+    return masked, len(dataset.records) - len(masked)
+
+
+def check_resume_point(point, config, world_size):
+    """A resume point that the run cannot continue: other settings, or a step at or past `steps`."""
+    if point is None or point.state is None:
+        return
+    check_resumable(point.state, config, world_size, point.path)
+    if point.state["step"] >= config.steps:
+        raise EriDiffusionError(
+            f"{point.path} is at step {point.state['step']}, and steps is {config.steps}: raise steps to train on."
+        )
+
+
+def check_block_multipliers(multipliers, block_lr):
+    """block_lr's {layer: multiplier} that sets every layer's rate to 0 trains nothing."""
+    if multipliers and not any(multipliers.values()):
+        raise EriDiffusionError(
+            f"block_lr '{block_lr}' sets the learning rate of every adapted block to 0, so nothing would train; "
+            "give some block a multiplier above 0, or clear block_lr."
+        )

@@ -1,0 +1,191 @@
+"""Issue 27, checked too late and raw tracebacks: what the command line and the graph can tell wrong
+before any model loads or image is encoded (a save name leaving models/loras, --resume auto with
+nothing to resume, an output folder that cannot be written), model files that are not what they
+claim, config files YAML allows but no config means, and a start free of other packages' noise."""
+
+import asyncio
+import os
+import pickle
+import shutil
+import subprocess
+
+import pytest
+
+from devkit.headless import CONFIGS, run_cli, write_yaml
+from devkit.workflow import training_prompt
+
+TINY = os.path.join(CONFIGS, "tiny_demo.yaml")
+
+
+def config(tmp_path, text, name="run.yaml"):
+    return write_yaml(tmp_path / name, f"_base_: {TINY}\n{text}")
+
+
+def cli_error(tmp_path, *args):
+    """(the error line the command printed, the files it left in the output folder)."""
+    done = run_cli("train", *args, "--output", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("eridiffusion: error: ")]
+    assert len(errors) == 1, done.stderr
+    out = tmp_path / "out"
+    return errors[0][len("eridiffusion: error: ") :], sorted(os.listdir(out)) if out.is_dir() else []
+
+
+ESCAPING = "SaveLoRA filename_prefix '../x' must be a relative name inside models/loras"
+
+
+@pytest.mark.parametrize("mode", [["--dry-run"], []], ids=["dry run", "train"])
+def test_a_save_prefix_leaving_models_loras_is_refused_before_anything_loads(mode, tmp_path):
+    error, left = cli_error(tmp_path, config(tmp_path, "save: {filename_prefix: ../x}\n"), *mode)
+    assert error.startswith(ESCAPING)
+    assert left == []  # no run folder, no latent cache
+
+
+def test_a_save_prefix_leaving_models_loras_fails_the_prompts_validation_before_any_node_runs(registered, photos):
+    import execution
+
+    prompt = training_prompt(photos(1), {"run_name": "validated_prefix"}, save={"filename_prefix": "../x"})
+    valid, error, _, node_errors = asyncio.run(execution.validate_prompt("validation-test", prompt, None))
+    assert not valid
+    details = [e["details"] for node in node_errors.values() for e in node["errors"]]
+    assert any(ESCAPING in detail for detail in details), details
+
+
+def test_resume_auto_with_nothing_to_resume_is_refused_before_the_model_loads(tmp_path):
+    missing_model = tmp_path / "no_such_model.safetensors"  # the model is never looked at
+    text = f"model: {{checkpoint: {missing_model}}}\ntrain: {{run_name: never_ran}}\n"
+    error, left = cli_error(tmp_path, config(tmp_path, text), "--resume", "auto")
+    assert error == (
+        f"--resume auto: run 'never_ran' has no checkpoint with its training state in {tmp_path / 'out'}; run "
+        "without --resume to start it."
+    )
+    assert left == []
+
+
+def test_an_output_folder_that_is_a_file_or_cannot_be_written_is_named(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    done = run_cli("train", TINY, "--output", taken, cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"eridiffusion: error: output folder {taken} is a file, not a folder; choose a folder" in done.stderr
+    done = run_cli("train", TINY, "--output", "/proc/eridiffusion-out", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "eridiffusion: error: output folder /proc/eridiffusion-out cannot be written: " in done.stderr
+
+
+def model_file(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content)
+    return path
+
+
+HEADER_CLAIMS_TOO_MUCH = (10**9).to_bytes(8, "little") + b'{"a": 1}'
+
+
+@pytest.mark.parametrize(
+    "name, content, problem",
+    [
+        ("text.safetensors", b"this is not a model\n" * 10, "it is a text file"),
+        ("empty.safetensors", b"", "it holds 0 bytes"),
+        ("huge_header.safetensors", HEADER_CLAIMS_TOO_MUCH, "it is truncated or damaged (its header claims"),
+        ("bad_header.safetensors", (8).to_bytes(8, "little") + b"not json", "its header is not the JSON"),
+    ],
+    ids=["text", "empty", "header past the end", "header not JSON"],
+)
+def test_a_model_file_that_is_no_safetensors_is_named_with_the_fix(name, content, problem, tmp_path):
+    path = model_file(tmp_path, name, content)
+    error, left = cli_error(tmp_path, config(tmp_path, f"model: {{checkpoint: {path}}}\n"))
+    assert error.startswith(f"model.checkpoint {path} is not a .safetensors file ComfyUI can read: {problem}")
+    assert error.endswith("Download it again (or give the right file).")
+    assert left == []
+
+
+class Payload:
+    def __reduce__(self):
+        return print, ("a pickle ran code",)
+
+
+def test_a_pickle_checkpoint_comfyui_refuses_is_named_with_what_to_use_instead(tmp_path):
+    path = tmp_path / "model.ckpt"
+    with open(path, "wb") as f:
+        pickle.dump({"state_dict": Payload()}, f)
+    error, _ = cli_error(tmp_path, config(tmp_path, f"model: {{checkpoint: {path}}}\n"))
+    assert error.startswith(f"model.checkpoint {path} is a pickle checkpoint that ComfyUI will not open safely (")
+    assert error.endswith("Use the model's .safetensors release, or convert the file to .safetensors.")
+
+
+def test_a_folder_given_as_a_model_file_is_called_a_folder(tmp_path):
+    error, _ = cli_error(tmp_path, config(tmp_path, f"model: {{checkpoint: {tmp_path}}}\n"))
+    assert error == f"model.checkpoint {tmp_path} is a folder; give the path of the .safetensors file in it."
+
+
+BROKEN_CONFIGS = {
+    "a section twice": (
+        "train: {steps: 3}\ntrain: {rank: 4}\n",
+        "the key 'train' is written twice in one mapping (line 2 and line 3)",
+    ),
+    "an alias inside itself": ("sample: &loop {prompts: [*loop]}\n", "has an alias (*name) inside the value it names"),
+    "an alias bomb": (
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+        "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
+        "holds more than 100000 values once its aliases (*name) are expanded",
+    ),
+    "a 400-digit learning rate": (
+        "train: {learning_rate: " + "9" * 400 + "}\n",
+        "train.learning_rate must be a number a float can hold, got 9999",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_CONFIGS))
+def test_a_config_yaml_allows_but_no_config_means_is_named(case, tmp_path):
+    text, message = BROKEN_CONFIGS[case]
+    error, left = cli_error(tmp_path, write_yaml(tmp_path / "broken.yaml", f"model: tiny-sdxl\n{text}"), "--dry-run")
+    assert str(tmp_path / "broken.yaml") in error and message in error
+    assert left == []
+
+
+def test_a_config_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("model: tiny-sdxl\ndataset: {folder: caf\xe9}\n".encode("latin-1"))
+    error, _ = cli_error(tmp_path, path, "--dry-run")
+    assert error.startswith(f"config file {path} is not UTF-8 text (byte ") and error.endswith("save it as UTF-8.")
+
+
+def test_the_command_line_starts_without_other_packages_warnings(tmp_path):
+    done = run_cli("train", TINY, "--dry-run", "--output", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "torchaudio" not in done.stderr and "bitsandbytes" not in done.stderr, done.stderr
+
+
+def test_a_file_with_the_runs_name_in_the_output_folder_sends_the_run_to_the_next_name(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "taken_name").write_text("not a run")
+    text = "train: {steps: 2, run_name: taken_name}\nsample: null\n"
+    done = run_cli("train", config(tmp_path, text), "--output", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "taken_name_2" / "summary.json").is_file()
+
+
+def chattr(flag, path):
+    return shutil.which("chattr") and subprocess.run(["chattr", flag, path], capture_output=True).returncode == 0
+
+
+def test_an_output_folder_made_read_only_after_a_run_cached_its_data_is_named_before_anything_loads(tmp_path):
+    out = tmp_path / "out"
+    first = run_cli(
+        "train", config(tmp_path, "train: {steps: 1, run_name: first}\nsample: null\n"), "--output", out, cwd=tmp_path
+    )
+    assert first.returncode == 0, first.stderr
+    if not chattr("+i", out):
+        pytest.skip("chattr +i needs root on a file system that has the flag")
+    try:
+        error, left = cli_error(tmp_path, config(tmp_path, "train: {steps: 1, run_name: second}\nsample: null\n"))
+    finally:
+        chattr("-i", out)
+    assert error == (
+        f"output folder {out} cannot be written: Operation not permitted; the folder or file is protected "
+        "(read-only or immutable): make it writable for the user running ComfyUI."
+    )
+    assert "second" not in left and "eridiffusion_cache" in left  # (the first run's cache is all there is)
