@@ -90,9 +90,7 @@ def main():
                 "allocated_over_baseline_MiB": (torch.cuda.memory_allocated() - baseline) / 2**20,
                 "new_cuda_tensors": len(new),
                 "new_bytes_MiB": sum(t.numel() * t.element_size() for t in new) / 2**20,
-                "largest": [
-                    {"shape": list(t.shape), "dtype": str(t.dtype), "held_by": holders(t)} for t in new[:5]
-                ],
+                "largest": [{"shape": list(t.shape), "dtype": str(t.dtype), "held_by": holders(t)} for t in new[:5]],
             }
         )
         print(json.dumps(rows[-1]), flush=True)

@@ -39,16 +39,21 @@ def refusal(prefix, overwrite=False):
     return str(raised.value)
 
 
-def test_prefix_dot_is_refused_through_the_executor_and_nothing_leaves_models_loras(registered, photos, comfy_dirs):
+def test_prefix_dot_is_refused_when_the_prompt_is_queued_and_nothing_leaves_models_loras(
+    registered, photos, comfy_dirs
+):
+    """ComfyUI asks SaveLoRA's validate_inputs before any node runs: nothing is trained for a name
+    that cannot be saved."""
     parent = os.path.dirname(comfy_dirs["loras"])
     before = sorted(os.listdir(parent))
-    outcome = run_training(photos(1), "dot_prefix", save={"filename_prefix": "."})
-    assert outcome.error == (
-        "EriDiffusion_SaveLoRA: SaveLoRA filename_prefix '.' must be a relative name inside "
-        "models/loras (like 'my_lora' or 'people/my_lora'), without '.' or '..' parts or a "
-        "leading '/'."
-    )
+    with pytest.raises(RuntimeError) as rejected:
+        run_training(photos(1), "dot_prefix", save={"filename_prefix": "."})
+    assert (
+        "SaveLoRA filename_prefix '.' must be a relative name inside models/loras (like 'my_lora' or "
+        "'people/my_lora'), without '.' or '..' parts or a leading '/'."
+    ) in str(rejected.value)
     assert sorted(os.listdir(parent)) == before and not os.path.exists(comfy_dirs["loras"] + ".safetensors")
+    assert not os.path.exists(os.path.join(comfy_dirs["output"], "dot_prefix"))
 
 
 @pytest.mark.parametrize("prefix", ["./x", "a/./b", "a/..", "../escape", "/tmp/absolute"])
