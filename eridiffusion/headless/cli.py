@@ -64,7 +64,10 @@ def parser():
 
 
 def _positive(text):
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of GPUs, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more (got {value})")
     return value
@@ -141,6 +144,10 @@ def _train(args, host_folders, processes):
         return 0
     from . import run
 
+    if args.output is not None and not args.output.strip():
+        raise EriDiffusionError("--output is empty: give the output folder (or leave --output out for ./output).")
+    if args.resume is not None and not args.resume.strip():
+        raise EriDiffusionError("--resume is empty: give auto (the run's newest checkpoint) or a checkpoint's path.")
     output = os.path.abspath(args.output or config.output or "output")
     run.use_output_folder(output)
     if args.dry_run:
@@ -148,8 +155,9 @@ def _train(args, host_folders, processes):
 
         if processes.is_main:
             run.check_save_target(config)
-            run.resume_point(args.resume, output, run.train_config(config))
+            point = run.resume_point(args.resume, output, run.train_config(config))
             inputs = run.load_inputs(config)
+            run.check_resume_fits(point, inputs.model, inputs.clip, run.train_config(config))
             count = max(args.gpus or 1, processes.world_size)
             print("\n".join(plan_lines(config, inputs, run.train_config(config), output, processes=count)))
         return 0

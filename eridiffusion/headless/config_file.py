@@ -76,10 +76,24 @@ def read_config(path):
     return ConfigText(path, values, origins)
 
 
+def _yaml_problem(error):
+    """A YAML parser's error as one line: `:<line>:<column>: is not valid YAML: <problem>` (YAML's
+    own fix for the commonest one, a tab in the indentation, added)."""
+    mark, problem = getattr(error, "problem_mark", None), getattr(error, "problem", None)
+    if mark is None or not problem:
+        return f" is not valid YAML: {' '.join(str(error).split())}"
+    hint = "; indent with spaces, not tabs" if "'\\t'" in problem else ""
+    return f":{mark.line + 1}:{mark.column + 1}: is not valid YAML: {problem}{hint}"
+
+
 def _load_yaml(path, included_by):
     where = f" (named in {included_by}'s {BASE_KEY})" if included_by else ""
     if os.path.isdir(path):
         raise EriDiffusionError(f"config file {path}{where} is a folder; give the .yaml file inside it.")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise EriDiffusionError(
+            f"config file {path}{where} is not a regular file (a device or pipe); give a .yaml file."
+        )
     if not os.path.isfile(path):
         raise EriDiffusionError(f"config file {path}{where} does not exist.")
     if os.path.getsize(path) > MAX_FILE_BYTES:
@@ -95,7 +109,7 @@ def _load_yaml(path, included_by):
             f"config file {path}{where} is not UTF-8 text (byte {error.start}); save it as UTF-8."
         ) from None
     except yaml.YAMLError as error:
-        raise EriDiffusionError(f"{path} is not valid YAML: {error}") from None
+        raise EriDiffusionError(f"{path}{_yaml_problem(error)}") from None
     except RecursionError:
         raise EriDiffusionError(f"{path} nests deeper than a config can; flatten it.") from None
     _check_size(data, path)

@@ -227,6 +227,7 @@ def load_models(source):
         from ..training.model.tiny_models import build_tiny_demo
 
         return build_tiny_demo(source.tiny, seed=0)
+    check_model_files(source)
     options = _model_options(source.weight_dtype)
     if source.checkpoint:
         model, clip, vae = load_checkpoint(
@@ -239,6 +240,16 @@ def load_models(source):
     if source.vae:
         vae = load_vae(source.vae)
     return model, clip, vae
+
+
+def check_model_files(source):
+    """Every model file of `source` checked before any is loaded: a wrong VAE path is named at once,
+    not after minutes of loading the diffusion model."""
+    for key in ("checkpoint", "diffusion_model", "vae"):
+        if getattr(source, key):
+            _existing(getattr(source, key), key)
+    for path in source.text_encoders or ():
+        _existing(path, "text_encoders")
 
 
 def load_checkpoint(path, model_options, with_clip=True, with_vae=True):

@@ -26,6 +26,7 @@ from ..training.run.preflight import (
     check_settings_fit_data,
     masks_of_records,
 )
+from ..training.run.resume import check_resume_fits
 from . import terminal
 from .models import load_models, model_family
 from .run_config import RunConfig, config_yaml
@@ -120,8 +121,10 @@ def train_config(config):
 
 
 def newest_checkpoint(output, run_name):
-    """The checkpoint of run `run_name` (its folder or a later _2, _3 ...) whose training state was
-    written last: where `--resume auto` continues."""
+    """The checkpoint of run `run_name` (its folder or a later _2, _3 ...) furthest on, with its
+    training state: where `--resume auto` continues. Its step is read from its name
+    (<run>_step<N>); of equal steps, the state written last wins. (By time alone, a copied or
+    touched folder sent a run back to an earlier checkpoint.)"""
     folders = re.compile(re.escape(run_name) + r"(_\d+)?")
     found = []
     if os.path.isdir(output):
@@ -130,14 +133,15 @@ def newest_checkpoint(output, run_name):
             if entry.is_dir() and folders.fullmatch(entry.name) and os.path.isdir(checkpoints):
                 for name in os.listdir(checkpoints):
                     state = os.path.join(checkpoints, name[: -len(".safetensors")] + ".training_state")
-                    if name.endswith(".safetensors") and os.path.isfile(state):
-                        found.append((os.path.getmtime(state), os.path.join(checkpoints, name)))
+                    step = re.search(r"_step(\d+)\.safetensors$", name)
+                    if step and os.path.isfile(state):
+                        found.append((int(step.group(1)), os.path.getmtime(state), os.path.join(checkpoints, name)))
     if not found:
         raise EriDiffusionError(
             f"--resume auto: run '{run_name}' has no checkpoint with its training state in "
             f"{output}; run without --resume to start it."
         )
-    return max(found)[1]
+    return max(found)[2]
 
 
 def resume_point(resume, output, settings, processes=SINGLE_PROCESS):
@@ -208,6 +212,7 @@ def train_from_config(
     point = resume_point(resume, output, settings, processes)  # before any model loads
     check_save_target(config)
     inputs = load_inputs(config)
+    check_resume_fits(point, inputs.model, inputs.clip, settings)  # before any image is encoded
     device = comfy.model_management.get_torch_device()
     where = f"in {processes.world_size} processes (rank 0 on {device})" if processes.distributed else f"on {device}"
     say(f"model {config.model.describe()}: {inputs.family.name} {where}")

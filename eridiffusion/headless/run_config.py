@@ -12,7 +12,7 @@ from ..training.settings import nearest_hint, parsed_value
 from . import ai_toolkit
 from .config_file import read_config
 from .models import TINY_MODELS, ModelSource
-from .schema import NODE_SECTIONS, OPTIONAL_SECTIONS, SECTIONS, section_settings
+from .schema import DECLARED, NODE_SECTIONS, OPTIONAL_SECTIONS, SECTIONS, section_settings
 
 TOP_LEVEL = SECTIONS + ("output",)
 
@@ -115,6 +115,11 @@ def _complete(path, raw, labels, output, unsupported, schema):
         if not isinstance(given, (dict, type(None))):
             raise EriDiffusionError(f"{origin}: {where} must be a mapping of keys (got {given!r}).")
         resolved[section] = _complete_section(section, given or {}, labels, path)
+        if section in DECLARED and section != "model":
+            try:  # the declaration's checks of the values together (sample.prompts not empty ...)
+                DECLARED[section](**resolved[section])
+            except EriDiffusionError as error:
+                raise EriDiffusionError(f"{origin}: {where}: {error}") from None
     for section in ("dataset", "validation_dataset", "regularization_dataset"):
         if (section == "dataset" or raw.get(section) is not None) and "folder" not in (raw.get(section) or {}):
             raise EriDiffusionError(

@@ -47,11 +47,14 @@ def section_settings(section: str) -> dict[str, Setting]:
     if section in ("train", "objective"):
         wanted = section == "objective"
         return {n: s for n, s in training_settings().items() if (s.info.group == "objective") == wanted}
-    declared = {
-        "model": ModelSource,
-        "cache": CacheSettings,
-        "sample": SamplerSettings,
-        "save": SaveSettings,
-        "logging": LoggingSettings,
-    }
-    return settings_of(declared[section])
+    return settings_of(DECLARED[section])
+
+
+# Sections whose keys are one declaration's fields: building it checks the values together.
+DECLARED = {
+    "model": ModelSource,
+    "cache": CacheSettings,
+    "sample": SamplerSettings,
+    "save": SaveSettings,
+    "logging": LoggingSettings,
+}

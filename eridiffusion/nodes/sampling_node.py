@@ -4,7 +4,6 @@ from typing import Any
 
 from comfy_api.latest import io
 
-from ..errors import EriDiffusionError
 from ..training.run.samples import SamplerSettings, SampleSettings
 from ..training.settings import settings_of
 from . import sockets
@@ -36,8 +35,6 @@ class SampleDuringTraining(io.ComfyNode):
     def execute(cls, clip: Any, vae: Any, **values: Any) -> io.NodeOutput:
         settings = SamplerSettings(**values)
         lines = settings.prompt_lines()
-        if not lines:
-            raise EriDiffusionError("SampleDuringTraining: prompts is empty; write one prompt per line.")
         sample_settings = SampleSettings(
             prompts=lines,
             positives=tuple(encode(clip, p) for p in lines),

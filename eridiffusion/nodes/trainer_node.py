@@ -18,7 +18,7 @@ from ..training.run.config import train_config_from, training_settings
 from ..training.run.distributed import SINGLE_PROCESS
 from ..training.run.loss_plot import LossHistory
 from ..training.run.preflight import check_run
-from ..training.run.resume import ResumePoint
+from ..training.run.resume import ResumePoint, check_resume_fits
 from ..training.run.run_folder import unique_run_dir
 from ..training.run.samples import SampleSettings
 from ..training.run.summary import validation_summary
@@ -150,6 +150,7 @@ class LoRATrainer(io.ComfyNode):
         connected = [inputs.pop(name, None) for name in SETTING_SOCKETS]
         config = train_config(inputs, [settings for settings in connected if settings is not None])
         check_run(training_data, config, clip, resume, SINGLE_PROCESS)  # before the run's folder is made
+        check_resume_fits(resume, model, clip, config)
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)
         save_workflow(cls.hidden.extra_pnginfo, cls.hidden.unique_id, run_dir)
         # ComfyUI runs nodes under inference_mode; training needs autograd.

@@ -348,3 +348,34 @@ def test_ai_toolkit_is_reg_dataset_becomes_the_regularization_dataset(tmp_path):
     twice = text.replace("is_reg: true", "is_reg: false")
     with pytest.raises(EriDiffusionError, match="at most one more with is_reg: true"):
         load_run_config(write_yaml(tmp_path / "two.yaml", twice))
+
+
+@pytest.mark.parametrize("name", ["null", '""', "[a, b]", "12"])
+def test_ai_toolkit_name_that_is_no_text_is_an_error_naming_it(name, tmp_path):
+    path = write_yaml(tmp_path / "named.yaml", AI_TOOLKIT.replace('name: "my_first_flux_lora_v1"', f"name: {name}"))
+    with pytest.raises(EriDiffusionError, match=r"named\.yaml.*config\.name is .*give the run's name"):
+        load_run_config(path)
+
+
+def test_an_empty_sample_prompt_list_is_named_with_the_config_file_when_the_config_is_read(tmp_path):
+    path = write_yaml(tmp_path / "run.yaml", "model: tiny-sdxl\ndataset: {folder: photos}\nsample: {prompts: []}\n")
+    with pytest.raises(EriDiffusionError, match=r"run\.yaml.*sample.*prompts is empty; write one prompt per line"):
+        load_run_config(path)
+
+
+def test_a_yaml_syntax_error_is_one_line_with_its_line_and_column(tmp_path):
+    path = write_yaml(tmp_path / "tabs.yaml", "model: tiny-sdxl\ntrain:\n\tsteps: 3\n")
+    with pytest.raises(EriDiffusionError) as raised:
+        load_run_config(path)
+    assert str(raised.value) == (
+        f"{path}:3:1: is not valid YAML: found character '\\t' that cannot start any token; indent with spaces, "
+        "not tabs"
+    )
+
+
+def test_a_device_given_as_a_config_file_is_not_read(tmp_path):
+    path = write_yaml(tmp_path / "run.yaml", "_base_: /dev/zero\nmodel: tiny-sdxl\n")
+    with pytest.raises(EriDiffusionError, match=r"config file /dev/zero \(named in .*run\.yaml's _base_\) is not a "):
+        load_run_config(path)
+    with pytest.raises(EriDiffusionError, match=r"config file /dev/zero is not a regular file"):
+        load_run_config("/dev/zero")

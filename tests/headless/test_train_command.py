@@ -78,3 +78,23 @@ def test_train_command_and_the_node_graph_give_the_same_losses(quick_demo, comfy
     assert len(cli_losses) == len(graph_losses) == STEPS
     assert cli_losses == pytest.approx(graph_losses, abs=1e-6, rel=0)
     assert cli["eval_loss_after"] == pytest.approx(graph["eval_loss_after"], abs=1e-6, rel=0)
+
+
+def test_resume_auto_takes_the_checkpoint_furthest_on_not_the_one_touched_last(tmp_path):
+    from eridiffusion.headless.run import newest_checkpoint
+
+    def checkpoint(folder, step, when):
+        os.makedirs(tmp_path / folder / "checkpoints", exist_ok=True)
+        path = tmp_path / folder / "checkpoints" / f"run_step{step:06d}.safetensors"
+        for file in (path, path.with_suffix(".training_state")):
+            file.write_bytes(b"")
+            os.utime(file, (when, when))
+        return str(path)
+
+    furthest = checkpoint("run", 20, when=1000)
+    checkpoint("run", 10, when=3000)  # copied back, or touched, after the run went on
+    checkpoint("run_2", 5, when=2000)
+    (tmp_path / "run" / "checkpoints" / "run_step000030.safetensors").write_bytes(b"")  # no state beside it
+    assert newest_checkpoint(str(tmp_path), "run") == furthest
+    later = checkpoint("run_2", 20, when=4000)  # the same step in a later folder: the one written last
+    assert newest_checkpoint(str(tmp_path), "run") == later

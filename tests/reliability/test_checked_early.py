@@ -189,3 +189,48 @@ def test_an_output_folder_made_read_only_after_a_run_cached_its_data_is_named_be
         "(read-only or immutable): make it writable for the user running ComfyUI."
     )
     assert "second" not in left and "eridiffusion_cache" in left  # (the first run's cache is all there is)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--resume", ""], "--resume is empty: give auto (the run's newest checkpoint) or a checkpoint's path."),
+        (["--output", " "], "--output is empty: give the output folder (or leave --output out for ./output)."),
+    ],
+    ids=["resume", "output"],
+)
+def test_an_empty_command_line_path_is_refused_not_taken_as_the_default(args, message, tmp_path):
+    done = run_cli("train", TINY, "--dry-run", *args, cwd=tmp_path)
+    assert done.returncode == 2 and f"eridiffusion: error: {message}" in done.stderr, done.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_gpu_count_that_is_no_number_is_named(tmp_path):
+    done = run_cli("train", TINY, "--gpus", "abc", cwd=tmp_path)
+    assert done.returncode == 2 and "--gpus: must be a whole number of GPUs, got 'abc'" in done.stderr, done.stderr
+
+
+def test_every_model_file_is_checked_before_the_first_one_loads(tmp_path):
+    import safetensors.torch
+    import torch
+
+    unet = tmp_path / "unet.safetensors"  # a real safetensors file, which ComfyUI would take minutes over
+    safetensors.torch.save_file({"w": torch.zeros(2)}, unet)
+    vae = tmp_path / "no_vae.safetensors"
+    text = f"model: {{diffusion_model: {unet}, text_encoders: [{unet}], vae: {vae}}}\n"
+    error, left = cli_error(tmp_path, config(tmp_path, text), "--dry-run")
+    assert error == f"model.vae {vae} does not exist; give the path of the .safetensors file."
+    assert left == []
+
+
+def test_a_checkpoint_of_another_model_is_refused_before_any_image_is_encoded(tmp_path):
+    sd15 = config(tmp_path, "model: tiny-sd15\ntrain: {steps: 1, run_name: sd15}\nsample: null\n", "sd15.yaml")
+    done = run_cli("train", sd15, "--output", tmp_path / "first", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    checkpoint = tmp_path / "first" / "sd15" / "checkpoints" / "sd15_step000001.safetensors"
+    sdxl = config(tmp_path, "model: tiny-sdxl\ntrain: {steps: 2}\ncache: {cache_folder: cache}\n", "sdxl.yaml")
+    for mode in (["--dry-run"], []):
+        error, left = cli_error(tmp_path, sdxl, "--resume", checkpoint, *mode)
+        assert error.startswith(f"{checkpoint} holds weights for layers this run does not train (")
+        assert error.endswith("Resume from a checkpoint of this model, or start a new run.")
+        assert left == [] and not (tmp_path / "cache").exists()

@@ -178,3 +178,29 @@ def test_a_resume_lora_holding_nan_is_refused(checkpoint, photos, tmp_path):
         f"EriDiffusion_LoadLoRAForTraining: {adapter} holds NaN or infinite values (1 of its {len(tensors)} tensors, "
         f"e.g. {first}): it was saved from a diverged run. Resume from an earlier checkpoint."
     )
+
+
+def test_a_checkpoint_of_another_model_is_refused_before_the_run_folder_is_made(checkpoint, photos):
+    import folder_paths
+
+    outcome = run_training(photos(1), "sd15_onto_sdxl", resume=checkpoint, architecture="sdxl")
+    assert not outcome.success
+    assert outcome.error.startswith(
+        f"EriDiffusion_LoRATrainer: {checkpoint} holds weights for layers this run does not train ("
+    )
+    assert not os.path.exists(os.path.join(folder_paths.get_output_directory(), "sd15_onto_sdxl"))
+
+
+def test_a_lora_whose_shapes_are_another_models_is_refused_naming_the_layer(checkpoint, photos, tmp_path):
+    adapter, state = copy_checkpoint(checkpoint, tmp_path)
+    os.remove(state)  # (a plain LoRA: its weights alone)
+    tensors = {k: v.clone() for k, v in safetensors.torch.load_file(adapter).items()}
+    with safetensors.safe_open(adapter, "pt") as f:
+        metadata = f.metadata()
+    down = sorted(k for k in tensors if k.endswith("lora_down.weight"))[0]
+    tensors[down] = torch.zeros(tensors[down].shape[0], tensors[down].shape[1] + 8)  # a wider model's layer
+    safetensors.torch.save_file(tensors, adapter, metadata=metadata)
+    error = resume_error(photos(1), adapter, "wider_lora")
+    prefix = down[: -len(".lora_down.weight")]
+    assert error.startswith(f"EriDiffusion_LoRATrainer: {adapter}: the weights for {prefix} (up ")
+    assert "do not fit this model's layer of shape" in error and error.endswith("or start a new run.")

@@ -38,8 +38,13 @@ def translate(text):
         )
     at = ("config", "process", 0)
     if "name" in config:
-        t.put("train", "run_name", str(config["name"]), ("config", "name"))
-        t.put("save", "filename_prefix", str(config["name"]), ("config", "name"))
+        if not isinstance(config["name"], str) or not config["name"].strip():
+            raise EriDiffusionError(
+                f"{text.origin(('config', 'name'))}: config.name is {config['name']!r}; give the run's name "
+                "(it names the run folder and the LoRA file)."
+            )
+        t.put("train", "run_name", config["name"], ("config", "name"))
+        t.put("save", "filename_prefix", config["name"], ("config", "name"))
     _process(t, processes[0], at)
     return t
 

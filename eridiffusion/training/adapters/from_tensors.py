@@ -6,16 +6,22 @@ from ..formats.lora_file import TENSOR_NAMES
 from .attach import AdapterSet
 
 
+def tensor_groups(tensors):
+    """{layer prefix: {tensor name: tensor}} of a LoRA file's tensors (`<prefix>.lora_down.weight`
+    ...); keys that are no adapter tensor are left out."""
+    groups = {}
+    for key, tensor in tensors.items():
+        name = next((n for n in TENSOR_NAMES if key.endswith("." + n)), None)
+        if name:
+            groups.setdefault(key[: -len(name) - 1], {})[name] = tensor
+    return groups
+
+
 def adapters_from_tensors(root, tensors, spec, prefixes, path):
     """An AdapterSet for the layers of `root` that the file addresses, set to the file's values.
     Returns (adapter set, the file keys it used)."""
     by_prefix = {prefix: key[: -len(".weight")] for key, prefix in prefixes.items()}
-    groups = {}
-    for key, tensor in tensors.items():
-        name = next((n for n in TENSOR_NAMES if key.endswith("." + n)), None)
-        prefix = key[: -len(name) - 1] if name else None
-        if prefix in by_prefix:
-            groups.setdefault(prefix, {})[name] = tensor
+    groups = {prefix: group for prefix, group in tensor_groups(tensors).items() if prefix in by_prefix}
     layer_groups = {by_prefix[prefix]: (prefix, group) for prefix, group in groups.items()}
     adapters = {}
     # model order, as a fresh AdapterSet has it: a resumed optimizer's state lines up by position

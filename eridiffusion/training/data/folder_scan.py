@@ -45,6 +45,8 @@ def no_caption_error(folder, name, caption_ext, has_metadata, empty):
     where = (
         f"add a line for it to {METADATA_FILE}" if has_metadata else f"write {os.path.basename(caption_file)} beside it"
     )
+    if not has_metadata and os.path.isdir(caption_file):
+        where = f"{caption_file} is a folder, not a caption file: rename it and write the caption in a file"
     return EriDiffusionError(f"{path}{what} has no caption; {where}, {option}")
 
 
@@ -74,7 +76,7 @@ def scan_folder(folder, caption_ext):
         for entry in sorted(entries, key=lambda e: e.name):
             if entry.name.startswith("."):
                 continue
-            if entry.is_dir():
+            if _is_dir(entry):
                 scan.subfolder(entry)
             else:
                 scan.file(entry.name)
@@ -87,6 +89,17 @@ def scan_folder(folder, caption_ext):
                 f"{os.path.join(folder, name)} ({SUPPORTED_IMAGES} images only); move it out."
             )
     return scan.images, scan.caption_files, scan.has_metadata, scan.reference_folder, scan.mask_folder
+
+
+def _is_dir(entry):
+    """Whether a folder entry is a folder; a symbolic link that loops is an error naming it."""
+    try:
+        return entry.is_dir()
+    except OSError as error:
+        raise EriDiffusionError(
+            f"{entry.path} is a symbolic link that cannot be followed ({error.strerror}); remove it or point it at "
+            "a file."
+        ) from None
 
 
 class _FolderScan:
@@ -135,11 +148,20 @@ class _FolderScan:
                 f"{path}: EriDiffusion reads captions from {METADATA_FILE} (one JSON object per line with "
                 "file_name and text); convert it to that or to one caption file per image."
             )
+        elif os.path.splitext(lowered)[1] in CAPTION_LIKE:
+            raise EriDiffusionError(
+                f"{path} looks like a caption file, but caption_ext is '{ext}': set caption_ext to "
+                f"'{os.path.splitext(name)[1]}' if the captions are in these files, or move it out of the folder."
+            )
         else:
             raise EriDiffusionError(
                 f"{path} is not an image EriDiffusion reads (supported: {SUPPORTED_IMAGES}, clips: "
                 f"{SUPPORTED_CLIPS}); move it out of the folder or convert it to png/jpg/webp."
             )
+
+
+# Extensions other trainers' captions use (kohya .txt/.caption, some .md): a hint when caption_ext is another.
+CAPTION_LIKE = (".txt", ".caption", ".md", ".cap", ".tags")
 
 
 def read_caption_files(folder, images, caption_files, caption_ext):

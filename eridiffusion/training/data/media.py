@@ -68,7 +68,11 @@ def frame_folder_files(folder):
         for entry in entries:
             if entry.name.startswith("."):
                 continue
-            if entry.is_file() and os.path.splitext(entry.name.lower())[1] in FRAME_EXTENSIONS:
+            try:
+                is_frame = entry.is_file() and os.path.splitext(entry.name.lower())[1] in FRAME_EXTENSIONS
+            except OSError:  # a symbolic link that loops: not a frame
+                is_frame = False
+            if is_frame:
                 frames.append(entry.name)
             else:
                 others.append(entry.name)

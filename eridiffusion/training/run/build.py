@@ -37,7 +37,7 @@ from .ema import AdapterEMA
 from .lr_schedule import lr_factor
 from .optimizers import check_optimizer_runs, make_optimizer, parameter_groups
 from .preflight import check_block_multipliers, check_run
-from .resume import ResumePoint
+from .resume import ResumePoint, check_resume_fits
 
 
 class TrainingRun:
@@ -56,6 +56,7 @@ class TrainingRun:
         processes: TrainingProcesses = SINGLE_PROCESS,
     ) -> None:
         check_run(data, config, clip, resume, processes)
+        check_resume_fits(resume, model_patcher, clip, config)
         self.data, self.config, self.run_dir, self.processes = data, config, run_dir, processes
         self.source = trainable_model_clone(model_patcher)
         self.patcher = self.source.clone()

@@ -11,6 +11,8 @@ import torch
 
 from ...errors import EriDiffusionError, first_line
 from ..adapters import AdapterSpec
+from ..adapters.from_tensors import tensor_groups
+from ..formats.lora_file import loadable_clip_keys, loadable_weight_keys
 from ..formats.state_file import STATE_SUFFIX, load_state, pickled_state_path, state_path
 from ..settings import check_settings, setting
 from .run_state import check_state
@@ -124,3 +126,37 @@ def load_resume_point(path):
                 "away; to continue a run exactly, resume from a checkpoint written by this version."
             )
     return ResumePoint(path, tensors, spec, state)
+
+
+def check_resume_fits(point, model, clip, config):
+    """A ResumePoint whose weights the run could not load onto ComfyUI's MODEL `model` (and `clip`,
+    trained when TrainConfig `config` has text_encoder_lr > 0): layers this model lacks (a LoRA of
+    another model) or shapes of another model's. Asked as soon as the model is loaded, before any
+    image is encoded; None passes."""
+    if point is None:
+        return
+    layers = {prefix: (model.model, key) for key, prefix in loadable_weight_keys(model.model).items()}
+    if clip is not None and config.text_encoder_lr > 0:
+        encoder = clip.cond_stage_model
+        layers.update({prefix: (encoder, key) for key, prefix in loadable_clip_keys(encoder).items()})
+    groups = tensor_groups(point.tensors)
+    grouped = {f"{prefix}.{name}" for prefix, group in groups.items() for name in group}
+    foreign = sorted([p for p in groups if p not in layers] + [k for k in point.tensors if k not in grouped])
+    if foreign:
+        raise EriDiffusionError(
+            f"{point.path} holds weights for layers this run does not train ({len(foreign)}, e.g. {foreign[0]}): "
+            "a LoRA of another model, or text-encoder weights (those resume only with the CLIP connected and "
+            "text_encoder_lr > 0). Resume from a checkpoint of this model, or start a new run."
+        )
+    for prefix, group in sorted(groups.items()):
+        module, key = layers[prefix]
+        weight = module.get_parameter(key)
+        down, up = group.get("lora_down.weight"), group.get("lora_up.weight")
+        if down is None or up is None:  # LoHa/LoKr: their factors are checked as they load
+            continue
+        if down.shape[1] != weight.shape[1] or up.shape[0] != weight.shape[0]:
+            raise EriDiffusionError(
+                f"{point.path}: the weights for {prefix} (up {tuple(up.shape)}, down {tuple(down.shape)}) do not "
+                f"fit this model's layer of shape {tuple(weight.shape)}: it was trained on another model. Resume "
+                "from a checkpoint of this model, or start a new run."
+            )

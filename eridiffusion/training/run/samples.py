@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ...errors import EriDiffusionError
 from ..formats.atomic_file import write_atomic
 from ..model import loading as model_loading
 from ..settings import check_settings, setting
@@ -40,6 +41,8 @@ class SamplerSettings:
 
     def __post_init__(self):
         check_settings(self, "SampleDuringTraining")
+        if not self.prompt_lines():
+            raise EriDiffusionError("SampleDuringTraining: prompts is empty; write one prompt per line.")
 
     def prompt_lines(self):
         return tuple(line.strip() for line in self.prompts.splitlines() if line.strip())

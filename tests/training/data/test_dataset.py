@@ -509,3 +509,24 @@ def test_caption_variants_refuses_zero_count():
 
 
 DOG_FINGERPRINT = "32fdf6bb0d845edee78f5bb4e5646ca374ed0f3edef365a9dae63a181fa9e679"
+
+
+# --- entries that are not what their names say ----------------------------------------------
+
+
+def test_a_symbolic_link_that_loops_is_named(dog_copy):
+    os.symlink(dog_copy / "loop", dog_copy / "loop")
+    with pytest.raises(EriDiffusionError, match=re.escape(f"{dog_copy / 'loop'} is a symbolic link that cannot be")):
+        load_dataset(dog_copy)
+
+
+def test_a_caption_that_is_a_folder_is_called_a_folder(dog_copy):
+    os.remove(dog_copy / "01.txt")
+    os.mkdir(dog_copy / "01.txt")
+    with pytest.raises(EriDiffusionError, match=re.escape(f"{dog_copy / '01.txt'} is a folder, not a caption file")):
+        load_dataset(dog_copy)
+
+
+def test_captions_under_another_extension_than_caption_ext_get_the_setting_to_change(dog_copy):
+    with pytest.raises(EriDiffusionError, match=r"00\.txt looks like a caption file, but caption_ext is '\.md': set "):
+        load_dataset(dog_copy, caption_ext=".md")
