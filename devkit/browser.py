@@ -2,8 +2,11 @@
 page's Open does, its console errors, and what the canvas shows, read through the page's graph:
 node boxes, groups, the trainer's live panel on screen."""
 
+import json
 import os
 import shutil
+import urllib.request
+from importlib import metadata
 
 from devkit.paths import ROOT
 
@@ -19,11 +22,32 @@ def ours(message, server_url):
     return "eridiffusion" in message.lower() and not offline_lookup
 
 
-class ComfyPage:
-    """A ComfyUI page of the test server, with the console errors it logged."""
+# The page's node renderers: the classic LiteGraph canvas, and Nodes 2.0 (Vue nodes), which frontend
+# 1.45 (ComfyUI 0.28) has behind the setting below; older frontends are tested on the classic one.
+RENDERER_SETTING = "Comfy.VueNodes.Enabled"
+NODES_2_FROM = (1, 45)
 
-    def __init__(self, browser, url, height=2200):
-        self.url = url
+
+def renderers():
+    """The renderers this host's frontend has: ("classic",) or ("classic", "nodes2")."""
+    version = tuple(int(part) for part in metadata.version("comfyui-frontend-package").split(".")[:2])
+    return ("classic", "nodes2") if version >= NODES_2_FROM else ("classic",)
+
+
+def use_renderer(url, renderer):
+    """Set the server's user setting for `renderer`, as the settings dialog does: pages opened after
+    it draw nodes that way."""
+    body = json.dumps(renderer == "nodes2").encode()
+    request = urllib.request.Request(f"{url}/settings/{RENDERER_SETTING}", data=body, method="POST")
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+class ComfyPage:
+    """A ComfyUI page of the test server drawn by `renderer`, with the console errors it logged."""
+
+    def __init__(self, browser, url, height=2200, renderer="classic"):
+        self.url, self.renderer = url, renderer
+        use_renderer(url, renderer)
         self.page = browser.new_page(viewport={"width": 1600, "height": height})
         self.errors = []
         self.page.on(
@@ -38,7 +62,23 @@ class ComfyPage:
         """Load a UI-format workflow as the page's "Open" does, and wait until the page has drawn it
         (the frontend sets its view on the next frames)."""
         self.page.evaluate("workflow => window.app.loadGraphData(workflow)", workflow)
+        self.settle()
+
+    def settle(self):
+        """Wait until the page has drawn the graph: the next frames, and under Nodes 2.0 a DOM box for
+        every node, measured (their sizes then stop changing)."""
         self.page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        if self.page.evaluate(f"() => window.app.extensionManager.setting.get('{RENDERER_SETTING}')"):
+            self.page.wait_for_function(DRAWN_AS_DOM, timeout=60_000)
+            self.page.wait_for_function(SIZES_STEADY, polling=100, timeout=10_000)
+
+    def switch_renderer(self, renderer):
+        """Switch the open page to `renderer`, as a user does in the settings with a workflow open."""
+        self.renderer = renderer
+        self.page.evaluate(
+            f"(on) => window.app.extensionManager.setting.set('{RENDERER_SETTING}', on)", renderer == "nodes2"
+        )
+        self.settle()
 
     def layout(self):
         """CANVAS_LAYOUT of the page's graph: {"problems": [...], "groups": {title: [[id, type], ...]}}."""
@@ -91,9 +131,25 @@ class ComfyPage:
         self.page.close()
 
 
+# True once every node of the graph has its Nodes 2.0 DOM box.
+DRAWN_AS_DOM = """() => {
+  const drawn = new Set(Array.from(document.querySelectorAll('[data-node-id]'), (e) => e.getAttribute('data-node-id')));
+  return window.app.graph._nodes.every((n) => drawn.has(String(n.id)));
+}"""
+
+# True once the graph's node boxes have stayed the same over three polls (Nodes 2.0 measures its DOM
+# boxes over several frames after a load, and nodes placed by size move after it).
+SIZES_STEADY = """() => {
+  const now = JSON.stringify(window.app.graph._nodes.map((n) => [...n.pos, ...n.size]));
+  const seen = (window.__eridiffusionSizes = window.__eridiffusionSizes || []);
+  seen.push(now);
+  return seen.length >= 3 && seen.slice(-3).every((s) => s === now) && !!(window.__eridiffusionSizes = []);
+}"""
+
 # The canvas as the page has it: {problems, groups}. Problems: nodes whose boxes (title bar
 # included) overlap, nodes smaller than the size their content needs (node.computeSize()), groups
-# that overlap, nodes not inside the body (below the title bar) of exactly one group. Groups:
+# that overlap, nodes not inside the body (below the title bar) of exactly one group, Notes whose
+# text box is shorter than their text. Groups:
 # {title: [[node id, node type], ...]} of the nodes inside each.
 CANVAS_LAYOUT = """() => {
   const graph = window.app.graph;
@@ -123,6 +179,14 @@ CANVAS_LAYOUT = """() => {
     const holders = groups.filter((g) => inside(box(n), body(g)));
     if (holders.length !== 1) problems.push(`${name(n)} is inside ${holders.length} groups`);
     for (const g of holders) members[g.title].push([n.id, n.type]);
+  }
+  for (const n of nodes.filter((n) => n.type === "Note")) {
+    const drawn = Array.from(document.querySelectorAll(`[data-node-id="${n.id}"] textarea`));
+    const own = (n.widgets || []).map((w) => w.element).filter((e) => e instanceof HTMLTextAreaElement);
+    const boxes = drawn.length ? drawn : own;
+    for (const box of boxes.filter((b) => b.clientHeight > 0 && b.scrollHeight > b.clientHeight + 2)) {
+      problems.push(`${name(n)} cuts its text (${box.scrollHeight} high in a box of ${box.clientHeight})`);
+    }
   }
   for (const list of Object.values(members)) list.sort((a, b) => a[0] - b[0]);
   return { problems, groups: members };

@@ -6,9 +6,10 @@ browser test that the page shows them without overlaps."""
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 
+from devkit import node_sizes
+from devkit.node_sizes import NOTE, TITLE, WIDTH
 from devkit.paths import ROOT
 
 FOLDER = os.path.join(ROOT, "example_workflows")
@@ -36,65 +37,14 @@ class Group:
     bounding: tuple = (0, 0, 0, 0)  # set by the layout
 
 
-NOTE = "Note"  # the page's own note node: text only, never sent to the server
 NOTE_COLOR, NOTE_BGCOLOR = "#432", "#653"  # the page's yellow, as its Note nodes get
-
-# Sizes the page lays nodes out with (LiteGraph's, ComfyUI frontend 1.32 and 1.45 alike): a node's
-# height is max(sockets, outputs) slot rows plus each widget's height + 4, + 8, + 6; its title bar
-# sits above `pos`. The browser test checks that every size written here is at least the page's
-# node.computeSize() and that nothing overlaps.
-TITLE, SLOT, WIDGET, TEXT_BOX = 30, 20, 20, 50  # TEXT_BOX: a multiline text's least height
-IMAGE_PREVIEW = 220  # the image a preview node shows after a run
-SHOWS_IMAGES = {"PreviewImage", "SaveImage", "EriDiffusion_LossGraph"}
-TEXT_ROOM = 40  # more than the least height for the prompts, so a few lines show
-WIDTH = 360  # every column: wider than any node's computed width (about 280 at most)
 GAP = 30  # between a node and the next one's title bar, and between columns
 PAD, GROUP_TITLE = 20, 40  # inside a group: around its nodes, and its title bar (34 in the page)
 
 
-def _script_constant(name):
-    """The value of `const NAME = ...;` (a number, or a Set of strings) in web/eridiffusion.js: what the
-    page reserves room for is defined there once."""
-    with open(os.path.join(ROOT, "web", "eridiffusion.js")) as f:
-        value = re.search(rf"^const {name} = (.*);$", f.read(), re.M).group(1)
-    if value.startswith("new Set("):
-        return set(json.loads(value[len("new Set(") : -1]))
-    return json.loads(value)
-
-
 def node_size(node):
-    """[width, height] of `node` in the page: its computed size and the room it needs after a run."""
-    if node.type == NOTE:
-        lines = sum(1 + len(paragraph) // 46 for paragraph in node.widgets["text"].split("\n"))
-        return [WIDTH, SLOT + 4 + 8 + 6 + 12 + 15 * lines]
-    import nodes as comfy_nodes
-
-    from devkit.workflow import _has_control_widget, _is_widget
-
-    cls = comfy_nodes.NODE_CLASS_MAPPINGS[node.type]
-    definition = cls.INPUT_TYPES()
-    specs = list(definition.get("required", {}).items()) + list(definition.get("optional", {}).items())
-    sockets, widgets, room = 0, [], 0
-    for name, spec in specs:
-        if not _is_widget(spec):
-            sockets += 1
-        elif spec[0] == "STRING" and len(spec) > 1 and spec[1].get("multiline"):
-            widgets.append(TEXT_BOX)
-            room += TEXT_ROOM
-        else:
-            widgets.append(WIDGET)
-            if _has_control_widget(name, spec):
-                widgets.append(WIDGET)
-    if node.type == "EriDiffusion_LoRATrainer":
-        widgets.append(_script_constant("PANEL_HEIGHT"))
-    if node.type in _script_constant("REPORTING"):
-        widgets.append(TEXT_BOX)  # the box of the text it reports after a run
-    if node.type in SHOWS_IMAGES:
-        widgets.append(IMAGE_PREVIEW)
-    height = max(sockets, len(cls.RETURN_TYPES), 1) * SLOT
-    if widgets:
-        height += sum(h + 4 for h in widgets) + 8
-    return [WIDTH, height + 6 + room]
+    """[width, height] of `node` in the page, in either renderer (devkit/node_sizes.py)."""
+    return node_sizes.node_size(node.type, node.widgets)
 
 
 def _column_height(column):

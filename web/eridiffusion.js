@@ -385,14 +385,37 @@ function migrateTrainer(trainer, names, values) {
     if (entry && widget.value !== value) entry.changed = true;
     widget.value = value;
   });
+  const placed = [];
   for (const { holder, node, changed } of optionsNodes.values()) {
     if (!changed) continue; // all its settings at their defaults: the trainer needs no such node
     trainer.graph.add(node);
     node.pos = freeSpotBeside(trainer, node);
     node.connect(0, trainer, trainer.findInputSlot(holder.socket));
+    placed.push(node);
   }
   fitToContent(trainer);
+  // Nodes 2.0 measures its nodes only once it has drawn them, taller than the sizes known now:
+  // the new nodes are placed again at the sizes drawn.
+  afterSizesSettle(trainer.graph, () => {
+    for (const node of placed) node.pos = freeSpotBeside(trainer, node);
+    trainer.graph.setDirtyCanvas(true, true);
+  });
   return problems;
+}
+
+/** Call `then` once the graph's node sizes have stayed the same for three frames (at most `frames`
+ * frames on). */
+function afterSizesSettle(graph, then, frames = 120) {
+  let last = "";
+  let steady = 0;
+  const check = (left) => {
+    const now = JSON.stringify(graph._nodes.map((n) => [n.size[0], n.size[1]]));
+    steady = now === last ? steady + 1 : 0;
+    last = now;
+    if (steady >= 3 || left === 0) then();
+    else requestAnimationFrame(() => check(left - 1));
+  };
+  requestAnimationFrame(() => check(frames));
 }
 
 /** Set the trainer's own settings to their defaults. */
@@ -438,9 +461,18 @@ function migrateOldTrainers(graph) {
   graph.setDirtyCanvas(true, true);
 }
 
+// Nodes 2.0 (Vue nodes) sizes a DOM widget by its content, not by getMinHeight: the panel takes the
+// same reserved height there as on the classic canvas.
+function reservePanelRoom() {
+  const style = document.createElement("style");
+  style.textContent = `.lg-node .eridiffusion-panel { height: ${PANEL_HEIGHT}px; }`;
+  document.head.append(style);
+}
+
 app.registerExtension({
   name: "EriDiffusion.Nodes",
   async setup() {
+    reservePanelRoom();
     api.addEventListener("eridiffusion.progress", ({ detail }) => {
       const node = app.graph.getNodeById(Number(detail.node));
       node?.eridiffusionPanel?.update(detail);

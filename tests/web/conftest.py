@@ -1,6 +1,7 @@
 """The browser tests' setup: one real ComfyUI server (the host's main.py) with EriDiffusion in its
 custom_nodes and the dog photos in its input/, shared by the whole browser suite, and a headless
-Debian Chromium driven by Playwright for each test module. Screenshots go to test-artifacts/."""
+Debian Chromium driven by Playwright for each test module, the page drawn by each of the host's node
+renderers in turn (the `renderer` fixture). Screenshots go to test-artifacts/."""
 
 import json
 import os
@@ -13,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from devkit.browser import ARTIFACTS, CHROMIUM, ComfyPage
+from devkit.browser import ARTIFACTS, CHROMIUM, ComfyPage, renderers
 from devkit.paths import ROOT
 from eridiffusion import host
 
@@ -96,9 +97,15 @@ def browser():
         chromium.close()
 
 
+@pytest.fixture(params=renderers())
+def renderer(request):
+    """Each node renderer of the host's page: the classic canvas, and Nodes 2.0 where it has it."""
+    return request.param
+
+
 @pytest.fixture
-def comfy_page(browser, comfy_server):
+def comfy_page(browser, comfy_server, renderer):
     url, _ = comfy_server
-    page = ComfyPage(browser, url)
+    page = ComfyPage(browser, url, renderer=renderer)
     yield page
     page.close()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from devkit.browser import ComfyPage
+from devkit.browser import ComfyPage, renderers
 from devkit.example_workflows import EXAMPLES, load_example
 
 # tiny_demo_lora.json as EriDiffusion wrote it before the options nodes (commit 918dab5): its
@@ -58,10 +58,12 @@ TRAINER_STATE = """(id) => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def page(browser, comfy_server):
+@pytest.fixture(scope="module", params=renderers())
+def page(browser, comfy_server, request):
+    """The page, drawn by each of the host's node renderers in turn (all of this module's tests in one,
+    then the other)."""
     url, _ = comfy_server
-    page = ComfyPage(browser, url, height=1200)
+    page = ComfyPage(browser, url, height=1200, renderer=request.param)
     yield page
     page.close()
 
@@ -76,7 +78,7 @@ def test_example_workflow_loads_on_a_grid_of_groups_with_a_note_each_and_no_over
     workflow = load_example(example)
     page.load(workflow)
     page.fit_view()
-    page.screenshot(f"canvas_{example[:-5]}.png")
+    page.screenshot(f"canvas_{example[:-5]}_{page.renderer}.png")
     layout = page.layout()
     assert layout["problems"] == []
     assert list(layout["groups"]) == list(GROUPS)
@@ -95,7 +97,7 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
     page.load(old_workflow())
     state = page.page.evaluate(TRAINER_STATE, TRAINER)
     page.show_node(TRAINER)
-    page.screenshot("canvas_migrated_old_workflow.png")
+    page.screenshot(f"canvas_migrated_old_workflow_{page.renderer}.png")
     assert state["widgets"] == {
         "steps": 200,
         "learning_rate": 0.003,
@@ -138,20 +140,20 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
     assert [p for p in page.layout()["problems"] if "overlaps" in p and "Options" in p] == []
     # a short run of the migrated graph, under its own names; its test image left out (muted)
     page.page.evaluate(
-        """(id) => {
+        """([id, renderer]) => {
           const graph = window.app.graph;
           const byType = (type) => graph._nodes.find((n) => n.type === type);
           const set = (node, name, value) => { node.widgets.find((w) => w.name === name).value = value; };
           set(graph.getNodeById(id), "steps", 4);
-          set(graph.getNodeById(id), "run_name", "migrated");
+          set(graph.getNodeById(id), "run_name", `migrated_${renderer}`);
           set(byType("EriDiffusion_SampleDuringTraining"), "steps", 1);
-          set(byType("EriDiffusion_SaveLoRA"), "filename_prefix", "eridiffusion/migrated");
+          set(byType("EriDiffusion_SaveLoRA"), "filename_prefix", `eridiffusion/migrated_${renderer}`);
           for (const type of ["KSampler", "VAEDecode", "SaveImage"]) byType(type).mode = 2;
           return window.app.queuePrompt(0);
         }""",
-        TRAINER,
+        [TRAINER, page.renderer],
     )
-    summary = base / "output" / "migrated" / "summary.json"
+    summary = base / "output" / f"migrated_{page.renderer}" / "summary.json"
     deadline = time.time() + 300
     while not summary.exists() and time.time() < deadline:
         time.sleep(0.5)
@@ -187,7 +189,7 @@ def test_old_trainer_settings_that_cannot_move_are_named_in_a_message(page):
     next(n for n in unknown["nodes"] if n["id"] == TRAINER)["widgets_values"] = list(range(14))
     page.load(unknown)
     page.page.wait_for_selector("text=LoRATrainer #5 could not be migrated", timeout=10_000)
-    page.screenshot("canvas_migration_message.png")
+    page.screenshot(f"canvas_migration_message_{page.renderer}.png")
     defaults = page.page.evaluate(
         """() => Object.fromEntries(LiteGraph.createNode("EriDiffusion_LoRATrainer").widgets
                    .filter((w) => w.serialize !== false).map((w) => [w.name, w.value]))"""
