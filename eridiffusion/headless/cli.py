@@ -154,10 +154,7 @@ def _train(args, host_folders, processes):
         from .plan import plan_lines
 
         if processes.is_main:
-            run.check_save_target(config)
-            point = run.resume_point(args.resume, output, run.train_config(config))
-            inputs = run.load_inputs(config)
-            run.check_resume_fits(point, inputs.model, inputs.clip, run.train_config(config))
+            _, inputs = run.checked_inputs(config, args.resume, output)
             count = max(args.gpus or 1, processes.world_size)
             print("\n".join(plan_lines(config, inputs, run.train_config(config), output, processes=count)))
         return 0

@@ -27,6 +27,7 @@ from ..training.run.preflight import (
     masks_of_records,
 )
 from ..training.run.resume import check_resume_fits
+from ..training.run.samples import check_sample_size
 from . import terminal
 from .models import load_models, model_family
 from .run_config import RunConfig, config_yaml
@@ -160,6 +161,21 @@ def resume_point(resume, output, settings, processes=SINGLE_PROCESS):
     return point
 
 
+def checked_inputs(config, resume, output, processes=SINGLE_PROCESS):
+    """(the ResumePoint or None, the Inputs) of a run, with every check that needs no image encoded
+    made: what `train` and `--dry-run` both ask first. The resume point and the save target are
+    checked before any model loads, the datasets before the model, the resume point's fit and the
+    sample size against the loaded model."""
+    settings = train_config(config)
+    point = resume_point(resume, output, settings, processes)
+    check_save_target(config)
+    inputs = load_inputs(config)
+    check_resume_fits(point, inputs.model, inputs.clip, settings)
+    if config.sample is not None:
+        check_sample_size(inputs.vae, config.sample["width"], config.sample["height"])
+    return point, inputs
+
+
 def check_save_target(config):
     """SaveLoRA's filename_prefix, checked before any work (SaveLoRA runs after training)."""
     import folder_paths
@@ -209,10 +225,8 @@ def train_from_config(
     output = folder_paths.get_output_directory()
     started = time.monotonic()
     settings = train_config(config)
-    point = resume_point(resume, output, settings, processes)  # before any model loads
-    check_save_target(config)
-    inputs = load_inputs(config)
-    check_resume_fits(point, inputs.model, inputs.clip, settings)  # before any image is encoded
+    point, inputs = checked_inputs(config, resume, output, processes)
+    samples = sample_settings(config, inputs)
     device = comfy.model_management.get_torch_device()
     where = f"in {processes.world_size} processes (rank 0 on {device})" if processes.distributed else f"on {device}"
     say(f"model {config.model.describe()}: {inputs.family.name} {where}")
@@ -223,7 +237,6 @@ def train_from_config(
     check_run(data, settings, inputs.clip, point, processes)  # before the run's folder is made
     if point is not None:
         say(_resuming_line(point))
-    samples = sample_settings(config, inputs)
     run_dir = processes.decided_by_main(lambda: unique_run_dir(output, settings.run_name))
     if main:
         with open(os.path.join(run_dir, "config.yaml"), "w", encoding="utf-8") as f:

@@ -4,7 +4,7 @@ from typing import Any
 
 from comfy_api.latest import io
 
-from ..training.run.samples import SamplerSettings, SampleSettings
+from ..training.run.samples import SamplerSettings, SampleSettings, check_sample_size
 from ..training.settings import settings_of
 from . import sockets
 from .setting_inputs import inputs_for
@@ -34,6 +34,7 @@ class SampleDuringTraining(io.ComfyNode):
     @classmethod
     def execute(cls, clip: Any, vae: Any, **values: Any) -> io.NodeOutput:
         settings = SamplerSettings(**values)
+        check_sample_size(vae, settings.width, settings.height)
         lines = settings.prompt_lines()
         sample_settings = SampleSettings(
             prompts=lines,

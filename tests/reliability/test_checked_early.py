@@ -234,3 +234,14 @@ def test_a_checkpoint_of_another_model_is_refused_before_any_image_is_encoded(tm
         assert error.startswith(f"{checkpoint} holds weights for layers this run does not train (")
         assert error.endswith("Resume from a checkpoint of this model, or start a new run.")
         assert left == [] and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("mode", [["--dry-run"], []], ids=["dry run", "train"])
+def test_a_sample_size_the_vae_cannot_draw_is_refused_before_any_image_is_encoded(mode, tmp_path):
+    text = "sample: {prompts: a dog, width: 1001}\ncache: {cache_folder: cache}\n"
+    error, left = cli_error(tmp_path, config(tmp_path, text), *mode)
+    assert error == (
+        "SampleDuringTraining: width 1001 is not a multiple of 8, the VAE's pixels per latent pixel, so the samples "
+        "would be 1000 wide; set 1000 or 1008."
+    )
+    assert left == [] and not (tmp_path / "cache").exists()

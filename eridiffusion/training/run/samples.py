@@ -67,6 +67,19 @@ class SampleSettings:
     frames: int = 1  # video models: frames per sample
 
 
+def check_sample_size(vae, width, height):
+    """Sample sizes the VAE cannot draw exactly (a latent pixel is `ratio` image pixels): an error
+    with the nearest sizes that it can, not an image silently cut to a smaller size."""
+    ratio = vae.spacial_compression_encode()
+    for name, value, drawn in (("width", width, "wide"), ("height", height, "high")):
+        if value % ratio:
+            below, above = value - value % ratio, value - value % ratio + ratio
+            raise EriDiffusionError(
+                f"SampleDuringTraining: {name} {value} is not a multiple of {ratio}, the VAE's pixels per latent "
+                f"pixel, so the samples would be {below} {drawn}; set {below} or {above}."
+            )
+
+
 def empty_latent(model, vae, width, height, frames=1):
     """The zero latent ComfyUI's EmptyLatentImage (or a video model's EmptyLatent node) makes for
     `model`: its latent channels, the VAE's spatial (and temporal) compression."""
