@@ -42,3 +42,27 @@ def support_table():
             f"— {f.reference} | {guidance} | {', '.join(hosts)} |"
         )
     return "\n".join(rows)
+
+
+def class_line(name):
+    """The models table's row of ComfyUI model class `name`: its status, and what it means."""
+    from eridiffusion.training.model.families import class_status
+
+    status, what = class_status(name)
+    if status == "row":
+        hosts = hosts_of(what)
+        if hosts:
+            return f"| {name} | tested | {what.name}: trains on ComfyUI {', '.join(hosts)} in CI |"
+        return f"| {name} | row, not tested | {what.name}: no tiny stack of it trains in CI |"
+    if status == "generic":
+        return (
+            f"| {name} | generic | no tested row: every linear layer adaptable, the model's own sampling, "
+            "captions as its only conditioning |"
+        )
+    return f"| {name} | {status} | {what} |"
+
+
+def models_table(classes):
+    """Every ComfyUI model class of `classes` (comfy.supported_models.models' names) with its status."""
+    rows = ["| ComfyUI class | status | what it means |", "|---|---|---|"]
+    return "\n".join(rows + [class_line(name) for name in classes])

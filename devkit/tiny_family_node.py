@@ -4,6 +4,7 @@ SDXL. register() adds it to the running host's nodes, so a prompt can train any 
 users run training: through ComfyUI's executor."""
 
 from devkit.tiny_models import TINY_FAMILIES, build_tiny
+from devkit.tiny_unets import GENERIC_STACKS
 
 NODE_NAME = "EriDiffusionTest_TinyFamilyStack"
 
@@ -11,7 +12,9 @@ NODE_NAME = "EriDiffusionTest_TinyFamilyStack"
 class TinyFamilyStack:
     @classmethod
     def INPUT_TYPES(cls):
-        return {"required": {"family": (sorted(TINY_FAMILIES),), "seed": ("INT", {"default": 0})}}
+        return {
+            "required": {"family": (sorted(TINY_FAMILIES) + sorted(GENERIC_STACKS),), "seed": ("INT", {"default": 0})}
+        }
 
     RETURN_TYPES = ("MODEL", "CLIP", "VAE")
     FUNCTION = "build"

@@ -46,9 +46,9 @@ def hosts_running(family):
 
 TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15, family="SD 1.5"), "sdxl": TinyFamily(tiny_sdxl, family="SDXL")}
 
-from devkit import tiny_dit, tiny_flux, tiny_recent_image, tiny_recent_video, tiny_video  # noqa: E402  (they use the helpers above)
+from devkit import tiny_dit, tiny_flux, tiny_recent_image, tiny_recent_video, tiny_unets, tiny_video  # noqa: E402  (they use the helpers above)
 
-for _module in (tiny_flux, tiny_dit, tiny_video, tiny_recent_image, tiny_recent_video):
+for _module in (tiny_unets, tiny_flux, tiny_dit, tiny_video, tiny_recent_image, tiny_recent_video):
     TINY_FAMILIES.update(_module.FAMILIES)
 
 
@@ -67,7 +67,11 @@ def family_params(names):
 
 
 def build_tiny(arch: str, seed: int = 0):
-    """The tiny stack of a family by name ("sd15", "sdxl", "flux_dev", …; see TINY_FAMILIES)."""
+    """The tiny stack of a family by name ("sd15", "sdxl", "flux_dev", …; see TINY_FAMILIES), or of a
+    class that no row names by its ComfyUI name (tiny_unets.GENERIC_STACKS)."""
+    if arch in tiny_unets.GENERIC_STACKS:
+        return tiny_unets.GENERIC_STACKS[arch](seed)
     if arch not in TINY_FAMILIES:
-        raise EriDiffusionError(f"unknown tiny architecture {arch!r}: use one of {sorted(TINY_FAMILIES)}")
+        known = sorted(TINY_FAMILIES) + sorted(tiny_unets.GENERIC_STACKS)
+        raise EriDiffusionError(f"unknown tiny architecture {arch!r}: use one of {known}")
     return TINY_FAMILIES[arch].build(seed)

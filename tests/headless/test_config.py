@@ -312,6 +312,17 @@ def test_ai_toolkit_output_preservation_and_flip_become_their_settings(tmp_path)
     assert not [entry for entry in config.unsupported if "preservation" in entry or "flip" in entry]
 
 
+@pytest.mark.parametrize("loss_type, ours", [("mse", "mse"), ("mae", "l1"), ("huber", "huber"), ("wavelet", None)])
+def test_ai_toolkit_loss_type_becomes_the_loss_or_is_listed_unsupported(loss_type, ours, tmp_path):
+    text = AI_TOOLKIT.replace("        dtype: bf16\n", f"        dtype: bf16\n        loss_type: {loss_type}\n")
+    config = load_run_config(write_yaml(tmp_path / "loss.yaml", text))
+    listed = [entry for entry in config.unsupported if "loss_type" in entry]
+    if ours is None:
+        assert (config.objective or {}).get("loss") is None and "mse is used" in listed[0]
+    else:
+        assert config.objective["loss"] == ours and listed == []
+
+
 def test_validation_and_regularization_sections_are_second_datasets_for_cache_latents(tmp_path):
     from devkit.paths import shared_datasets
     from eridiffusion.headless.run import cache_latents, load_inputs

@@ -52,6 +52,10 @@ TRAIN_KEYS = (
 )
 
 
+# ai-toolkit's loss_type values EriDiffusion has (objective.loss): "mae" is its name for L1.
+LOSS_TYPES = {"mse": "mse", "mae": "l1", "l1": "l1", "huber": "huber", "smooth_l1": "smooth_l1"}
+
+
 def train_section(t, train, at):
     train = t.mapping(train, at, TRAIN_KEYS)
     for key, ours in (
@@ -175,6 +179,15 @@ def _train_objective(t, train, at):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise EriDiffusionError(f"{t.text.origin(at + (key,))}: {label(at + (key,))} must be a number 0..1000.")
             t.put("objective", ours, value / 1000, at + (key,))
+    if "loss_type" in train:
+        kind = str(train["loss_type"]).lower()
+        if kind in LOSS_TYPES:
+            t.put("objective", "loss", LOSS_TYPES[kind], at + ("loss_type",))
+        else:
+            t.skip(
+                at + ("loss_type",),
+                f"'{kind}' is not one of EriDiffusion's losses ({', '.join(sorted(LOSS_TYPES))}); mse is used",
+            )
     for key in ("min_snr_gamma", "snr_gamma"):
         if train.get(key):
             t.put("objective", "loss_weighting", "min_snr", at + (key,))
@@ -192,7 +205,6 @@ def _train_unsupported(t, train, at):
         "unload_text_encoder": False,
         "cache_text_embeddings": True,
         "weight_jitter": 0.0,
-        "loss_type": "mse",
         "do_cfg": False,
     }
     reasons = {

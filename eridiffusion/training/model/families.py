@@ -1,12 +1,14 @@
 """The model families EriDiffusion trains, keyed by ComfyUI's model config class, with each
 family's training defaults (adapter targets, timestep sampling) and where those come from."""
 
+import logging
 from dataclasses import dataclass, replace
 
+import comfy.model_sampling
 import comfy.supported_models
 
 from ...errors import EriDiffusionError
-from .objective import ObjectiveSpec
+from .objective import ObjectiveSpec, is_flow
 
 # Adapter target presets (training/adapters/attach.py): UNets train their attention, as kohya's
 # default LoRA does; transformers train every linear layer of their repeated blocks, as
@@ -28,6 +30,7 @@ class Family:
     # model's own ComfyUI default)
     copies_saved_activations: bool = False  # ComfyUI's forward writes in place into saved tensors
     # (training/model/autograd_saved.py)
+    generic: bool = False  # no tested row: trained with the host's own model_sampling (generic_family)
 
     def host_has(self):
         return any(hasattr(comfy.supported_models, c) for c in self.config_classes)
@@ -57,6 +60,11 @@ FAMILIES = (
         "kohya sd-scripts",
         prediction=EPS_V,
     ),
+    # SD 2.x: 512 px models predict ε, 768 px models v (ComfyUI reads which from the file).
+    Family(
+        "SD 2.x", ("SD20",), UNET_TARGETS, UNIFORM, "kohya sd-scripts (--v2, --v_parameterization)", prediction=EPS_V
+    ),
+    Family("SDXL Refiner", ("SDXLRefiner",), UNET_TARGETS, UNIFORM, "kohya sd-scripts (as SDXL)", prediction=EPS_V),
     Family(
         "SD3 / SD3.5 (Medium, Large, Large Turbo)",
         ("SD3",),
@@ -133,17 +141,96 @@ FAMILIES = (
 )
 
 
-def family_of(base_model):
-    """The Family of a ComfyUI BaseModel, from its model config class."""
-    name = type(base_model.model_config).__name__
+# Model classes ComfyUI loads that are not diffusion models one trains from captioned images or
+# clips, and what each is instead.
+NOT_TRAINABLE = {
+    "LotusD": "a depth and normal estimator",
+    "DepthAnything3": "a depth estimator",
+    "RT_DETR_v4": "an object detector",
+    "SAM3": "a segmentation model",
+    "SAM31": "a segmentation model",
+    "SD_X4Upscaler": "an upscaler, conditioned on a low-resolution image",
+    "SeedVR2": "a video restoration (upscaling) model, conditioned on the video it restores",
+    "HunyuanVideo15_SR_Distilled": "a video super-resolution model, conditioned on the video it enlarges",
+    "Stable_Cascade_B": "Stable Cascade's decoder stage, conditioned on stage C's latents (train stage C)",
+    "Stable_Zero123": "a novel-view model, conditioned on an image and camera angles",
+    "SV3D_u": "a 3D orbit model, conditioned on an image",
+    "SV3D_p": "a 3D orbit model, conditioned on an image and camera poses",
+    "SVD_img2vid": "an image-to-video model without text, conditioned on its first frame",
+    "Hunyuan3Dv2": "a 3D shape model",
+    "Hunyuan3Dv2mini": "a 3D shape model",
+    "Hunyuan3Dv2_1": "a 3D shape model",
+    "TripoSplat": "a 3D Gaussian-splat model",
+    "StableAudio": "an audio model (training from audio files is not supported yet)",
+    "StableAudio3": "an audio model (training from audio files is not supported yet)",
+    "ACEStep": "an audio model (training from audio files is not supported yet)",
+    "ACEStep15": "an audio model (training from audio files is not supported yet)",
+}
+
+# Classes that are such models, but that training would get silently wrong here, and why.
+NOT_YET = {
+    "HiDreamO1": "ComfyUI caches its text prefix's keys and values across calls, keyed by the prompt alone, so a "
+    "forward after the adapter changed would reuse stale values",
+}
+
+_told_generic: set[str] = set()  # the classes whose generic training has been announced in this process
+
+
+def class_status(name):
+    """What EriDiffusion does with ComfyUI model class `name`: ("row", Family), ("not trainable", why),
+    ("not yet", why) or ("generic", None)."""
     for family in FAMILIES:
         if name in family.config_classes:
-            return family
-    supported = ", ".join(f.name for f in FAMILIES if f.host_has())
-    raise EriDiffusionError(
-        f"EriDiffusion cannot train this model yet: ComfyUI loaded it as '{name}', which is not "
-        f"one of the supported families ({supported})."
-    )
+            return "row", family
+    if name in NOT_TRAINABLE:
+        return "not trainable", NOT_TRAINABLE[name]
+    if name in NOT_YET:
+        return "not yet", NOT_YET[name]
+    return "generic", None
+
+
+def family_of(base_model):
+    """The Family of a ComfyUI BaseModel, from its model config class: its tested row, else the
+    generic family of its class; an error naming what it is for a class that is no such model."""
+    name = type(base_model.model_config).__name__
+    status, what = class_status(name)
+    if status == "row":
+        return what
+    if status == "not trainable":
+        raise EriDiffusionError(
+            f"ComfyUI loaded this model as '{name}', {what}: EriDiffusion trains LoRAs of "
+            "diffusion models from captioned images and clips, which it is not."
+        )
+    if status == "not yet":
+        raise EriDiffusionError(f"EriDiffusion cannot train ComfyUI's '{name}' yet: {what}.")
+    family = generic_family(name, base_model.model_sampling)
+    if name not in _told_generic:
+        _told_generic.add(name)
+        logging.warning(
+            "EriDiffusion: ComfyUI's %s has no tested row in EriDiffusion's support table: it trains generically, "
+            "every linear layer adaptable, with the model's own sampling (%s), conditioned on the captions alone "
+            "(image, control or audio inputs of the model get their empty values). Check the samples.",
+            name,
+            family.prediction,
+        )
+    return family
+
+
+def generic_family(name, model_sampling):
+    """The Family of ComfyUI model class `name` that no row names: every linear layer of the diffusion
+    model adaptable, noise levels drawn with the model's own sampling (its prediction type and, for
+    flow models, its shift)."""
+    if isinstance(model_sampling, comfy.model_sampling.ModelSamplingFlux):
+        sampling, prediction = FLUX_SHIFT, "rectified flow, resolution-dependent shift"
+    elif is_flow(model_sampling):
+        shift = float(getattr(model_sampling, "shift", 1.0))
+        sampling = _shift(shift) if shift != 1.0 else LOGIT_NORMAL
+        prediction = f"rectified flow, shift {shift:g}"
+    else:
+        kind = "v" if isinstance(model_sampling, comfy.model_sampling.V_PREDICTION) else "ε"
+        sampling, prediction = UNIFORM, f"{kind} (discrete)"
+    reference = "the model's own sampling"
+    return Family(f"{name} (generic)", (name,), "all-linear", sampling, reference, prediction=prediction, generic=True)
 
 
 def family_named(name):

@@ -18,6 +18,7 @@ from ..settings import check_settings, setting
 
 TIMESTEP_SAMPLINGS = ("auto", "uniform", "logit_normal", "sigmoid", "shift")
 LOSS_WEIGHTINGS = ("none", "min_snr")
+LOSSES = ("mse", "l1", "huber", "smooth_l1")
 
 # Flux's resolution-dependent shift: mu grows linearly with the number of image tokens,
 # from 0.5 at 256 tokens to 1.15 at 4096 (diffusers' FlowMatch scheduler, kohya's flux_shift).
@@ -55,6 +56,21 @@ class ObjectiveSpec:
         minimum=0.0,
         maximum=100.0,
         step=0.05,
+        group="objective",
+    )
+    loss: str = setting(
+        "mse",
+        "How the prediction's error counts: mse (squared); l1 (absolute); huber (squared below huber_delta, "
+        "linear above: outliers pull less); smooth_l1 (huber divided by huber_delta).",
+        choices=LOSSES,
+        group="objective",
+    )
+    huber_delta: float = setting(
+        1.0,
+        "huber and smooth_l1: where the error turns from squared to linear.",
+        minimum=0.001,
+        maximum=10.0,
+        step=0.001,
         group="objective",
     )
     loss_weighting: str = setting(
@@ -236,10 +252,23 @@ class Objective:
             return clipped / (snr + 1)
         return clipped / snr
 
+    def elementwise(self, error):
+        """The spec's loss of each element of the native-parameterization error."""
+        kind, delta = self.spec.loss, self.spec.huber_delta
+        if kind == "mse":
+            return error.square()
+        if kind == "l1":
+            return error.abs()
+        huber = torch.nn.functional.huber_loss(error, torch.zeros_like(error), reduction="none", delta=delta)
+        return huber if kind == "huber" else huber / delta
+
     def loss(self, denoised, x0, sigma, mask=None):
-        """Per-sample weighted mean squared error in the native parameterization, shape (batch,).
-        `mask` (broadcast against x0, e.g. (batch, 1, h, w)) weighs each latent position; the mean
-        is over all positions, so a position of weight 0 contributes nothing (and no gradient)."""
+        """Per-sample weighted mean of the spec's loss (mse by default) in the native parameterization,
+        shape (batch,). `mask` (broadcast against x0, e.g. (batch, 1, h, w)) weighs each latent
+        position; the mean is over all positions, so a position of weight 0 contributes nothing (and
+        no gradient)."""
         error = (denoised.float() - x0.float()) / self._output_scale(sigma, x0.ndim)
-        squared = error.square() if mask is None else error.square() * mask
-        return squared.flatten(1).mean(dim=1) * self.weights(sigma)
+        each = self.elementwise(error)
+        if mask is not None:
+            each = each * mask
+        return each.flatten(1).mean(dim=1) * self.weights(sigma)

@@ -133,11 +133,13 @@ def taesd_vae(latent_channels, latent_format, generator):
     return comfy.sd.VAE(sd=sd)
 
 
-def _stack(model_config, seed, weight_dtype=torch.float32):
+def tiny_stack(model_config, seed, weight_dtype=torch.float32, clips=TINY_CLIPS):
+    """(MODEL, CLIP, VAE) of a UNet model config with tiny widths: random weights from `seed`, the
+    text encoders cut to `clips`, a 4-channel TAESD."""
     generator = torch.Generator().manual_seed(seed)
     model_config.unet_config.update(HEADS)
     model = diffusion_model(model_config, generator, weight_dtype)
-    clip = text_encoder(model_config.clip_target(), generator, TINY_CLIPS)
+    clip = text_encoder(model_config.clip_target(), generator, clips)
     vae = taesd_vae(4, model_config.latent_format, generator)
     return model, clip, vae
 
@@ -146,12 +148,12 @@ def tiny_sd15(
     seed: int = 0, weight_dtype=torch.float32
 ) -> tuple[comfy.model_patcher.ModelPatcher, comfy.sd.CLIP, comfy.sd.VAE]:
     """A random SD1.5 stack: ComfyUI's SD15 UNet, SD1 clip_l text encoder and a 4-channel TAESD."""
-    return _stack(comfy.supported_models.SD15(SD15_UNET), seed, weight_dtype)
+    return tiny_stack(comfy.supported_models.SD15(SD15_UNET), seed, weight_dtype)
 
 
 def tiny_sdxl(seed: int = 0) -> tuple[comfy.model_patcher.ModelPatcher, comfy.sd.CLIP, comfy.sd.VAE]:
     """A random SDXL stack: ComfyUI's SDXL UNet, clip_l + clip_g text encoders and a 4-channel TAESD."""
-    return _stack(comfy.supported_models.SDXL(SDXL_UNET), seed)
+    return tiny_stack(comfy.supported_models.SDXL(SDXL_UNET), seed)
 
 
 TINY_BUILDERS = {"sd15": tiny_sd15, "sdxl": tiny_sdxl}

@@ -7,7 +7,7 @@ import comfy.supported_models
 import pytest
 
 from devkit.support_table import support_table
-from devkit.tiny_models import TINY_FAMILIES, build_tiny, hosts_running
+from devkit.tiny_models import TESTED_HOSTS, TINY_FAMILIES, build_tiny, hosts_running
 from eridiffusion.comfy_compat import host_version
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.model.families import FAMILIES, family_named, family_of, resolve_objective, resolve_targets
@@ -49,14 +49,6 @@ def test_a_family_this_comfyui_lacks_gets_a_clear_error():
             family_named(name)
 
 
-def test_an_unknown_model_class_is_refused_by_name():
-    class Unknown:
-        model_config = comfy.supported_models.SD_X4Upscaler({})
-
-    with pytest.raises(EriDiffusionError, match="SD_X4Upscaler"):
-        family_of(Unknown())
-
-
 def test_auto_takes_the_family_default_and_explicit_settings_stay():
     flux = family_named("Flux.1 dev (and Flex-style variants)")
     resolved = resolve_objective(ObjectiveSpec(noise_offset=0.1), flux)
@@ -96,3 +88,64 @@ def test_bypassing_the_guidance_embedding_removes_the_guidance_input():
     bypassed = model_inputs(model.model, conditioning, latent, "cpu", defaults={"guidance": None})
     assert float(fed["guidance"].cond) == 1.0
     assert "guidance" not in bypassed
+
+
+MODELS_DOC = os.path.join(os.path.dirname(README), "docs", "models.md")
+
+
+def test_every_model_class_of_this_comfyui_is_in_the_models_table_with_its_status():
+    """docs/models.md lists the newest tested host's classes (on that host: exactly the generated
+    table); an older host's classes are each there, with the status this checkout gives them."""
+    from devkit.support_table import class_line, models_table
+
+    with open(MODELS_DOC, encoding="utf-8") as f:
+        found = re.search(r"<!-- models-table:start -->\n(.*?)\n<!-- models-table:end -->", f.read(), re.S)
+    assert found, "docs/models.md lacks the models-table markers"
+    classes = [model.__name__ for model in comfy.supported_models.models]
+    if host_version() == TESTED_HOSTS[-1]:
+        assert found.group(1) == models_table(classes), "regenerate it: scripts/support_table.py on that host"
+    lines = set(found.group(1).splitlines())
+    assert [name for name in classes if class_line(name) not in lines] == []
+
+
+@pytest.mark.parametrize(
+    "name, status",
+    [("SD_X4Upscaler", "an upscaler"), ("SAM3", "a segmentation model"), ("Hunyuan3Dv2", "a 3D shape model")],
+)
+def test_a_class_that_is_no_such_model_is_refused_saying_what_it_is(name, status):
+    if not hasattr(comfy.supported_models, name):
+        pytest.skip(f"ComfyUI {host_version()} has no {name}")
+
+    class Loaded:
+        model_config = getattr(comfy.supported_models, name)({})
+
+    with pytest.raises(EriDiffusionError, match=f"'{name}', {status}"):
+        family_of(Loaded())
+
+
+def test_hidream_o1_is_refused_with_the_reason():
+    if not hasattr(comfy.supported_models, "HiDreamO1"):
+        pytest.skip(f"ComfyUI {host_version()} has no HiDreamO1")
+
+    class Loaded:
+        model_config = comfy.supported_models.HiDreamO1({})
+
+    with pytest.raises(EriDiffusionError, match="HiDreamO1.*stale"):
+        family_of(Loaded())
+
+
+def test_a_class_no_row_names_gets_a_generic_family_from_its_own_sampling():
+    import comfy.model_sampling
+
+    from eridiffusion.training.model.families import generic_family
+
+    class Flow(comfy.model_sampling.ModelSamplingDiscreteFlow, comfy.model_sampling.CONST):
+        pass
+
+    flow = Flow()
+    flow.set_parameters(shift=5.0)
+    family = generic_family("Krea2", flow)
+    assert family.generic and family.targets == "all-linear"
+    assert (family.sampling.timestep_sampling, family.sampling.shift) == ("shift", 5.0)
+    eps = comfy.model_sampling.ModelSamplingDiscrete()
+    assert generic_family("SD20", eps).sampling.timestep_sampling == "uniform"

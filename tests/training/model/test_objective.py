@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.training.model.objective import Objective, ObjectiveSpec, resolution_shift, sample_fractions
+from eridiffusion.training.model.objective import LOSSES, Objective, ObjectiveSpec, resolution_shift, sample_fractions
 
 
 def model_sampling(prediction, base=comfy.model_sampling.ModelSamplingDiscrete, **settings):
@@ -225,3 +225,61 @@ def test_noise_offset_adds_a_per_channel_constant():
     # constant over each sample's channel, with std 0.5 across samples and channels
     assert (difference - difference[..., :1, :1]).abs().max().item() < 1e-6
     assert difference[..., 0, 0].std().item() == pytest.approx(0.5, rel=0.15)
+
+
+TORCH_LOSSES = {
+    "mse": lambda e, delta: e.square(),
+    "l1": lambda e, delta: e.abs(),
+    "huber": lambda e, delta: torch.nn.functional.huber_loss(e, torch.zeros_like(e), reduction="none", delta=delta),
+    "smooth_l1": lambda e, delta: torch.nn.functional.smooth_l1_loss(
+        e, torch.zeros_like(e), reduction="none", beta=delta
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", LOSSES)
+@pytest.mark.parametrize("name", ["eps", "rectified_flow"])
+def test_each_loss_choice_is_torchs_loss_of_the_native_error(kind, name):
+    ms = SAMPLINGS[name]()
+    objective = Objective(ms, ObjectiveSpec(timestep_sampling="uniform", loss=kind, huber_delta=0.3))
+    generator, x0, sigma, x_t, target = noisy_batch(objective, 4, seed=3)
+    prediction = target + 0.5 * torch.randn(target.shape, generator=generator)  # errors on both sides of 0.3
+    loss = objective.loss(ms.calculate_denoised(sigma, prediction, x_t), x0, sigma)
+    expected = TORCH_LOSSES[kind](prediction - target, 0.3).flatten(1).mean(1)
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", [k for k in LOSSES if k != "mse"])  # mse: every other training test
+def test_each_loss_choice_trains_and_is_recorded_in_the_saved_file(kind, dog_dataset, tmp_path):
+    import json
+
+    import safetensors
+
+    from devkit.tiny_models import build_tiny
+    from eridiffusion.training.adapters import AdapterSpec
+    from eridiffusion.training.data.training_data import build_training_data
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import train_lora
+
+    model, clip, vae = build_tiny("sd15", seed=0)
+    with torch.inference_mode():
+        data = build_training_data(dog_dataset, vae, clip, 64, str(tmp_path / "cache"))
+    data.samples = data.samples[:4]
+    config = TrainConfig(
+        steps=150,
+        learning_rate=3e-3,
+        dtype="fp32",
+        gradient_checkpointing=False,
+        seed=0,
+        log_every=50,
+        adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
+        objective=ObjectiveSpec(loss=kind, huber_delta=0.1),
+        run_name=f"loss_{kind}",
+    )
+    with torch.inference_mode(False):
+        result = train_lora(model, data, config, str(tmp_path / "run"))
+    assert result.eval_loss_after < 0.7 * result.eval_loss_before, (result.eval_loss_before, result.eval_loss_after)
+    path = result.lora.save(str(tmp_path / "lora.safetensors"))
+    with safetensors.safe_open(path, "pt") as f:
+        recorded = json.loads(f.metadata()["training_config"])["objective"]
+    assert (recorded["loss"], recorded["huber_delta"]) == (kind, 0.1)
