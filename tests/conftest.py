@@ -105,7 +105,7 @@ TRAINED_CASES = [
     for arch in ("sd15", "sdxl")
     for algorithm in ("lora", "dora", "lokr", "loha")
     for conv in (0, 8)
-]
+] + [("sd15", "oft", 0), ("sdxl", "oft", 8), ("sd15", "boft", 8), ("sdxl", "glora", 0), ("sd15", "glora", 8)]
 
 
 def trained_run(case, dataset, tmp_path_factory):

@@ -49,6 +49,35 @@ def test_every_optimizer_trains_through_the_executor_or_is_refused_with_an_alter
     assert len(outcome.losses()) == 2 and summary(outcome)["config"]["optimizer"] == optimizer
 
 
+@pytest.mark.parametrize("algorithm", ["oft", "boft", "glora"])
+def test_the_rotation_and_glora_adapters_train_through_the_executor_and_load_in_stock_loraloader(
+    algorithm, registered, two_photos, comfy_dirs, caplog
+):
+    import logging
+
+    import nodes
+
+    from devkit.tiny_models import build_tiny
+
+    outcome = run_training(
+        two_photos,
+        f"algorithm_{algorithm}",
+        trainer={"steps": 3, "algorithm": algorithm, "targets": "all-linear"},
+        save={"filename_prefix": f"algorithm/{algorithm}"},
+    )
+    assert outcome.success, outcome.error
+    path = os.path.join(comfy_dirs["loras"], "algorithm", f"{algorithm}.safetensors")
+    with safetensors.safe_open(path, "pt") as f:
+        assert json.loads(f.metadata()["eridiffusion_adapter_spec"])["algorithm"] == algorithm
+        expected = "oft_blocks" if algorithm != "glora" else "a1.weight"
+        assert any(k.endswith(f".{expected}") for k in f.keys())
+    model, clip, _ = build_tiny("sd15", seed=0)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        nodes.LoraLoader().load_lora(model, clip, f"algorithm/{algorithm}.safetensors", 1.0, 0.0)
+    assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
+
+
 def test_save_every_and_keep_last_leave_the_newest_checkpoints_with_their_state(registered, two_photos):
     outcome = run_training(two_photos, "kept", trainer={"steps": 6, "save_every": 2, "keep_last": 2})
     assert outcome.success, outcome.error

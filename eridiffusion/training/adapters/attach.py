@@ -22,12 +22,14 @@ from ..settings import check_settings, setting
 from .base import Adapter, layer_kind
 from .dora import DoRA
 from .forward_swap import SwappedForward, swap_in, swap_out
+from .glora import GLoRA
 from .layer_selection import select_layers
 from .loha import LoHa
 from .lokr import LoKr
 from .lora import LoRA
+from .oft import BOFT, OFT
 
-ALGORITHMS = {"lora": LoRA, "dora": DoRA, "lokr": LoKr, "loha": LoHa}
+ALGORITHMS = {"lora": LoRA, "dora": DoRA, "lokr": LoKr, "loha": LoHa, "oft": OFT, "boft": BOFT, "glora": GLoRA}
 _INJECTION_IDS = itertools.count()
 
 
@@ -73,7 +75,8 @@ class AdapterSpec:
 
     algorithm: str = setting(
         "lora",
-        "lora; dora (LoRA + learned magnitude); lokr (Kronecker); loha (Hadamard).",
+        "lora; dora (LoRA + learned magnitude); lokr (Kronecker); loha (Hadamard); oft and boft (the weight "
+        "rotated, block-diagonal or butterfly: rank sizes the blocks, alpha unused); glora (W·A + B).",
         choices=tuple(ALGORITHMS),
         group="trainer",
     )
@@ -299,8 +302,9 @@ def layer_width(layer):
 
 def narrow_layers(adapter_set, root):
     """[(layer name, its width)] of the layers whose LoRA/DoRA/LoHa rank is above their width: the
-    extra rank only adds parameters. (LoKr's rank splits a Kronecker factor and means no such thing.)"""
-    if adapter_set.spec.algorithm == "lokr":
+    extra rank only adds parameters. (LoKr's rank splits a Kronecker factor, OFT's and BOFT's sizes their
+    blocks: they mean no such thing.)"""
+    if adapter_set.spec.algorithm in ("lokr", "oft", "boft"):
         return []
     modules = dict(root.named_modules())
     narrow = []

@@ -124,6 +124,10 @@ def run_metadata(base_model, config, data, steps):
     }
 
 
+# LyCORIS's own name of an algorithm, where it differs from ours (kohya's `algo` network argument).
+LYCORIS_ALGO = {"oft": "diag-oft"}
+
+
 def export_lora(adapter_set, prefixes, metadata, text_encoder=None):
     """Collect an AdapterSet's tensors under the file prefixes of its layers; `text_encoder` is
     an optional (AdapterSet, prefixes) pair of text-encoder adapters saved in the same file."""
@@ -141,7 +145,7 @@ def export_lora(adapter_set, prefixes, metadata, text_encoder=None):
         "ss_network_alpha": str(spec.alpha),
         "ss_network_args": json.dumps(
             {
-                "algo": spec.algorithm,
+                "algo": LYCORIS_ALGO.get(spec.algorithm, spec.algorithm),
                 "conv_dim": spec.conv_rank,
                 "conv_alpha": spec.conv_alpha,
                 "factor": spec.lokr_factor,
@@ -181,4 +185,11 @@ TENSOR_NAMES = (
     "lokr_w2_a",
     "lokr_w2_b",
     "lokr_t2",
+    "oft_blocks",
+    "rescale",
+    "a1.weight",
+    "a2.weight",
+    "b1.weight",
+    "b2.weight",
+    "bm.weight",
 )

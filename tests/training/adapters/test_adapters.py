@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from devkit.tiny_models import build_tiny
+from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.adapters import ALGORITHMS, AdapterSpec, attach_adapters
 from eridiffusion.training.adapters.attach import _BypassForward
 from eridiffusion.training.adapters.lora import LoRA
@@ -46,7 +47,31 @@ def test_fresh_adapter_leaves_the_layer_output_unchanged(algorithm):
     adapter = AdapterSpec(algorithm=algorithm, rank=4, alpha=4.0).build(layer, seed=0)
     x = torch.randn(3, 32)
     torch.testing.assert_close(adapter(x, layer), layer(x), rtol=1e-5, atol=1e-6)
-    assert any(p.requires_grad and p.abs().sum() > 0 for p in adapter.parameters())
+    adapter(x, layer).square().sum().backward()  # and it can learn: a gradient reaches its parameters
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in adapter.parameters())
+
+
+def test_boft_at_a_rank_that_cannot_split_the_layer_names_the_ranks_that_can():
+    layer = torch.nn.Linear(32, 320)  # SD's narrowest width: no butterfly split at rank 8
+    with pytest.raises(EriDiffusionError, match=r"320 wide .* rank 8; ranks that split it: .*\b10\b.*or algorithm oft"):
+        AdapterSpec(algorithm="boft", rank=8).build(layer, seed=0)
+
+
+def test_oft_layers_do_not_log_a_line_each():
+    import lycoris.logging  # noqa: F401  (its logger, which does not propagate to the root one)
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("LyCORIS")
+    logger.addHandler(handler)
+    try:
+        for algorithm in ("oft", "boft"):
+            AdapterSpec(algorithm=algorithm, rank=4).build(torch.nn.Linear(32, 64), seed=0)
+        logger.info("still heard")  # the handler hears LyCORIS's INFO lines outside the build
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in records] == ["still heard"]
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))

@@ -54,7 +54,7 @@ def adapter_tensors(result):
     return {k: v for k, v in result.lora.tensors.items()}
 
 
-@pytest.mark.parametrize("algorithm", ["lora", "dora", "lokr", "loha"])
+@pytest.mark.parametrize("algorithm", ["lora", "dora", "lokr", "loha", "oft", "boft", "glora"])
 def test_resuming_from_the_middle_gives_the_uninterrupted_result(algorithm, stack, tmp_path):
     whole = run(stack, config(algorithm), tmp_path / "whole")
     middle = os.path.join(tmp_path / "whole", "checkpoints", "resumable_step000006.safetensors")
