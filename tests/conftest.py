@@ -65,8 +65,10 @@ def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
     data.samples = data.samples[:TRAINING_IMAGES]
     probe = ProbeInput.of(model, data)
     before = probe.output(model)
+    algorithm, _, extra = algorithm.partition("+")  # "lora+norms": norms and biases trained too
     adapter = AdapterSpec(
         algorithm=algorithm,
+        train_norms_and_biases=extra == "norms",
         rank=8,
         alpha=8.0,
         targets="all-linear",
@@ -83,7 +85,7 @@ def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
         seed=0,
         log_every=20,
         adapter=adapter,
-        run_name=f"test_{arch}_{algorithm}_{conv_rank}",
+        run_name=f"test_{arch}_{algorithm}{'_' + extra if extra else ''}_{conv_rank}",
     )
     with torch.inference_mode(False):
         result = train_lora(model, data, config, os.path.join(output_dir, "run"))
@@ -100,12 +102,16 @@ def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
 
 
 _TRAINED = {}
-TRAINED_CASES = [
-    (arch, algorithm, conv)
-    for arch in ("sd15", "sdxl")
-    for algorithm in ("lora", "dora", "lokr", "loha")
-    for conv in (0, 8)
-] + [("sd15", "oft", 0), ("sdxl", "oft", 8), ("sd15", "boft", 8), ("sdxl", "glora", 0), ("sd15", "glora", 8)]
+TRAINED_CASES = (
+    [
+        (arch, algorithm, conv)
+        for arch in ("sd15", "sdxl")
+        for algorithm in ("lora", "dora", "lokr", "loha")
+        for conv in (0, 8)
+    ]
+    + [("sd15", "oft", 0), ("sdxl", "oft", 8), ("sd15", "boft", 8), ("sdxl", "glora", 0), ("sd15", "glora", 8)]
+    + [("sd15", "lora+norms", 8), ("sdxl", "dora+norms", 0)]
+)
 
 
 def trained_run(case, dataset, tmp_path_factory):

@@ -78,6 +78,33 @@ def test_the_rotation_and_glora_adapters_train_through_the_executor_and_load_in_
     assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
 
 
+def test_norms_and_biases_train_through_the_executor_and_load_in_stock_loraloader(
+    registered, two_photos, comfy_dirs, caplog
+):
+    import logging
+
+    import nodes
+
+    from devkit.tiny_models import build_tiny
+
+    outcome = run_training(
+        two_photos,
+        "norms_and_biases",
+        trainer={"steps": 3, "train_norms_and_biases": True, "targets": "all-linear"},
+        save={"filename_prefix": "algorithm/norms"},
+    )
+    assert outcome.success, outcome.error
+    path = os.path.join(comfy_dirs["loras"], "algorithm", "norms.safetensors")
+    keys = safetensors.torch.load_file(path).keys()
+    assert any(k.endswith(".diff") for k in keys) and any(k.endswith(".diff_b") for k in keys)
+    model, clip, _ = build_tiny("sd15", seed=0)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        patched, _ = nodes.LoraLoader().load_lora(model, clip, "algorithm/norms.safetensors", 1.0, 0.0)
+    assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
+    assert any(key.endswith(".bias") for key in patched.patches)
+
+
 def test_save_every_and_keep_last_leave_the_newest_checkpoints_with_their_state(registered, two_photos):
     outcome = run_training(two_photos, "kept", trainer={"steps": 6, "save_every": 2, "keep_last": 2})
     assert outcome.success, outcome.error

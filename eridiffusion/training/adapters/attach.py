@@ -27,6 +27,7 @@ from .layer_selection import select_layers
 from .loha import LoHa
 from .lokr import LoKr
 from .lora import LoRA
+from .norm_diff import NormDiff, is_norm
 from .oft import BOFT, OFT
 
 ALGORITHMS = {"lora": LoRA, "dora": DoRA, "lokr": LoKr, "loha": LoHa, "oft": OFT, "boft": BOFT, "glora": GLoRA}
@@ -131,13 +132,27 @@ class AdapterSpec:
         group="adapter",
         optional=True,
     )
+    train_norms_and_biases: bool = setting(
+        False,
+        "Also train the biases of the adapted layers and the weight and bias of every norm layer the file can "
+        "address, as plain differences (as ComfyUI 0.28's own trainer does; saved as diff / diff_b, which stock "
+        "LoraLoader applies).",
+        group="adapter",
+        optional=True,
+    )
 
     def __post_init__(self):
         check_settings(self, "adapter")
 
     def build(self, layer: torch.nn.Module, seed: int) -> Adapter:
-        """A fresh adapter for `layer` (linear or conv)."""
-        return ALGORITHMS[self.algorithm].for_layer(layer, self, seed)
+        """A fresh adapter for `layer`: the algorithm's for a linear or conv layer (and its bias, where
+        biases train), a NormDiff for a norm layer."""
+        if is_norm(layer):
+            return NormDiff(layer)
+        adapter = ALGORITHMS[self.algorithm].for_layer(layer, self, seed)
+        if self.train_norms_and_biases and getattr(layer, "bias", None) is not None:
+            adapter.train_bias_of(layer)
+        return adapter
 
 
 def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
@@ -161,6 +176,8 @@ def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
             and isinstance(module, torch.nn.Conv2d)
             and _is_resnet_conv(name, module, modules_by_name)
         ):
+            layers.append((name, module))
+        elif spec.train_norms_and_biases and is_norm(module):
             layers.append((name, module))
     if not layers:
         raise EriDiffusionError(
@@ -310,6 +327,8 @@ def narrow_layers(adapter_set, root):
     narrow = []
     for name, _ in adapter_set.items():
         layer = modules[name]
+        if is_norm(layer):
+            continue
         rank = adapter_set.spec.conv_rank if layer_kind(layer) == "conv" else adapter_set.spec.rank
         if rank > layer_width(layer):
             narrow.append((name, layer_width(layer)))

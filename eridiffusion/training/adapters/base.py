@@ -30,6 +30,27 @@ class Adapter(torch.nn.Module):
         self.multiplier = 1.0
         # fp8_products.Fp8Products while a run computes the frozen layers in fp8 (fp8_compute), else None
         self.frozen_products = None
+        # the layer's bias trained as a difference (norm_diff.py), where the run trains biases, else None
+        self.bias_diff: torch.nn.Parameter | None = None
+        self.bias_is_conv = False
+
+    def train_bias_of(self, layer: torch.nn.Module) -> None:
+        """Also train `layer`'s bias, as a difference saved under `diff_b`."""
+        self.bias_diff = torch.nn.Parameter(torch.zeros(layer.bias.shape, dtype=torch.float32))
+        self.bias_is_conv = layer_kind(layer) == "conv"
+
+    def __call__(self, x: torch.Tensor, base: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        out = super().__call__(x, base)
+        if self.bias_diff is None or self.multiplier == 0:
+            return out
+        return out + self.multiplier * channel_view(self.bias_diff, out, self.bias_is_conv)
+
+    def saved_tensors(self) -> dict[str, torch.Tensor]:
+        """comfy_tensors, with the bias difference where the adapter trains one."""
+        tensors = self.comfy_tensors()
+        if self.bias_diff is not None:
+            tensors["diff_b"] = self.bias_diff.detach()
+        return tensors
 
     @classmethod
     def for_layer(cls, layer: torch.nn.Module, spec: Any, seed: int) -> "Adapter":
@@ -54,12 +75,14 @@ class Adapter(torch.nn.Module):
 
     def load_comfy_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Set this adapter from tensors read back from a saved file (names as comfy_tensors)."""
-        own = self.comfy_tensors()
-        missing = sorted(set(own) - set(tensors))
+        targets = self.tensor_targets()
+        if self.bias_diff is not None:
+            targets = {**targets, "diff_b": self.bias_diff}
+        missing = sorted(set(targets) - set(tensors))
         if missing:
             raise KeyError(f"missing {missing}")
         with torch.no_grad():
-            for name, target in self.tensor_targets().items():
+            for name, target in targets.items():
                 target.copy_(tensors[name].to(target.dtype).reshape(target.shape))
 
 
@@ -89,6 +112,12 @@ class LycorisAdapter(Adapter):
                 obj = getattr(obj, part)
             targets[name] = obj
         return targets
+
+
+def channel_view(bias, out, conv):
+    """`bias` (channels) shaped to broadcast over output `out`: channels last, or second for convs."""
+    bias = bias.to(out.dtype)
+    return bias.view(1, -1, *([1] * (out.dim() - 2))) if conv else bias
 
 
 def seeded(seed):

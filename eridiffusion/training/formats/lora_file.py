@@ -135,7 +135,7 @@ def export_lora(adapter_set, prefixes, metadata, text_encoder=None):
     for adapters, names in [(adapter_set, prefixes)] + ([text_encoder] if text_encoder else []):
         for layer, adapter in adapters.items():
             prefix = names[f"{layer}.weight"]
-            for name, tensor in adapter.comfy_tensors().items():
+            for name, tensor in adapter.saved_tensors().items():
                 tensors[f"{prefix}.{name}"] = tensor.detach().to("cpu", torch.float32).clone()
     spec = adapter_set.spec
     meta = {
@@ -192,4 +192,6 @@ TENSOR_NAMES = (
     "b1.weight",
     "b2.weight",
     "bm.weight",
+    "diff",
+    "diff_b",
 )

@@ -58,21 +58,6 @@ class ObjectiveSpec:
         step=0.05,
         group="objective",
     )
-    loss: str = setting(
-        "mse",
-        "How the prediction's error counts: mse (squared); l1 (absolute); huber (squared below huber_delta, "
-        "linear above: outliers pull less); smooth_l1 (huber divided by huber_delta).",
-        choices=LOSSES,
-        group="objective",
-    )
-    huber_delta: float = setting(
-        1.0,
-        "huber and smooth_l1: where the error turns from squared to linear.",
-        minimum=0.001,
-        maximum=10.0,
-        step=0.001,
-        group="objective",
-    )
     loss_weighting: str = setting(
         "none", "min_snr: min-SNR-γ weighting (ε and v models only).", choices=LOSS_WEIGHTINGS, group="objective"
     )
@@ -102,6 +87,24 @@ class ObjectiveSpec:
         minimum=0.0,
         maximum=1.0,
         step=0.01,
+        group="objective",
+        optional=True,
+    )
+
+    loss: str = setting(
+        "mse",
+        "How the prediction's error counts: mse (squared); l1 (absolute); huber (squared below huber_delta, "
+        "linear above: outliers pull less); smooth_l1 (huber divided by huber_delta).",
+        choices=LOSSES,
+        group="objective",
+        optional=True,
+    )
+    huber_delta: float = setting(
+        1.0,
+        "huber and smooth_l1: where the error turns from squared to linear.",
+        minimum=0.001,
+        maximum=10.0,
+        step=0.001,
         group="objective",
         optional=True,
     )

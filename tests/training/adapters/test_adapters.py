@@ -99,6 +99,35 @@ def test_saved_file_reproduces_the_bypass_model_in_stock_comfyui(algorithm, conv
     assert bool(convs) == (conv_rank > 0)
 
 
+@pytest.mark.parametrize("algorithm", ["lora", "oft"])
+def test_norms_and_biases_trained_as_differences_load_in_stock_comfyui_and_reproduce(algorithm, sd15, tmp_path, caplog):
+    spec = AdapterSpec(algorithm=algorithm, rank=4, alpha=2.0, targets="all-linear", train_norms_and_biases=True)
+    prefixes = loadable_weight_keys(sd15.model)
+    clone = sd15.clone()
+    adapters = attach_adapters(clone, spec, prefixes.keys(), seed=1)
+    norms = [n for n, a in adapters.items() if a.algorithm == "norm"]
+    assert any(".norm" in n for n in norms) and any("in_layers.0" in n for n in norms)  # LayerNorm and GroupNorm
+    assert sum(a.bias_diff is not None for _, a in adapters.items()) > 0
+    with torch.no_grad():
+        for p in adapters.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    path = export_lora(adapters, prefixes, {}).save(str(tmp_path / "n.safetensors"), dtype="fp32")
+    keys = comfy.utils.load_torch_file(path).keys()
+    assert any(k.endswith(".diff") for k in keys) and any(k.endswith(".diff_b") for k in keys)
+    for strength in (1.0, 0.5):
+        adapters.set_multiplier(strength)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            patched, _ = comfy.sd.load_lora_for_models(sd15, None, comfy.utils.load_torch_file(path), strength, 0)
+        assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
+        ours, theirs = probe_output(clone), probe_output(patched)
+        assert ((ours - theirs).norm() / theirs.norm()).item() < 1e-4, strength
+    base = probe_output(sd15)
+    assert ((probe_output(clone) - base).norm() / base.norm()).item() > 1e-3  # the differences count
+    adapters.set_multiplier(0.0)
+    assert torch.equal(probe_output(clone), probe_output(sd15))
+
+
 def test_lokr_full_rank_keeps_both_kronecker_factors_whole(sd15):
     spec = AdapterSpec(algorithm="lokr", rank=4, alpha=4.0, targets="attention", lokr_full_rank=True)
     adapters = attach_adapters(sd15.clone(), spec, loadable_weight_keys(sd15.model).keys())

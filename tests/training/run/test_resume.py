@@ -28,6 +28,7 @@ def stack(dog_dataset, tmp_path_factory):
 
 
 def config(algorithm="lora", **overrides):
+    algorithm, _, extra = algorithm.partition("+")  # "lora+norms": norms and biases trained too
     settings = dict(
         steps=12,
         learning_rate=3e-3,
@@ -38,7 +39,9 @@ def config(algorithm="lora", **overrides):
         gradient_checkpointing=False,
         batch_size=2,
         run_name="resumable",
-        adapter=AdapterSpec(algorithm=algorithm, rank=4, alpha=4.0, targets="all-linear"),
+        adapter=AdapterSpec(
+            algorithm=algorithm, rank=4, alpha=4.0, targets="all-linear", train_norms_and_biases=extra == "norms"
+        ),
     )
     settings.update(overrides)
     return TrainConfig(**settings)
@@ -54,7 +57,7 @@ def adapter_tensors(result):
     return {k: v for k, v in result.lora.tensors.items()}
 
 
-@pytest.mark.parametrize("algorithm", ["lora", "dora", "lokr", "loha", "oft", "boft", "glora"])
+@pytest.mark.parametrize("algorithm", ["lora", "dora", "lokr", "loha", "oft", "boft", "glora", "lora+norms"])
 def test_resuming_from_the_middle_gives_the_uninterrupted_result(algorithm, stack, tmp_path):
     whole = run(stack, config(algorithm), tmp_path / "whole")
     middle = os.path.join(tmp_path / "whole", "checkpoints", "resumable_step000006.safetensors")
