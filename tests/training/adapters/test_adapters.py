@@ -26,9 +26,14 @@ def probe_output(patcher):
     generator = torch.Generator().manual_seed(5)
     x = torch.randn(1, 4, 16, 16, generator=generator)
     context = torch.randn(1, 77, 32, generator=generator)
+    device = patcher.load_device
     with torch.inference_mode():
         comfy.model_management.load_models_gpu([patcher])
-        return patcher.model.apply_model(x, torch.tensor([3.0]), c_crossattn=context).clone()
+        return (
+            patcher.model.apply_model(x.to(device), torch.tensor([3.0], device=device), c_crossattn=context.to(device))
+            .cpu()
+            .clone()
+        )
 
 
 def test_lora_term_equals_its_delta_weight_applied_to_the_input():
@@ -85,7 +90,7 @@ def test_saved_file_reproduces_the_bypass_model_in_stock_comfyui(algorithm, conv
     adapters = attach_adapters(clone, spec, prefixes.keys(), seed=1)
     with torch.no_grad():  # as if trained: every parameter moved off its initial value
         for p in adapters.parameters():
-            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())).to(p.device) * 0.05)
     path = export_lora(adapters, prefixes, {}).save(str(tmp_path / "a.safetensors"), dtype="fp32")
     for strength in (1.0, 0.5):
         adapters.set_multiplier(strength)
@@ -110,7 +115,7 @@ def test_norms_and_biases_trained_as_differences_load_in_stock_comfyui_and_repro
     assert sum(a.bias_diff is not None for _, a in adapters.items()) > 0
     with torch.no_grad():
         for p in adapters.parameters():
-            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())).to(p.device) * 0.05)
     path = export_lora(adapters, prefixes, {}).save(str(tmp_path / "n.safetensors"), dtype="fp32")
     keys = comfy.utils.load_torch_file(path).keys()
     assert any(k.endswith(".diff") for k in keys) and any(k.endswith(".diff_b") for k in keys)
