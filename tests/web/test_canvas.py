@@ -121,6 +121,7 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
                 "lokr_full_rank": False,
                 "include": "",
                 "exclude": "",
+                "train_norms_and_biases": False,
             },
         },
         "memory_options": {
