@@ -6,6 +6,12 @@ UNETLoader code (comfy.sd.load_diffusion_model), as a user's graph does; on a ho
 VRAM (ComfyUI 0.2x on NVIDIA) that is switched on as ComfyUI's server does by default
 (DYNAMIC_VRAM=0 turns it off).
 
+Every row reports its model FLOPs utilisation (mfu): the FLOPs of one training step of that work
+(model, resolution, batch, rank, adapter targets, trained text encoders), counted once with
+torch.utils.flop_counter over an eager step without checkpointing (the model's FLOPs: no recompute,
+frozen weights get no weight gradient), divided by the row's s/step and the GPU's dense bf16 peak
+(DENSE_BF16_PEAK; the built-in's rows take the FLOPs of our step of the same work).
+
 Ours is timed with CUDA events at each optimizer step (median over the steps after warm-up);
 the built-in, which offers no per-step hook, with CUDA events at each of its optimizer's steps. Peak memory is
 torch.cuda.max_memory_allocated over the training steps. Prints one `RESULT {json}` line per
@@ -393,6 +399,50 @@ def ours(
     }
 
 
+# Dense (no sparsity) bf16 tensor-core peaks, from NVIDIA's data sheets, by a word of the device name.
+DENSE_BF16_PEAK = {"H200": 989.4e12, "H100 80GB HBM3": 989.4e12, "H100 PCIe": 756.0e12, "A100": 312.0e12}
+
+
+def dense_bf16_peak():
+    import torch
+
+    name = torch.cuda.get_device_name()
+    return next((peak for key, peak in DENSE_BF16_PEAK.items() if key in name), None)
+
+
+def step_flops(patcher, model_name, targets, work=Work(), clip=None):
+    """The FLOPs of one eager training step without checkpointing: a 2-step run's count less a 1-step
+    run's (the evaluations and setup count alike in both)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from eridiffusion.training.adapters import AdapterSpec
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import train_lora
+
+    counts = []
+    for steps in (1, 2):
+        config = TrainConfig(
+            steps=steps,
+            dtype="bf16",
+            batch_size=work.batch,
+            gradient_checkpointing=False,
+            cuda_graphs="off",
+            text_encoder_lr=1e-5 if clip is not None else 0.0,
+            adapter=AdapterSpec(rank=work.rank, alpha=float(work.rank), targets=targets),
+            log_every=steps,
+            eval_images=1,
+            eval_timesteps=1,
+            run_name="bench_flops",
+        )
+        counter = FlopCounterMode(display=False)
+        with torch.inference_mode(False), counter:
+            data = random_data(model_name, images=max(4, work.batch), work=work)
+            train_lora(patcher, data, config, tempfile.mkdtemp(), clip=clip)
+        counts.append(counter.get_total_flops())
+    return counts[1] - counts[0]
+
+
 class _Messages(logging.Handler):
     """Keeps the messages (INFO and up) that contain `marker`."""
 
@@ -509,6 +559,8 @@ def main():
 
     results = []
     total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    peak = dense_bf16_peak()
+    flops_of = {}  # (model, work, targets, te) -> FLOPs of one step
     for item in plan:
         parts = item.split("_")
         kind, model_name, checkpointing = parts[0], parts[1], parts[2] == "ckpt"
@@ -557,6 +609,15 @@ def main():
             r["memory_cap_GiB"] = cap
             if "s_per_step" in r:
                 r["images_per_s"] = work.batch / r["s_per_step"]
+                targets = "all-linear" if "alllinear" in parts else ("attention" if model_name == "sdxl" else "auto")
+                key = (model_name, *work.record().items(), targets, "te" in parts)
+                if key not in flops_of and os.environ.get("MFU", "1") == "1":
+                    torch.cuda.set_per_process_memory_fraction(1.0)
+                    clip = full_size_clip(model_name) if "te" in parts else None
+                    flops_of[key] = step_flops(patcher, model_name, targets, work, clip)
+                if key in flops_of:
+                    r["tflops_per_step"] = flops_of[key] / 1e12
+                    r["mfu"] = flops_of[key] / r["s_per_step"] / peak if peak else None
         except Exception as error:  # one failure must not hide the other figures
             import traceback
 
