@@ -57,8 +57,13 @@ class ProbeInput:
     def output(self, patcher):
         import comfy.model_management
 
+        from eridiffusion.comfy_compat import clear_prefix_cache
+
         with torch.inference_mode():
             comfy.model_management.load_models_gpu([patcher], force_full_load=True)
+            # HiDream-O1 caches its prompt's keys and values on the modules its patchers share, keyed by the
+            # prompt alone: stock ComfyUI would give the base model the K/V a LoRA'd clone computed before
+            clear_prefix_cache(patcher.model)
             device = patcher.load_device  # (the probe is made on the CPU; a GPU run computes there)
             inputs = {name: v.to(device) if isinstance(v, torch.Tensor) else v for name, v in self.inputs.items()}
             out = patcher.model.apply_model(self.x.to(device), self.sigma.to(device), **inputs)

@@ -46,9 +46,31 @@ def hosts_running(family):
 
 TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15, family="SD 1.5"), "sdxl": TinyFamily(tiny_sdxl, family="SDXL")}
 
-from devkit import tiny_dit, tiny_flux, tiny_recent_image, tiny_recent_video, tiny_unets, tiny_video  # noqa: E402  (they use the helpers above)
+from devkit import (  # noqa: E402  (they use the helpers above)
+    tiny_dit,
+    tiny_flux,
+    tiny_hidream_o1,
+    tiny_image_2026,
+    tiny_image_variants,
+    tiny_recent_image,
+    tiny_recent_video,
+    tiny_unets,
+    tiny_video,
+    tiny_video_2026,
+)
 
-for _module in (tiny_unets, tiny_flux, tiny_dit, tiny_video, tiny_recent_image, tiny_recent_video):
+for _module in (
+    tiny_unets,
+    tiny_flux,
+    tiny_dit,
+    tiny_video,
+    tiny_recent_image,
+    tiny_recent_video,
+    tiny_image_2026,
+    tiny_image_variants,
+    tiny_video_2026,
+    tiny_hidream_o1,
+):
     TINY_FAMILIES.update(_module.FAMILIES)
 
 

@@ -1,12 +1,14 @@
 """What differs between the ComfyUI versions EriDiffusion runs on, in one place: the executor's
-cache arguments, the host's training switch, and autograd for the host's fused kernels. Every
-other module reaches these host internals through here (tests/test_comfy_compat.py checks each one
-on every tested host)."""
+cache arguments, the host's training switch, autograd for the host's fused kernels, and the caches
+of activations some host models keep across calls. Every other module reaches these host internals
+through here (tests/test_comfy_compat.py checks each one on every tested host; the caches,
+tests/training/model/test_prefix_cache.py)."""
 
 import contextlib
 import os
 
 import comfy.model_management
+import comfy.patcher_extension
 import torch
 
 from . import host
@@ -212,3 +214,52 @@ def trainable_clip_clone(clip):
     clone = _trainable(clip, "CLIP")
     clone.cond_stage_model = clone.patcher.model
     return clone
+
+
+# HiDream-O1 (0.28) keeps its text prefix's keys and values, and its reference images' ViT output, on
+# the diffusion model across calls, keyed by the prompt's token ids and positions and the references'
+# identity alone (`_kv_cache_entries`, `_visual_cache`; `clear_kv_cache()` empties both): valid while
+# the weights stay as they were, not once adapters train or another patcher of the same modules runs.
+PREFIX_CACHE_KEY = "eridiffusion_fresh_prefix_cache"
+
+
+def _clear_prefix_cache(diffusion_model):
+    clear = getattr(diffusion_model, "clear_kv_cache", None)
+    if clear is not None:
+        clear()
+
+
+def clear_prefix_cache(base_model):
+    """Empty what the host model of `base_model` (a ComfyUI BaseModel) caches across calls, so that its
+    next call computes everything from its current weights (nothing for models without such a cache)."""
+    _clear_prefix_cache(getattr(base_model, "diffusion_model", None))
+
+
+def _fresh_prefix(executor, *args, **kwargs):
+    """A DIFFUSION_MODEL wrapper: the forward starts and ends with the host model's caches empty, so it
+    computes its prefix (with gradients to the adapters there) and leaves no graph behind."""
+    _clear_prefix_cache(executor.class_obj)
+    try:
+        return executor(*args, **kwargs)
+    finally:
+        _clear_prefix_cache(executor.class_obj)
+
+
+def prefix_cache_dropped(patcher):
+    """Register on `patcher` (a clone whose adapters change between calls, or differ from the other
+    patchers of its modules): every forward through its wrappers (training steps, ComfyUI's sampler)
+    computes afresh what the host model would take from its cache, and the cache is emptied whenever
+    ComfyUI patches or unpatches it, for calls without its wrappers and for the other patchers. Nothing
+    for models without such a cache."""
+    diffusion_model = getattr(patcher.model, "diffusion_model", None)
+    if not hasattr(diffusion_model, "clear_kv_cache"):
+        return patcher
+    wrapper_type = comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL
+    patcher.remove_wrappers_with_key(wrapper_type, PREFIX_CACHE_KEY)
+    patcher.add_wrapper_with_key(wrapper_type, PREFIX_CACHE_KEY, _fresh_prefix)
+
+    def cleared(model_patcher):
+        _clear_prefix_cache(model_patcher.model.diffusion_model)
+
+    patcher.set_injections(PREFIX_CACHE_KEY, [comfy.patcher_extension.PatcherInjection(cleared, cleared)])
+    return patcher

@@ -17,6 +17,7 @@ from typing import Any
 import comfy.patcher_extension
 import torch
 
+from ...comfy_compat import prefix_cache_dropped
 from ...errors import EriDiffusionError
 from ..settings import check_settings, setting
 from .base import Adapter, layer_kind
@@ -307,7 +308,9 @@ class AdapterSet(torch.nn.Module):
                 eject_adapter(module, adapter)
 
         patcher.set_injections(self.injection_key, [comfy.patcher_extension.PatcherInjection(inject, eject)])
-        return patcher
+        # the adapters change while training and set this patcher apart from the others of its modules:
+        # activations the host model caches across calls (HiDream-O1's text prefix) must not outlive a call
+        return prefix_cache_dropped(patcher)
 
 
 def layer_width(layer):

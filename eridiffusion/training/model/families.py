@@ -135,6 +135,114 @@ FAMILIES = (
     Family("LongCat-Image", ("LongCatImage",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (kohya `flux_shift`)"),
     Family("ERNIE-Image", ("ErnieImage",), DIT_TARGETS, _shift(3.0), "ERNIE-Image's own flow shift", latent_patch=1),
     Family("Anima", ("Anima",), DIT_TARGETS, LOGIT_NORMAL, "kohya sd-scripts (`sigmoid`)"),
+    # 2026 image DiTs (devkit/tiny_image_2026.py).
+    # Krea 2 samples with ComfyUI's Flux model sampling at mu 1.15, which is Flux.1's size rule at 1 MP
+    # (4096 tokens): trained with that rule, as for Flux.1.
+    Family("Krea 2", ("Krea2",), DIT_TARGETS, FLUX_SHIFT, "ComfyUI's Flux sampling (Flux.1's size rule)"),
+    # JoyImage has no trainer of its own published; its flow shift is ComfyUI's sampling_settings (1.5).
+    Family("JoyImage", ("JoyImage",), DIT_TARGETS, _shift(1.5), "JoyImage's own flow shift"),
+    # Cosmos-Predict2 is a rectified flow that ComfyUI writes in EDM's σ (σ = t / (1 - t), up to 80), so
+    # the noise level is drawn over the flow time t its model_sampling counts in: logit-normal, as its
+    # sibling Anima is trained.
+    Family(
+        "Cosmos-Predict2 text-to-image",
+        ("CosmosT2IPredict2",),
+        DIT_TARGETS,
+        LOGIT_NORMAL,
+        "kohya sd-scripts' Anima (`sigmoid`)",
+        prediction="rectified flow (EDM-scaled σ)",
+    ),
+    # Hunyuan-DiT v1.2 predicts v on a discrete DDPM schedule; its own train scripts draw timesteps
+    # uniformly. (v1.0/1.1, HunyuanDiT1, have another schedule and size conditions, untested here.)
+    Family(
+        "Hunyuan-DiT v1.2",
+        ("HunyuanDiT",),
+        DIT_TARGETS,
+        UNIFORM,
+        "Hunyuan-DiT's train scripts",
+        prediction="v (discrete)",
+    ),
+    # Ideogram 4 samples unshifted (ComfyUI's sampling_settings: shift 1.0) and has no published
+    # trainer: logit-normal(0, 1), SD3's rule for an unshifted flow. Its tokens are latent pixels of
+    # FLUX.2's 2x2-packed latent.
+    Family("Ideogram 4", ("Ideogram4",), DIT_TARGETS, LOGIT_NORMAL, "SD3's rule (flow, no shift)", latent_patch=1),
+    # (end of 2026 image DiTs)
+    # 2026 variants of existing rows and pixel-space models (devkit/tiny_image_variants.py).
+    # Chroma Radiance is Chroma in pixel space, trained by Chroma's rule (Flux.1's size-dependent
+    # shift): the shift counts its 16x16-pixel patches, the model's own patch_size, so 1024 px gives
+    # 4096 tokens and the mu 1.15 ComfyUI samples Chroma with.
+    Family(
+        "Chroma Radiance",
+        ("ChromaRadiance",),
+        DIT_TARGETS,
+        FLUX_SHIFT,
+        "Flux.1's rule, as Chroma",
+        latent_patch=16,
+    ),
+    # Z-Image pixel space keeps ZImage's sampling_settings (flow, shift 3); its forward turns the
+    # decoder's x0 into the velocity ComfyUI samples with, so it trains as a rectified-flow model.
+    Family(
+        "Z-Image pixel space",
+        ("ZImagePixelSpace",),
+        DIT_TARGETS,
+        _shift(3.0),
+        "Z-Image's own flow shift (ComfyUI keeps ZImage's)",
+    ),
+    # Boogu-Image, an OmniGen2 derivative, trains at the flow shift ComfyUI samples it with (its
+    # sampling_settings), from captions (no reference images: the empty list OmniGen2's forward takes).
+    Family("Boogu-Image", ("Boogu",), DIT_TARGETS, _shift(3.16), "ComfyUI's sampling shift for Boogu"),
+    # Lens: ComfyUI samples it with Flux's model sampling at the fixed mu 1.829 (shift e^1.829 = 6.23),
+    # the reference pipeline's value from 4300 image tokens (1440 px) up, and trains at that shift.
+    # One token per latent pixel of the FLUX.2 VAE's packed latents.
+    Family("Lens", ("Lens",), DIT_TARGETS, _shift(6.23), "ComfyUI's sampling shift (mu 1.829)", latent_patch=1),
+    # PixelDiT samples at flow shift 4 (its 1024 px stage; ComfyUI's sampling_settings). Its blocks
+    # modulate normalized activations in place (apply_adaln_: x.addcmul_(x, scale), which autograd
+    # saved) and add the pixel MLP into x in place after norm2 saved it.
+    Family(
+        "PixelDiT",
+        ("PixelDiTT2I",),
+        DIT_TARGETS,
+        _shift(4.0),
+        "PixelDiT's 1024 px flow shift (ComfyUI's)",
+        copies_saved_activations=True,
+    ),
+    # (end of 2026 variants)
+    # Video classes tested from 2026 (devkit/tiny_video_2026.py).
+    # Wan 2.1 Fun Control trains as Wan 2.1 does (musubi-tuner's Fun Control tasks share its shift), from
+    # captions: its 32 control-video latent channels stay the zeros model_base.WAN21 gives without a
+    # control video, and without a CLIP-vision output its image cross-attention reads the text.
+    Family("Wan 2.1 Fun Control", ("WAN21_FunControl2V",), DIT_TARGETS, _shift(3.0), "musubi-tuner"),
+    # Wan 2.2 Animate is a Wan 2.1 14B with pose and face inputs; no trainer of its own, so Wan's shift.
+    # From captions: no pose latents or face pixels (the model skips both), and its 20 reference-image
+    # latent and mask channels stay the zeros model_base.WAN21 gives without a reference image.
+    Family("Wan 2.2 Animate", ("WAN22_Animate",), DIT_TARGETS, _shift(3.0), "as Wan 2.1 (musubi-tuner)"),
+    # Wan 2.2 S2V (speech to video) is a Wan 2.1-style 14B; no trainer of its own, so Wan's shift. From
+    # captions: no audio embedding, reference latent, reference motion or control video (the model
+    # skips each when absent, as WanSoundImageToVideo leaves them without audio or images).
+    Family("Wan 2.2 S2V", ("WAN22_S2V",), DIT_TARGETS, _shift(3.0), "as Wan 2.1 (musubi-tuner)"),
+    # CogVideoX predicts v on a zero-terminal-SNR DDPM schedule (ComfyUI's V_PREDICTION_DDPM); its
+    # trainers draw timesteps uniformly over the 1000 steps.
+    Family(
+        "CogVideoX text-to-video",
+        ("CogVideoX_T2V",),
+        DIT_TARGETS,
+        UNIFORM,
+        "diffusers' CogVideoX LoRA trainer",
+        prediction=EPS_V,
+    ),
+    # Mochi: a rectified-flow model trained at the shift ComfyUI samples it with (its sampling_settings).
+    Family("Genmo Mochi", ("GenmoMochi",), DIT_TARGETS, _shift(6.0), "ComfyUI's sampling shift for Mochi"),
+    # (end of 2026 video)
+    # HiDream-O1-Image (devkit/tiny_hidream_o1.py): pixel space in 32x32-pixel patches, its own flow shift
+    # of 3 (ComfyUI's sampling_settings; no trainer of its own is published), with noise 8x the pixels'
+    # scale (its noise_scale, which training takes through the model's own noise_scaling). From captions:
+    # no reference images. It caches its prompt's keys and values across calls, which a patcher with
+    # adapters computes afresh at every call instead (comfy_compat.prefix_cache_dropped). Its repeated
+    # blocks are its Qwen3-VL decoder's, one level down (language_model.layers), which the "blocks" preset
+    # (the diffusion model's own ModuleLists) does not reach: every linear layer trains.
+    Family(
+        "HiDream-O1-Image", ("HiDreamO1",), "all-linear", _shift(3.0), "HiDream-O1's own flow shift", latent_patch=32
+    ),
     # Upstream ComfyUI lacks these in 0.3.75: the row stays, and the error says so.
     Family("Sana", ("Sana", "SanaMS"), DIT_TARGETS, FLUX_SHIFT, "—"),
     Family("Kolors", ("Kolors",), UNET_TARGETS, UNIFORM, "—", prediction=EPS_V),
@@ -168,10 +276,7 @@ NOT_TRAINABLE = {
 }
 
 # Classes that are such models, but that training would get silently wrong here, and why.
-NOT_YET = {
-    "HiDreamO1": "ComfyUI caches its text prefix's keys and values across calls, keyed by the prompt alone, so a "
-    "forward after the adapter changed would reuse stale values",
-}
+NOT_YET: dict[str, str] = {}
 
 _told_generic: set[str] = set()  # the classes whose generic training has been announced in this process
 

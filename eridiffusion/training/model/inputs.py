@@ -4,6 +4,8 @@
 import torch
 import torch.nn.functional as F
 
+from ...errors import EriDiffusionError
+
 
 def _on_device(cond, device):
     """`cond` with its tensors copied to `device` (a copy also leaves inference mode). A copy from
@@ -69,6 +71,17 @@ def batch_inputs(per_sample):
     first, rest = per_sample[0], per_sample[1:]
     if not rest:
         return {name: c.cond for name, c in first.items()}
+    for name, c in first.items():
+        # ComfyUI pads cross-attention to a common length, but an input such as HiDream-O1's prompt ids
+        # cannot be padded without changing what the model reads: such samples cannot share a batch
+        if isinstance(c.cond, torch.Tensor) and not all(c.can_concat(other[name]) for other in rest):
+            shapes = sorted({tuple(other[name].cond.shape) for other in per_sample})
+            raise EriDiffusionError(
+                f"the samples of one batch give this model's '{name}' input different shapes {shapes} "
+                "(captions of different token lengths, for a model that reads the prompt's tokens "
+                "themselves), which cannot be batched: set batch_size to 1 and use gradient_accumulation "
+                "for a larger effective batch."
+            )
     return {name: c.concat([other[name] for other in rest]) for name, c in first.items()}
 
 

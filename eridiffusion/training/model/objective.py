@@ -148,6 +148,17 @@ def _logit(x):
     return -math.inf if x <= 0 else (math.inf if x >= 1 else math.log(x / (1 - x)))
 
 
+def sigmas_of_timesteps(model_sampling, timesteps):
+    """`model_sampling.sigma` of each of `timesteps` (a tensor). ComfyUI's Cosmos rectified-flow
+    sampling (Cosmos-Predict2) takes one timestep at a time (a Python `if` caps it at sigma_max), so
+    for it that formula is applied elementwise: σ = t / (1 - t), sigma_max from its cap on."""
+    cosmos = getattr(comfy.model_sampling, "ModelSamplingCosmosRFlow", None)  # (older hosts lack it)
+    if cosmos is None or not isinstance(model_sampling, cosmos):
+        return model_sampling.sigma(timesteps)
+    sigma_max = model_sampling.sigma_max.to(timesteps.device, timesteps.dtype)
+    return torch.where(timesteps >= sigma_max / (sigma_max + 1), sigma_max, timesteps / (1 - timesteps))
+
+
 def _normal_cdf(z):
     return 0.5 * (1 + math.erf(z / math.sqrt(2)))
 
@@ -221,7 +232,7 @@ class Objective:
             return torch.minimum(torch.maximum(u, ms.sigma_min.float()), ms.sigma_max.float()).to(device)
         t_lo = ms.timestep(ms.sigma_min.reshape(1)).float()
         t_hi = ms.timestep(ms.sigma_max.reshape(1)).float()
-        return ms.sigma(t_lo + u * (t_hi - t_lo)).to(device, torch.float32)
+        return sigmas_of_timesteps(ms, t_lo + u * (t_hi - t_lo)).to(device, torch.float32)
 
     def noise(self, shape, generator, device):
         """Gaussian noise, plus the spec's offset noise (one value per sample and channel)."""

@@ -7,7 +7,7 @@ from ..model import loading as model_loading
 from ..model.families import family_of
 from ..model.forward import prediction, transformer_options_of
 from ..model.inputs import batch_inputs
-from ..model.objective import Objective
+from ..model.objective import Objective, sigmas_of_timesteps
 from ..model.prepared_data import PreparedData, conditioning_options
 
 
@@ -31,7 +31,7 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
         ms = base.model_sampling
         t_lo, t_hi = float(ms.timestep(ms.sigma_min.reshape(1))), float(ms.timestep(ms.sigma_max.reshape(1)))
         fractions = (torch.arange(config.eval_timesteps, dtype=torch.float32) + 0.5) / config.eval_timesteps
-        sigmas = ms.sigma(t_lo + fractions * (t_hi - t_lo)).float().to(device)
+        sigmas = sigmas_of_timesteps(ms, t_lo + fractions * (t_hi - t_lo)).float().to(device)
         generator = torch.Generator().manual_seed(seed)
         total, count = 0.0, 0
         transformer_options = transformer_options_of(patcher)

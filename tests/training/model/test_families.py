@@ -9,10 +9,12 @@ import pytest
 import torch
 from PIL import Image
 
+from devkit.photo_clips import CLIP_FRAMES
 from devkit.stock_comfyui import ProbeInput, load_with_stock_comfyui, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from eridiffusion.nodes.sampling_node import encode
 from eridiffusion.training.adapters import AdapterSpec
+from eridiffusion.training.data.dataset import load_dataset
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model.families import family_named
 from eridiffusion.training.run.config import TrainConfig
@@ -24,9 +26,13 @@ _RUNS = {}
 
 
 def _dataset_for(family, request):
-    if family.video_frames:
-        return request.getfixturevalue("dog_clips")
-    return request.getfixturevalue("dog_dataset")
+    if not family.video_frames:
+        return request.getfixturevalue("dog_dataset")
+    clips = request.getfixturevalue("dog_clips")
+    if family.video_frames == CLIP_FRAMES:
+        return clips
+    # a VAE of another clip length (Mochi's 6k+1): the same clips, read at that length
+    return load_dataset(clips.folder, frames=family.video_frames, fps=16.0)
 
 
 def _train(name, request, tmp_path_factory):

@@ -123,14 +123,17 @@ def test_a_class_that_is_no_such_model_is_refused_saying_what_it_is(name, status
         family_of(Loaded())
 
 
-def test_hidream_o1_is_refused_with_the_reason():
-    if not hasattr(comfy.supported_models, "HiDreamO1"):
-        pytest.skip(f"ComfyUI {host_version()} has no HiDreamO1")
+def test_a_class_training_would_get_wrong_is_refused_with_the_reason(monkeypatch):
+    from eridiffusion.training.model import families
+
+    class NewModel:  # a model class no row names
+        pass
 
     class Loaded:
-        model_config = comfy.supported_models.HiDreamO1({})
+        model_config = NewModel()
 
-    with pytest.raises(EriDiffusionError, match="HiDreamO1.*stale"):
+    monkeypatch.setitem(families.NOT_YET, "NewModel", "its forward reuses stale values")
+    with pytest.raises(EriDiffusionError, match="cannot train ComfyUI's 'NewModel' yet: its forward reuses stale"):
         family_of(Loaded())
 
 
