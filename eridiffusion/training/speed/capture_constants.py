@@ -3,11 +3,15 @@
 Some of ComfyUI's models build small constants on every call: `torch.arange(half)` on the CPU,
 then `.to(x.device)` (Wan's timestep embedding), or `torch.tensor(self._patch_size, device=...)`
 (LTX-Video's patch coordinates), or index a GPU tensor with Python lists (CLIP's pooled output:
-`x[list(range(batch)), last_token_positions]`). Each copies from pageable CPU memory to the GPU,
-which a capture refuses. Under `made_on(device)` a factory call that names no device makes its
-tensor on `device` (torch.device's own context), and a tensor of a few Python numbers meant for the
-GPU (a list index of a GPU tensor too) is filled in there by kernels that carry its values, so the
-graph holds it as the forward made it.
+`x[list(range(batch)), last_token_positions]`), or compute a table with numpy and move it over
+(Hunyuan-DiT's RoPE: `torch.from_numpy(pos).to(device)`). Each copies from pageable CPU memory to
+the GPU, which a capture refuses. Under `made_on(device)` a factory call that names no device makes
+its tensor on `device` (torch.device's own context), a tensor of a few Python numbers meant for the
+GPU (a list index of a GPU tensor too) is filled in there by kernels that carry its values, and a
+CPU tensor moved to the GPU is first copied into pinned memory, which the graph then copies from on
+every replay (the mode keeps those buffers: they live as long as the graph). Either way the graph
+holds the constant as the forward made it at capture: such values come from shapes and settings,
+never from the GPU's data, which a capture could not read.
 """
 
 import contextlib
@@ -26,9 +30,16 @@ class _FilledOnDevice(TorchFunctionMode):
     def __init__(self, device):
         super().__init__()
         self.device = device
+        self.pinned = []  # the pinned copies of CPU tensors moved to the GPU (a graph copies from them)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in (torch.Tensor.to, torch.Tensor.cuda) and args[0].device.type == "cpu":
+            target = _target_device(func, args[1:], kwargs)
+            if target is not None and target.type == "cuda":
+                pinned = args[0].pin_memory()
+                self.pinned.append(pinned)  # kept unchanged: the copy may read it after the call returns
+                return func(pinned, *args[1:], **{**kwargs, "non_blocking": True})
         if func in (torch.tensor, torch.as_tensor) and args and not isinstance(args[0], torch.Tensor):
             device = torch.device(kwargs.get("device") or self.device)
             if device.type == "cuda":
@@ -41,6 +52,19 @@ class _FilledOnDevice(TorchFunctionMode):
             filled = tuple(_filled_index(p, args[0].device) for p in parts)
             return func(args[0], filled if isinstance(index, tuple) else filled[0])
         return func(*args, **kwargs)
+
+
+def _target_device(func, args, kwargs):
+    """The device a `Tensor.to(...)` / `Tensor.cuda(...)` call moves to (None: it moves nowhere)."""
+    if func is torch.Tensor.cuda:
+        device = args[0] if args else kwargs.get("device")
+        return torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
+    for value in (*args, kwargs.get("device")):
+        if isinstance(value, torch.Tensor):
+            return value.device
+        if isinstance(value, (torch.device, str)):
+            return torch.device(value)
+    return None
 
 
 def _filled_index(part, device):
@@ -61,6 +85,9 @@ def _filled(values, device):
 
 @contextlib.contextmanager
 def made_on(device):
-    """Factory calls without a device, and small tensors of Python data, made on `device`."""
-    with torch.device(device), _FilledOnDevice(device):
-        yield
+    """Factory calls without a device, and small tensors of Python data, made on `device`; CPU
+    tensors moved there through pinned memory. Yields the list of those pinned buffers, which must
+    live as long as a graph captured here."""
+    mode = _FilledOnDevice(device)
+    with torch.device(device), mode:
+        yield mode.pinned

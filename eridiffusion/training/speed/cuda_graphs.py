@@ -151,8 +151,10 @@ class GraphedCall:
             # the failed capture's tensors may outlive it (the collector is off), and PyTorch refuses
             # a capture into a pool that its last graph has released but not emptied: a new pool
             self.pool = torch.cuda.graph_pool_handle()
-            with made_on(torch.device("cuda", torch.cuda.current_device())):
-                return capture()
+            with made_on(torch.device("cuda", torch.cuda.current_device())) as pinned:
+                graphed = capture()
+            module.pinned_constants = pinned  # the graph's copies read them on every replay
+            return graphed
         finally:
             gc.enable()
 

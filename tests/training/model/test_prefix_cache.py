@@ -42,9 +42,17 @@ X_T = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))  # a
 SIGMA = torch.tensor([0.6])
 
 
+def on_device(patcher, inputs):
+    """(x_t, sigma, inputs) on the device `patcher` computes on (the CPU here, the GPU on a GPU machine)."""
+    device = patcher.load_device
+    moved_inputs = {name: v.to(device) if isinstance(v, torch.Tensor) else v for name, v in inputs.items()}
+    return X_T.to(device), SIGMA.to(device), moved_inputs
+
+
 def forward(patcher, inputs):
     """A training forward of the loaded `patcher` (its wrappers included)."""
-    return prediction(patcher.model, transformer_options_of(patcher), X_T, SIGMA, inputs)
+    x_t, sigma, inputs = on_device(patcher, inputs)
+    return prediction(patcher.model, transformer_options_of(patcher), x_t, sigma, inputs)
 
 
 def uncached_forward(patcher, inputs):
@@ -59,7 +67,8 @@ def probe_output(patcher, inputs, cleared=False):
     comfy.model_management.load_models_gpu([patcher], force_full_load=True)
     if cleared:
         patcher.model.diffusion_model.clear_kv_cache()
-    return patcher.model.apply_model(X_T, SIGMA, **inputs)
+    x_t, sigma, inputs = on_device(patcher, inputs)
+    return patcher.model.apply_model(x_t, sigma, **inputs)
 
 
 @pytest.fixture(params=family_params(["hidream_o1"]))

@@ -61,3 +61,26 @@ def test_list_indices_of_a_gpu_tensor_replay_the_rows_they_picked():
 def test_without_it_list_indices_break_the_capture():
     with pytest.raises(RuntimeError, match="Cannot copy between CPU and CUDA tensors during CUDA graph capture"):
         captured(torch.zeros(2, 3, device="cuda"), last_tokens)
+
+
+def numpy_table(x):
+    import numpy
+
+    table = torch.from_numpy(numpy.arange(1000, dtype=numpy.float32))  # Hunyuan-DiT's RoPE grid does this
+    return x + table.to(x.device)[: x.shape[0]] + table.cuda()[-1]
+
+
+def test_a_large_cpu_table_moved_to_the_gpu_replays_from_its_kept_pinned_copy():
+    x = torch.zeros(4, device="cuda")
+    with made_on(torch.device("cuda")) as pinned:
+        graph, out = captured(x, numpy_table)
+    assert len(pinned) == 4 and all(p.is_pinned() for p in pinned)  # warm-up and capture, .to and .cuda
+    x.copy_(torch.tensor([5.0, 6.0, 7.0, 8.0]))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert out.tolist() == [1004.0, 1006.0, 1008.0, 1010.0]  # x + [0, 1, 2, 3] + 999
+
+
+def test_without_it_the_table_breaks_the_capture():
+    with pytest.raises(RuntimeError, match="Cannot copy between CPU and CUDA tensors during CUDA graph capture"):
+        captured(torch.zeros(4, device="cuda"), numpy_table)
