@@ -8,8 +8,8 @@ then `.to(x.device)` (Wan's timestep embedding), or `torch.tensor(self._patch_si
 the GPU, which a capture refuses. Under `made_on(device)` a factory call that names no device makes
 its tensor on `device` (torch.device's own context), a tensor of a few Python numbers meant for the
 GPU (a list index of a GPU tensor too) is filled in there by kernels that carry its values, and a
-CPU tensor moved to the GPU is first copied into pinned memory, which the graph then copies from on
-every replay (the mode keeps those buffers: they live as long as the graph). Either way the graph
+CPU tensor moved to the GPU during the capture is first copied into pinned memory, which the graph
+then copies from on every replay (the mode keeps those buffers: they live as long as the graph). Either way the graph
 holds the constant as the forward made it at capture: such values come from shapes and settings,
 never from the GPU's data, which a capture could not read.
 """
@@ -34,7 +34,8 @@ class _FilledOnDevice(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in (torch.Tensor.to, torch.Tensor.cuda) and args[0].device.type == "cpu":
+        capturing = torch.cuda.is_current_stream_capturing()  # (a warm-up's copies stay as they are)
+        if capturing and func in (torch.Tensor.to, torch.Tensor.cuda) and args[0].device.type == "cpu":
             target = _target_device(func, args[1:], kwargs)
             if target is not None and target.type == "cuda":
                 pinned = args[0].pin_memory()
