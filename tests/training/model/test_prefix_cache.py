@@ -35,7 +35,7 @@ def moved(adapters, seed):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in adapters.parameters():
-            p.add_(0.2 * torch.randn(p.shape, generator=generator))
+            p.add_(0.2 * torch.randn(p.shape, generator=generator).to(p.device))
 
 
 X_T = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))  # a fixed noisy input
