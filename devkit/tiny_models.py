@@ -19,6 +19,7 @@ class TinyFamily:
     learning_rate: float = 3e-3
     resolution: int = 128  # training and sampling size in pixels
     video_frames: int = 0  # > 0: a video model, trained on clips of this many frames
+    audio_seconds: float = 0.0  # > 0: an audio model, trained on (and sampling) clips of this many seconds
     sample_size: tuple = (96, 64)  # width, height of the test renders: not square, so a swapped axis shows
     needs: tuple = ()  # comfy.supported_models classes the stack is built from, where older
     # ComfyUI versions lack them
@@ -47,6 +48,7 @@ def hosts_running(family):
 TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15, family="SD 1.5"), "sdxl": TinyFamily(tiny_sdxl, family="SDXL")}
 
 from devkit import (  # noqa: E402  (they use the helpers above)
+    tiny_audio,
     tiny_dit,
     tiny_flux,
     tiny_hidream_o1,
@@ -70,6 +72,7 @@ for _module in (
     tiny_image_variants,
     tiny_video_2026,
     tiny_hidream_o1,
+    tiny_audio,
 ):
     TINY_FAMILIES.update(_module.FAMILIES)
 

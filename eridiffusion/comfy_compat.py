@@ -263,3 +263,18 @@ def prefix_cache_dropped(patcher):
 
     patcher.set_injections(PREFIX_CACHE_KEY, [comfy.patcher_extension.PatcherInjection(cleared, cleared)])
     return patcher
+
+
+def host_audio_io():
+    """(read, resample) of the host's audio nodes, or None where this ComfyUI has none to offer:
+    LoadAudio's reader (`read(path)` → float (channels, samples), sample rate; PyAV, ComfyUI 0.2x's
+    comfy_extras.nodes_audio.load) and VAEEncodeAudio's resampler (torchaudio.functional.resample).
+    Older hosts read audio through torchaudio's own loader, and some installs lack torchaudio."""
+    try:
+        import comfy_extras.nodes_audio as nodes_audio
+        import torchaudio
+    except ImportError:
+        return None
+    if not callable(getattr(nodes_audio, "load", None)):
+        return None
+    return nodes_audio.load, torchaudio.functional.resample

@@ -171,3 +171,12 @@ def dog_clips(datasets_dir, tmp_path_factory):
 
     folder = write_dog_clips(os.path.join(datasets_dir, "dreambooth_dog"), str(tmp_path_factory.mktemp("dog_clips")))
     return load_dataset(folder, frames=CLIP_FRAMES, fps=16.0)
+
+
+@pytest.fixture(scope="session")
+def music_folder(tmp_path_factory):
+    """A folder of synthesized music clips (wav and flac) with ACE-Step-style captions: tags in .txt,
+    bpm and key in .json, lyrics in .lyrics.txt (devkit/music_clips.py)."""
+    from devkit.music_clips import music_dataset
+
+    return music_dataset(str(tmp_path_factory.mktemp("music")))

@@ -4,6 +4,8 @@ from typing import Any
 
 from comfy_api.latest import io
 
+from ..training.data.audio import is_audio_vae
+from ..training.data.audio_captions import AudioPrompt
 from ..training.run.samples import SamplerSettings, SampleSettings, check_sample_size
 from ..training.settings import settings_of
 from . import sockets
@@ -11,8 +13,22 @@ from .setting_inputs import inputs_for
 from .sockets import CATEGORY
 
 
-def encode(clip, text):
-    return clip.encode_from_tokens_scheduled(clip.tokenize(text))
+def encode(clip, text, keywords=None):
+    return clip.encode_from_tokens_scheduled(clip.tokenize(text, **(keywords or {})))
+
+
+def encode_prompts(clip, vae, settings):
+    """(positives, negative) of the prompt lines: as CLIPTextEncode encodes them or, for an audio
+    model's VAE, as TextEncodeAceStepAudio1.5 does (the line as tags, instrumental, the sample's
+    duration) with ConditioningZeroOut of the empty prompt as the negative."""
+    lines = settings.prompt_lines()
+    if not is_audio_vae(vae):
+        return tuple(encode(clip, p) for p in lines), encode(clip, "")
+    import nodes  # ComfyUI's
+
+    keywords = AudioPrompt().text_keywords(settings.seconds)
+    negative = nodes.ConditioningZeroOut().zero_out(encode(clip, "", keywords))[0]
+    return tuple(encode(clip, p, keywords) for p in lines), negative
 
 
 class SampleDuringTraining(io.ComfyNode):
@@ -34,12 +50,13 @@ class SampleDuringTraining(io.ComfyNode):
     @classmethod
     def execute(cls, clip: Any, vae: Any, **values: Any) -> io.NodeOutput:
         settings = SamplerSettings(**values)
-        check_sample_size(vae, settings.width, settings.height)
-        lines = settings.prompt_lines()
+        if not is_audio_vae(vae):
+            check_sample_size(vae, settings.width, settings.height)
+        positives, negative = encode_prompts(clip, vae, settings)
         sample_settings = SampleSettings(
-            prompts=lines,
-            positives=tuple(encode(clip, p) for p in lines),
-            negative=encode(clip, ""),
+            prompts=settings.prompt_lines(),
+            positives=positives,
+            negative=negative,
             vae=vae,
             every=settings.every,
             seed=settings.seed,
@@ -50,5 +67,6 @@ class SampleDuringTraining(io.ComfyNode):
             width=settings.width,
             height=settings.height,
             frames=settings.frames,
+            seconds=settings.seconds,
         )
         return io.NodeOutput(sample_settings)

@@ -10,10 +10,13 @@ from dataclasses import dataclass
 
 from ...errors import EriDiffusionError
 from ..settings import check_settings, setting
+from .audio import SUPPORTED_AUDIO, AudioOptions, is_audio_file, read_audio
+from .audio_captions import AudioPrompt, audio_caption
 from .captions import CaptionOptions, with_trigger
 from .folder_scan import (
     SUPPORTED_CLIPS,
     SUPPORTED_IMAGES,
+    check_sidecars,
     masks_of,
     no_caption_error,
     normalize_caption_ext,
@@ -51,6 +54,7 @@ class ImageRecord:
     reference: str = ""  # edit pairs: the reference (control) image this target was made from
     mask: str = ""  # the loss mask of this image (masks/ folder), if any
     mask_coverage: float = 1.0  # the mask's mean, 0 (black: ignore) to 1 (white: learn)
+    audio: AudioPrompt | None = None  # an audio file (width and height 0): its lyrics and metadata
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,15 @@ class Dataset:
     video: VideoOptions = VideoOptions()  # how clips are sampled (unused without clips)
     held_out: tuple[ImageRecord, ...] = ()  # records kept out of training to measure validation loss
     flip: bool = False  # also train on every image mirrored left to right (with its mask and reference)
+    audio: AudioOptions = AudioOptions()  # how audio files are cut (unused without them)
 
     @property
     def has_clips(self):
         return any(record.clip for record in self.records)
+
+    @property
+    def has_audio(self):
+        return any(record.audio is not None for record in self.records + self.held_out)
 
     def __post_init__(self):
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
@@ -90,6 +99,8 @@ class Dataset:
             options.update(frames=self.video.frames, fps=self.video.fps)
         if self.flip:
             options.update(flip=True)
+        if self.has_audio:
+            options.update(seconds=self.audio.seconds)
         digest.update(json.dumps(options, sort_keys=True).encode())
         named = sorted(
             ((os.path.relpath(record.path, self.folder).replace(os.sep, "/"), record) for record in self.records),
@@ -103,6 +114,8 @@ class Dataset:
                 digest.update(b"reference" + file_sha256(record.reference))
             if record.mask:
                 digest.update(b"mask" + file_sha256(record.mask))
+            if record.audio is not None:
+                digest.update(length_prefixed(b"audio" + record.audio.fingerprint().encode()))
         return digest.hexdigest()
 
 
@@ -173,6 +186,15 @@ class DatasetSettings:
         choices=tuple(MISSING_MASK_CHOICES),
         optional=True,
     )
+    seconds: float = setting(
+        120.0,
+        "Audio files only (ACE-Step 1.5): seconds trained from each file's start; a shorter file is "
+        "padded with silence to it. Captions: tags in 00.txt, lyrics in 00.lyrics.txt, bpm/key in 00.json.",
+        minimum=1.0,
+        maximum=600.0,
+        step=1.0,
+        optional=True,
+    )
     flip: bool = setting(
         False,
         "Also train on every image mirrored left to right (twice the images; masks and "
@@ -199,6 +221,7 @@ class DatasetSettings:
             validation=self.validation,
             missing_mask=MISSING_MASK_CHOICES[self.missing_mask],
             flip=self.flip,
+            seconds=self.seconds,
         )
 
 
@@ -217,6 +240,7 @@ def load_dataset(
     validation=0.0,
     missing_mask="error",
     flip=False,
+    seconds=120.0,
 ) -> Dataset:
     """Scan `folder`, pair each image, clip (mp4, webm, mov, gif) and frame folder (a subfolder of
     numbered images: one clip) with its caption and, when a control/ (or reference/) subfolder
@@ -224,7 +248,8 @@ def load_dataset(
     clip once to prove they are readable, and return the records sorted by name. A `validation`
     fraction of them (evenly spread over the names) is held out of training (Dataset.held_out). With a
     masks/ subfolder each image gets its loss mask; `missing_mask` says what an image without one
-    means (MISSING_MASK_MODES). `flip` adds each image mirrored left to right (Dataset.flip)."""
+    means (MISSING_MASK_MODES). `flip` adds each image mirrored left to right (Dataset.flip). Audio
+    files (a folder of them only) are decoded once too, and trained `seconds` long (AudioOptions)."""
     options = CaptionOptions(
         trigger_word=trigger_word, dropout_rate=caption_dropout, shuffle_tags=shuffle_tags, keep_tags=keep_tags
     )
@@ -242,6 +267,7 @@ def load_dataset(
         video=video,
         held_out=tuple(records[i] for i in held),
         flip=flip,
+        audio=AudioOptions(seconds=seconds),
     )
 
 
@@ -282,16 +308,21 @@ def _existing_folder(folder):
 
 def _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, video, min_side):
     """The ImageRecords of every image, clip and frame folder of `folder`, sorted by name."""
-    images, caption_files, has_metadata, reference_folder, mask_folder = scan_folder(folder, caption_ext)
+    scan = scan_folder(folder, caption_ext)
+    images, has_metadata = scan.images, scan.has_metadata
+    reference_folder, mask_folder = scan.reference_folder, scan.mask_folder
     if has_metadata:
         captions = read_metadata(folder, images)
     else:
-        captions = read_caption_files(folder, images, caption_files, caption_ext)
+        captions = read_caption_files(folder, images, scan.caption_files, caption_ext)
     if not images:
         raise EriDiffusionError(
             f"no images in {folder}; supported: {SUPPORTED_IMAGES} images, {SUPPORTED_CLIPS} "
-            "clips and frame folders. Put the training images directly in this folder."
+            f"clips and frame folders, or {SUPPORTED_AUDIO} audio files. Put the training files directly in "
+            "this folder."
         )
+    if scan.audio:
+        return _audio_records(folder, scan, captions, caption_ext, missing_caption, trigger_word)
     references = references_of(folder, reference_folder, images) if reference_folder else {}
     masks = masks_of(folder, mask_folder, images, missing_mask) if mask_folder else {}
     records = []
@@ -318,6 +349,29 @@ def _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, v
         caption = with_trigger(caption, trigger_word)
         reference, mask = references.get(name, ""), masks.get(name, "")
         records.append(ImageRecord(path, caption, width, height, clip, reference, mask, coverage))
+    return records
+
+
+def _audio_records(folder, scan, captions, caption_ext, missing_caption, trigger_word):
+    """The ImageRecords of a folder of audio files (nothing else: an image or clip beside them is an
+    error), each decoded once to prove it readable, with its caption, lyrics and metadata."""
+    check_sidecars(folder, scan)
+    others = [name for name in scan.images if not is_audio_file(name)]
+    if others or scan.reference_folder or scan.mask_folder:
+        other = os.path.join(folder, others[0] if others else scan.reference_folder or scan.mask_folder)
+        raise EriDiffusionError(
+            f"{folder} holds audio files and {other}: a dataset is either audio files (ACE-Step 1.5) or "
+            "images and clips; move one kind to its own folder."
+        )
+    records = []
+    for name in sorted(scan.images):
+        caption, prompt = audio_caption(folder, name, captions.get(name), scan.sidecars)
+        if not caption:
+            if missing_caption == "error":
+                raise no_caption_error(folder, name, caption_ext, scan.has_metadata, empty=caption is not None)
+            caption = trigger_word
+        read_audio(os.path.join(folder, name))
+        records.append(ImageRecord(os.path.join(folder, name), with_trigger(caption, trigger_word), 0, 0, audio=prompt))
     return records
 
 

@@ -6,6 +6,8 @@ import json
 import os
 
 from ...errors import EriDiffusionError
+from .audio import AUDIO_EXTENSIONS, SUPPORTED_AUDIO, is_audio_file
+from .audio_captions import SIDECAR_SUFFIXES
 from .media import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, frame_folder_files, is_clip_file, open_image_rgb
 
 METADATA_FILE = "metadata.jsonl"
@@ -68,18 +70,20 @@ def normalize_caption_ext(caption_ext):
 
 
 def scan_folder(folder, caption_ext):
-    """Image, clip and frame-folder names, {stem: caption file name}, whether metadata.jsonl is
-    present, and the reference and mask folders' names (or None); any other visible file is an error
-    so nothing the user meant to train on is skipped silently."""
-    scan = _FolderScan(folder, caption_ext)
+    """Image, clip, frame-folder and audio names, {stem: caption file name}, whether metadata.jsonl is
+    present, the reference and mask folders' names (or None) and, in a folder of audio files, their
+    sidecar files (lyrics, ACE-Step captions and annotations); any other visible file is an error so
+    nothing the user meant to train on is skipped silently."""
     with os.scandir(folder) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            if entry.name.startswith("."):
-                continue
-            if _is_dir(entry):
-                scan.subfolder(entry)
-            else:
-                scan.file(entry.name)
+        listed = sorted(entries, key=lambda e: e.name)
+    scan = FolderScan(folder, caption_ext, audio=any(is_audio_file(entry.name) for entry in listed))
+    for entry in listed:
+        if entry.name.startswith("."):
+            continue
+        if _is_dir(entry):
+            scan.subfolder(entry)
+        else:
+            scan.file(entry.name)
     if not scan.has_metadata:  # metadata.jsonl names the folders it wants
         scan.images += scan.frame_folders
     for name, stray in scan.loose_folders.items():
@@ -88,7 +92,19 @@ def scan_folder(folder, caption_ext):
                 f"{os.path.join(folder, name, stray)} is not a frame of the frame folder "
                 f"{os.path.join(folder, name)} ({SUPPORTED_IMAGES} images only); move it out."
             )
-    return scan.images, scan.caption_files, scan.has_metadata, scan.reference_folder, scan.mask_folder
+    return scan
+
+
+def check_sidecars(folder, scan):
+    """Every lyrics, caption or annotation file of an audio folder belongs to an audio file of its stem."""
+    stems = {os.path.splitext(name)[0] for name in scan.images if is_audio_file(name)}
+    for name in scan.sidecars:
+        suffix = next(s for s in SIDECAR_SUFFIXES if name.lower().endswith(s))
+        if name[: -len(suffix)] not in stems:
+            raise EriDiffusionError(
+                f"{os.path.join(folder, name)} has no audio file beside it (expected {name[: -len(suffix)]}.flac, "
+                f".wav, .mp3 or .ogg); add the audio file or delete it."
+            )
 
 
 def _is_dir(entry):
@@ -102,11 +118,11 @@ def _is_dir(entry):
         ) from None
 
 
-class _FolderScan:
+class FolderScan:
     """What scan_folder has found so far."""
 
-    def __init__(self, folder, caption_ext):
-        self.folder, self.caption_ext = folder, caption_ext
+    def __init__(self, folder, caption_ext, audio=False):
+        self.folder, self.caption_ext, self.audio, self.sidecars = folder, caption_ext, audio, []
         self.images, self.frame_folders, self.caption_files, self.has_metadata = [], [], {}, False
         self.reference_folder = self.mask_folder = None
         self.loose_folders = {}  # subfolders holding other things than frames: clips only when captioned
@@ -134,8 +150,10 @@ class _FolderScan:
         lowered, path, ext = name.lower(), os.path.join(self.folder, name), self.caption_ext
         if name == METADATA_FILE:
             self.has_metadata = True
-        elif os.path.splitext(lowered)[1] in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS:
+        elif os.path.splitext(lowered)[1] in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS + AUDIO_EXTENSIONS:
             self.images.append(name)
+        elif self.audio and lowered.endswith(SIDECAR_SUFFIXES):
+            self.sidecars.append(name)
         elif lowered.endswith(ext.lower()) and len(name) > len(ext):
             stem = name[: -len(ext)]
             if stem in self.caption_files:
@@ -156,7 +174,8 @@ class _FolderScan:
         else:
             raise EriDiffusionError(
                 f"{path} is not an image EriDiffusion reads (supported: {SUPPORTED_IMAGES}, clips: "
-                f"{SUPPORTED_CLIPS}); move it out of the folder or convert it to png/jpg/webp."
+                f"{SUPPORTED_CLIPS}, audio: {SUPPORTED_AUDIO}); move it out of the folder or convert it to "
+                "png/jpg/webp."
             )
 
 

@@ -1,4 +1,4 @@
-"""The latent cache: encode a dataset once: latents of images, clips and edit references through the graph's VAE,
+"""The latent cache: encode a dataset once: latents of images, clips, edit references and audio through the VAE,
 captions through its CLIP, kept on disk under keys that change whenever anything that shapes them
 changes (file bytes, frame sampling, crop, bucket, caption text, the VAE's and CLIP's weights), so
 a second run encodes nothing. Each entry carries a checksum of its tensors: one that cannot be
@@ -16,6 +16,7 @@ import torch
 
 from ...errors import EriDiffusionError
 from ..formats.atomic_file import sweep_stale_temp_files, write_safetensors_atomic
+from .audio import audio_latent_frames, waveform_for_vae
 from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
 from .media import media_sha256, mirrored, open_image_rgb, read_clip
 
@@ -137,7 +138,16 @@ class LatentCache:
         fitted, crop = fit_to_bucket(mirrored(image, mirror), bucket)
         flipped = ["mirror"] if mirror else []  # (unmirrored entries keep the keys they always had)
         path = self._path("latents", image_digest, list(bucket), list(crop), self.vae_id, *flipped)
-        return self._encoded(path, lambda: [fitted], image_path), bucket
+        return self._encoded(path, lambda: _pixels([fitted]), image_path), bucket
+
+    def audio_latent(self, record, audio):
+        """(latent (C, t), bucket) of one audio file cut or padded to `audio.seconds` (AudioOptions),
+        encoded as VAEEncodeAudio encodes or read back; the bucket is (samples at the VAE's rate, 1):
+        audio files of one length batch together."""
+        frames = audio_latent_frames(audio.seconds, self.vae)
+        path = self._path("latents", "audio", media_sha256(record.path).hex(), frames, self.vae_id)
+        latent = self._encoded(path, lambda: waveform_for_vae(record.path, self.vae, audio), record.path)
+        return latent, (frames * self.vae.downscale_ratio, 1)
 
     def clip_latent(self, record, resolution, video, mirror=False):
         """(latent (C,t,h,w), bucket) of one clip (file or frame folder) sampled by `video`
@@ -158,7 +168,9 @@ class LatentCache:
         )
         return self._encoded(
             path,
-            lambda: [fit_to_bucket(mirrored(frame, mirror), bucket)[0] for frame in read_clip(record.path, video)],
+            lambda: _pixels(
+                [fit_to_bucket(mirrored(frame, mirror), bucket)[0] for frame in read_clip(record.path, video)]
+            ),
             record.path,
         ), bucket
 
@@ -171,15 +183,14 @@ class LatentCache:
             self.stats.entries_rejected += 1
         return entry
 
-    def _encoded(self, path, frames, source):
-        """The latent stored at `path`, or the VAE's encoding of the PIL images `frames()`
-        (one image, or the frames of a clip; `source` is their file) written there."""
+    def _encoded(self, path, vae_input, source):
+        """The latent stored at `path`, or the VAE's encoding of `vae_input()` (the pixels of one
+        image or of a clip's frames, or a waveform; `source` is their file) written there."""
         stored = self._stored(path, source)
         if stored is not None:
             self.stats.latents_loaded += 1
             return stored[0]["latent"]
-        pixels = torch.from_numpy(np.stack([np.asarray(frame, dtype=np.float32) for frame in frames()]) / 255.0)
-        latent = self.vae.encode(pixels)[0].to("cpu", torch.float32).contiguous()
+        latent = self.vae.encode(vae_input())[0].to("cpu", torch.float32).contiguous()
         if not _all_finite({"latent": latent}):
             raise EriDiffusionError(
                 f"the VAE encodes {source} to NaN or infinite values: it overflows at its "
@@ -189,14 +200,16 @@ class LatentCache:
         _write_entry(path, {"latent": latent})
         return latent
 
-    def conditioning(self, text):
-        """ComfyUI conditioning of `text`, as CLIPTextEncode makes it, encoded or read back."""
-        path = self._path("text", text, self.clip_id)
+    def conditioning(self, text, keywords=None):
+        """ComfyUI conditioning of `text`, as CLIPTextEncode makes it (with `keywords`, the tokenizer's
+        other inputs: an audio file's lyrics and metadata, as TextEncodeAceStepAudio1.5 passes them),
+        encoded or read back."""
+        path = self._path("text", text, self.clip_id, *([keywords] if keywords else []))
         stored = self._stored(path, f"the caption {text!r}")
         if stored is not None:
             self.stats.texts_loaded += 1
             return _conditioning_of(*stored)
-        conditioning = self.clip.encode_from_tokens_scheduled(self.clip.tokenize(text))
+        conditioning = self.clip.encode_from_tokens_scheduled(self.clip.tokenize(text, **(keywords or {})))
         if not all(_all_finite({"cond": cond}) for cond, _ in conditioning):
             raise EriDiffusionError(
                 f"the CLIP encodes the caption {text!r} to NaN or infinite values; load the "
@@ -205,6 +218,11 @@ class LatentCache:
         self.stats.texts_encoded += 1
         _write_conditioning(path, conditioning)
         return conditioning
+
+
+def _pixels(frames):
+    """(frames, h, w, 3) float pixels in [0, 1] of PIL images, as ComfyUI's IMAGE holds them."""
+    return torch.from_numpy(np.stack([np.asarray(frame, dtype=np.float32) for frame in frames]) / 255.0)
 
 
 def _write_conditioning(path, conditioning):

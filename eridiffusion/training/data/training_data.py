@@ -11,6 +11,8 @@ from PIL import Image
 
 from ...errors import EriDiffusionError
 from ..settings import check_settings, setting
+from .audio import is_audio_vae
+from .audio_captions import AudioPrompt
 from .buckets import fit_to_bucket
 from .captions import caption_variants
 from .latent_cache import CacheStats, LatentCache
@@ -43,7 +45,7 @@ class TrainingSample:
     source: str
     latent: torch.Tensor  # (C, h, w), or (C, t, h, w) from a video VAE; VAE space, CPU
     conditionings: list  # ComfyUI conditionings, one per caption variant
-    bucket: tuple  # (width, height) in pixels
+    bucket: tuple  # (width, height) in pixels; audio: (samples at the VAE's rate, 1)
     captions: tuple = ()  # the caption variants' texts (text-encoder training encodes them live)
     frames: int = 1  # pixel frames the latent encodes (clips: the dataset's frame count)
     reference_latents: tuple = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
@@ -132,6 +134,22 @@ def check_vae_takes_clips(dataset, vae):
     check_frames_for_vae(dataset.video.frames, temporal, f"dataset {dataset.folder}")
 
 
+def check_vae_takes_media(dataset, vae):
+    """Refuse a dataset the VAE cannot encode: audio files for an image or video VAE, images or clips
+    for an audio VAE (checked before anything is encoded)."""
+    if dataset.has_audio and not is_audio_vae(vae):
+        raise EriDiffusionError(
+            f"{dataset.folder} holds audio files, but this VAE encodes images: audio trains an audio model "
+            "(ACE-Step 1.5); connect that model's audio VAE to CacheLatents, or give LoadDataset a folder of images."
+        )
+    if not dataset.has_audio and is_audio_vae(vae):
+        raise EriDiffusionError(
+            f"this VAE encodes audio (an audio model's, such as ACE-Step 1.5's), but {dataset.folder} holds images "
+            "or clips; give LoadDataset a folder of audio files (flac, wav, mp3, ogg) with their captions."
+        )
+    check_vae_takes_clips(dataset, vae)
+
+
 def build_training_data(
     dataset,
     vae,
@@ -157,13 +175,13 @@ def build_training_data(
     check_datasets_apart(dataset, validation_dataset, regularization_dataset)
     for source in (dataset, validation_dataset, regularization_dataset):
         if source is not None:
-            check_vae_takes_clips(source, vae)
+            check_vae_takes_media(source, vae)
     distributed = processes is not None and processes.distributed
     cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
     entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed)
     every = [entry for group in entries for entry in group]
     if distributed:
-        _encode_share(every, cache, resolution, progress, processes)
+        _encode_share(every, cache, resolution, progress, processes, dataset)
     done = [0]
 
     def encoded(entry):
@@ -174,7 +192,7 @@ def build_training_data(
         return sample
 
     samples, held_out, class_samples = ([encoded(entry) for entry in group] for group in entries)
-    empty = cache.conditioning("")
+    empty = empty_conditioning(cache, dataset)
     validation_data = None
     if held_out:
         validation_data = TrainingData(held_out, empty, 0.0, 1, resolution, "", cache.stats)
@@ -193,29 +211,29 @@ def _training_data(samples, empty, source, resolution, stats):
 
 
 def _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed):
-    """The entries to encode, (record, video, caption options, variants, seed, mirror) each, of the
-    training, validation and regularization data in turn."""
+    """The entries to encode, (record, its dataset, caption options, variants, seed, mirror) each, of
+    the training, validation and regularization data in turn."""
 
     def training_entries(source):
         """The entries of every record of DATASET `source` (and its mirror image, with flip)."""
         wanted = shuffle_variants if source.captions.shuffle_tags else 1
         return [
-            (record, source.video, source.captions, wanted, seed + index, mirror)
+            (record, source, source.captions, wanted, seed + index, mirror)
             for index, record in enumerate(source.records)
             for mirror in ((False, True) if source.flip else (False,))
         ]
 
-    validation = [(record, dataset.video) for record in dataset.held_out]
+    validation = [(record, dataset) for record in dataset.held_out]
     if validation_dataset is not None:
-        validation += [(r, validation_dataset.video) for r in validation_dataset.records + validation_dataset.held_out]
+        validation += [(r, validation_dataset) for r in validation_dataset.records + validation_dataset.held_out]
     return (
         training_entries(dataset),
-        [(r, video, dataset.captions, 1, seed + i, False) for i, (r, video) in enumerate(validation)],
+        [(r, source, dataset.captions, 1, seed + i, False) for i, (r, source) in enumerate(validation)],
         training_entries(regularization_dataset) if regularization_dataset is not None else [],
     )
 
 
-def _encode_share(every, cache, resolution, progress, processes):
+def _encode_share(every, cache, resolution, progress, processes, dataset):
     """A run of several processes: this one encodes its share of the entries into the shared cache."""
     processes.barrier()  # rank 0 swept the temp files before anyone writes
     share = every[processes.rank :: processes.world_size]
@@ -224,13 +242,16 @@ def _encode_share(every, cache, resolution, progress, processes):
         if progress is not None:
             progress(done + 1, len(share))
     if processes.is_main:
-        cache.conditioning("")
+        empty_conditioning(cache, dataset)
     processes.barrier()  # every entry is on disk
 
 
-def _sample_of(record, video, cache, resolution, options, variants_wanted, seed, mirror=False):
-    """The TrainingSample of one record: its latent, reference latents, mask and caption variants;
-    `mirror`: all of them flipped left to right."""
+def _sample_of(record, source, cache, resolution, options, variants_wanted, seed, mirror=False):
+    """The TrainingSample of one record of dataset `source`: its latent, reference latents, mask and
+    caption variants; `mirror`: all of them flipped left to right."""
+    video = source.video
+    if record.audio is not None:
+        return _audio_sample(record, source, cache, options, variants_wanted, seed)
     if record.clip:
         latent, bucket = cache.clip_latent(record, resolution, video, mirror)
     else:
@@ -248,6 +269,27 @@ def _sample_of(record, video, cache, resolution, options, variants_wanted, seed,
         mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
         mirrored=mirror,
     )
+
+
+def empty_conditioning(cache, dataset):
+    """The conditioning caption dropout trains on: the "" prompt's or, for audio, ConditioningZeroOut
+    of it (the negative ACE-Step 1.5 is sampled with: its model then reads its learned null
+    embedding, as ACE-Step's trainer drops captions)."""
+    if not dataset.has_audio:
+        return cache.conditioning("")
+    import nodes  # ComfyUI's
+
+    keywords = AudioPrompt().text_keywords(dataset.audio.seconds)
+    return nodes.ConditioningZeroOut().zero_out(cache.conditioning("", keywords))[0]
+
+
+def _audio_sample(record, source, cache, options, variants_wanted, seed):
+    """The TrainingSample of an audio file: its latent and its tags' variants, each encoded with the
+    file's lyrics and metadata at the training length."""
+    latent, bucket = cache.audio_latent(record, source.audio)
+    texts = caption_variants(record.caption, options, variants_wanted, seed)
+    keywords = record.audio.text_keywords(source.audio.seconds)
+    return TrainingSample(record.path, latent, [cache.conditioning(t, keywords) for t in texts], bucket, tuple(texts))
 
 
 def mask_on_latent_grid(record, bucket, grid, mirror=False):

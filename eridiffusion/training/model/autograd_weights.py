@@ -2,7 +2,8 @@
 
 ComfyUI loads models under torch.inference_mode, and autograd refuses to save such tensors
 for backward. While training, each frozen parameter is swapped for a non-inference alias of
-the same memory (requires_grad off), and the originals come back when ComfyUI unpatches.
+the same memory (requires_grad off), and so is each buffer made at load time (ACE-Step 1.5's
+rotary cos/sin tables); the originals come back when ComfyUI unpatches.
 """
 
 import comfy.patcher_extension
@@ -34,8 +35,13 @@ def _swap_in_aliases(model, saved):
         for name, param in list(module._parameters.items()):
             if param is None or not (param.is_inference() or param.requires_grad or not _tracks_versions(param)):
                 continue
-            saved.append((module, name, param))
+            saved.append((module._parameters, name, param))
             module._parameters[name] = torch.nn.Parameter(_alias(param), requires_grad=False)
+        for name, buffer in list(module._buffers.items()):
+            if buffer is None or not (buffer.is_inference() or not _tracks_versions(buffer)):
+                continue
+            saved.append((module._buffers, name, buffer))
+            module._buffers[name] = _alias(buffer)
 
 
 def frozen_weights_injection(patcher):
@@ -47,8 +53,8 @@ def frozen_weights_injection(patcher):
             _swap_in_aliases(model_patcher.model, saved)
 
     def eject(model_patcher):
-        for module, name, param in reversed(saved):
-            module._parameters[name] = param
+        for table, name, tensor in reversed(saved):
+            table[name] = tensor
         saved.clear()
 
     patcher.set_injections(INJECTION_KEY, [comfy.patcher_extension.PatcherInjection(inject, eject)])

@@ -30,6 +30,7 @@ class Family:
     # model's own ComfyUI default)
     copies_saved_activations: bool = False  # ComfyUI's forward writes in place into saved tensors
     # (training/model/autograd_saved.py)
+    medium: str = "image"  # what its dataset holds: "image" (images and clips) or "audio" (audio files)
     generic: bool = False  # no tested row: trained with the host's own model_sampling (generic_family)
 
     def host_has(self):
@@ -243,6 +244,21 @@ FAMILIES = (
     Family(
         "HiDream-O1-Image", ("HiDreamO1",), "all-linear", _shift(3.0), "HiDream-O1's own flow shift", latent_patch=32
     ),
+    # ACE-Step 1.5 (devkit/tiny_audio.py): text-to-music from audio files, conditioned as the host's
+    # TextEncodeAceStepAudio1.5 node conditions it (tags, lyrics, metadata) without LM audio codes, as
+    # ACE-Step's own LoRA trainer trains and its LoRAs are used. Noise levels are drawn as that trainer
+    # draws them: t = sigmoid(N(-0.4, 1)), the model's own timestep_mu / timestep_sigma, unshifted. One
+    # token per two latent frames (its patch_size 2). Its repeated blocks sit one level down
+    # (decoder.layers), which the "blocks" preset does not reach; ACE-Step's trainer adapts the
+    # attention projections (q/k/v/o_proj), as the "attention" preset does.
+    Family(
+        "ACE-Step 1.5",
+        ("ACEStep15",),
+        UNET_TARGETS,
+        _sampling("logit_normal", logit_mean=-0.4, logit_std=1.0),
+        "ACE-Step 1.5's LoRA trainer (timestep_mu -0.4, sigma 1)",
+        medium="audio",
+    ),
     # Upstream ComfyUI lacks these in 0.3.75: the row stays, and the error says so.
     Family("Sana", ("Sana", "SanaMS"), DIT_TARGETS, FLUX_SHIFT, "—"),
     Family("Kolors", ("Kolors",), UNET_TARGETS, UNIFORM, "—", prediction=EPS_V),
@@ -272,7 +288,6 @@ NOT_TRAINABLE = {
     "StableAudio": "an audio model (training from audio files is not supported yet)",
     "StableAudio3": "an audio model (training from audio files is not supported yet)",
     "ACEStep": "an audio model (training from audio files is not supported yet)",
-    "ACEStep15": "an audio model (training from audio files is not supported yet)",
 }
 
 # Classes that are such models, but that training would get silently wrong here, and why.

@@ -33,10 +33,13 @@ def prediction(base_model, transformer_options, x_t, sigma, inputs, copy_saved=F
 
 
 def token_count(latent, diffusion_model, default_patch):
-    """Tokens of a (B, C, [T,] h, w) latent as the model patchifies it: Flux's shift input. The
-    spatial patch is the model's own `patch_size` where it has one (int or (t, h, w))."""
+    """Tokens of a (B, C, [T,] h, w) latent, or an audio model's (B, C, t), as the model patchifies it:
+    Flux's shift input. The spatial patch is the model's own `patch_size` where it has one (int or
+    (t, h, w))."""
     patch = getattr(diffusion_model, "patch_size", None) or default_patch
     if isinstance(patch, (tuple, list)):
         patch = patch[-1]
+    if latent.ndim == 3:
+        return latent.shape[-1] // patch
     frames = latent.shape[2] if latent.ndim == 5 else 1
     return frames * (latent.shape[-2] // patch) * (latent.shape[-1] // patch)

@@ -14,6 +14,7 @@ from ...errors import EriDiffusionError
 from ..formats.atomic_file import write_atomic
 from ..model import loading as model_loading
 from ..settings import check_settings, setting
+from .audio_samples import decoded_audio, empty_audio_latent, save_audio_sample
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,15 @@ class SamplerSettings:
         "models render one image whatever this says.",
         minimum=1,
         maximum=1024,
+        optional=True,
+    )
+    seconds: float = setting(
+        10.0,
+        "Audio models (ACE-Step 1.5): seconds per sample, written as FLAC (each prompt line is the "
+        "tags, rendered instrumental); width, height and frames are then unused.",
+        minimum=1.0,
+        maximum=600.0,
+        step=0.1,
         optional=True,
     )
 
@@ -65,6 +75,7 @@ class SampleSettings:
     width: int
     height: int
     frames: int = 1  # video models: frames per sample
+    seconds: float = 10.0  # audio models: seconds per sample
 
 
 def check_sample_size(vae, width, height):
@@ -96,11 +107,16 @@ SAMPLE_FPS = 16  # playback rate of video samples (Wan's rate; a preview, not th
 
 def render_samples(patcher, settings, step, samples_dir):
     """Render every prompt on `patcher`; save step_<N>_<k>.png (video: its first frame, and all
-    frames as step_<N>_<k>.webp); return (grid IMAGE of first frames, paths: png, or webp for video)."""
+    frames as step_<N>_<k>.webp; audio: step_<N>_<k>.flac); return (grid IMAGE of first frames or of
+    audio's spectrograms, paths: png, webp for video, flac for audio)."""
     images, paths = [], []
+    audio = patcher.model.latent_format.latent_dimensions == 1
     with torch.no_grad():
         for k, positive in enumerate(settings.positives):
-            latent = empty_latent(patcher.model, settings.vae, settings.width, settings.height, settings.frames)
+            if audio:
+                latent = empty_audio_latent(patcher.model, settings.vae, settings.seconds)
+            else:
+                latent = empty_latent(patcher.model, settings.vae, settings.width, settings.height, settings.frames)
             noise = comfy.sample.prepare_noise(latent, settings.seed + k)
             samples = comfy.sample.sample(
                 patcher,
@@ -115,6 +131,15 @@ def render_samples(patcher, settings, step, samples_dir):
                 seed=settings.seed + k,
                 disable_pbar=True,
             )
+            if audio:
+                with model_loading.as_comfyui_loads():
+                    waveform = decoded_audio(settings.vae, samples)
+                image, path = save_audio_sample(
+                    waveform, settings.vae, os.path.join(samples_dir, f"step_{step}_{k}.flac")
+                )
+                images.append(image)
+                paths.append(path)
+                continue
             with model_loading.as_comfyui_loads():  # the graph's own VAE: loaded as ComfyUI loads it
                 decoded = settings.vae.decode(samples)
             frames = decoded.reshape(-1, *decoded.shape[-3:])[..., :3]  # video VAEs add a frame axis

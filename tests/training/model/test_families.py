@@ -1,10 +1,12 @@
 """Every model family trains: a tiny stack of each family's ComfyUI classes learns from real photos
-(clips made from them for video), its saved LoRA loads in stock ComfyUI with zero unmatched keys
-and reproduces the trainer's output, and SampleDuringTraining renders at the requested size."""
+(clips made from them for video, synthesized music for audio), its saved LoRA loads in stock ComfyUI
+with zero unmatched keys and reproduces the trainer's output, and SampleDuringTraining renders at the
+requested size (audio: a FLAC file of the requested duration)."""
 
 import gc
 import os
 
+import av
 import pytest
 import torch
 from PIL import Image
@@ -12,13 +14,12 @@ from PIL import Image
 from devkit.photo_clips import CLIP_FRAMES
 from devkit.stock_comfyui import ProbeInput, load_with_stock_comfyui, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
-from eridiffusion.nodes.sampling_node import encode
+from eridiffusion.nodes.sampling_node import SampleDuringTraining
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.dataset import load_dataset
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model.families import family_named
 from eridiffusion.training.run.config import TrainConfig
-from eridiffusion.training.run.samples import SampleSettings
 from eridiffusion.training.run.trainer import train_lora
 
 FAMILY_NAMES = sorted(name for name in TINY_FAMILIES if name not in ("sd15", "sdxl"))  # those: test_trainer
@@ -26,6 +27,8 @@ _RUNS = {}
 
 
 def _dataset_for(family, request):
+    if family.audio_seconds:
+        return load_dataset(request.getfixturevalue("music_folder"), seconds=family.audio_seconds)
     if not family.video_frames:
         return request.getfixturevalue("dog_dataset")
     clips = request.getfixturevalue("dog_clips")
@@ -43,21 +46,7 @@ def _train(name, request, tmp_path_factory):
         data = build_training_data(
             _dataset_for(family, request), vae, clip, family.resolution, os.path.join(folder, "cache")
         )
-        sample = SampleSettings(
-            prompts=("a photo of sks dog",),
-            positives=(encode(clip, "a photo of sks dog"),),
-            negative=encode(clip, ""),
-            vae=vae,
-            every=10_000,
-            seed=0,
-            steps=2,
-            cfg=1.0,
-            sampler="euler",
-            scheduler="simple",
-            width=family.sample_size[0],
-            height=family.sample_size[1],
-            frames=family.video_frames or 1,
-        )
+        sample = _sample_settings(family, clip, vae)
     data.samples = data.samples[:4]
     probe = ProbeInput.of(model, data)
     before = probe.output(model)
@@ -85,7 +74,17 @@ def _train(name, request, tmp_path_factory):
         "probe": probe,
         "base_output_before": before,
         "frames": family.video_frames or 1,
+        "audio_seconds": family.audio_seconds,
     }
+
+
+def _sample_settings(family, clip, vae):
+    """SampleDuringTraining's output for one prompt, two euler steps at cfg 1, the family's sample size."""
+    size = {"width": family.sample_size[0], "height": family.sample_size[1], "frames": family.video_frames or 1}
+    prompt = "rock, distorted guitar, drums, energetic" if family.audio_seconds else "a photo of sks dog"
+    values = {"prompts": prompt, "every": 10_000, "seed": 0, "steps": 2, "cfg": 1.0, **size}
+    values.update(sampler_name="euler", scheduler="simple", seconds=family.audio_seconds or 10.0)
+    return SampleDuringTraining.execute(clip, vae, **values).args[0]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -127,6 +126,14 @@ def test_saved_lora_loads_in_stock_comfyui_and_reproduces_the_trainer_output(fam
 def test_sample_during_training_renders_the_requested_size(family_run):
     samples = family_run["result"].samples
     assert samples is not None
+    if family_run["audio_seconds"]:  # a FLAC file of the requested duration, and its spectrogram
+        path = family_run["result"].sample_paths[-1]
+        assert path.endswith(".flac") and torch.isfinite(samples).all()
+        with av.open(path) as container:
+            stream = container.streams.audio[0]
+            decoded = sum(frame.samples for frame in container.decode(stream))
+            assert abs(decoded / stream.rate - family_run["audio_seconds"]) < 0.05, (decoded, stream.rate)
+        return
     width, height = family_run["sample_size"]
     assert tuple(samples.shape) == (1, height, width, 3)
     assert torch.isfinite(samples).all()
