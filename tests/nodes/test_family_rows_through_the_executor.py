@@ -1,0 +1,70 @@
+"""The rows added for ComfyUI 0.28's 2026 classes train the way users run training: each tiny stack
+through ComfyUI's executor (LoadDataset → CacheLatents → LoRATrainer → SaveLoRA, every node under
+torch.inference_mode) on the real photos (clips made from them for video), its evaluation loss down
+30%, and its saved LoRA loaded by stock LoraLoader with no unmatched key, changing the model."""
+
+import json
+import logging
+import os
+
+import pytest
+import torch
+
+from devkit import tiny_family_node, tiny_hidream_o1, tiny_image_2026, tiny_image_variants, tiny_video_2026
+from devkit.stock_comfyui import ProbeInput, relative_error
+from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
+from devkit.workflow import load_extension, run_training
+
+ROWS = sorted(
+    {**tiny_image_2026.FAMILIES, **tiny_image_variants.FAMILIES, **tiny_video_2026.FAMILIES, **tiny_hidream_o1.FAMILIES}
+)
+
+
+@pytest.fixture(scope="module")
+def registered():
+    mappings = load_extension()
+    tiny_family_node.register()
+    return mappings
+
+
+@pytest.mark.parametrize("name", family_params(ROWS))
+def test_a_row_trains_through_the_executor_and_its_lora_loads_in_stock_comfyui(
+    name, registered, datasets_dir, dog_clips, caplog
+):
+    import nodes
+
+    from eridiffusion.training.data.dataset import load_dataset
+    from eridiffusion.training.data.training_data import build_training_data
+
+    tiny = TINY_FAMILIES[name]
+    folder = dog_clips.folder if tiny.video_frames else os.path.join(datasets_dir, "dreambooth_dog")
+    options = {"frames": tiny.video_frames, "fps": 16.0} if tiny.video_frames else {}
+    outcome = run_training(
+        folder,
+        f"row_{name}",
+        resolution=tiny.resolution,
+        trainer={
+            "steps": tiny.steps,
+            "learning_rate": tiny.learning_rate,
+            "rank": 8,
+            "alpha": 8.0,
+            "targets": "all-linear",
+        },
+        save={"filename_prefix": f"row_{name}/lora"},
+        stack={"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": name, "seed": 0}},
+        dataset_options=options,
+    )
+    assert outcome.success, outcome.error
+    with open(os.path.join(outcome.run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["eval_loss_after"] < 0.7 * summary["eval_loss_before"], summary
+
+    model, clip, vae = build_tiny(name, seed=0)
+    with caplog.at_level(logging.WARNING):
+        patched, _ = nodes.LoraLoader().load_lora(model, clip, f"row_{name}/lora.safetensors", 1.0, 0.0)
+    assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
+    with torch.inference_mode():
+        dataset = load_dataset(folder, **options)
+        data = build_training_data(dataset, vae, clip, tiny.resolution, os.path.join(outcome.run_dir, "probe"))
+    probe = ProbeInput.of(model, data)
+    assert relative_error(probe.output(patched), probe.output(model)) > 1e-2  # the LoRA changes the model
