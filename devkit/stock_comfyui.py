@@ -68,3 +68,20 @@ class ProbeInput:
             inputs = {name: v.to(device) if isinstance(v, torch.Tensor) else v for name, v in self.inputs.items()}
             out = patcher.model.apply_model(self.x.to(device), self.sigma.to(device), **inputs)
             return out.float().cpu().clone()
+
+
+def layer_deltas(path):
+    """{layer prefix: ΔW} of every lora_up/lora_down layer of a LoRA file as ComfyUI's LoRA adapter
+    computes it: alpha/rank · up @ down, a conv's kernel in down's columns (flattened)."""
+    import safetensors.torch
+
+    tensors = safetensors.torch.load_file(path)
+    deltas = {}
+    for key, down in tensors.items():
+        if key.endswith(".lora_down.weight"):
+            prefix = key[: -len(".lora_down.weight")]
+            up = tensors[f"{prefix}.lora_up.weight"].float()
+            rank = down.shape[0]
+            alpha = float(tensors.get(f"{prefix}.alpha", rank))
+            deltas[prefix] = (up.flatten(1) @ down.float().flatten(1)) * (alpha / rank)
+    return deltas

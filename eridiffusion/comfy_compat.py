@@ -278,3 +278,16 @@ def host_audio_io():
     if not callable(getattr(nodes_audio, "load", None)):
         return None
     return nodes_audio.load, torchaudio.functional.resample
+
+
+def patched_diffusion_weights(patcher):
+    """{name in the diffusion model: weight} of a MODEL with its patches (LoRAs loaded on it) applied,
+    copied to the CPU: what ComfyUI's checkpoint save writes. 0.2x hosts may apply patches when a weight
+    is cast, not in place: their save path (model_state_dict_for_saving) computes the patched weights."""
+    comfy.model_management.load_models_gpu([patcher], force_patch_weights=True, force_full_load=True)
+    diffusion_model = patcher.model.diffusion_model
+    if hasattr(patcher, "model_state_dict_for_saving"):
+        weights = patcher.model_state_dict_for_saving(diffusion_model, "diffusion_model.")
+    else:
+        weights = diffusion_model.state_dict()
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights.items()}

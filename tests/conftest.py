@@ -180,3 +180,47 @@ def music_folder(tmp_path_factory):
     from devkit.music_clips import music_dataset
 
     return music_dataset(str(tmp_path_factory.mktemp("music")))
+
+
+LOCON_STEPS = 40
+
+
+def _train_locon(model, data, seed, learning_rate, folder):
+    import torch
+
+    from eridiffusion.training.adapters import AdapterSpec
+    from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.trainer import train_lora
+
+    adapter = AdapterSpec(algorithm="lora", rank=8, alpha=8.0, targets="all-linear", conv_rank=8, conv_alpha=4.0)
+    config = TrainConfig(
+        gradient_checkpointing=False,
+        steps=LOCON_STEPS,
+        learning_rate=learning_rate,
+        dtype="fp32",
+        seed=seed,
+        log_every=LOCON_STEPS,
+        adapter=adapter,
+        run_name=f"lora_tools_{seed}",
+    )
+    with torch.inference_mode(False):
+        result = train_lora(model, data, config, os.path.join(folder, f"run{seed}"))
+    return result.lora.save(os.path.join(folder, f"locon_{seed}.safetensors"), dtype="fp32")
+
+
+@pytest.fixture(scope="session")
+def locon_files(dog_dataset, tmp_path_factory):
+    """Two short LoRA/LoCon runs (linear rank 8 alpha 8, conv rank 8 alpha 4) on one tiny SD1.5, saved in
+    fp32, for the LoRA toolbox's tests: {"model", "probe", "files": [their two files]}."""
+    import torch
+
+    from devkit.tiny_models import build_tiny
+    from eridiffusion.training.data.training_data import build_training_data
+
+    folder = str(tmp_path_factory.mktemp("lora_tools"))
+    model, clip, vae = build_tiny("sd15", seed=0)
+    with torch.inference_mode():
+        data = build_training_data(dog_dataset, vae, clip, 64, os.path.join(folder, "cache"))
+    data.samples = data.samples[:2]
+    files = [_train_locon(model, data, seed, lr, folder) for seed, lr in ((0, 1e-2), (1, 5e-3))]
+    return {"model": model, "probe": ProbeInput.of(model, data), "files": files}

@@ -1,6 +1,7 @@
 """The command line: `eridiffusion train CONFIG.yaml [--output DIR] [--resume auto|CHECKPOINT]
 [--gpus N] [--print-config | --dry-run]` (also `python -m eridiffusion train ...`, and under torchrun:
-`torchrun --standalone --nproc_per_node=N -m eridiffusion train ...`)."""
+`torchrun --standalone --nproc_per_node=N -m eridiffusion train ...`), and `eridiffusion lora <verb>`
+(lora_cli.py)."""
 
 import argparse
 import logging
@@ -11,6 +12,7 @@ import tempfile
 
 from ..errors import EriDiffusionError
 from ..host import HostNotFound
+from .lora_cli import add_lora_parser, run_lora
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130  # the shell's status for Ctrl-C, so a script that queues runs stops too
@@ -19,7 +21,8 @@ EXIT_INTERRUPTED = 130  # the shell's status for Ctrl-C, so a script that queues
 def parser():
     root = argparse.ArgumentParser(
         prog="eridiffusion",
-        description="Train LoRA-family adapters on ComfyUI's models from a config file, without a browser.",
+        description="Train LoRA-family adapters on ComfyUI's models from a config file, without a browser; "
+        "inspect, resize, merge and extract LoRA files.",
     )
     commands = root.add_subparsers(dest="command", required=True)
     train = commands.add_parser(
@@ -60,6 +63,7 @@ def parser():
         action="store_true",
         help="check the config, load the model and the dataset, print the plan and exit",
     )
+    add_lora_parser(commands)
     return root
 
 
@@ -91,6 +95,8 @@ def quiet_third_party_warnings():
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     quiet_third_party_warnings()
+    if args.command == "lora":
+        return _lora(args)
     name = "eridiffusion"
     try:
         if args.gpus and not (args.print_config or args.dry_run):
@@ -123,6 +129,21 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(host_folders, ignore_errors=True)
     processes.close()  # after a run that ended in every process (a failed one leaves the others to torchrun)
     return status
+
+
+def _lora(args):
+    from ..runtime import start_host
+
+    host_folders = tempfile.mkdtemp(prefix="eridiffusion-host-")
+    try:
+        start_host(host_folders)  # the LoRA keys and the writer come from ComfyUI's modules
+        print("\n".join(run_lora(args)))
+    except (EriDiffusionError, HostNotFound) as error:
+        print(f"eridiffusion lora {args.verb}: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        shutil.rmtree(host_folders, ignore_errors=True)
+    return 0
 
 
 def _train(args, host_folders, processes):

@@ -1,0 +1,97 @@
+"""`eridiffusion lora inspect|resize|merge|extract`: the LoRA toolbox (eridiffusion/lora_tools) on the
+command line. Every verb that writes refuses an existing output unless --force, and prints what it did."""
+
+import argparse
+
+from ..errors import EriDiffusionError
+
+DTYPES = ("fp16", "bf16", "fp32")
+
+
+def add_lora_parser(commands):
+    lora = commands.add_parser(
+        "lora",
+        help="inspect, resize, merge or extract LoRA files",
+        description="The LoRA toolbox: LoRA files in ComfyUI's keys (lora_up/lora_down/alpha, LoCon convs).",
+    )
+    verbs = lora.add_subparsers(dest="verb", required=True)
+    inspect = verbs.add_parser("inspect", help="keys, family, algorithm, rank/alpha per block, metadata")
+    inspect.add_argument("lora", help="the LoRA .safetensors file")
+    inspect.add_argument(
+        "--model",
+        metavar="WEIGHTS",
+        help="a diffusion model's .safetensors (or a checkpoint): list the LoRA keys it would not load "
+        "(only its header is read; ComfyUI's generic and kohya key names)",
+    )
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    resize = verbs.add_parser("resize", help="cut each layer by SVD to a rank or an energy share")
+    resize.add_argument("lora", help="the LoRA/LoCon .safetensors file")
+    _output_options(resize, dtype_default=None)
+    _rank_or_energy(resize)
+
+    merge = verbs.add_parser("merge", help="several LoRAs with weights into one")
+    merge.add_argument("loras", nargs="+", help="the LoRA/LoCon .safetensors files")
+    merge.add_argument("--weights", type=float, nargs="+", metavar="W", help="one weight per file (default 1 each)")
+    merge.add_argument(
+        "--rank", type=int, help="compress each layer's sum to this rank by SVD (default: exact, ranks concatenated)"
+    )
+    _output_options(merge, dtype_default=None)
+
+    extract = verbs.add_parser("extract", help="a fine-tuned model's difference to its base as a LoRA")
+    extract.add_argument("base", help="the base model's diffusion-model weights (.safetensors, ComfyUI's names)")
+    extract.add_argument("tuned", help="the fine-tuned model's, same names")
+    _output_options(extract, dtype_default="fp16")
+    _rank_or_energy(extract)
+    extract.add_argument("--device", default="cpu", help="where the SVDs run (cpu, cuda)")
+    return lora
+
+
+def _output_options(verb, dtype_default):
+    verb.add_argument("-o", "--output", required=True, help="the .safetensors file to write")
+    verb.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default=dtype_default,
+        help=f"precision of the saved weights (default: {dtype_default or 'that of the input'})",
+    )
+    verb.add_argument("--force", action="store_true", help="overwrite the output if it exists")
+
+
+def _rank_or_energy(verb):
+    size = verb.add_mutually_exclusive_group(required=True)
+    size.add_argument("--rank", type=int, help="every layer at this rank (at most)")
+    size.add_argument(
+        "--energy",
+        type=float,
+        help="each layer at the smallest rank keeping this share of its weight change, ‖ΔW_r‖/‖ΔW‖ (e.g. 0.9)",
+    )
+
+
+def run_lora(args: argparse.Namespace) -> list[str]:
+    """Run one verb; the lines to print."""
+    if args.verb == "inspect":
+        from ..lora_tools.inspection import inspect_lora, report_json, weights_file_key_map
+
+        report = inspect_lora(args.lora, weights_file_key_map(args.model) if args.model else None)
+        return [report_json(report)] if args.json else report.lines()
+    if args.verb == "resize":
+        from ..lora_tools.resize import resize_lora
+
+        result = resize_lora(args.lora, args.output, args.rank, args.energy, args.dtype, args.force)
+        return result.lines()
+    if args.verb == "merge":
+        from ..lora_tools.merge import merge_loras
+
+        weights = args.weights or [1.0] * len(args.loras)
+        if len(weights) != len(args.loras):
+            raise EriDiffusionError(
+                f"--weights has {len(weights)} value(s) for {len(args.loras)} files; give one weight per file."
+            )
+        return merge_loras(list(zip(args.loras, weights)), args.output, args.rank, args.dtype, args.force).lines()
+    from ..lora_tools.extract import extract_from_files
+
+    result = extract_from_files(
+        args.base, args.tuned, args.output, args.rank, args.energy, args.dtype, args.device, args.force
+    )
+    return result.lines()

@@ -1,0 +1,145 @@
+"""`lora extract`: the weight difference of a fine-tuned model against its base, per layer by SVD, as
+a LoRA at a rank or at the smallest rank keeping an energy share; from two .safetensors files of
+diffusion-model weights or from two ComfyUI MODELs."""
+
+import json
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import EriDiffusionError
+from .inspection import diffusion_model_names
+from .lora_layers import check_input, check_output, lora_tensors, write_lora
+from .low_rank import check_rank_and_energy, spectrum_of_matrix
+from .resize import LayerResult
+
+
+@dataclass
+class Result:
+    path: str
+    layers: list  # [LayerResult]: rank_before is the layer's full rank bound min(out, in)
+    full_diffs: list  # keys of 1-D weights and biases saved whole (`diff`, `diff_b`)
+    skipped: list  # names that differ but no LoRA key addresses
+    unchanged: int
+
+    def lines(self):
+        kept = [layer.kept_energy for layer in self.layers]
+        ranks = [layer.rank_after for layer in self.layers]
+        out = [
+            f"wrote {self.path}: {len(self.layers)} layers as LoRA (rank {min(ranks)}-{max(ranks)}, kept energy "
+            f"(‖ΔW_r‖/‖ΔW‖) min {min(kept):.4f} mean {sum(kept) / len(kept):.4f}), {len(self.full_diffs)} "
+            f"saved whole (norms, biases), {self.unchanged} unchanged"
+        ]
+        out += [f"  {layer.prefix}: rank {layer.rank_after}, keeps {layer.kept_energy:.4f}" for layer in self.layers]
+        if self.skipped:
+            out.append(
+                f"  not saved: {len(self.skipped)} changed tensor(s) no LoRA key addresses, e.g. {self.skipped[0]}"
+            )
+        return out
+
+
+def extract_from_files(
+    base_path, tuned_path, output, rank=None, energy=None, dtype="fp16", device="cpu", overwrite=False
+):
+    """A LoRA of `tuned_path` - `base_path` (diffusion-model weights in ComfyUI's names, bare or under a
+    checkpoint's `model.diffusion_model.`), keyed `diffusion_model.<layer>` (ComfyUI's generic form)."""
+    import safetensors
+
+    check_rank_and_energy(rank, energy, "extract")
+    check_output(output, overwrite)
+    for path in (base_path, tuned_path):
+        check_input(path)
+    with safetensors.safe_open(base_path, "pt") as base, safetensors.safe_open(tuned_path, "pt") as tuned:
+        base_names, tuned_names = diffusion_model_names(list(base.keys())), diffusion_model_names(list(tuned.keys()))
+        _check_same_names(base_path, tuned_path, base_names, tuned_names)
+        pairs = ((name, base.get_tensor(base_names[name]), tuned.get_tensor(tuned_names[name])) for name in base_names)
+        result = _extract(pairs, lambda name: "diffusion_model." + name[: -len(".weight")], rank, energy, device)
+    return _write(
+        result,
+        output,
+        {"base": os.path.basename(base_path), "tuned": os.path.basename(tuned_path)},
+        rank,
+        energy,
+        dtype,
+        overwrite,
+    )
+
+
+def extract_from_models(base, tuned, output, rank=None, energy=None, dtype="fp16", device="cpu", overwrite=False):
+    """A LoRA of MODEL `tuned` - MODEL `base` (ComfyUI patchers; LoRAs loaded on either count), in the
+    keys SaveLoRA writes for that model."""
+    import comfy.lora
+
+    from ..comfy_compat import patched_diffusion_weights
+    from ..training.formats.lora_file import loadable_weight_keys
+
+    check_rank_and_energy(rank, energy, "extract")
+    check_output(output, overwrite)
+    base_weights = patched_diffusion_weights(base)
+    tuned_weights = patched_diffusion_weights(tuned)
+    _check_same_names("the base MODEL", "the fine-tuned MODEL", base_weights, tuned_weights)
+    prefixes = loadable_weight_keys(base.model)
+    key_map = comfy.lora.model_lora_keys_unet(base.model, {})
+
+    def prefix_of(name):
+        key = "diffusion_model." + name
+        if key in prefixes:
+            return prefixes[key][: -len(".weight")] if prefixes[key].endswith(".weight") else prefixes[key]
+        return key if key in key_map else None
+
+    pairs = ((name, base_weights[name], tuned_weights[name]) for name in base_weights)
+    result = _extract(pairs, prefix_of, rank, energy, device)
+    return _write(result, output, {"base": "MODEL", "tuned": "MODEL"}, rank, energy, dtype, overwrite)
+
+
+def _check_same_names(base_what, tuned_what, base_names, tuned_names):
+    missing = sorted(set(base_names) ^ set(tuned_names))
+    if missing:
+        raise EriDiffusionError(
+            f"{base_what} and {tuned_what} differ in their weights' names ({len(missing)}, e.g. "
+            f"{missing[0]}); give a fine-tuned model and the base it was tuned from."
+        )
+
+
+def _extract(pairs, prefix_of, rank, energy, device):
+    tensors, layers, full, skipped, unchanged = {}, [], [], [], 0
+    for name, base_weight, tuned_weight in pairs:
+        if base_weight.shape != tuned_weight.shape:
+            raise EriDiffusionError(
+                f"extract: {name} has shape {tuple(base_weight.shape)} in the base and "
+                f"{tuple(tuned_weight.shape)} in the fine-tuned model; give the base it was tuned from."
+            )
+        delta = tuned_weight.to(device, torch.float32) - base_weight.to(device, torch.float32)
+        if not bool(delta.any()):
+            unchanged += 1
+            continue
+        layer, _, kind = name.rpartition(".")
+        prefix = prefix_of(layer + ".weight")
+        if prefix is None or kind not in ("weight", "bias"):
+            skipped.append(name)
+        elif kind == "bias" or delta.dim() < 2:
+            tensors[f"{prefix}.{'diff_b' if kind == 'bias' else 'diff'}"] = delta.cpu()
+            full.append(name)
+        else:
+            spectrum = spectrum_of_matrix(delta)
+            kept_rank = min(rank, len(spectrum.s)) if rank is not None else spectrum.rank_for(energy)
+            low_rank = spectrum.truncated(kept_rank, 1.0)
+            tensors.update({k: v.cpu() for k, v in lora_tensors(prefix, low_rank, 1.0).items()})
+            layers.append(LayerResult(prefix, len(spectrum.s), kept_rank, spectrum.kept_energy(kept_rank)))
+    if not layers and not full:
+        raise EriDiffusionError(
+            "extract: the two models have the same weights; give the fine-tuned model and its base."
+        )
+    return tensors, Result("", layers, full, skipped, unchanged)
+
+
+def _write(extracted, output, sources, rank, energy, dtype, overwrite):
+    tensors, result = extracted
+    metadata = {
+        "eridiffusion_extracted": json.dumps({**sources, "rank": rank, "energy": energy}),
+        "ss_network_module": "networks.lora",
+        "eridiffusion_adapter": "lora",
+    }
+    result.path = write_lora(output, tensors, metadata, dtype, overwrite)
+    return result

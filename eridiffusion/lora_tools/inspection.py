@@ -1,0 +1,189 @@
+"""`lora inspect`: what a LoRA file holds (keys, family, algorithm, rank and alpha per block, the
+metadata of EriDiffusion and other trainers) and which of its keys a model would not load."""
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .lora_layers import layer_algorithm, rank_and_alpha, read_lora
+
+# Metadata keys by who wrote them: ours, kohya's sd-scripts (and tools that copy its keys), modelspec.
+_WRITERS = (
+    (
+        "eridiffusion",
+        ("eridiffusion_", "architecture", "steps", "dataset_hash", "resolution", "training_config", "save_dtype"),
+    ),
+    ("kohya", ("ss_",)),
+    ("modelspec", ("modelspec.",)),
+)
+# The family a file's keys give away, first match wins (when the metadata names none).
+_FAMILY_BY_KEYS = (
+    ("Flux", ("double_blocks", "single_blocks")),
+    ("SD3", ("joint_blocks",)),
+    ("SDXL", ("lora_te2_", "label_emb")),
+    ("SD1.x/SDXL UNet", ("input_blocks", "down_blocks")),
+)
+_TEXT_ENCODER = ("lora_te", "text_encoders.", "text_model.")
+
+
+@dataclass
+class Block:
+    layers: int = 0
+    ranks: Counter = field(default_factory=Counter)
+    alphas: Counter = field(default_factory=Counter)
+    algorithms: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class LoRAReport:
+    path: str
+    keys: int
+    family: str
+    family_source: str
+    algorithms: dict
+    blocks: dict  # {block name: Block}
+    metadata: dict  # {writer: {key: value}}
+    other_keys: list
+    not_loaded: list | None = None  # with a model: file keys whose layer the model does not address
+
+    def lines(self):
+        out = [
+            f"file       {self.path}",
+            f"keys       {self.keys} in {sum(b.layers for b in self.blocks.values())} layers",
+            f"family     {self.family} ({self.family_source})",
+            "algorithm  " + ", ".join(f"{name} x{count}" for name, count in self.algorithms.items()),
+            "blocks     (layers: rank / alpha)",
+        ]
+        for name, block in self.blocks.items():
+            ranks = "/".join(map(str, sorted(block.ranks))) or "-"
+            alphas = "/".join(f"{a:g}" for a in sorted(block.alphas)) or "-"
+            kinds = ",".join(sorted(block.algorithms))
+            out.append(f"  {name:<28} {block.layers:>4} {kinds}: rank {ranks} alpha {alphas}")
+        for writer, values in self.metadata.items():
+            out.append(f"metadata   {writer}:")
+            out += [f"  {key} = {_short(value)}" for key, value in values.items()]
+        if self.other_keys:
+            out.append(f"other keys {len(self.other_keys)} that are no LoRA tensor, e.g. {self.other_keys[0]}")
+        if self.not_loaded is not None:
+            out.append(f"not loaded {len(self.not_loaded)} key(s) the model does not address")
+            out += [f"  {key}" for key in self.not_loaded[:20]] + (["  ..."] if len(self.not_loaded) > 20 else [])
+        return out
+
+
+def _short(value, limit=100):
+    return value if len(value) <= limit else value[:limit] + f"... ({len(value)} characters)"
+
+
+def block_of(prefix):
+    """The block a layer belongs to: its name up to the first index (`input_blocks.4`, `double_blocks.3`)."""
+    if prefix.startswith(_TEXT_ENCODER):
+        return "text encoder"
+    name = re.sub(r"^(lora_unet_|diffusion_model\.|lycoris_|transformer\.|unet\.)", "", prefix)
+    match = re.match(r"^(\D*?)[._]?(\d+)", name)
+    return f"{match.group(1).strip('._')}.{match.group(2)}" if match else name.split(".")[0].split("_")[0]
+
+
+def family_of(metadata, prefixes):
+    for key in ("architecture", "ss_base_model_version", "modelspec.architecture"):
+        if metadata.get(key):
+            return metadata[key], f"metadata {key}"
+    for family, marks in _FAMILY_BY_KEYS:
+        if any(mark in prefix for prefix in prefixes for mark in marks):
+            return family, "guessed from the key names"
+    return "unknown", "no metadata names it and the key names do not tell"
+
+
+def inspect_lora(path, key_map=None):
+    """The report of LoRA file `path`; with `key_map` (a model's {LoRA key prefix: weight key},
+    see model_key_map / weights_file_key_map) also the keys it would not load."""
+    lora = read_lora(path)
+    blocks = {}
+    for prefix, group in lora.layers.items():
+        block = blocks.setdefault(block_of(prefix), Block())
+        block.layers += 1
+        block.algorithms[layer_algorithm(group)] += 1
+        rank, alpha = rank_and_alpha(group)
+        if rank is not None:
+            block.ranks[rank] += 1
+            block.alphas[alpha] += 1
+    metadata = {}
+    for key, value in sorted(lora.metadata.items()):
+        writer = next((w for w, marks in _WRITERS if key.startswith(marks)), "other")
+        metadata.setdefault(writer, {})[key] = value
+    family, source = family_of(lora.metadata, lora.layers)
+    report = LoRAReport(
+        path,
+        sum(len(g) for g in lora.layers.values()) + len(lora.other_keys),
+        family,
+        source,
+        lora.algorithms(),
+        blocks,
+        metadata,
+        lora.other_keys,
+    )
+    if key_map is not None:
+        report.not_loaded = sorted(
+            f"{prefix}.{name}"
+            for prefix, group in lora.layers.items()
+            if prefix not in key_map and not prefix.startswith(_TEXT_ENCODER)
+            for name in group
+        )
+    return report
+
+
+def model_key_map(patcher):
+    """{LoRA key prefix: weight key} ComfyUI's LoraLoader uses for this MODEL."""
+    import comfy.lora
+
+    return comfy.lora.model_lora_keys_unet(patcher.model, {})
+
+
+def weights_file_key_map(path):
+    """The key map ComfyUI makes for any model from a diffusion model's weight names, read from a
+    .safetensors file's header alone (no weights loaded): the generic `diffusion_model.<name>` and
+    kohya's `lora_unet_<name>` forms. A family's other namings (diffusers') are not included."""
+    import safetensors
+
+    from .lora_layers import check_input
+
+    check_input(path)
+    with safetensors.safe_open(path, "pt") as f:
+        names = list(f.keys())
+    key_map = {}
+    for name in diffusion_model_names(names):
+        if name.endswith(".weight"):
+            native = name[: -len(".weight")]
+            key_map[f"diffusion_model.{native}"] = name
+            key_map["lora_unet_" + native.replace(".", "_")] = name
+        else:
+            key_map[f"diffusion_model.{name}"] = name
+    return key_map
+
+
+def diffusion_model_names(names):
+    """{name inside the diffusion model: key in the file} of a diffusion model's file (bare names as
+    ComfyUI saves a diffusion model) or a checkpoint's (`model.diffusion_model.` keys)."""
+    for prefix in ("model.diffusion_model.", "diffusion_model."):
+        inside = {n[len(prefix) :]: n for n in names if n.startswith(prefix)}
+        if inside:
+            return inside
+    return {n: n for n in names}
+
+
+def report_json(report):
+    return json.dumps(
+        {
+            **report.__dict__,
+            "blocks": {
+                k: {
+                    "layers": b.layers,
+                    "ranks": dict(b.ranks),
+                    "alphas": dict(b.alphas),
+                    "algorithms": dict(b.algorithms),
+                }
+                for k, b in report.blocks.items()
+            },
+        },
+        indent=1,
+    )

@@ -1,0 +1,135 @@
+"""A LoRA file as the toolbox reads it: its layers grouped by key prefix, each layer's algorithm,
+rank and alpha, a LoRA layer's weight change as a LowRank, and the checks every verb makes first."""
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import EriDiffusionError
+from ..training.adapters.from_tensors import tensor_groups
+from ..training.formats.lora_file import SAVE_DTYPES, TrainedLoRA
+from .low_rank import LowRank
+
+# A layer's algorithm, told by the tensor names it has (ComfyUI's weight adapters), first match wins.
+_ALGORITHMS = (
+    ("loha", ("hada_w1_a",)),
+    ("lokr", ("lokr_w1", "lokr_w1_a")),
+    ("oft", ("oft_blocks",)),
+    ("glora", ("a1.weight",)),
+    ("dora", ("dora_scale",)),
+    ("lora", ("lora_up.weight",)),
+    ("diff", ("diff", "diff_b")),
+)
+# What resize and merge rewrite; `diff` layers (full weight changes: norms, biases) ride along.
+LOW_RANK = "lora"
+
+
+def layer_algorithm(group):
+    return next((name for name, marks in _ALGORITHMS if any(m in group for m in marks)), "unknown")
+
+
+@dataclass
+class LoRAFile:
+    path: str
+    layers: dict  # {key prefix: {tensor name: tensor}}
+    metadata: dict
+    other_keys: list  # keys that are no adapter tensor
+
+    def algorithms(self):
+        """{algorithm: layer count}, `diff` layers left out when others exist."""
+        counts = {}
+        for group in self.layers.values():
+            name = layer_algorithm(group)
+            counts[name] = counts.get(name, 0) + 1
+        return {k: v for k, v in counts.items() if k != "diff" or len(counts) == 1}
+
+    def dtype(self):
+        return next(iter(next(iter(self.layers.values())).values())).dtype
+
+
+def check_input(path):
+    if not os.path.isfile(path):
+        where = "is a folder" if os.path.isdir(path) else "does not exist"
+        raise EriDiffusionError(f"{path} {where}; give the path of a .safetensors file.")
+
+
+def check_output(path, overwrite):
+    """Before any work: an existing output is refused unless `overwrite`."""
+    if os.path.exists(path) and not overwrite:
+        raise EriDiffusionError(f"{path} already exists; choose another name or pass --force to overwrite it.")
+    if os.path.isdir(path):
+        raise EriDiffusionError(f"{path} is a folder; give the output file's name.")
+
+
+def read_safetensors(path, what="file"):
+    """(tensors, metadata) of a .safetensors file, or an EriDiffusionError naming it."""
+    import safetensors
+    import safetensors.torch
+
+    check_input(path)
+    try:
+        with safetensors.safe_open(path, "pt") as f:
+            metadata = f.metadata() or {}
+        return safetensors.torch.load_file(path), metadata
+    except (safetensors.SafetensorError, OSError) as error:
+        raise EriDiffusionError(
+            f"{path} cannot be read as a .safetensors {what} ({error}); give a .safetensors file."
+        ) from None
+
+
+def read_lora(path):
+    tensors, metadata = read_safetensors(path, "LoRA")
+    layers = tensor_groups(tensors)
+    if not layers:
+        example = next(iter(tensors), "no keys at all")
+        raise EriDiffusionError(
+            f"{path} is not a LoRA: none of its {len(tensors)} keys is a LoRA tensor (e.g. {example}); "
+            "give a LoRA file (keys like <layer>.lora_up.weight / .lora_down.weight / .alpha)."
+        )
+    used = {f"{p}.{n}" for p, g in layers.items() for n in g}
+    return LoRAFile(path, layers, metadata, sorted(set(tensors) - used))
+
+
+def rank_and_alpha(group):
+    """A LoRA-family layer's (rank, alpha); alpha is the rank where the file has none (scale 1)."""
+    down = group.get("lora_down.weight")
+    if down is None:
+        return None, None
+    rank = down.shape[0]
+    alpha = group.get("alpha")
+    return rank, float(alpha) if alpha is not None else float(rank)
+
+
+def low_rank_of(group, prefix, path):
+    """A LoRA layer's ΔW = scale · up @ down as a LowRank (the scale folded into up)."""
+    if "lora_mid.weight" in group:
+        raise EriDiffusionError(
+            f"{path}: layer {prefix} is a Tucker-decomposed LoCon (lora_mid); only plain lora_up/lora_down "
+            "layers (linear and conv) are supported."
+        )
+    up, down = group["lora_up.weight"].float(), group["lora_down.weight"].float()
+    rank, alpha = rank_and_alpha(group)
+    shape = (up.shape[0], *down.shape[1:])
+    return LowRank(up.reshape(up.shape[0], -1) * (alpha / rank), down.reshape(rank, -1), shape)
+
+
+def lora_tensors(prefix, low_rank, scale):
+    """A LowRank as the file tensors of a LoRA layer whose ΔW is `scale` · up @ down (alpha = scale · rank)."""
+    rank = low_rank.rank
+    down = low_rank.down.reshape(rank, *low_rank.shape[1:])
+    up = low_rank.up.reshape(low_rank.shape[0], rank, *([1] * (len(low_rank.shape) - 2)))
+    return {
+        f"{prefix}.lora_up.weight": up.contiguous(),
+        f"{prefix}.lora_down.weight": down.contiguous(),
+        f"{prefix}.alpha": torch.tensor(scale * rank),
+    }
+
+
+def dtype_name(dtype):
+    return next((name for name, d in SAVE_DTYPES.items() if d == dtype), "fp32")
+
+
+def write_lora(path, tensors, metadata, dtype, overwrite):
+    """Write atomically through SaveLoRA's writer (dtype conversion, the finite check, metadata)."""
+    return TrainedLoRA(tensors, metadata).save(path, dtype=dtype, overwrite=overwrite)

@@ -1,0 +1,137 @@
+"""`lora merge`: several LoRAs with weights into one, exactly (their ranks concatenated) or
+compressed by SVD to a target rank (reporting what each layer keeps)."""
+
+import json
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import EriDiffusionError
+from .lora_layers import (
+    LOW_RANK,
+    check_output,
+    dtype_name,
+    layer_algorithm,
+    lora_tensors,
+    low_rank_of,
+    read_lora,
+    write_lora,
+)
+from .low_rank import LowRank, spectrum_of_product
+from .resize import LayerResult
+
+
+@dataclass
+class Result:
+    path: str
+    mode: str
+    layers: list  # [LayerResult], rank_before: the concatenated rank
+
+    def lines(self):
+        ranks = [layer.rank_after for layer in self.layers]
+        kept = [layer.kept_energy for layer in self.layers]
+        out = [
+            f"wrote {self.path}: {self.mode} merge, {len(self.layers)} layers, rank {min(ranks)}-{max(ranks)}, "
+            f"kept energy (‖ΔW_r‖/‖ΔW‖) min {min(kept):.4f}"
+        ]
+        if self.mode != "exact":
+            out += [
+                f"  {layer.prefix}: rank {layer.rank_before} -> {layer.rank_after}, keeps {layer.kept_energy:.4f}"
+                for layer in self.layers
+            ]
+        return out
+
+
+def _kind(lora):
+    kinds = set(lora.algorithms()) - {"diff"}
+    return ", ".join(sorted(kinds)) or "diff"
+
+
+def check_mergeable(loras):
+    kinds = {lora.path: _kind(lora) for lora in loras}
+    if len(set(kinds.values())) > 1:
+        listed = "; ".join(f"{path}: {kind}" for path, kind in kinds.items())
+        raise EriDiffusionError(
+            f"merge mixes algorithms ({listed}); give LoRAs of one algorithm: merge handles "
+            "LoRA/LoCon (lora_up/lora_down) files."
+        )
+    for lora in loras:
+        if kinds[lora.path] not in (LOW_RANK, "diff"):
+            raise EriDiffusionError(
+                f"{lora.path} holds {kinds[lora.path]} layers; merge handles LoRA/LoCon (lora_up/lora_down) files."
+            )
+        if lora.other_keys:
+            raise EriDiffusionError(
+                f"{lora.path}: {len(lora.other_keys)} key(s) are no LoRA tensor (e.g. "
+                f"{lora.other_keys[0]}) and would be lost; remove them first."
+            )
+
+
+def merge_loras(inputs, output, rank=None, dtype=None, overwrite=False):
+    """Write `output`: the sum of weight · ΔW of each (path, weight) in `inputs`. Exact without `rank`
+    (ranks concatenated, scale 1); with `rank`, each layer's sum cut to it by SVD."""
+    if not inputs:
+        raise EriDiffusionError("merge: give at least one LoRA file.")
+    if rank is not None and rank < 1:
+        raise EriDiffusionError(f"merge: rank {rank} is out of range; give a rank of 1 or more (or none for exact).")
+    check_output(output, overwrite)
+    loras = [read_lora(path) for path, _ in inputs]
+    check_mergeable(loras)
+    weights = [float(weight) for _, weight in inputs]
+    tensors, results = {}, []
+    for prefix in dict.fromkeys(p for lora in loras for p in lora.layers):
+        present = [(lora, w) for lora, w in zip(loras, weights) if prefix in lora.layers]
+        tensors.update(_merged_diffs(prefix, present))
+        parts = [
+            (low_rank_of(lora.layers[prefix], prefix, lora.path), w)
+            for lora, w in present
+            if layer_algorithm(lora.layers[prefix]) == LOW_RANK
+        ]
+        if not parts:
+            continue
+        _check_shapes(prefix, parts, present)
+        joined = LowRank(
+            torch.cat([p.up * w for p, w in parts], 1), torch.cat([p.down for p, _ in parts], 0), parts[0][0].shape
+        )
+        if rank is None:
+            tensors.update(lora_tensors(prefix, joined, 1.0))
+            results.append(LayerResult(prefix, joined.rank, joined.rank, 1.0))
+            continue
+        spectrum = spectrum_of_product(joined)
+        kept_rank = min(rank, joined.rank)
+        tensors.update(lora_tensors(prefix, spectrum.truncated(kept_rank, 1.0), 1.0))
+        results.append(LayerResult(prefix, joined.rank, kept_rank, spectrum.kept_energy(kept_rank)))
+    metadata = {
+        **loras[0].metadata,
+        "eridiffusion_merged": json.dumps(
+            {"from": [[os.path.basename(p), w] for (p, _), w in zip(inputs, weights)], "rank": rank}
+        ),
+    }
+    top = max((r.rank_after for r in results), default=0)
+    for key in ("ss_network_dim", "eridiffusion_rank", "ss_network_alpha", "eridiffusion_alpha"):
+        if key in metadata:
+            metadata[key] = str(top)
+    write_lora(output, tensors, metadata, dtype or dtype_name(loras[0].dtype()), overwrite)
+    return Result(output, "exact" if rank is None else f"rank {rank}", results)
+
+
+def _merged_diffs(prefix, present):
+    """The weighted sum of full-weight changes (`diff`, `diff_b`) the layer has in any input."""
+    sums = {}
+    for lora, weight in present:
+        for name in ("diff", "diff_b"):
+            if name in lora.layers[prefix]:
+                value = lora.layers[prefix][name].float() * weight
+                sums[name] = sums[name] + value if name in sums else value
+    return {f"{prefix}.{name}": value for name, value in sums.items()}
+
+
+def _check_shapes(prefix, parts, present):
+    shapes = {p.shape for p, _ in parts}
+    if len(shapes) > 1:
+        paths = ", ".join(lora.path for lora, _ in present)
+        raise EriDiffusionError(
+            f"merge: layer {prefix} has different shapes {sorted(shapes)} in {paths}; "
+            "the LoRAs were made for different models (or conv kernels); merge LoRAs of one model."
+        )

@@ -1,0 +1,102 @@
+"""`lora resize`: each LoRA/LoCon layer cut by SVD to a fixed rank, or to the smallest rank that keeps
+a share of its weight change; reports what each layer keeps."""
+
+import json
+import os
+from dataclasses import dataclass
+
+from ..errors import EriDiffusionError
+from .lora_layers import (
+    LOW_RANK,
+    check_output,
+    dtype_name,
+    layer_algorithm,
+    lora_tensors,
+    low_rank_of,
+    rank_and_alpha,
+    read_lora,
+    write_lora,
+)
+from .low_rank import check_rank_and_energy, spectrum_of_product
+
+SUPPORTED = "resize handles LoRA and LoCon files (lora_up/lora_down layers, linear and conv)"
+
+
+@dataclass
+class LayerResult:
+    prefix: str
+    rank_before: int
+    rank_after: int
+    kept_energy: float  # ‖ΔW_r‖_F / ‖ΔW‖_F
+
+
+@dataclass
+class Result:
+    path: str
+    layers: list  # [LayerResult]
+
+    def lines(self):
+        kept = [layer.kept_energy for layer in self.layers]
+        ranks = [layer.rank_after for layer in self.layers]
+        out = [
+            f"wrote {self.path}: {len(self.layers)} layers, rank {min(ranks)}-{max(ranks)}, "
+            f"kept energy (‖ΔW_r‖/‖ΔW‖) min {min(kept):.4f} mean {sum(kept) / len(kept):.4f}"
+        ]
+        out += [
+            f"  {layer.prefix}: rank {layer.rank_before} -> {layer.rank_after}, keeps {layer.kept_energy:.4f}"
+            for layer in self.layers
+        ]
+        return out
+
+
+def check_resizable(lora):
+    others = {name: n for name, n in lora.algorithms().items() if name not in (LOW_RANK, "diff")}
+    if others:
+        listed = ", ".join(f"{name} ({n} layers)" for name, n in others.items())
+        raise EriDiffusionError(
+            f"{lora.path} holds {listed}; {SUPPORTED}. LoKr, LoHa, DoRA, OFT and GLoRA layers cannot be resized."
+        )
+    if lora.other_keys:
+        raise EriDiffusionError(
+            f"{lora.path}: {len(lora.other_keys)} key(s) are no LoRA tensor (e.g. "
+            f"{lora.other_keys[0]}) and would be lost; remove them first."
+        )
+
+
+def resize_lora(path, output, rank=None, energy=None, dtype=None, overwrite=False):
+    """Write `output`: `path`'s LoRA layers at `rank` (layers already smaller keep theirs) or at the
+    smallest rank keeping `energy` of each layer's ‖ΔW‖_F. `diff` tensors are copied."""
+    check_rank_and_energy(rank, energy, f"resize {path}")
+    check_output(output, overwrite)
+    lora = read_lora(path)
+    check_resizable(lora)
+    largest = max(rank_and_alpha(g)[0] or 0 for g in lora.layers.values())
+    if rank is not None and rank > largest:
+        raise EriDiffusionError(
+            f"resize {path}: rank {rank} is out of range; its layers have rank {largest} at most, "
+            f"so give a rank from 1 to {largest}."
+        )
+    tensors, results = {}, []
+    for prefix, group in lora.layers.items():
+        if layer_algorithm(group) != LOW_RANK:
+            tensors.update({f"{prefix}.{name}": t for name, t in group.items()})
+            continue
+        old_rank, alpha = rank_and_alpha(group)
+        spectrum = spectrum_of_product(low_rank_of(group, prefix, path))
+        new_rank = min(rank, old_rank) if rank is not None else spectrum.rank_for(energy)
+        scale = alpha / old_rank
+        tensors.update(lora_tensors(prefix, spectrum.truncated(new_rank, scale), scale))
+        tensors.update(
+            {f"{prefix}.{n}": t for n, t in group.items() if n not in ("lora_up.weight", "lora_down.weight", "alpha")}
+        )
+        results.append(LayerResult(prefix, old_rank, new_rank, spectrum.kept_energy(new_rank)))
+    top = max(r.rank_after for r in results)
+    metadata = {
+        **lora.metadata,
+        "eridiffusion_resized": json.dumps({"from": os.path.basename(path), "rank": rank, "energy": energy}),
+    }
+    for key in ("ss_network_dim", "eridiffusion_rank"):
+        if key in metadata:
+            metadata[key] = str(top)
+    write_lora(output, tensors, metadata, dtype or dtype_name(lora.dtype()), overwrite)
+    return Result(output, results)

@@ -1,0 +1,58 @@
+"""`eridiffusion lora <verb>` as a user types it: what each verb prints, --force, and the errors'
+exit status and message."""
+
+import pytest
+import safetensors.torch
+
+from devkit.headless import run_cli
+from eridiffusion.headless import cli
+
+
+@pytest.fixture
+def lora_cli(monkeypatch, capsys):
+    """main(["lora", ...]) in this process (ComfyUI is already started for the tests): (status, stdout, stderr)."""
+    monkeypatch.setattr("eridiffusion.runtime.start_host", lambda folder: folder)
+
+    def run(*args):
+        status = cli.main(["lora", *map(str, args)])
+        out = capsys.readouterr()
+        return status, out.out, out.err
+
+    return run
+
+
+def test_each_verb_prints_what_it_did(locon_files, tmp_path, lora_cli):
+    first, second = locon_files["files"]
+    status, out, _ = lora_cli("inspect", first)
+    assert status == 0 and "family     SD15 (metadata architecture)" in out and "algorithm  lora x178" in out
+    status, out, _ = lora_cli("resize", first, "--rank", 4, "-o", tmp_path / "r4.safetensors")
+    assert status == 0 and out.startswith(f"wrote {tmp_path / 'r4.safetensors'}: 178 layers, rank 4-4")
+    status, out, _ = lora_cli("merge", first, second, "--weights", 0.5, 0.5, "-o", tmp_path / "m.safetensors")
+    assert status == 0 and "exact merge, 178 layers, rank 16-16" in out
+    weights = safetensors.torch.load_file(str(tmp_path / "m.safetensors"))
+    assert weights["lora_unet_time_embed_0.alpha"].item() == 16.0
+
+
+def test_an_existing_output_needs_force(locon_files, tmp_path, lora_cli):
+    first = locon_files["files"][0]
+    output = tmp_path / "r.safetensors"
+    assert lora_cli("resize", first, "--rank", 2, "-o", output)[0] == 0
+    status, out, err = lora_cli("resize", first, "--rank", 3, "-o", output)
+    assert (status, out) == (cli.EXIT_ERROR, "")
+    refusal = f"{output} already exists; choose another name or pass --force to overwrite it."
+    assert err == f"eridiffusion lora resize: error: {refusal}\n"
+    assert lora_cli("resize", first, "--rank", 3, "-o", output, "--force")[0] == 0
+    assert safetensors.torch.load_file(str(output))["lora_unet_time_embed_0.lora_down.weight"].shape[0] == 3
+
+
+def test_merge_with_a_weight_per_file_missing_is_an_error(locon_files, tmp_path, lora_cli):
+    status, _, err = lora_cli("merge", *locon_files["files"], "--weights", 1.0, "-o", tmp_path / "m.safetensors")
+    assert status == cli.EXIT_ERROR
+    assert "--weights has 1 value(s) for 2 files; give one weight per file." in err
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_lora_inspect_runs_as_a_command(locon_files, tmp_path):
+    done = run_cli("lora", "inspect", locon_files["files"][0], "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert '"family": "SD15"' in done.stdout
