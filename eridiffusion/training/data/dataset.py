@@ -186,6 +186,13 @@ class DatasetSettings:
         choices=tuple(MISSING_MASK_CHOICES),
         optional=True,
     )
+    flip: bool = setting(
+        False,
+        "Also train on every image mirrored left to right (twice the images; masks and "
+        "reference images are mirrored with them). Leave off for asymmetric subjects (text, logos).",
+        optional=True,
+    )
+    # last: a saved workflow lists its widgets in order, so a new one goes after the others
     seconds: float = setting(
         120.0,
         "Audio files only (ACE-Step 1.5): seconds trained from each file's start; a shorter file is "
@@ -193,12 +200,6 @@ class DatasetSettings:
         minimum=1.0,
         maximum=600.0,
         step=1.0,
-        optional=True,
-    )
-    flip: bool = setting(
-        False,
-        "Also train on every image mirrored left to right (twice the images; masks and "
-        "reference images are mirrored with them). Leave off for asymmetric subjects (text, logos).",
         optional=True,
     )
 
