@@ -157,26 +157,43 @@ def conditioning(model_name, generator=None, scale=0.5):
     return [[torch.randn(1, tokens, width, generator=generator) * scale, extra]]
 
 
-def full_size_clip(model_name):
-    """SDXL's text encoders at full size, random weights, saved once as bf16 CLIP-L and CLIP-G files
-    and loaded with ComfyUI's CLIPLoader code (comfy.sd.load_clip), as a user's graph does."""
-    import comfy.sd
+# The text encoders of each model, by the attribute of ComfyUI's CLIP model that holds each and
+# the CLIPType their files load as (SDXL: CLIP-L and CLIP-G; Flux.1: CLIP-L and T5-XXL).
+TEXT_ENCODERS = {"sdxl": (("clip_l", "clip_g"), "STABLE_DIFFUSION"), "flux": (("clip_l", "t5xxl"), "FLUX")}
+
+
+def clip_files(model_name):
+    """The model's text encoders at full size, random weights, saved once as bf16 files (one per
+    encoder, in the layout CLIPLoader and DualCLIPLoader read)."""
     import safetensors.torch
     import torch
 
+    names, _ = TEXT_ENCODERS[model_name]
+    suffix = {"clip_l": "l", "clip_g": "g"}
     paths = [
-        os.path.join(tempfile.gettempdir(), f"eridiffusion_bench_{model_name}_{name}.safetensors") for name in "lg"
+        os.path.join(tempfile.gettempdir(), f"eridiffusion_bench_{model_name}_{suffix.get(name, name)}.safetensors")
+        for name in names
     ]
     if not all(os.path.exists(path) for path in paths):
         from eridiffusion.training.model.tiny_models import text_encoder
 
         clip = text_encoder(model_config(model_name).clip_target(), torch.Generator().manual_seed(2), {})
-        for path, encoder in zip(paths, (clip.cond_stage_model.clip_l, clip.cond_stage_model.clip_g)):
+        for path, name in zip(paths, names):
+            encoder = getattr(clip.cond_stage_model, name)
             state = {k: v.to(torch.bfloat16).contiguous() for k, v in encoder.transformer.state_dict().items()}
             safetensors.torch.save_file(state, path + ".tmp")
             os.replace(path + ".tmp", path)
         del clip
-    return comfy.sd.load_clip(paths, clip_type=comfy.sd.CLIPType.STABLE_DIFFUSION)
+    return paths
+
+
+def full_size_clip(model_name):
+    """The model's text encoders at full size, random weights (clip_files), loaded with ComfyUI's
+    CLIPLoader code (comfy.sd.load_clip), as a user's graph does."""
+    import comfy.sd
+
+    clip_type = getattr(comfy.sd.CLIPType, TEXT_ENCODERS[model_name][1])
+    return comfy.sd.load_clip(clip_files(model_name), clip_type=clip_type)
 
 
 def random_data(model_name, images=4, resolution=1024, work=None):

@@ -99,15 +99,16 @@ class HeadlessServer:
         pass
 
 
-def run_prompt(prompt):
-    """Validate and execute `prompt` with ComfyUI's executor; returns (executor, server)."""
+def run_prompt(prompt, server=None):
+    """Validate and execute `prompt` with ComfyUI's executor, its events going to `server` (a
+    HeadlessServer, a new one if None); returns (executor, server)."""
     import execution
 
     prompt_id = str(uuid.uuid4())
     valid = asyncio.run(execution.validate_prompt(prompt_id, prompt, None))
     if not valid[0]:
         raise RuntimeError(f"ComfyUI rejected the prompt: {valid[1]} {valid[3]}")
-    server = HeadlessServer()
+    server = server if server is not None else HeadlessServer()
     executor = prompt_executor(server)
     executor.execute(prompt, prompt_id, {"client_id": "headless"}, valid[2])  # events go to a client only
     return executor, server
