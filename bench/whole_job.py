@@ -657,7 +657,6 @@ def main():
     base_dir = start_host_in_temp_dir("eridiffusion-whole-job-")
     import torch
 
-    dynamic_vram = enable_dynamic_vram()
     from devkit.workflow import load_extension
     from eridiffusion.comfy_compat import host_version
 
@@ -668,9 +667,12 @@ def main():
         raise SystemExit("TINY=1 runs the tiny SDXL only (MODEL=sdxl)")
     model_config(MODEL)  # the architecture this host detects (fails early on an unknown model)
     started = time.time()
+    # the model files are written before dynamic VRAM is on: ComfyUI's checkpoint save cannot read the
+    # weights of a model that dynamic VRAM manages
     loaders = link_models(base_dir)
     photos = prepare_photos(os.path.join(base_dir, "input"))
     files_s = time.time() - started
+    dynamic_vram = enable_dynamic_vram()
     rows = []
     for job in JOBS:
         try:
