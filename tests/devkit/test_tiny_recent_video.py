@@ -1,7 +1,8 @@
-"""The tiny Kandinsky 5 and LTX-2 stacks behave like ComfyUI's loaded checkpoints of those families:
-the VAE turns 9 frames of a real photo into the family's latent layout and back, the diffusion
-model maps that latent to one of the same shape under the text encoder's conditioning (LTX-2 on its
-video stream alone), and ComfyUI's LoRA key map covers every linear layer (training them:
+"""The tiny Kandinsky 5, LTX-2, Wan 2.1 Fun Control, Wan 2.2 Animate and S2V, CogVideoX and Mochi
+stacks behave like ComfyUI's loaded checkpoints of those families: the VAE turns a real photo's
+frames into the family's latent layout and back, the diffusion model maps that latent to one of the
+same shape under the text encoder's conditioning (LTX-2 on its video stream alone; the control
+inputs at their empty values), and ComfyUI's LoRA key map covers every linear layer (training them:
 tests/training/model/test_families.py). On a ComfyUI without these classes the tests are skipped."""
 
 import gc
@@ -14,14 +15,22 @@ import pytest
 import torch
 from PIL import Image
 
-from devkit import tiny_models, tiny_recent_video  # noqa: F401 (tiny_models first: it imports the stacks)
+from devkit import tiny_models, tiny_recent_video, tiny_video_2026  # noqa: F401 (tiny_models first: it imports the stacks)
 from devkit.tiny_models import family_params
 from eridiffusion.training.model.inputs import batch_inputs, model_inputs
 
 SIZE = 128
 PROMPT = "a photo of sks dog"
-# family: (model config class, latent channels, spatial ratio, latent frames of 9 pixel frames)
-LAYOUTS = {"kandinsky5": ("Kandinsky5", 16, 8, 3), "ltx2": ("LTXAV", 128, 32, 2)}
+# family: (model config class, latent channels, spatial ratio, latent frames of its clip length)
+LAYOUTS = {
+    "kandinsky5": ("Kandinsky5", 16, 8, 3),
+    "ltx2": ("LTXAV", 128, 32, 2),
+    "wan21_fun_control": ("WAN21_FunControl2V", 16, 8, 3),
+    "wan22_animate": ("WAN22_Animate", 16, 8, 3),
+    "wan22_s2v": ("WAN22_S2V", 16, 8, 3),
+    "cogvideox_t2v": ("CogVideoX_T2V", 16, 8, 3),
+    "mochi": ("GenmoMochi", 12, 8, 2),
+}
 
 
 def _photo_pan(datasets_dir, count):
@@ -36,7 +45,7 @@ _STACKS = {}
 def _stack(name, datasets_dir):
     """(name, model, clip, vae, frames, latent, conditioning) of a family, built once per module."""
     if name not in _STACKS:
-        family = tiny_recent_video.FAMILIES[name]
+        family = tiny_models.TINY_FAMILIES[name]
         model, clip, vae = family.build(0)
         frames = _photo_pan(datasets_dir, family.video_frames)
         with torch.inference_mode():
@@ -54,7 +63,7 @@ def _release_stacks():
     gc.collect()
 
 
-@pytest.fixture(params=family_params(sorted(tiny_recent_video.FAMILIES)))
+@pytest.fixture(params=family_params(sorted(LAYOUTS)))
 def video_stack(request, datasets_dir):
     return _stack(request.param, datasets_dir)
 
@@ -152,3 +161,27 @@ def test_ltx2_text_encoder_projects_every_gemma_hidden_state_to_the_caption_widt
     assert cond[0][0].shape[-1] == model.model.diffusion_model.caption_channels == tiny_recent_video.LTX2_WIDTH
     stored = sum(p.untyped_storage().nbytes() for p in encoder.parameters())
     assert stored < 50 * 2**20  # the full-size SigLIP tower is zeros without memory (real Gemma 3: 48 GB)
+
+
+# Extra input channels beside the latent, as model_base.WAN21.concat_cond fills them with no control
+# video (Fun Control) or reference image (Animate): zeros.
+EMPTY_CONCAT = {"wan21_fun_control": 32, "wan22_animate": 20}
+
+
+@pytest.fixture(params=family_params(sorted(tiny_video_2026.FAMILIES)))
+def controlled_stack(request, datasets_dir):
+    return _stack(request.param, datasets_dir)
+
+
+def test_control_inputs_are_the_empty_values_comfyui_gives_without_them(controlled_stack):
+    name, model, _, _, _, latent, cond = controlled_stack
+    _, inputs = _inputs(model, latent, cond)
+    if name in EMPTY_CONCAT:
+        extra = inputs["c_concat"]
+        assert tuple(extra.shape) == (1, EMPTY_CONCAT[name]) + tuple(latent.shape[2:])
+        assert float(extra.abs().max()) == 0.0
+    else:
+        assert "c_concat" not in inputs
+    # no pose, face, audio, reference or control-video input is made up
+    made_up = {"pose_latents", "face_pixel_values", "audio_embed", "reference_latent", "reference_motion"}
+    assert made_up.isdisjoint(inputs) and "control_video" not in inputs
