@@ -1,7 +1,8 @@
-"""The rows added for ComfyUI 0.28's 2026 classes train the way users run training: each tiny stack
-through ComfyUI's executor (LoadDataset → CacheLatents → LoRATrainer → SaveLoRA, every node under
-torch.inference_mode) on the real photos (clips made from them for video), its evaluation loss down
-30%, and its saved LoRA loaded by stock LoraLoader with no unmatched key, changing the model."""
+"""The rows issue 28 added (SD 2.x, the SDXL Refiner and ComfyUI 0.28's 2026 classes) train the way
+users run training: each tiny stack through ComfyUI's executor (LoadDataset → CacheLatents →
+LoRATrainer → SaveLoRA, every node under torch.inference_mode) on the real photos (clips made from
+them for video), its evaluation loss down 30%, and its saved LoRA loaded by stock LoraLoader with no
+unmatched key, changing the model. (ACE-Step 1.5's: tests/nodes/test_audio_training_node.py.)"""
 
 import json
 import logging
@@ -10,13 +11,26 @@ import os
 import pytest
 import torch
 
-from devkit import tiny_family_node, tiny_hidream_o1, tiny_image_2026, tiny_image_variants, tiny_video_2026
+from devkit import (
+    tiny_family_node,
+    tiny_hidream_o1,
+    tiny_image_2026,
+    tiny_image_variants,
+    tiny_unets,
+    tiny_video_2026,
+)
 from devkit.stock_comfyui import ProbeInput, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from devkit.workflow import load_extension, run_training
 
 ROWS = sorted(
-    {**tiny_image_2026.FAMILIES, **tiny_image_variants.FAMILIES, **tiny_video_2026.FAMILIES, **tiny_hidream_o1.FAMILIES}
+    {
+        **tiny_unets.FAMILIES,
+        **tiny_image_2026.FAMILIES,
+        **tiny_image_variants.FAMILIES,
+        **tiny_video_2026.FAMILIES,
+        **tiny_hidream_o1.FAMILIES,
+    }
 )
 
 
