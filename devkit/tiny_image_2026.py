@@ -18,11 +18,14 @@ from devkit.tiny_models import TinyFamily
 from eridiffusion.training.model.tiny_models import diffusion_model, init_weights, taesd_vae, text_encoder
 
 
-def vision_free_text_encoder(clip_target, generator, te_options, tower_class):
-    """ComfyUI's CLIP for `clip_target` with random language-model weights, and its `tower_class`
-    vision towers, which ComfyUI builds at full size whatever the language model's config and which
-    only read image prompts (edit models), left as zeros in one shared element each (as
+def vision_free_text_encoder(clip_target, generator, te_options):
+    """ComfyUI's Qwen3-VL CLIP for `clip_target` with random language-model weights, and its vision
+    towers, which ComfyUI builds at full size whatever the language model's config and which only
+    read image prompts (edit models), left as zeros in one shared element each (as
     tiny_dit.qwen_vl_text_encoder does for Qwen2.5-VL's)."""
+    import comfy.text_encoders.qwen3vl  # (here: ComfyUI 0.3.75 has no Qwen3-VL)
+
+    tower_class = comfy.text_encoders.qwen3vl.Qwen3VLVisionModel
     clip = comfy.sd.CLIP(target=clip_target, model_options={"dtype": torch.float32, **te_options})
     towers = [
         (parent, name, child)
@@ -64,8 +67,6 @@ QWEN3VL_4B_TAPPED = {**LLAMA_TINY, "num_hidden_layers": 36}
 def tiny_krea2(seed: int = 0):
     """Krea 2: ComfyUI's SingleStreamDiT as Krea2, its Qwen3-VL-4B 12-layer-tap encoder (vision
     tower zeroed), and its real VAE class, the Wan 2.1 (Qwen-Image) VAE, narrowed."""
-    import comfy.text_encoders.qwen3vl  # (here: ComfyUI 0.3.75 has no Qwen3-VL)
-
     generator = torch.Generator().manual_seed(seed)
     config = detected_model_config(KREA2_LAYOUT, KREA2_SHRINK, "Krea2")
     model = diffusion_model(config, generator)
@@ -77,7 +78,6 @@ def tiny_krea2(seed: int = 0):
         config.clip_target(),
         generator,
         {"qwen3vl_4b_model_config": QWEN3VL_4B_TAPPED},
-        comfy.text_encoders.qwen3vl.Qwen3VLVisionModel,
     )
     return model, clip, wan21_vae(generator)
 
@@ -102,8 +102,6 @@ JOYIMAGE_ROPE = [4, 14, 14]
 def tiny_joyimage(seed: int = 0):
     """JoyImage: ComfyUI's JoyImageTransformer3DModel as JoyImage, its Qwen3-VL-8B encoder (vision
     tower zeroed), and its real VAE class, the Wan 2.1 VAE, narrowed."""
-    import comfy.text_encoders.qwen3vl  # (here: ComfyUI 0.3.75 has no Qwen3-VL)
-
     generator = torch.Generator().manual_seed(seed)
     config = detected_model_config(JOYIMAGE_LAYOUT, JOYIMAGE_SHRINK, "JoyImage")
     config.unet_config["rope_dim_list"] = JOYIMAGE_ROPE
@@ -112,7 +110,6 @@ def tiny_joyimage(seed: int = 0):
         config.clip_target(),
         generator,
         {"qwen3vl_8b_model_config": LLAMA_TINY},
-        comfy.text_encoders.qwen3vl.Qwen3VLVisionModel,
     )
     return model, clip, wan21_vae(generator)
 

@@ -129,8 +129,6 @@ def tiny_boogu(seed: int = 0):
     """Boogu-Image: ComfyUI's BooguTransformer2DModel, its Qwen3-VL-8B encoder (last hidden state;
     vision tower zeroed: it reads only image prompts) and a 16-channel TAESD (the real VAE is
     Flux's, as OmniGen2's)."""
-    import comfy.text_encoders.qwen3vl
-
     generator = torch.Generator().manual_seed(seed)
     config = detected_model_config(BOOGU_LAYOUT, BOOGU_SHRINK, "Boogu")
     model = diffusion_model(config, generator)
@@ -138,7 +136,6 @@ def tiny_boogu(seed: int = 0):
         config.clip_target(),
         generator,
         {"qwen3vl_8b_model_config": LLAMA_TINY},
-        comfy.text_encoders.qwen3vl.Qwen3VLVisionModel,
     )
     return model, clip, taesd_vae(16, config.latent_format, generator)
 
