@@ -18,6 +18,9 @@ fi
 # server) OpenMP's spinning threads slow both several times over. The tests are spread over a
 # worker per core (at most 4; ERIDIFFUSION_TEST_WORKERS overrides), an idle worker taking tests
 # that a busy one has queued.
+# The cores are counted before OMP_NUM_THREADS is set: GNU nproc reads that variable and would
+# answer 1.
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+workers=${ERIDIFFUSION_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-workers=${ERIDIFFUSION_TEST_WORKERS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}
 cd "$root" && exec "$venv/bin/python" -m pytest -q -n "$workers" --dist worksteal "$@"
