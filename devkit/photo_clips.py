@@ -78,3 +78,17 @@ def write_dog_clips(photos, folder):
             write(os.path.join(folder, name), frames, fps)
         shutil.copy(os.path.join(photos, f"{stem}.txt"), os.path.join(folder, f"{stem}.txt"))
     return folder
+
+
+def start_photo(width, height, name="00.jpg"):
+    """A DreamBooth dog photo as a (1, height, width, 3) IMAGE in [0, 1] (resized, center-cropped): the
+    start image of image-to-video samples."""
+    import numpy as np
+    import torch
+    from PIL import Image, ImageOps
+
+    from devkit.paths import shared_datasets
+
+    with Image.open(os.path.join(shared_datasets(), "dreambooth_dog", name)) as stored:
+        photo = ImageOps.fit(stored.convert("RGB"), (width, height), Image.Resampling.BICUBIC)
+    return torch.from_numpy(np.asarray(photo, dtype=np.float32) / 255.0)[None]

@@ -48,7 +48,9 @@ class ProbeInput:
         base = model.model
         sample = data.samples[0]
         latent = base.process_latent_in(sample.latent[None].float())
-        inputs = batch_inputs([model_inputs(base, sample.conditionings[0], latent[0], "cpu", sample.bucket)])
+        inputs = batch_inputs(
+            [model_inputs(base, sample.conditionings[0], latent[0], "cpu", sample.bucket, values=sample.start_values)]
+        )
         noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(7))
         ms = base.model_sampling
         sigma = torch.tensor([float(ms.percent_to_sigma(0.6))])  # 40% of the way from noise to image

@@ -20,6 +20,7 @@ class TinyFamily:
     resolution: int = 128  # training and sampling size in pixels
     video_frames: int = 0  # > 0: a video model, trained on clips of this many frames
     audio_seconds: float = 0.0  # > 0: an audio model, trained on (and sampling) clips of this many seconds
+    start_image: bool = False  # an image-to-video model: trained with CacheLatents' start_image on
     sample_size: tuple = (96, 64)  # width, height of the test renders: not square, so a swapped axis shows
     needs: tuple = ()  # comfy.supported_models classes the stack is built from, where older
     # ComfyUI versions lack them
@@ -59,6 +60,7 @@ from devkit import (  # noqa: E402  (they use the helpers above)
     tiny_unets,
     tiny_video,
     tiny_video_2026,
+    tiny_video_i2v,
 )
 
 for _module in (
@@ -71,6 +73,7 @@ for _module in (
     tiny_image_2026,
     tiny_image_variants,
     tiny_video_2026,
+    tiny_video_i2v,
     tiny_hidream_o1,
     tiny_audio,
 ):

@@ -205,13 +205,13 @@ UMT5_TINY = {**T5_TINY, "vocab_size": 32000}
 WAN_WIDTH = 32
 
 
-def _wan_layout(latent_channels):
-    """The Wan keys detection reads, for a model on `latent_channels` latent channels."""
+def _wan_layout(latent_channels, width=WAN_WIDTH):
+    """The Wan keys detection reads, for a model `width` wide on `latent_channels` latent channels."""
     return {
-        "head.modulation": (1, 2, WAN_WIDTH),
-        "head.head.weight": (latent_channels * 2 * 2, WAN_WIDTH),
-        "patch_embedding.weight": (WAN_WIDTH, latent_channels, 1, 2, 2),
-        "blocks.0.ffn.0.weight": (2 * WAN_WIDTH, WAN_WIDTH),
+        "head.modulation": (1, 2, width),
+        "head.head.weight": (latent_channels * 2 * 2, width),
+        "patch_embedding.weight": (width, latent_channels, 1, 2, 2),
+        "blocks.0.ffn.0.weight": (2 * width, width),
         **blocks("blocks", 2),
     }
 

@@ -39,6 +39,8 @@ ARCH_CLASSES = {
     "pixart_sigma": ("PixArtSigma",),
     "wan21": ("WAN21_T2V",),
     "wan22_14b": ("WAN21_T2V",),
+    "wan21_i2v": ("WAN21_I2V",),
+    "wan22_14b_i2v": ("WAN21_T2V",),
     "wan22_5b": ("WAN22_T2V",),
     "ltxv": ("LTXV",),
     "hunyuan_video": ("HunyuanVideo",),

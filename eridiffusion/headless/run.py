@@ -100,6 +100,7 @@ def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
             processes=processes,
             validation_dataset=inputs.validation_dataset,
             regularization_dataset=inputs.regularization_dataset,
+            start_image=config.cache["start_image"],
         )
 
 

@@ -6,6 +6,7 @@ from comfy_api.latest import io
 
 from ..training.data.audio import is_audio_vae
 from ..training.data.audio_captions import AudioPrompt
+from ..training.data.start_image import start_values, with_start_values
 from ..training.run.samples import SamplerSettings, SampleSettings, check_sample_size
 from ..training.settings import settings_of
 from . import sockets
@@ -43,16 +44,26 @@ class SampleDuringTraining(io.ComfyNode):
                 io.Clip.Input("clip", tooltip="Encodes the prompts."),
                 io.Vae.Input("vae", tooltip="Decodes the samples."),
                 *inputs_for(settings_of(SamplerSettings)),
+                io.Image.Input(
+                    "start_image",
+                    optional=True,
+                    tooltip="Image-to-video models (optional): the first frame every sample starts from, fed as "
+                    "WanImageToVideo / HunyuanVideo15ImageToVideo feed it.",
+                ),
             ],
             outputs=[sockets.SampleConfig.Output(display_name="sample_config", tooltip="Connect to LoRATrainer.")],
         )
 
     @classmethod
-    def execute(cls, clip: Any, vae: Any, **values: Any) -> io.NodeOutput:
+    def execute(cls, clip: Any, vae: Any, start_image: Any = None, **values: Any) -> io.NodeOutput:
         settings = SamplerSettings(**values)
         if not is_audio_vae(vae):
             check_sample_size(vae, settings.width, settings.height)
         positives, negative = encode_prompts(clip, vae, settings)
+        if start_image is not None:  # image-to-video: as the host's node sets it on both prompts
+            start = start_values(vae, start_image, settings.width, settings.height, settings.frames)
+            positives = tuple(with_start_values(p, start) for p in positives)
+            negative = with_start_values(negative, start)
         sample_settings = SampleSettings(
             prompts=settings.prompt_lines(),
             positives=positives,

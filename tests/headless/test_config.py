@@ -390,3 +390,23 @@ def test_a_device_given_as_a_config_file_is_not_read(tmp_path):
         load_run_config(path)
     with pytest.raises(EriDiffusionError, match=r"config file /dev/zero is not a regular file"):
         load_run_config("/dev/zero")
+
+
+@pytest.mark.parametrize(
+    "arch, do_i2v, start_image, listed",
+    [
+        ("wan22_14b_i2v", None, True, 0),
+        ("wan21_i2v", "false", False, 0),
+        ("wan21", "true", False, 1),
+        ("wan21", None, False, 0),
+    ],
+)
+def test_ai_toolkit_do_i2v_becomes_start_image_on_image_to_video_archs(arch, do_i2v, start_image, listed, tmp_path):
+    text = AI_TOOLKIT.replace("        is_flux: true\n", f"        arch: {arch}\n")
+    if do_i2v is not None:
+        text = text.replace(
+            "          shuffle_tokens: false\n", f"          shuffle_tokens: false\n          do_i2v: {do_i2v}\n"
+        )
+    config = load_run_config(write_yaml(tmp_path / "i2v.yaml", text))
+    assert config.cache["start_image"] is start_image
+    assert len([entry for entry in config.unsupported if "do_i2v" in entry]) == listed

@@ -2,7 +2,8 @@
 users run training: each tiny stack through ComfyUI's executor (LoadDataset → CacheLatents →
 LoRATrainer → SaveLoRA, every node under torch.inference_mode) on the real photos (clips made from
 them for video), its evaluation loss down 30%, and its saved LoRA loaded by stock LoraLoader with no
-unmatched key, changing the model. (ACE-Step 1.5's: tests/nodes/test_audio_training_node.py.)"""
+unmatched key, changing the model; the image-to-video rows with CacheLatents' start_image on.
+(ACE-Step 1.5's: tests/nodes/test_audio_training_node.py.)"""
 
 import json
 import logging
@@ -18,6 +19,7 @@ from devkit import (
     tiny_image_variants,
     tiny_unets,
     tiny_video_2026,
+    tiny_video_i2v,
 )
 from devkit.stock_comfyui import ProbeInput, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
@@ -29,6 +31,7 @@ ROWS = sorted(
         **tiny_image_2026.FAMILIES,
         **tiny_image_variants.FAMILIES,
         **tiny_video_2026.FAMILIES,
+        **tiny_video_i2v.FAMILIES,
         **tiny_hidream_o1.FAMILIES,
     }
 )
@@ -67,6 +70,7 @@ def test_a_row_trains_through_the_executor_and_its_lora_loads_in_stock_comfyui(
         save={"filename_prefix": f"row_{name}/lora"},
         stack={"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": name, "seed": 0}},
         dataset_options=options,
+        cache_options={"start_image": tiny.start_image},
     )
     assert outcome.success, outcome.error
     with open(os.path.join(outcome.run_dir, "summary.json")) as f:
@@ -79,6 +83,8 @@ def test_a_row_trains_through_the_executor_and_its_lora_loads_in_stock_comfyui(
     assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
     with torch.inference_mode():
         dataset = load_dataset(folder, **options)
-        data = build_training_data(dataset, vae, clip, tiny.resolution, os.path.join(outcome.run_dir, "probe"))
+        data = build_training_data(
+            dataset, vae, clip, tiny.resolution, os.path.join(outcome.run_dir, "probe"), start_image=tiny.start_image
+        )
     probe = ProbeInput.of(model, data)
     assert relative_error(probe.output(patched), probe.output(model)) > 1e-2  # the LoRA changes the model

@@ -103,13 +103,32 @@ def _process(t, process, at):
     train_section(t, train, at + ("train",))
     if "model" in process:
         _model(t, process["model"], at + ("model",))
-    disabled = isinstance(train, dict) and train.get("disable_sampling") is True
     model = process.get("model") if isinstance(process.get("model"), dict) else {}
+    _start_image(t, datasets, regularization, str(model.get("arch", "")).lower(), at + ("datasets",))
+    disabled = isinstance(train, dict) and train.get("disable_sampling") is True
     distilled = model.get("is_flux") is True or str(model.get("arch", "")).lower() in GUIDANCE_DISTILLED
     if "sample" in process and not disabled:
         sample_section(t, process["sample"], at + ("sample",), trigger or "", distilled)
     if "logging" in process:
         _logging(t, process["logging"], at + ("logging",))
+
+
+# ai-toolkit's image-to-video archs: trained from each clip's first frame (its do_i2v, default true).
+I2V_ARCHS = ("wan21_i2v", "wan22_14b_i2v")
+
+
+def _start_image(t, datasets, regularization, arch, at):
+    """ai-toolkit's do_i2v (default true): for an image-to-video arch, CacheLatents' start_image. Other
+    archs take no start image (ai-toolkit's text-and-image-to-video Wan 2.2 5B included: not here yet)."""
+    index = regularization.index(False)
+    given = datasets[index].get("do_i2v")
+    for k, dataset in enumerate(datasets):
+        if k != index and "do_i2v" in dataset:
+            t.skip(at + (k, "do_i2v"), "class images follow the training dataset's start_image")
+    if arch in I2V_ARCHS:
+        t.put("cache", "start_image", given is not False, at + (index, "do_i2v"))
+    elif given:
+        t.skip(at + (index, "do_i2v"), f"arch {arch or 'unset'} is no image-to-video model ({', '.join(I2V_ARCHS)})")
 
 
 def _network(t, network, at):
@@ -200,7 +219,6 @@ DATASET_DEFAULTS = {
     "network_weight": 1.0,
     "alpha_mask": False,
     "shrink_video_to_frames": True,
-    "do_i2v": False,
 }
 DATASET_KEYS = (
     "folder_path",
@@ -217,6 +235,7 @@ DATASET_KEYS = (
     "buckets",
     "flip_x",
     "is_reg",
+    "do_i2v",
     *DATASET_DEFAULTS,
 )
 

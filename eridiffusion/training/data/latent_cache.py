@@ -18,7 +18,8 @@ from ...errors import EriDiffusionError
 from ..formats.atomic_file import sweep_stale_temp_files, write_safetensors_atomic
 from .audio import audio_latent_frames, waveform_for_vae
 from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
-from .media import media_sha256, mirrored, open_image_rgb, read_clip
+from .media import VideoOptions, media_sha256, mirrored, open_image_rgb, read_clip
+from .start_image import start_image_node, start_values
 
 CACHE_FORMAT = 1  # bump when the stored content changes meaning
 
@@ -173,6 +174,29 @@ class LatentCache:
             ),
             record.path,
         ), bucket
+
+    def start_values(self, record, video, bucket, mirror=False):
+        """The start-image conditioning values (start_image.start_values) of one record in `bucket`:
+        its first frame (a still: the image; `mirror`: flipped) opening a clip of the sample's frame
+        count, built by the host's image-to-video node or read back."""
+        frames, fps = (video.frames, video.fps) if record.clip else (1, 0)
+        node = start_image_node(self.vae)[1]
+        digest = media_sha256(record.path).hex()
+        path = self._path("latents", "start", node, digest, frames, fps, list(bucket), self.vae_id, mirror)
+        stored = self._stored(path, record.path)
+        if stored is not None:
+            self.stats.latents_loaded += 1
+            return stored[0]
+        first = read_clip(record.path, VideoOptions(1, fps))[0] if record.clip else open_image_rgb(record.path)
+        values = start_values(self.vae, _pixels([fit_to_bucket(mirrored(first, mirror), bucket)[0]]), *bucket, frames)
+        if not _all_finite(values):
+            raise EriDiffusionError(
+                f"the VAE encodes the start image of {record.path} to NaN or infinite values: it overflows at its "
+                "precision. Start ComfyUI with --fp32-vae."
+            )
+        self.stats.latents_encoded += 1
+        _write_entry(path, values)
+        return values
 
     def _stored(self, path, source):
         """The verified entry at `path`, or None when there is none or it was rejected."""

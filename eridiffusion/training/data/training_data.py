@@ -17,6 +17,7 @@ from .buckets import fit_to_bucket
 from .captions import caption_variants
 from .latent_cache import CacheStats, LatentCache
 from .media import check_frames_for_vae, file_sha256, mirrored, open_mask
+from .start_image import start_image_node
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,13 @@ class CacheSettings:
         4, "With tag shuffling: how many shuffled captions to encode per image.", minimum=1, maximum=32
     )
     cache_folder: str = setting("", "Where encodings are kept; empty: output/eridiffusion_cache.", path=True)
+    start_image: bool = setting(
+        False,
+        "Image-to-video models (Wan 2.1 / Wan 2.2 14B I2V, HunyuanVideo 1.5 I2V): each clip's first frame (a "
+        "still: the image itself) conditions it, encoded as ComfyUI's WanImageToVideo / "
+        "HunyuanVideo15ImageToVideo encode the start image (ai-toolkit's do_i2v).",
+        optional=True,
+    )
 
     def __post_init__(self):
         check_settings(self, "CacheLatents")
@@ -51,6 +59,9 @@ class TrainingSample:
     reference_latents: tuple = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
     mask: torch.Tensor | None = None  # (1, h, w) loss mask on the latent grid in [0, 1] (white = 1), CPU
     mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
+    # image-to-video: the conditioning values its start image sets (start_image.py: concat_latent_image
+    # and concat_mask, VAE space, CPU); empty without one
+    start_values: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -162,6 +173,7 @@ def build_training_data(
     validation_dataset=None,
     regularization_dataset=None,
     processes=None,
+    start_image=False,
 ) -> "TrainingData":
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
     `resolution`; clips are sampled as the dataset says (its frames and fps). The dataset's held-out
@@ -171,21 +183,24 @@ def build_training_data(
     `processes` (distributed.TrainingProcesses) of a run of several: each process first encodes its
     share of the entries (rank, rank + N, ...) into the shared cache folder and, once all have, reads
     every entry back. Entries are keyed by content, so they are the ones one process would write;
-    `progress` then counts this process's share."""
+    `progress` then counts this process's share. `start_image`: image-to-video, each sample
+    conditioned on its first frame (start_image.py)."""
     check_datasets_apart(dataset, validation_dataset, regularization_dataset)
     for source in (dataset, validation_dataset, regularization_dataset):
         if source is not None:
             check_vae_takes_media(source, vae)
+    if start_image:
+        start_image_node(vae)  # a VAE of no image-to-video model: refused before anything is encoded
     distributed = processes is not None and processes.distributed
     cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
     entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed)
     every = [entry for group in entries for entry in group]
     if distributed:
-        _encode_share(every, cache, resolution, progress, processes, dataset)
+        _encode_share(every, cache, resolution, progress, processes, dataset, start_image)
     done = [0]
 
     def encoded(entry):
-        sample = _sample_of(*entry[:2], cache, resolution, *entry[2:])
+        sample = _sample_of(*entry[:2], cache, resolution, *entry[2:], start_image=start_image)
         done[0] += 1
         if progress is not None and not distributed:
             progress(done[0], len(every))
@@ -233,12 +248,12 @@ def _entries(dataset, validation_dataset, regularization_dataset, shuffle_varian
     )
 
 
-def _encode_share(every, cache, resolution, progress, processes, dataset):
+def _encode_share(every, cache, resolution, progress, processes, dataset, start_image):
     """A run of several processes: this one encodes its share of the entries into the shared cache."""
     processes.barrier()  # rank 0 swept the temp files before anyone writes
     share = every[processes.rank :: processes.world_size]
     for done, entry in enumerate(share):
-        _sample_of(*entry[:2], cache, resolution, *entry[2:])
+        _sample_of(*entry[:2], cache, resolution, *entry[2:], start_image=start_image)
         if progress is not None:
             progress(done + 1, len(share))
     if processes.is_main:
@@ -246,9 +261,10 @@ def _encode_share(every, cache, resolution, progress, processes, dataset):
     processes.barrier()  # every entry is on disk
 
 
-def _sample_of(record, source, cache, resolution, options, variants_wanted, seed, mirror=False):
-    """The TrainingSample of one record of dataset `source`: its latent, reference latents, mask and
-    caption variants; `mirror`: all of them flipped left to right."""
+def _sample_of(record, source, cache, resolution, options, variants_wanted, seed, mirror=False, start_image=False):
+    """The TrainingSample of one record of dataset `source`: its latent, reference latents, mask,
+    caption variants and, with `start_image`, its start image's conditioning values; `mirror`: all of
+    them flipped left to right."""
     video = source.video
     if record.audio is not None:
         return _audio_sample(record, source, cache, options, variants_wanted, seed)
@@ -268,6 +284,7 @@ def _sample_of(record, source, cache, resolution, options, variants_wanted, seed
         references,
         mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
         mirrored=mirror,
+        start_values=cache.start_values(record, video, bucket, mirror) if start_image else {},
     )
 
 

@@ -2,54 +2,25 @@
 family's training defaults (adapter targets, timestep sampling) and where those come from."""
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import comfy.model_sampling
-import comfy.supported_models
 
 from ...errors import EriDiffusionError
-from .objective import ObjectiveSpec, is_flow
-
-# Adapter target presets (training/adapters/attach.py): UNets train their attention, as kohya's
-# default LoRA does; transformers train every linear layer of their repeated blocks, as
-# ai-toolkit and musubi-tuner do (embedders and the final layer stay frozen).
-UNET_TARGETS = "attention"
-DIT_TARGETS = "blocks"
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str  # as the README names it
-    config_classes: tuple  # comfy.supported_models class names that load as this family
-    targets: str  # default adapter targets preset
-    sampling: ObjectiveSpec  # default timestep sampling
-    reference: str  # whose trainer the default follows
-    latent_patch: int = 2  # latent pixels per token side (for resolution-dependent shift)
-    prediction: str = "rectified flow"  # what the network predicts, as ComfyUI's model_sampling says
-    guidance: float | None = None  # guidance fed while training guidance-distilled models (None: the
-    # model's own ComfyUI default)
-    copies_saved_activations: bool = False  # ComfyUI's forward writes in place into saved tensors
-    # (training/model/autograd_saved.py)
-    medium: str = "image"  # what its dataset holds: "image" (images and clips) or "audio" (audio files)
-    generic: bool = False  # no tested row: trained with the host's own model_sampling (generic_family)
-
-    def host_has(self):
-        return any(hasattr(comfy.supported_models, c) for c in self.config_classes)
-
-
-def _sampling(kind, **values):
-    return ObjectiveSpec(timestep_sampling=kind, **values)
-
-
-EPS_V = "ε / v (discrete)"
-UNIFORM = _sampling("uniform")
-LOGIT_NORMAL = _sampling("logit_normal", logit_mean=0.0, logit_std=1.0)
-FLUX_SHIFT = _sampling("shift", shift=0.0)  # sigmoid(N(0,1)) shifted by the image size (Flux's rule)
-
-
-def _shift(value):
-    return _sampling("shift", shift=value)
-
+from .family_row import (
+    DIT_TARGETS,
+    EPS_V,
+    FLUX_SHIFT,
+    LOGIT_NORMAL,
+    UNET_TARGETS,
+    UNIFORM,
+    WAN22_EXPERT_BOUNDARY,
+    Family,
+    flow_shift,
+    timestep_sampling,
+)
+from .objective import is_flow
+from .video_families import VIDEO_2026_FAMILIES
 
 FAMILIES = (
     Family("SD 1.5", ("SD15",), UNET_TARGETS, UNIFORM, "kohya sd-scripts", prediction=EPS_V),
@@ -89,19 +60,26 @@ FAMILIES = (
     Family("Flux.1 schnell", ("FluxSchnell",), DIT_TARGETS, FLUX_SHIFT, "kohya sd-scripts `flux_shift`"),
     Family("Flux.2", ("Flux2",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (kohya `flux_shift`)", latent_patch=1),
     Family("Chroma", ("Chroma",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (Chroma is a Flux.1-schnell derivative)"),
-    Family("HiDream-I1", ("HiDream",), DIT_TARGETS, _shift(3.0), "HiDream's own flow shift"),
-    Family("Lumina Image 2.0", ("Lumina2",), DIT_TARGETS, _shift(6.0), "Lumina 2's own flow shift"),
-    Family("Z-Image", ("ZImage",), DIT_TARGETS, _shift(3.0), "Z-Image's own flow shift"),
-    Family("Qwen-Image", ("QwenImage",), DIT_TARGETS, _shift(2.2), "musubi-tuner"),
+    Family("HiDream-I1", ("HiDream",), DIT_TARGETS, flow_shift(3.0), "HiDream's own flow shift"),
+    Family("Lumina Image 2.0", ("Lumina2",), DIT_TARGETS, flow_shift(6.0), "Lumina 2's own flow shift"),
+    Family("Z-Image", ("ZImage",), DIT_TARGETS, flow_shift(3.0), "Z-Image's own flow shift"),
+    Family("Qwen-Image", ("QwenImage",), DIT_TARGETS, flow_shift(2.2), "musubi-tuner"),
     Family("OmniGen2", ("Omnigen2",), DIT_TARGETS, LOGIT_NORMAL, "OmniGen2's own trainer"),
-    Family("HunyuanImage 2.1", ("HunyuanImage21",), DIT_TARGETS, _shift(5.0), "musubi-tuner", latent_patch=1),
+    Family("HunyuanImage 2.1", ("HunyuanImage21",), DIT_TARGETS, flow_shift(5.0), "musubi-tuner", latent_patch=1),
     Family("AuraFlow", ("AuraFlow",), DIT_TARGETS, LOGIT_NORMAL, "SimpleTuner (as SD3)"),
     Family(
         "PixArt-α / Σ", ("PixArtAlpha", "PixArtSigma"), DIT_TARGETS, UNIFORM, "PixArt's train scripts", prediction=EPS_V
     ),
-    Family("Wan 2.1 text-to-video (and Wan 2.2 14B)", ("WAN21_T2V",), DIT_TARGETS, _shift(3.0), "musubi-tuner"),
-    Family("Wan 2.1 VACE", ("WAN21_Vace",), DIT_TARGETS, _shift(3.0), "musubi-tuner"),
-    Family("Wan 2.2 TI2V 5B", ("WAN22_T2V",), DIT_TARGETS, _shift(3.0), "musubi-tuner"),
+    Family(
+        "Wan 2.1 text-to-video (and Wan 2.2 14B)",
+        ("WAN21_T2V",),
+        DIT_TARGETS,
+        flow_shift(3.0),
+        "musubi-tuner",
+        expert_boundary=WAN22_EXPERT_BOUNDARY,
+    ),
+    Family("Wan 2.1 VACE", ("WAN21_Vace",), DIT_TARGETS, flow_shift(3.0), "musubi-tuner"),
+    Family("Wan 2.2 TI2V 5B", ("WAN22_T2V",), DIT_TARGETS, flow_shift(3.0), "musubi-tuner"),
     Family(
         "LTX-Video",
         ("LTXV",),
@@ -111,11 +89,11 @@ FAMILIES = (
         latent_patch=1,
         copies_saved_activations=True,
     ),
-    Family("HunyuanVideo", ("HunyuanVideo",), DIT_TARGETS, _shift(7.0), "musubi-tuner", guidance=1.0),
-    Family("HunyuanVideo 1.5", ("HunyuanVideo15",), DIT_TARGETS, _shift(7.0), "musubi-tuner", latent_patch=1),
+    Family("HunyuanVideo", ("HunyuanVideo",), DIT_TARGETS, flow_shift(7.0), "musubi-tuner", guidance=1.0),
+    Family("HunyuanVideo 1.5", ("HunyuanVideo15",), DIT_TARGETS, flow_shift(7.0), "musubi-tuner", latent_patch=1),
     # Kandinsky 5 samples with shift 10 (its own scheduler_scale, ComfyUI's sampling_settings);
     # musubi-tuner's Kandinsky 5 recipe trains with shift 5.
-    Family("Kandinsky 5.0 Video (Lite, Pro)", ("Kandinsky5",), DIT_TARGETS, _shift(5.0), "musubi-tuner"),
+    Family("Kandinsky 5.0 Video (Lite, Pro)", ("Kandinsky5",), DIT_TARGETS, flow_shift(5.0), "musubi-tuner"),
     # LTX-2 is an audio-video model; ComfyUI runs it video-only when the latent is a plain video latent
     # (no audio tokens: the audio stream and the audio-video cross-attention are skipped), which is how
     # it trains here. Its blocks write in place into activations autograd saved, as LTX-Video's do.
@@ -131,17 +109,23 @@ FAMILIES = (
     # The image families ComfyUI 0.2x added. kohya's Anima trainer defaults to `sigmoid` sampling at scale 1,
     # which is logit-normal(0, 1); LongCat-Image's pipeline shifts by the image size as Flux.1's does.
     Family(
-        "Kandinsky 5.0 Image Lite", ("Kandinsky5Image",), DIT_TARGETS, _shift(3.0), "Kandinsky 5 Image's own flow shift"
+        "Kandinsky 5.0 Image Lite",
+        ("Kandinsky5Image",),
+        DIT_TARGETS,
+        flow_shift(3.0),
+        "Kandinsky 5 Image's own flow shift",
     ),
     Family("LongCat-Image", ("LongCatImage",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (kohya `flux_shift`)"),
-    Family("ERNIE-Image", ("ErnieImage",), DIT_TARGETS, _shift(3.0), "ERNIE-Image's own flow shift", latent_patch=1),
+    Family(
+        "ERNIE-Image", ("ErnieImage",), DIT_TARGETS, flow_shift(3.0), "ERNIE-Image's own flow shift", latent_patch=1
+    ),
     Family("Anima", ("Anima",), DIT_TARGETS, LOGIT_NORMAL, "kohya sd-scripts (`sigmoid`)"),
     # 2026 image DiTs (devkit/tiny_image_2026.py).
     # Krea 2 samples with ComfyUI's Flux model sampling at mu 1.15, which is Flux.1's size rule at 1 MP
     # (4096 tokens): trained with that rule, as for Flux.1.
     Family("Krea 2", ("Krea2",), DIT_TARGETS, FLUX_SHIFT, "ComfyUI's Flux sampling (Flux.1's size rule)"),
     # JoyImage has no trainer of its own published; its flow shift is ComfyUI's sampling_settings (1.5).
-    Family("JoyImage", ("JoyImage",), DIT_TARGETS, _shift(1.5), "JoyImage's own flow shift"),
+    Family("JoyImage", ("JoyImage",), DIT_TARGETS, flow_shift(1.5), "JoyImage's own flow shift"),
     # Cosmos-Predict2 is a rectified flow that ComfyUI writes in EDM's σ (σ = t / (1 - t), up to 80), so
     # the noise level is drawn over the flow time t its model_sampling counts in: logit-normal, as its
     # sibling Anima is trained.
@@ -186,16 +170,16 @@ FAMILIES = (
         "Z-Image pixel space",
         ("ZImagePixelSpace",),
         DIT_TARGETS,
-        _shift(3.0),
+        flow_shift(3.0),
         "Z-Image's own flow shift (ComfyUI keeps ZImage's)",
     ),
     # Boogu-Image, an OmniGen2 derivative, trains at the flow shift ComfyUI samples it with (its
     # sampling_settings), from captions (no reference images: the empty list OmniGen2's forward takes).
-    Family("Boogu-Image", ("Boogu",), DIT_TARGETS, _shift(3.16), "ComfyUI's sampling shift for Boogu"),
+    Family("Boogu-Image", ("Boogu",), DIT_TARGETS, flow_shift(3.16), "ComfyUI's sampling shift for Boogu"),
     # Lens: ComfyUI samples it with Flux's model sampling at the fixed mu 1.829 (shift e^1.829 = 6.23),
     # the reference pipeline's value from 4300 image tokens (1440 px) up, and trains at that shift.
     # One token per latent pixel of the FLUX.2 VAE's packed latents.
-    Family("Lens", ("Lens",), DIT_TARGETS, _shift(6.23), "ComfyUI's sampling shift (mu 1.829)", latent_patch=1),
+    Family("Lens", ("Lens",), DIT_TARGETS, flow_shift(6.23), "ComfyUI's sampling shift (mu 1.829)", latent_patch=1),
     # PixelDiT samples at flow shift 4 (its 1024 px stage; ComfyUI's sampling_settings). Its blocks
     # modulate normalized activations in place (apply_adaln_: x.addcmul_(x, scale), which autograd
     # saved) and add the pixel MLP into x in place after norm2 saved it.
@@ -203,37 +187,12 @@ FAMILIES = (
         "PixelDiT",
         ("PixelDiTT2I",),
         DIT_TARGETS,
-        _shift(4.0),
+        flow_shift(4.0),
         "PixelDiT's 1024 px flow shift (ComfyUI's)",
         copies_saved_activations=True,
     ),
     # (end of 2026 variants)
-    # Video classes tested from 2026 (devkit/tiny_video_2026.py).
-    # Wan 2.1 Fun Control trains as Wan 2.1 does (musubi-tuner's Fun Control tasks share its shift), from
-    # captions: its 32 control-video latent channels stay the zeros model_base.WAN21 gives without a
-    # control video, and without a CLIP-vision output its image cross-attention reads the text.
-    Family("Wan 2.1 Fun Control", ("WAN21_FunControl2V",), DIT_TARGETS, _shift(3.0), "musubi-tuner"),
-    # Wan 2.2 Animate is a Wan 2.1 14B with pose and face inputs; no trainer of its own, so Wan's shift.
-    # From captions: no pose latents or face pixels (the model skips both), and its 20 reference-image
-    # latent and mask channels stay the zeros model_base.WAN21 gives without a reference image.
-    Family("Wan 2.2 Animate", ("WAN22_Animate",), DIT_TARGETS, _shift(3.0), "as Wan 2.1 (musubi-tuner)"),
-    # Wan 2.2 S2V (speech to video) is a Wan 2.1-style 14B; no trainer of its own, so Wan's shift. From
-    # captions: no audio embedding, reference latent, reference motion or control video (the model
-    # skips each when absent, as WanSoundImageToVideo leaves them without audio or images).
-    Family("Wan 2.2 S2V", ("WAN22_S2V",), DIT_TARGETS, _shift(3.0), "as Wan 2.1 (musubi-tuner)"),
-    # CogVideoX predicts v on a zero-terminal-SNR DDPM schedule (ComfyUI's V_PREDICTION_DDPM); its
-    # trainers draw timesteps uniformly over the 1000 steps.
-    Family(
-        "CogVideoX text-to-video",
-        ("CogVideoX_T2V",),
-        DIT_TARGETS,
-        UNIFORM,
-        "diffusers' CogVideoX LoRA trainer",
-        prediction=EPS_V,
-    ),
-    # Mochi: a rectified-flow model trained at the shift ComfyUI samples it with (its sampling_settings).
-    Family("Genmo Mochi", ("GenmoMochi",), DIT_TARGETS, _shift(6.0), "ComfyUI's sampling shift for Mochi"),
-    # (end of 2026 video)
+    *VIDEO_2026_FAMILIES,
     # HiDream-O1-Image (devkit/tiny_hidream_o1.py): pixel space in 32x32-pixel patches, its own flow shift
     # of 3 (ComfyUI's sampling_settings; no trainer of its own is published), with noise 8x the pixels'
     # scale (its noise_scale, which training takes through the model's own noise_scaling). From captions:
@@ -242,7 +201,12 @@ FAMILIES = (
     # blocks are its Qwen3-VL decoder's, one level down (language_model.layers), which the "blocks" preset
     # (the diffusion model's own ModuleLists) does not reach: every linear layer trains.
     Family(
-        "HiDream-O1-Image", ("HiDreamO1",), "all-linear", _shift(3.0), "HiDream-O1's own flow shift", latent_patch=32
+        "HiDream-O1-Image",
+        ("HiDreamO1",),
+        "all-linear",
+        flow_shift(3.0),
+        "HiDream-O1's own flow shift",
+        latent_patch=32,
     ),
     # ACE-Step 1.5 (devkit/tiny_audio.py): text-to-music from audio files, conditioned as the host's
     # TextEncodeAceStepAudio1.5 node conditions it (tags, lyrics, metadata) without LM audio codes, as
@@ -255,7 +219,7 @@ FAMILIES = (
         "ACE-Step 1.5",
         ("ACEStep15",),
         UNET_TARGETS,
-        _sampling("logit_normal", logit_mean=-0.4, logit_std=1.0),
+        timestep_sampling("logit_normal", logit_mean=-0.4, logit_std=1.0),
         "ACE-Step 1.5's LoRA trainer (timestep_mu -0.4, sigma 1)",
         medium="audio",
     ),
@@ -344,7 +308,7 @@ def generic_family(name, model_sampling):
         sampling, prediction = FLUX_SHIFT, "rectified flow, resolution-dependent shift"
     elif is_flow(model_sampling):
         shift = float(getattr(model_sampling, "shift", 1.0))
-        sampling = _shift(shift) if shift != 1.0 else LOGIT_NORMAL
+        sampling = flow_shift(shift) if shift != 1.0 else LOGIT_NORMAL
         prediction = f"rectified flow, shift {shift:g}"
     else:
         kind = "v" if isinstance(model_sampling, comfy.model_sampling.V_PREDICTION) else "ε"

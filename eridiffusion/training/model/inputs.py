@@ -31,16 +31,20 @@ def model_inputs(
     defaults=None,
     reference_latents=(),
     pooled_on_device=True,
+    values=None,
 ):
     """{name: ComfyUI cond object} for one sample; `latent` is (C, h, w) or (C, t, h, w) in model
     space, `pixel_size` the (width, height) of the image it encodes (default: 8x the latent),
     `defaults` conditioning options used where the conditioning has none (e.g. guidance),
     `reference_latents` the sample's edit references (VAE space), which reach any model whose
     extra_conds reads "reference_latents" (Flux Kontext, Flux.2, Qwen-Image Edit). `pooled_on_device`: a trained text
-    encoder's pooled output joins the inputs on the device where it can (see _extra_conds)."""
+    encoder's pooled output joins the inputs on the device where it can (see _extra_conds). `values`:
+    what a host node sets on the sample's conditioning (an image-to-video start image's
+    concat_latent_image and concat_mask), laid over its options as that node lays them."""
     cond, options = conditioning[0]
     params = dict(defaults or {})
     params.update(options)
+    params.update(values or {})
     if reference_latents:  # edit models, as ComfyUI's ReferenceLatent node appends them (VAE space, batch 1)
         params["reference_latents"] = list(params.get("reference_latents", [])) + [r[None] for r in reference_latents]
     width, height = pixel_size or (latent.shape[-1] * 8, latent.shape[-2] * 8)
@@ -132,3 +136,26 @@ def _pooled_leads(zero, probed, probe):
     if not rows.any():
         return True
     return rows.shape[-1] >= width and torch.equal(rows[:, :width], expected) and not rows[:, width:].any()
+
+
+def check_takes_start_image(base_model, data):
+    """Refuse start images (image-to-video samples of TrainingData `data`) that the model would ignore:
+    a text-to-video model, whose inputs are the same with and without them."""
+    sample = next((s for s in data.samples if s.start_values), None)
+    if sample is None:
+        return
+    latent = base_model.process_latent_in(sample.latent[None].float())[0]
+    conditioning = sample.conditionings[0]
+    with_image = model_inputs(base_model, conditioning, latent, "cpu", sample.bucket, values=sample.start_values)
+    without = model_inputs(base_model, conditioning, latent, "cpu", sample.bucket)
+    changed = set(with_image) != set(without) or any(
+        isinstance(c.cond, torch.Tensor) and not torch.equal(c.cond, without[name].cond)
+        for name, c in with_image.items()
+    )
+    if not changed:
+        name = type(base_model.model_config).__name__
+        raise EriDiffusionError(
+            f"CacheLatents' start_image is on, but this model (ComfyUI's {name}) takes no start image: it is a "
+            "text-to-video model. Load the image-to-video model (Wan 2.1 I2V, Wan 2.2 I2V 14B, HunyuanVideo 1.5 "
+            "I2V), or turn start_image off."
+        )

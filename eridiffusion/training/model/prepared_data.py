@@ -26,6 +26,7 @@ class PreparedData:
         self.base_model, self.device, self.options = base_model, device, options or {}
         self.latents, self.inputs, self.empty_inputs, self.captions, self.sizes = [], [], [], [], []
         self.references = []  # edit pairs: each sample's reference latents (VAE space)
+        self.start_values = []  # image-to-video: each sample's start image's conditioning values
         self.masks = []  # per latent position: mask_floor + (1 - mask_floor) · mask; None without a mask
         self.preservation_inputs = []  # with a `preservation` conditioning: its model inputs for each sample
         for sample in data.samples[:limit]:
@@ -36,42 +37,30 @@ class PreparedData:
             self.captions.append(list(sample.captions))
             self.sizes.append(sample.bucket)
             self.references.append(sample.reference_latents)
+            self.start_values.append(sample.start_values)
             if cached_inputs:
                 # Reused every step, so built without autograd: some extra_conds run model layers
                 # (LTX-2's text connectors), which may carry adapters; a graph through them would be
                 # freed by the first backward.
                 with torch.no_grad():
-                    self.inputs.append(
-                        [
-                            model_inputs(
-                                base_model, c, latent, device, sample.bucket, self.options, sample.reference_latents
-                            )
-                            for c in sample.conditionings
-                        ]
-                    )
+                    self.inputs.append([self._inputs(len(self.latents) - 1, c) for c in sample.conditionings])
                     if preservation is not None:
-                        self.preservation_inputs.append(
-                            model_inputs(
-                                base_model,
-                                preservation,
-                                latent,
-                                device,
-                                sample.bucket,
-                                self.options,
-                                sample.reference_latents,
-                            )
-                        )
-                    self.empty_inputs.append(
-                        model_inputs(
-                            base_model,
-                            data.empty_conditioning,
-                            latent,
-                            device,
-                            sample.bucket,
-                            self.options,
-                            sample.reference_latents,
-                        )
-                    )
+                        self.preservation_inputs.append(self._inputs(len(self.latents) - 1, preservation))
+                    self.empty_inputs.append(self._inputs(len(self.latents) - 1, data.empty_conditioning))
+
+    def _inputs(self, index, conditioning, pooled_on_device=True):
+        """The model inputs of sample `index` under `conditioning`."""
+        return model_inputs(
+            self.base_model,
+            conditioning,
+            self.latents[index],
+            self.device,
+            self.sizes[index],
+            self.options,
+            self.references[index],
+            pooled_on_device=pooled_on_device,
+            values=self.start_values[index],
+        )
 
     def mask_weights(self, indices):
         """The loss weights (batch, 1, h, w) of samples `indices`, or None when none has a mask (a
@@ -89,13 +78,4 @@ class PreparedData:
         if text_encoder is None:
             return self.empty_inputs[index] if variant is None else self.inputs[index][variant]
         text = "" if variant is None else self.captions[index][variant]
-        return model_inputs(
-            self.base_model,
-            text_encoder.conditioning(text),
-            self.latents[index],
-            self.device,
-            self.sizes[index],
-            self.options,
-            self.references[index],
-            pooled_on_device=text_encoder.encodings_on_device,
-        )
+        return self._inputs(index, text_encoder.conditioning(text), text_encoder.encodings_on_device)

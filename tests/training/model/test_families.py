@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from devkit.photo_clips import CLIP_FRAMES
+from devkit.photo_clips import CLIP_FRAMES, start_photo
 from devkit.stock_comfyui import ProbeInput, load_with_stock_comfyui, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from eridiffusion.nodes.sampling_node import SampleDuringTraining
@@ -44,7 +44,12 @@ def _train(name, request, tmp_path_factory):
     model, clip, vae = build_tiny(name, seed=0)
     with torch.inference_mode():  # as ComfyUI runs nodes
         data = build_training_data(
-            _dataset_for(family, request), vae, clip, family.resolution, os.path.join(folder, "cache")
+            _dataset_for(family, request),
+            vae,
+            clip,
+            family.resolution,
+            os.path.join(folder, "cache"),
+            start_image=family.start_image,
         )
         sample = _sample_settings(family, clip, vae)
     data.samples = data.samples[:4]
@@ -84,6 +89,8 @@ def _sample_settings(family, clip, vae):
     prompt = "rock, distorted guitar, drums, energetic" if family.audio_seconds else "a photo of sks dog"
     values = {"prompts": prompt, "every": 10_000, "seed": 0, "steps": 2, "cfg": 1.0, **size}
     values.update(sampler_name="euler", scheduler="simple", seconds=family.audio_seconds or 10.0)
+    if family.start_image:  # image-to-video: every sample starts from a photo
+        values["start_image"] = start_photo(*family.sample_size)
     return SampleDuringTraining.execute(clip, vae, **values).args[0]
 
 
