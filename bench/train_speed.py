@@ -146,6 +146,7 @@ def build(model_name, weight_dtype_name="bf16"):
 # (latent channels, text tokens, text width, pooled width) as each model's text encoders give them
 # (Wan's umt5 gives no pooled output)
 SHAPES = {"sdxl": (4, 77, 2048, 1280), "flux": (16, 512, 4096, 768), "wan": (16, 512, 4096, None)}
+SHAPES["tiny_wan"] = (16, 16, 32, None)  # devkit's tiny Wan stacks (TINY=1 checks: bench/experts_speed.py)
 
 
 def conditioning(model_name, generator=None, scale=0.5):

@@ -92,3 +92,45 @@ def start_photo(width, height, name="00.jpg"):
     with Image.open(os.path.join(shared_datasets(), "dreambooth_dog", name)) as stored:
         photo = ImageOps.fit(stored.convert("RGB"), (width, height), Image.Resampling.BICUBIC)
     return torch.from_numpy(np.asarray(photo, dtype=np.float32) / 255.0)[None]
+
+
+def write_video_with_sound(path, images, fps, stereo, rate):
+    """Write PIL images as H.264 and float (samples, 2) `stereo` audio at `rate` as AAC into one .mp4."""
+    from fractions import Fraction
+
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+        video.width, video.height = images[0].size
+        video.pix_fmt, video.options = "yuv420p", {"crf": "12"}
+        audio = container.add_stream("aac", rate=rate, layout="stereo")
+        for image in images:
+            container.mux(video.encode(av.VideoFrame.from_image(image)))
+        frame = av.AudioFrame.from_ndarray(
+            np.ascontiguousarray(stereo.T, dtype=np.float32), format="fltp", layout="stereo"
+        )
+        frame.sample_rate = rate
+        container.mux(audio.encode(frame))
+        container.mux(video.encode())
+        container.mux(audio.encode(None))
+
+
+def write_dog_clips_with_sound(photos, folder, count=4, fps=16):
+    """A clip dataset of mp4 files with sound: the DreamBooth photos' pans (as write_dog_clips) each with
+    a synthesized music track (devkit/music_clips.py: ambient and rock in turn), captioned with its
+    photo's caption and the music's style."""
+    from devkit.music_clips import RATE, STYLES, synthesize
+
+    os.makedirs(folder, exist_ok=True)
+    for k in range(count):
+        style = sorted(STYLES)[k % len(STYLES)]
+        stereo = synthesize(style, k, seconds=1.5)[0]
+        frames = pan_and_zoom(os.path.join(photos, f"{k:02d}.jpg"), count=24)
+        write_video_with_sound(os.path.join(folder, f"{k:02d}.mp4"), frames, fps, stereo, RATE)
+        with open(os.path.join(photos, f"{k:02d}.txt"), encoding="utf-8") as f:
+            caption = f.read().strip()
+        with open(os.path.join(folder, f"{k:02d}.txt"), "w", encoding="utf-8") as f:
+            f.write(f"{caption}, {STYLES[style][0]}")
+    return folder

@@ -44,13 +44,16 @@ class ProbeInput:
     def of(cls, model, data):
 
         from eridiffusion.training.model.inputs import batch_inputs, model_inputs
+        from eridiffusion.training.model.prepared_data import model_latent
 
         base = model.model
         sample = data.samples[0]
-        latent = base.process_latent_in(sample.latent[None].float())
+        latent, layout = model_latent(base, sample)  # (audio-video: the video and audio latents packed)
+        values = {**sample.conditioning_values, **layout}
         inputs = batch_inputs(
-            [model_inputs(base, sample.conditionings[0], latent[0], "cpu", sample.bucket, values=sample.start_values)]
+            [model_inputs(base, sample.conditionings[0], latent, "cpu", sample.bucket, values=values)]
         )
+        latent = latent[None]
         noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(7))
         ms = base.model_sampling
         sigma = torch.tensor([float(ms.percent_to_sigma(0.6))])  # 40% of the way from noise to image

@@ -193,6 +193,61 @@ def tiny_ltx2_vae(generator):
     return comfy.sd.VAE(sd=model.state_dict(), metadata={"config": json.dumps({"vae": LTX2_VAE})}, dtype=torch.float32)
 
 
+# LTX-2's audio VAE (mel autoencoder + vocoder, comfy.ldm.lightricks.vae.audio_vae.AudioVAE) as comfy.sd.VAE
+# builds it from a checkpoint's config metadata: 64 mel bins at 16 kHz (hop 160), compressed 4x in time
+# and frequency to 8 channels x 16 bins, 25 latents a second, as the real one, at 8 base channels (real
+# 128) and a vocoder 32 wide with one resblock kernel (real: 1024, three) upsampling 160x back to 16 kHz.
+LTX2_AUDIO_VAE = {
+    "audio_vae": {
+        "model": {
+            "params": {
+                "ddconfig": {
+                    "double_z": True,
+                    "mel_bins": 64,
+                    "z_channels": 8,
+                    "resolution": 256,
+                    "downsample_time": False,
+                    "in_channels": 2,
+                    "out_ch": 2,
+                    "ch": 8,
+                    "ch_mult": [1, 2, 4],
+                    "num_res_blocks": 1,
+                    "attn_resolutions": [],
+                    "dropout": 0.0,
+                    "mid_block_add_attention": False,
+                    "norm_type": "pixel",
+                    "causality_axis": "height",
+                },
+                "sampling_rate": 16000,
+            }
+        },
+        "preprocessing": {"stft": {"filter_length": 1024, "hop_length": 160}},
+    },
+    "vocoder": {
+        "resblock_kernel_sizes": [3],
+        "upsample_rates": [5, 4, 2, 2, 2],
+        "upsample_kernel_sizes": [10, 8, 4, 4, 4],
+        "resblock_dilation_sizes": [[1, 3, 5]],
+        "upsample_initial_channel": 32,
+        "stereo": True,
+        "output_sample_rate": 16000,
+    },
+}
+
+
+def tiny_ltx2_audio_vae(seed: int = 0):
+    """ComfyUI's LTX-2 audio VAE (LTXVAudioVAELoader's), tiny, random init."""
+    import comfy.ldm.lightricks.vae.audio_vae as audio_vae
+
+    metadata = {"config": json.dumps(LTX2_AUDIO_VAE)}
+    model = audio_vae.AudioVAE(metadata=metadata)
+    init_weights(model, torch.Generator().manual_seed(seed))
+    stats = model.autoencoder.per_channel_statistics  # built empty; a checkpoint carries them
+    stats.get_buffer("mean-of-means").zero_()
+    stats.get_buffer("std-of-means").fill_(1.0)
+    return comfy.sd.VAE(sd=model.state_dict(), metadata=metadata)
+
+
 def tiny_ltx2(seed: int = 0):
     """LTX-2: ComfyUI's LTXAV audio-video DiT (trained on its video stream), its Gemma 3 text
     encoder and its video VAE."""

@@ -89,6 +89,19 @@ class ModelSource:
         choices=_clip_types,
     )
     vae: str = setting("", "The VAE file (VAELoader).", path=True)
+    audio_vae: str = setting(
+        "",
+        "Audio-video models (LTX-2): the audio VAE file (LTXVAudioVAELoader; the LTX-2 checkpoint itself holds "
+        "one): each clip's audio track is trained on too and the samples have sound.",
+        path=True,
+    )
+    low_noise_model: str = setting(
+        "",
+        "Two experts in one run (Wan 2.2 14B): the low-noise model's diffusion model file (UNETLoader, at "
+        "weight_dtype), diffusion_model being the high-noise one; both are trained and saved (…_high_noise, "
+        "…_low_noise).",
+        path=True,
+    )
     arch: str = setting(
         "",
         "Optional: the family the files must be (sdxl, flux, sd3, wan21, ... or ComfyUI's class name); "
@@ -107,6 +120,11 @@ class ModelSource:
             raise EriDiffusionError(
                 "model.diffusion_model needs model.text_encoders (one or more files, with "
                 "clip_type) and model.vae: a diffusion model file holds neither."
+            )
+        if self.low_noise_model and not self.diffusion_model:
+            raise EriDiffusionError(
+                "model.low_noise_model is the low-noise expert's diffusion model: give the high-noise one as "
+                "model.diffusion_model (with text_encoders and vae), not as a checkpoint."
             )
         if self.tiny and (self.text_encoders or self.vae or self.weight_dtype != "default"):
             raise EriDiffusionError(
@@ -214,6 +232,8 @@ def _undetected(error, path, key):
     kind = {
         "checkpoint": "a checkpoint",
         "diffusion_model": "a diffusion model",
+        "low_noise_model": "a diffusion model",
+        "audio_vae": "an audio VAE",
         "text_encoders": "text encoders",
         "vae": "a VAE",
     }[key]
@@ -244,10 +264,35 @@ def load_models(source):
     return model, clip, vae
 
 
+def load_audio_vae(source):
+    """The audio VAE of an audio-video model (LTXVAudioVAELoader's load), or None."""
+    if not source.audio_vae:
+        return None
+    import comfy.sd
+    import comfy.utils
+
+    path = _existing(source.audio_vae, "audio_vae")
+    with _loading(path, "audio_vae"):
+        state, metadata = comfy.utils.load_torch_file(path, return_metadata=True)
+        state = comfy.utils.state_dict_prefix_replace(
+            state, {"audio_vae.": "autoencoder.", "vocoder.": "vocoder."}, filter_keys=True
+        )
+        vae = comfy.sd.VAE(sd=state, metadata=metadata)
+        vae.throw_exception_if_invalid()
+    return vae
+
+
+def load_low_noise_model(source):
+    """The low-noise expert's MODEL of a two-expert run (UNETLoader's load), or None."""
+    if not source.low_noise_model:
+        return None
+    return load_diffusion_model(source.low_noise_model, _model_options(source.weight_dtype))
+
+
 def check_model_files(source):
     """Every model file of `source` checked before any is loaded: a wrong VAE path is named at once,
     not after minutes of loading the diffusion model."""
-    for key in ("checkpoint", "diffusion_model", "vae"):
+    for key in ("checkpoint", "diffusion_model", "vae", "low_noise_model", "audio_vae"):
         if getattr(source, key):
             _existing(getattr(source, key), key)
     for path in source.text_encoders or ():

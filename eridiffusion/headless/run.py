@@ -29,7 +29,7 @@ from ..training.run.preflight import (
 from ..training.run.resume import check_resume_fits
 from ..training.run.samples import check_sample_size
 from . import terminal
-from .models import load_models, model_family
+from .models import load_audio_vae, load_low_noise_model, load_models, model_family
 from .run_config import RunConfig, config_yaml
 
 
@@ -53,6 +53,8 @@ class Inputs:
     dataset: Dataset
     validation_dataset: Dataset | None = None  # the config's second and third LoadDatasets, if any
     regularization_dataset: Dataset | None = None
+    low_noise_model: Any = None  # two experts in one run (model.low_noise_model): the low-noise one's MODEL
+    audio_vae: Any = None  # audio-video training (model.audio_vae): the audio VAE
 
 
 def load_inputs(config: RunConfig) -> Inputs:
@@ -70,7 +72,8 @@ def load_inputs(config: RunConfig) -> Inputs:
         check_datasets(config, training, validation, regularization)
         model, clip, vae = load_models(config.model)
         family = model_family(model, config.model)
-    return Inputs(model, clip, vae, family, training, validation, regularization)
+        low_noise_model, audio_vae = load_low_noise_model(config.model), load_audio_vae(config.model)
+    return Inputs(model, clip, vae, family, training, validation, regularization, low_noise_model, audio_vae)
 
 
 def check_datasets(config, training, validation, regularization):
@@ -101,6 +104,7 @@ def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
             validation_dataset=inputs.validation_dataset,
             regularization_dataset=inputs.regularization_dataset,
             start_image=config.cache["start_image"],
+            audio_vae=inputs.audio_vae,
         )
 
 
@@ -110,7 +114,9 @@ def sample_settings(config, inputs):
     from ..nodes.sampling_node import SampleDuringTraining
 
     with torch.inference_mode():
-        return SampleDuringTraining.execute(inputs.clip, inputs.vae, **config.sample).result[0]
+        return SampleDuringTraining.execute(
+            inputs.clip, inputs.vae, audio_vae=inputs.audio_vae, **config.sample
+        ).result[0]
 
 
 def train_config(config):
@@ -183,20 +189,33 @@ def check_save_target(config):
 
     from ..nodes.save_node import lora_path_for
 
-    lora_path_for(config.save["filename_prefix"], folder_paths.get_folder_paths("loras")[0], config.save["overwrite"])
+    prefix, loras = config.save["filename_prefix"], folder_paths.get_folder_paths("loras")[0]
+    from ..training.run.experts import EXPERTS
+
+    for name in [f"{prefix}_{expert}" for expert in EXPERTS] if config.model.low_noise_model else [prefix]:
+        lora_path_for(name, loras, config.save["overwrite"])
 
 
 def save_outputs(config, result):
-    """SaveLoRA and LossGraph on the trained LORA and LOSS; the saved file's path."""
+    """SaveLoRA and LossGraph on the trained LORA and LOSS; the saved file's path (two experts: a
+    SaveLoRA each, <filename_prefix>_high_noise and _low_noise, and the first's path)."""
     from ..nodes.loss_graph_node import LossGraph
     from ..nodes.save_node import SaveLoRA
+    from ..training.run.experts import EXPERTS
     from ..training.run.loss_plot import LossHistory
 
     history = LossHistory.of(result)
+    saves = [(result.lora, config.save)]
+    if result.low_noise is not None:
+        prefix = config.save["filename_prefix"]
+        saves = [
+            (lora, {**config.save, "filename_prefix": f"{prefix}_{name}"})
+            for lora, name in zip((result.lora, result.low_noise.lora), EXPERTS)
+        ]
     with torch.inference_mode():
-        path = SaveLoRA.execute(result.lora, **config.save).result[0]
+        paths = [SaveLoRA.execute(lora, **values).result[0] for lora, values in saves]
         LossGraph.execute(history)
-    return path
+    return paths[0]
 
 
 def _resuming_line(point):
@@ -280,6 +299,7 @@ def _trained(config, inputs, data, settings, point, samples, run_dir, processes)
                     clip=inputs.clip,
                     resume=point,
                     processes=processes,
+                    low_noise_model=inputs.low_noise_model,
                 )
         finally:
             if progress is not None:

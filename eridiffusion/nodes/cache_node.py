@@ -49,6 +49,12 @@ class CacheLatents(io.ComfyNode):
                     "each training micro-batch comes with one of these, its loss weighted by TrainingExtras' "
                     "prior_weight, so the class keeps its look.",
                 ),
+                io.Vae.Input(
+                    "audio_vae",
+                    optional=True,
+                    tooltip="Audio-video models (optional; LTX-2's audio VAE, from LTXVAudioVAELoader): each clip's "
+                    "audio track is encoded beside its frames and trained on too (clip files with sound).",
+                ),
             ],
             outputs=[sockets.TrainingData.Output(display_name="training_data", tooltip="Latents and conditionings.")],
             hidden=[io.Hidden.unique_id],
@@ -62,6 +68,7 @@ class CacheLatents(io.ComfyNode):
         clip: Any,
         validation_dataset: Dataset | None = None,
         regularization_dataset: Dataset | None = None,
+        audio_vae: Any = None,
         **values: Any,
     ) -> io.NodeOutput:
         settings = CacheSettings(**values)
@@ -77,5 +84,6 @@ class CacheLatents(io.ComfyNode):
             validation_dataset=validation_dataset,
             regularization_dataset=regularization_dataset,
             start_image=settings.start_image,
+            audio_vae=audio_vae,
         )
         return io.NodeOutput(data)

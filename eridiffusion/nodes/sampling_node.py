@@ -4,9 +4,12 @@ from typing import Any
 
 from comfy_api.latest import io
 
+from ..errors import EriDiffusionError
 from ..training.data.audio import is_audio_vae
 from ..training.data.audio_captions import AudioPrompt
+from ..training.data.clip_audio import is_clip_audio_vae
 from ..training.data.start_image import start_values, with_start_values
+from ..training.run.av_samples import with_frame_rate
 from ..training.run.samples import SamplerSettings, SampleSettings, check_sample_size
 from ..training.settings import settings_of
 from . import sockets
@@ -50,12 +53,20 @@ class SampleDuringTraining(io.ComfyNode):
                     tooltip="Image-to-video models (optional): the first frame every sample starts from, fed as "
                     "WanImageToVideo / HunyuanVideo15ImageToVideo feed it.",
                 ),
+                io.Vae.Input(
+                    "audio_vae",
+                    optional=True,
+                    tooltip="Audio-video models (optional; LTX-2's audio VAE, from LTXVAudioVAELoader): the samples "
+                    "are drawn with their sound and saved as mp4.",
+                ),
             ],
             outputs=[sockets.SampleConfig.Output(display_name="sample_config", tooltip="Connect to LoRATrainer.")],
         )
 
     @classmethod
-    def execute(cls, clip: Any, vae: Any, start_image: Any = None, **values: Any) -> io.NodeOutput:
+    def execute(
+        cls, clip: Any, vae: Any, start_image: Any = None, audio_vae: Any = None, **values: Any
+    ) -> io.NodeOutput:
         settings = SamplerSettings(**values)
         if not is_audio_vae(vae):
             check_sample_size(vae, settings.width, settings.height)
@@ -64,6 +75,13 @@ class SampleDuringTraining(io.ComfyNode):
             start = start_values(vae, start_image, settings.width, settings.height, settings.frames)
             positives = tuple(with_start_values(p, start) for p in positives)
             negative = with_start_values(negative, start)
+        if audio_vae is not None:  # audio-video: as LTXVConditioning sets the frame rate on both prompts
+            if not is_clip_audio_vae(audio_vae):
+                raise EriDiffusionError(
+                    "SampleDuringTraining's audio_vae is not an audio-video model's audio VAE (LTX-2's, from "
+                    "LTXVAudioVAELoader); connect that one or leave it unconnected."
+                )
+            positives, negative = tuple(with_frame_rate(p) for p in positives), with_frame_rate(negative)
         sample_settings = SampleSettings(
             prompts=settings.prompt_lines(),
             positives=positives,
@@ -79,5 +97,6 @@ class SampleDuringTraining(io.ComfyNode):
             height=settings.height,
             frames=settings.frames,
             seconds=settings.seconds,
+            audio_vae=audio_vae,
         )
         return io.NodeOutput(sample_settings)

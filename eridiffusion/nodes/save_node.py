@@ -91,8 +91,13 @@ class SaveLoRA(io.ComfyNode):
         return True
 
     @classmethod
-    def execute(cls, lora: TrainedLoRA, **values: Any) -> io.NodeOutput:
+    def execute(cls, lora: TrainedLoRA | None, **values: Any) -> io.NodeOutput:
         settings = SaveSettings(**values)
+        if lora is None:  # LoRATrainer's low_noise_lora of a run without a low_noise_model
+            raise EriDiffusionError(
+                "SaveLoRA's lora is empty: LoRATrainer's low_noise_lora holds an adapter only when its "
+                "low_noise_model input is connected (Wan 2.2 14B's two experts). Connect it, or remove this SaveLoRA."
+            )
         loras_dir = folder_paths.get_folder_paths("loras")[0]
         path = lora_path_for(settings.filename_prefix, loras_dir, settings.overwrite)
         sweep_stale_temp_files(os.path.dirname(path))

@@ -121,6 +121,13 @@ class LoRATrainer(io.ComfyNode):
                     )
                     for node in OPTIONS_NODES
                 ],
+                io.Model.Input(
+                    "low_noise_model",
+                    optional=True,
+                    tooltip="Two experts in one run (optional; Wan 2.2 14B): the low-noise model, `model` being the "
+                    "high-noise one. Each step trains the expert whose noise range the step's noise level falls in "
+                    "(TrainingObjective's expert_boundary, switch_boundary_every); both are returned and saved.",
+                ),
             ],
             outputs=[
                 io.Model.Output(display_name="model", tooltip="A copy of the input model with the trained LoRA."),
@@ -132,6 +139,14 @@ class LoRATrainer(io.ComfyNode):
                 io.Clip.Output(
                     display_name="clip",
                     tooltip="A copy of the input CLIP with the trained text-encoder adapter (else the input).",
+                ),
+                io.Model.Output(
+                    display_name="low_noise_model",
+                    tooltip="With a low_noise_model: a copy of it with its trained LoRA (else the input's None).",
+                ),
+                sockets.LoRA.Output(
+                    display_name="low_noise_lora",
+                    tooltip="With a low_noise_model: its LoRA; connect to a second SaveLoRA (…_low_noise).",
                 ),
             ],
             hidden=[io.Hidden.unique_id, io.Hidden.extra_pnginfo],
@@ -145,6 +160,7 @@ class LoRATrainer(io.ComfyNode):
         sample_config: SampleSettings | None = None,
         clip: Any = None,
         resume: ResumePoint | None = None,
+        low_noise_model: Any = None,
         **inputs: Any,
     ) -> io.NodeOutput:
         connected = [inputs.pop(name, None) for name in SETTING_SOCKETS]
@@ -168,6 +184,7 @@ class LoRATrainer(io.ComfyNode):
                 hooks=hooks,
                 clip=clip,
                 resume=resume,
+                low_noise_model=low_noise_model,
             )
         history = LossHistory.of(result)
         samples = result.samples if result.samples is not None else torch.zeros(1, 64, 64, 3)
@@ -179,4 +196,14 @@ class LoRATrainer(io.ComfyNode):
             f"files in {run_dir}"
         )
         out_clip = result.clip if result.clip is not None else clip
-        return io.NodeOutput(result.patcher, result.lora, history, samples, out_clip, ui={"text": [summary]})
+        low = result.low_noise
+        return io.NodeOutput(
+            result.patcher,
+            result.lora,
+            history,
+            samples,
+            out_clip,
+            low.patcher if low is not None else None,
+            low.lora if low is not None else None,
+            ui={"text": [summary]},
+        )

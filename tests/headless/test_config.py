@@ -410,3 +410,42 @@ def test_ai_toolkit_do_i2v_becomes_start_image_on_image_to_video_archs(arch, do_
     config = load_run_config(write_yaml(tmp_path / "i2v.yaml", text))
     assert config.cache["start_image"] is start_image
     assert len([entry for entry in config.unsupported if "do_i2v" in entry]) == listed
+
+
+def test_ai_toolkit_switch_boundary_every_and_the_low_noise_model_become_a_two_expert_run(tmp_path):
+    text = AI_TOOLKIT.replace(
+        '        name_or_path: "/models/flux1-dev.safetensors"\n        is_flux: true\n',
+        "        diffusion_model: /models/high.safetensors\n        low_noise_model: /models/low.safetensors\n"
+        "        text_encoders: [/models/umt5.safetensors]\n        clip_type: wan\n"
+        "        vae: /models/vae.safetensors\n        arch: wan22_14b\n",
+    ).replace("        dtype: bf16\n", "        dtype: bf16\n        switch_boundary_every: 10\n")
+    config = load_run_config(write_yaml(tmp_path / "experts.yaml", text))
+    assert config.objective["switch_boundary_every"] == 10
+    assert (config.model.diffusion_model, config.model.low_noise_model) == (
+        "/models/high.safetensors",
+        "/models/low.safetensors",
+    )
+    assert not [entry for entry in config.unsupported if "switch_boundary_every" in entry]
+
+
+def test_a_low_noise_model_without_a_high_noise_diffusion_model_is_an_error(tmp_path):
+    with pytest.raises(EriDiffusionError, match="low_noise_model is the low-noise expert"):
+        load_run_config(
+            write_yaml(
+                tmp_path / "bad.yaml",
+                "model: {checkpoint: tiny-sdxl, low_noise_model: low.safetensors}\ndataset: {folder: x}\n",
+            )
+        )
+
+
+def test_ai_toolkit_do_audio_and_audio_loss_multiplier_become_audio_video_training(tmp_path):
+    text = (
+        AI_TOOLKIT.replace("        is_flux: true\n", "        audio_vae: /models/ltx2.safetensors\n")
+        .replace("          shuffle_tokens: false\n", "          shuffle_tokens: false\n          do_audio: true\n")
+        .replace("        dtype: bf16\n", "        dtype: bf16\n        audio_loss_multiplier: 2.0\n")
+    )
+    config = load_run_config(write_yaml(tmp_path / "av.yaml", text))
+    assert (config.model.audio_vae, config.objective["audio_loss_weight"]) == ("/models/ltx2.safetensors", 2.0)
+    without = text.replace("        audio_vae: /models/ltx2.safetensors\n", "")
+    with pytest.raises(EriDiffusionError, match="do_audio is True but model.audio_vae is not given"):
+        load_run_config(write_yaml(tmp_path / "no_vae.yaml", without))

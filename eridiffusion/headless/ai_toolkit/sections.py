@@ -105,6 +105,7 @@ def _process(t, process, at):
         _model(t, process["model"], at + ("model",))
     model = process.get("model") if isinstance(process.get("model"), dict) else {}
     _start_image(t, datasets, regularization, str(model.get("arch", "")).lower(), at + ("datasets",))
+    _audio(t, datasets[regularization.index(False)], model, at + ("datasets", regularization.index(False)))
     disabled = isinstance(train, dict) and train.get("disable_sampling") is True
     distilled = model.get("is_flux") is True or str(model.get("arch", "")).lower() in GUIDANCE_DISTILLED
     if "sample" in process and not disabled:
@@ -129,6 +130,18 @@ def _start_image(t, datasets, regularization, arch, at):
         t.put("cache", "start_image", given is not False, at + (index, "do_i2v"))
     elif given:
         t.skip(at + (index, "do_i2v"), f"arch {arch or 'unset'} is no image-to-video model ({', '.join(I2V_ARCHS)})")
+
+
+def _audio(t, dataset, model, at):
+    """ai-toolkit's do_audio (LTX-2's audio track trained too): EriDiffusion trains the audio when the
+    model section names its audio VAE (model.audio_vae); the two must agree."""
+    if bool(dataset.get("do_audio", False)) != bool(model.get("audio_vae")):
+        raise EriDiffusionError(
+            f"{t.text.origin(at)}: {label(at + ('do_audio',))} is {dataset.get('do_audio', False)!r} but "
+            f"model.audio_vae is {'given' if model.get('audio_vae') else 'not given'}: audio-video training (LTX-2) "
+            "reads each clip's audio track with the audio VAE; set both (do_audio: true and model.audio_vae: "
+            "the audio VAE file) or neither."
+        )
 
 
 def _network(t, network, at):
@@ -219,6 +232,8 @@ DATASET_DEFAULTS = {
     "network_weight": 1.0,
     "alpha_mask": False,
     "shrink_video_to_frames": True,
+    "audio_normalize": False,
+    "audio_preserve_pitch": False,
 }
 DATASET_KEYS = (
     "folder_path",
@@ -236,6 +251,7 @@ DATASET_KEYS = (
     "flip_x",
     "is_reg",
     "do_i2v",
+    "do_audio",
     *DATASET_DEFAULTS,
 )
 

@@ -49,6 +49,7 @@ TRAIN_KEYS = (
     "diff_output_preservation_multiplier",
     "diff_output_preservation_class",
     "switch_boundary_every",
+    "audio_loss_multiplier",
 )
 
 
@@ -188,6 +189,10 @@ def _train_objective(t, train, at):
                 at + ("loss_type",),
                 f"'{kind}' is not one of EriDiffusion's losses ({', '.join(sorted(LOSS_TYPES))}); mse is used",
             )
+    if "audio_loss_multiplier" in train:  # LTX-2 with its audio (model.audio_vae): the audio stream's weight
+        t.put("objective", "audio_loss_weight", train["audio_loss_multiplier"], at + ("audio_loss_multiplier",))
+    if "switch_boundary_every" in train:  # Wan 2.2 14B's two experts (model.low_noise_model) take turns
+        t.put("objective", "switch_boundary_every", train["switch_boundary_every"], at + ("switch_boundary_every",))
     for key in ("min_snr_gamma", "snr_gamma"):
         if train.get(key):
             t.put("objective", "loss_weighting", "min_snr", at + (key,))
@@ -220,7 +225,6 @@ def _train_unsupported(t, train, at):
         "lr_scheduler_params": "not supported yet",
         "xformers": "ComfyUI picks the attention",
         "sdp": "ComfyUI picks the attention",
-        "switch_boundary_every": "not supported yet",
     }
     for key, reason in why.items():
         if key in train:

@@ -46,7 +46,16 @@ GUIDANCE_DISTILLED = ("flux", "flux_kontext")
 
 
 # EriDiffusion's own model keys, accepted in ai-toolkit's model section too (for separate files).
-OWN_MODEL_KEYS = ("checkpoint", "diffusion_model", "weight_dtype", "text_encoders", "clip_type", "vae")
+OWN_MODEL_KEYS = (
+    "checkpoint",
+    "diffusion_model",
+    "weight_dtype",
+    "text_encoders",
+    "clip_type",
+    "vae",
+    "low_noise_model",
+    "audio_vae",
+)
 
 
 TINY_NAMES = ("tiny-sdxl", "tiny-sd15")

@@ -18,6 +18,7 @@ from ...errors import EriDiffusionError
 from ..formats.atomic_file import sweep_stale_temp_files, write_safetensors_atomic
 from .audio import audio_latent_frames, waveform_for_vae
 from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
+from .clip_audio import clip_audio, encoded_audio
 from .media import VideoOptions, media_sha256, mirrored, open_image_rgb, read_clip
 from .start_image import start_image_node, start_values
 
@@ -176,7 +177,7 @@ class LatentCache:
         ), bucket
 
     def start_values(self, record, video, bucket, mirror=False):
-        """The start-image conditioning values (start_image.start_values) of one record in `bucket`:
+        """The start-image conditioning values (start_image.conditioning_values) of one record in `bucket`:
         its first frame (a still: the image; `mirror`: flipped) opening a clip of the sample's frame
         count, built by the host's image-to-video node or read back."""
         frames, fps = (video.frames, video.fps) if record.clip else (1, 0)
@@ -197,6 +198,25 @@ class LatentCache:
         self.stats.latents_encoded += 1
         _write_entry(path, values)
         return values
+
+    def clip_audio_latent(self, record, video, audio_vae):
+        """The (C, t, freq) latent of the audio track of one clip over its sampled frames (clip_audio.py),
+        encoded with `audio_vae` or read back."""
+        audio_vae_id = vae_identity(audio_vae)
+        path = self._path("latents", "track", media_sha256(record.path).hex(), video.frames, video.fps, audio_vae_id)
+        stored = self._stored(path, f"the audio track of {record.path}")
+        if stored is not None:
+            self.stats.latents_loaded += 1
+            return stored[0]["latent"]
+        latent = encoded_audio(audio_vae, clip_audio(record.path, video))
+        if not _all_finite({"latent": latent}):
+            raise EriDiffusionError(
+                f"the audio VAE encodes the audio track of {record.path} to NaN or infinite values; check the "
+                "audio VAE's file (LTXVAudioVAELoader)."
+            )
+        self.stats.latents_encoded += 1
+        _write_entry(path, {"latent": latent})
+        return latent
 
     def _stored(self, path, source):
         """The verified entry at `path`, or None when there is none or it was rejected."""

@@ -15,6 +15,7 @@ from .audio import is_audio_vae
 from .audio_captions import AudioPrompt
 from .buckets import fit_to_bucket
 from .captions import caption_variants
+from .clip_audio import check_audio_vae
 from .latent_cache import CacheStats, LatentCache
 from .media import check_frames_for_vae, file_sha256, mirrored, open_mask
 from .start_image import start_image_node
@@ -59,9 +60,10 @@ class TrainingSample:
     reference_latents: tuple = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
     mask: torch.Tensor | None = None  # (1, h, w) loss mask on the latent grid in [0, 1] (white = 1), CPU
     mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
-    # image-to-video: the conditioning values its start image sets (start_image.py: concat_latent_image
-    # and concat_mask, VAE space, CPU); empty without one
-    start_values: dict = field(default_factory=dict)
+    # what a host node sets on the sample's conditioning: an image-to-video start image's concat_latent_image
+    # and concat_mask (start_image.py; VAE space, CPU), an audio-video clip's frame_rate (as LTXVConditioning)
+    conditioning_values: dict = field(default_factory=dict)
+    audio_latent: torch.Tensor | None = None  # audio-video (LTX-2): its audio track's (C, t, freq) latent, CPU
 
 
 @dataclass
@@ -174,6 +176,7 @@ def build_training_data(
     regularization_dataset=None,
     processes=None,
     start_image=False,
+    audio_vae=None,
 ) -> "TrainingData":
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
     `resolution`; clips are sampled as the dataset says (its frames and fps). The dataset's held-out
@@ -184,23 +187,21 @@ def build_training_data(
     share of the entries (rank, rank + N, ...) into the shared cache folder and, once all have, reads
     every entry back. Entries are keyed by content, so they are the ones one process would write;
     `progress` then counts this process's share. `start_image`: image-to-video, each sample
-    conditioned on its first frame (start_image.py)."""
+    conditioned on its first frame (start_image.py). `audio_vae` (an audio-video model's, LTX-2's):
+    each clip's audio track is encoded beside its frames (clip_audio.py)."""
     check_datasets_apart(dataset, validation_dataset, regularization_dataset)
-    for source in (dataset, validation_dataset, regularization_dataset):
-        if source is not None:
-            check_vae_takes_media(source, vae)
-    if start_image:
-        start_image_node(vae)  # a VAE of no image-to-video model: refused before anything is encoded
+    media = {"start_image": start_image, "audio_vae": audio_vae}  # what each sample is encoded with
+    _check_media([d for d in (dataset, validation_dataset, regularization_dataset) if d is not None], vae, **media)
     distributed = processes is not None and processes.distributed
     cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
     entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed)
     every = [entry for group in entries for entry in group]
     if distributed:
-        _encode_share(every, cache, resolution, progress, processes, dataset, start_image)
+        _encode_share(every, cache, resolution, progress, processes, dataset, media)
     done = [0]
 
     def encoded(entry):
-        sample = _sample_of(*entry[:2], cache, resolution, *entry[2:], start_image=start_image)
+        sample = _sample_of(*entry[:2], cache, resolution, *entry[2:], **media)
         done[0] += 1
         if progress is not None and not distributed:
             progress(done[0], len(every))
@@ -217,6 +218,17 @@ def build_training_data(
     training = _training_data(samples, empty, dataset, resolution, cache.stats)
     training.validation, training.regularization = validation_data, regularization
     return training
+
+
+def _check_media(datasets, vae, start_image, audio_vae):
+    """Refuse, before anything is encoded, media the VAEs cannot encode: a start image for the VAE of no
+    image-to-video model, sound for no audio-video model's audio VAE or from clips without it."""
+    for source in datasets:
+        check_vae_takes_media(source, vae)
+        if audio_vae is not None:
+            check_audio_vae(audio_vae, source)
+    if start_image:
+        start_image_node(vae)
 
 
 def _training_data(samples, empty, source, resolution, stats):
@@ -248,12 +260,12 @@ def _entries(dataset, validation_dataset, regularization_dataset, shuffle_varian
     )
 
 
-def _encode_share(every, cache, resolution, progress, processes, dataset, start_image):
+def _encode_share(every, cache, resolution, progress, processes, dataset, media):
     """A run of several processes: this one encodes its share of the entries into the shared cache."""
     processes.barrier()  # rank 0 swept the temp files before anyone writes
     share = every[processes.rank :: processes.world_size]
     for done, entry in enumerate(share):
-        _sample_of(*entry[:2], cache, resolution, *entry[2:], start_image=start_image)
+        _sample_of(*entry[:2], cache, resolution, *entry[2:], **media)
         if progress is not None:
             progress(done + 1, len(share))
     if processes.is_main:
@@ -261,10 +273,12 @@ def _encode_share(every, cache, resolution, progress, processes, dataset, start_
     processes.barrier()  # every entry is on disk
 
 
-def _sample_of(record, source, cache, resolution, options, variants_wanted, seed, mirror=False, start_image=False):
+def _sample_of(
+    record, source, cache, resolution, options, variants_wanted, seed, mirror=False, start_image=False, audio_vae=None
+):
     """The TrainingSample of one record of dataset `source`: its latent, reference latents, mask,
-    caption variants and, with `start_image`, its start image's conditioning values; `mirror`: all of
-    them flipped left to right."""
+    caption variants, with `start_image` its start image's conditioning values and with `audio_vae`
+    its audio track's latent; `mirror`: all of them flipped left to right (the sound stays)."""
     video = source.video
     if record.audio is not None:
         return _audio_sample(record, source, cache, options, variants_wanted, seed)
@@ -284,7 +298,11 @@ def _sample_of(record, source, cache, resolution, options, variants_wanted, seed
         references,
         mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
         mirrored=mirror,
-        start_values=cache.start_values(record, video, bucket, mirror) if start_image else {},
+        conditioning_values={
+            **(cache.start_values(record, video, bucket, mirror) if start_image else {}),
+            **({"frame_rate": video.fps} if audio_vae is not None else {}),
+        },
+        audio_latent=cache.clip_audio_latent(record, video, audio_vae) if audio_vae is not None else None,
     )
 
 

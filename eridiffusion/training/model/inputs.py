@@ -40,11 +40,11 @@ def model_inputs(
     extra_conds reads "reference_latents" (Flux Kontext, Flux.2, Qwen-Image Edit). `pooled_on_device`: a trained text
     encoder's pooled output joins the inputs on the device where it can (see _extra_conds). `values`:
     what a host node sets on the sample's conditioning (an image-to-video start image's
-    concat_latent_image and concat_mask), laid over its options as that node lays them."""
+    concat_latent_image and concat_mask; an audio-video clip's frame_rate and the latent_shapes of its
+    packed video and audio latents), laid over its options as that node lays them."""
     cond, options = conditioning[0]
     params = dict(defaults or {})
     params.update(options)
-    params.update(values or {})
     if reference_latents:  # edit models, as ComfyUI's ReferenceLatent node appends them (VAE space, batch 1)
         params["reference_latents"] = list(params.get("reference_latents", [])) + [r[None] for r in reference_latents]
     width, height = pixel_size or (latent.shape[-1] * 8, latent.shape[-2] * 8)
@@ -59,6 +59,7 @@ def model_inputs(
         height=params.get("height", height),
         latent_shapes=[latent[None].shape],
     )
+    params.update(values or {})
     conds, live = _extra_conds(base_model, params, pooled_on_device)
     inputs = {}
     for name, c in conds.items():
@@ -141,12 +142,12 @@ def _pooled_leads(zero, probed, probe):
 def check_takes_start_image(base_model, data):
     """Refuse start images (image-to-video samples of TrainingData `data`) that the model would ignore:
     a text-to-video model, whose inputs are the same with and without them."""
-    sample = next((s for s in data.samples if s.start_values), None)
+    sample = next((s for s in data.samples if "concat_latent_image" in s.conditioning_values), None)
     if sample is None:
         return
     latent = base_model.process_latent_in(sample.latent[None].float())[0]
     conditioning = sample.conditionings[0]
-    with_image = model_inputs(base_model, conditioning, latent, "cpu", sample.bucket, values=sample.start_values)
+    with_image = model_inputs(base_model, conditioning, latent, "cpu", sample.bucket, values=sample.conditioning_values)
     without = model_inputs(base_model, conditioning, latent, "cpu", sample.bucket)
     changed = set(with_image) != set(without) or any(
         isinstance(c.cond, torch.Tensor) and not torch.equal(c.cond, without[name].cond)

@@ -1,6 +1,9 @@
 """The cached samples made ready for training on the device: latents in model space and, unless
 captions are encoded live, each caption's model inputs."""
 
+import math
+
+import comfy.utils
 import torch
 
 from .inputs import model_inputs
@@ -16,28 +19,61 @@ def conditioning_options(config, family):
     return {} if guidance is None else {"guidance": guidance}
 
 
+def model_latent(base_model, sample):
+    """(a TrainingSample's latent in model space, the conditioning values its layout adds): an
+    audio-video sample's video and audio latents packed into one (1, n) latent, as ComfyUI's sampler
+    packs the nested latent of LTXVConcatAVLatent, with their latent_shapes."""
+    if sample.audio_latent is None:
+        return base_model.process_latent_in(sample.latent[None].float())[0], {}
+    packed, shapes = comfy.utils.pack_latents([sample.latent[None].float(), sample.audio_latent[None].float()])
+    return base_model.process_latent_in(packed)[0], {"latent_shapes": shapes}
+
+
+def stream_weights(shapes, weights):
+    """(1, n) loss weights of a packed latent of `shapes` (the video's, the audio's): on each stream its
+    weight of `weights` times n / its size, so the mean loss is the weighted sum of each stream's mean."""
+    sizes = [math.prod(shape[1:]) for shape in shapes]
+    return torch.cat([torch.full((1, size), weight * sum(sizes) / size) for size, weight in zip(sizes, weights)], -1)
+
+
 class PreparedData:
-    """Latents (model space), loss weights of masked samples and, unless captions are encoded live,
-    model inputs of every sample, on the training device."""
+    """Latents (model space), loss weights of masked samples (and of the streams of audio-video ones,
+    by `streams`: the video's and the audio's weight) and, unless captions are encoded live, model
+    inputs of every sample, on the training device."""
 
     def __init__(
-        self, base_model, data, device, limit=None, cached_inputs=True, options=None, mask_floor=0.0, preservation=None
+        self,
+        base_model,
+        data,
+        device,
+        limit=None,
+        cached_inputs=True,
+        options=None,
+        mask_floor=0.0,
+        preservation=None,
+        streams=(1.0, 1.0),
     ):
         self.base_model, self.device, self.options = base_model, device, options or {}
         self.latents, self.inputs, self.empty_inputs, self.captions, self.sizes = [], [], [], [], []
         self.references = []  # edit pairs: each sample's reference latents (VAE space)
-        self.start_values = []  # image-to-video: each sample's start image's conditioning values
+        self.conditioning_values = []  # what host nodes set on each sample's conditioning (TrainingSample's)
+        self.shapes = []  # each sample's latent shape as the model patchifies it (audio-video: the video's)
         self.masks = []  # per latent position: mask_floor + (1 - mask_floor) · mask; None without a mask
         self.preservation_inputs = []  # with a `preservation` conditioning: its model inputs for each sample
         for sample in data.samples[:limit]:
-            latent = base_model.process_latent_in(sample.latent[None].float()).to(device, copy=True)[0]
-            self.latents.append(latent)
+            latent, layout = model_latent(base_model, sample)
+            self.latents.append(latent.to(device, copy=True))
+            self.shapes.append(layout.get("latent_shapes", [latent[None].shape])[0])
             mask = getattr(sample, "mask", None)
-            self.masks.append(None if mask is None else (mask_floor + (1 - mask_floor) * mask.float()).to(device))
+            if "latent_shapes" in layout:
+                mask = stream_weights(layout["latent_shapes"], streams)
+            elif mask is not None:
+                mask = mask_floor + (1 - mask_floor) * mask.float()
+            self.masks.append(None if mask is None else mask.to(device))
             self.captions.append(list(sample.captions))
             self.sizes.append(sample.bucket)
             self.references.append(sample.reference_latents)
-            self.start_values.append(sample.start_values)
+            self.conditioning_values.append({**sample.conditioning_values, **layout})
             if cached_inputs:
                 # Reused every step, so built without autograd: some extra_conds run model layers
                 # (LTX-2's text connectors), which may carry adapters; a graph through them would be
@@ -59,7 +95,7 @@ class PreparedData:
             self.options,
             self.references[index],
             pooled_on_device=pooled_on_device,
-            values=self.start_values[index],
+            values=self.conditioning_values[index],
         )
 
     def mask_weights(self, indices):
@@ -69,6 +105,12 @@ class PreparedData:
         if all(m is None for m in masks):
             return None
         return torch.stack([torch.ones_like(self.latents[i][:1]) if m is None else m for i, m in zip(indices, masks)])
+
+    def stream_mask(self, index, stream):
+        """(1, 1, n) loss weights that make the mean loss of audio-video sample `index` that of one of its
+        streams (0: the video, 1: the audio)."""
+        shapes = self.conditioning_values[index]["latent_shapes"]
+        return stream_weights(shapes, [float(k == stream) for k in range(len(shapes))])[None].to(self.device)
 
     def variants(self, index):
         return len(self.captions[index])

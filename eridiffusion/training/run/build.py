@@ -87,6 +87,7 @@ class TrainingRun:
         self.optimizer, self.scheduler, self.scaler, self.ema = self._optimization()
         self._data_order()
         self.progress = run_state.RunProgress()
+        self.evaluation_range = (0.0, 1.0)  # the noise levels the evaluation loss spreads over (an expert: its own)
         if resume is not None and resume.state is not None:
             run_state.restore(self, resume.state, resume.path)
 

@@ -252,6 +252,46 @@ class TrainConfig:
     bypass_guidance_embedding: bool = setting(
         False, "Train with the guidance embedding skipped (Flux.1 dev: no guidance input).", group="objective"
     )
+    expert_boundary: float = setting(
+        0.0,
+        "Two experts (LoRATrainer's low_noise_model connected: Wan 2.2 14B's high- and low-noise models): the "
+        "noise level σ where the high-noise expert hands over to the low-noise one. 0: the family's (Wan 2.2 "
+        "14B: 0.889, step 10 of 20 at shift 8, where ComfyUI's Wan 2.2 templates switch models).",
+        minimum=0.0,
+        maximum=0.99,
+        step=0.001,
+        group="objective",
+        optional=True,
+    )
+    switch_boundary_every: int = setting(
+        0,
+        "Two experts: 0: each step trains the expert whose noise range the step's noise level falls in (drawn "
+        "as timestep_sampling draws it); N: the experts take turns, N steps each from the high-noise one "
+        "(ai-toolkit's switch_boundary_every). Each expert only ever trains on its own range.",
+        minimum=0,
+        maximum=100000,
+        group="objective",
+        optional=True,
+    )
+    video_loss_weight: float = setting(
+        1.0,
+        "Audio-video models (LTX-2 with CacheLatents' audio_vae): the weight of the video stream's mean loss.",
+        minimum=0.0,
+        maximum=10.0,
+        step=0.05,
+        group="objective",
+        optional=True,
+    )
+    audio_loss_weight: float = setting(
+        1.0,
+        "Audio-video models (LTX-2 with CacheLatents' audio_vae): the weight of the audio stream's mean loss "
+        "(0: the sound is only context).",
+        minimum=0.0,
+        maximum=10.0,
+        step=0.05,
+        group="objective",
+        optional=True,
+    )
     log_every: int = 10  # steps between loss read-backs (each one is a device sync)
     eval_timesteps: int = 8  # fixed (noise, timestep) pairs per image for the evaluation loss
     eval_images: int = 8  # the first N images make the evaluation set

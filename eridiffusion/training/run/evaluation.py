@@ -11,9 +11,11 @@ from ..model.objective import Objective, sigmas_of_timesteps
 from ..model.prepared_data import PreparedData, conditioning_options
 
 
-def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
+def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None, noise_range=(0.0, 1.0), stream=None):
     """Mean native-parameterization loss over `config.eval_timesteps` fixed (noise, timestep) pairs
-    per image of the first `config.eval_images`, timesteps spread evenly over the schedule."""
+    per image of the first `config.eval_images`, timesteps spread evenly over the schedule (over the
+    `noise_range` part of it: an expert of a two-expert run, its own). `stream` (audio-video samples):
+    0 the video's loss alone, 1 the audio's."""
     base = patcher.model
     device = patcher.load_device
     objective = Objective(base.model_sampling)
@@ -30,7 +32,9 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
         )
         ms = base.model_sampling
         t_lo, t_hi = float(ms.timestep(ms.sigma_min.reshape(1))), float(ms.timestep(ms.sigma_max.reshape(1)))
-        fractions = (torch.arange(config.eval_timesteps, dtype=torch.float32) + 0.5) / config.eval_timesteps
+        low, high = noise_range
+        spread = (torch.arange(config.eval_timesteps, dtype=torch.float32) + 0.5) / config.eval_timesteps
+        fractions = low + (high - low) * spread
         sigmas = sigmas_of_timesteps(ms, t_lo + fractions * (t_hi - t_lo)).float().to(device)
         generator = torch.Generator().manual_seed(seed)
         total, count = 0.0, 0
@@ -42,6 +46,7 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None):
             noise = torch.randn(x0.shape, generator=generator).to(device)
             x_t = objective.noisy_latent(x0, noise, sigmas)
             denoised = prediction(base, transformer_options, x_t, sigmas, batch_inputs([inputs] * len(sigmas)))
-            total += float(objective.loss(denoised, x0, sigmas).sum())
+            mask = None if stream is None else prepared.stream_mask(index, stream)
+            total += float(objective.loss(denoised, x0, sigmas, mask).sum())
             count += len(sigmas)
     return total / count

@@ -28,6 +28,7 @@ def prepared(run, data, preservation=None):
         options=conditioning_options(run.config, run.family),
         mask_floor=run.config.mask_min,
         preservation=preservation,
+        streams=(run.config.video_loss_weight, run.config.audio_loss_weight),
     )
 
 
@@ -66,7 +67,8 @@ class MicroBatches:
             run.text_encoder.micro_batch_starts()
         chosen = [prepared.inputs_for(i, v, run.text_encoder) for i, v in zip(indices, variants[part])]
         noise = objective.noise((len(drawn), *x0.shape[1:]), run.noise_gen, device)[part].to(x0.dtype)
-        tokens = token_count(x0, run.base.diffusion_model, run.family.latent_patch)
+        shape = torch.empty(prepared.shapes[indices[0]], device="meta")  # (audio-video: the video's tokens)
+        tokens = token_count(shape, run.base.diffusion_model, run.family.latent_patch)
         sigma = objective.sample_sigmas(len(drawn), run.noise_gen, device, tokens=tokens)[part]
         batch = {"x_t": objective.noisy_latent(x0, noise, sigma), "sigma": sigma, "x0": x0}
         mask = prepared.mask_weights(indices)

@@ -11,10 +11,12 @@ import torch
 from PIL import Image
 
 from ...errors import EriDiffusionError
+from ..data.audio import is_audio_vae
 from ..formats.atomic_file import write_atomic
 from ..model import loading as model_loading
 from ..settings import check_settings, setting
 from .audio_samples import decoded_audio, empty_audio_latent, save_audio_sample
+from .av_samples import av_latent, decoded_av, save_av_sample
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class SampleSettings:
     height: int
     frames: int = 1  # video models: frames per sample
     seconds: float = 10.0  # audio models: seconds per sample
+    audio_vae: object = None  # audio-video models (LTX-2): their audio VAE, to sample and write the sound
 
 
 def check_sample_size(vae, width, height):
@@ -105,51 +108,71 @@ def empty_latent(model, vae, width, height, frames=1):
 SAMPLE_FPS = 16  # playback rate of video samples (Wan's rate; a preview, not the model's exact fps)
 
 
-def render_samples(patcher, settings, step, samples_dir):
+def render_samples(patcher, settings, step, samples_dir, low_noise=None):
     """Render every prompt on `patcher`; save step_<N>_<k>.png (video: its first frame, and all
-    frames as step_<N>_<k>.webp; audio: step_<N>_<k>.flac); return (grid IMAGE of first frames or of
-    audio's spectrograms, paths: png, webp for video, flac for audio)."""
+    frames as step_<N>_<k>.webp, or with an audio VAE an mp4 with sound; audio: step_<N>_<k>.flac);
+    return (grid IMAGE of first frames or of audio's spectrograms, paths: png, webp or mp4 for video,
+    flac for audio). `low_noise`: (the low-noise expert's patcher, the σ where it takes over) of a
+    two-expert run (see denoised)."""
     images, paths = [], []
-    audio = patcher.model.latent_format.latent_dimensions == 1
     with torch.no_grad():
         for k, positive in enumerate(settings.positives):
-            if audio:
-                latent = empty_audio_latent(patcher.model, settings.vae, settings.seconds)
-            else:
-                latent = empty_latent(patcher.model, settings.vae, settings.width, settings.height, settings.frames)
-            noise = comfy.sample.prepare_noise(latent, settings.seed + k)
-            samples = comfy.sample.sample(
-                patcher,
-                noise,
-                settings.steps,
-                settings.cfg,
-                settings.sampler,
-                settings.scheduler,
-                positive,
-                settings.negative,
-                latent,
-                seed=settings.seed + k,
-                disable_pbar=True,
-            )
-            if audio:
-                with model_loading.as_comfyui_loads():
-                    waveform = decoded_audio(settings.vae, samples)
-                image, path = save_audio_sample(
-                    waveform, settings.vae, os.path.join(samples_dir, f"step_{step}_{k}.flac")
-                )
-                images.append(image)
-                paths.append(path)
-                continue
-            with model_loading.as_comfyui_loads():  # the graph's own VAE: loaded as ComfyUI loads it
-                decoded = settings.vae.decode(samples)
-            frames = decoded.reshape(-1, *decoded.shape[-3:])[..., :3]  # video VAEs add a frame axis
-            image = frames[:1]
-            images.append(image.float().clamp(0, 1).cpu())
-            path = _save_png(image[0], os.path.join(samples_dir, f"step_{step}_{k}.png"))
-            if len(frames) > 1:  # a video: the animation beside its first frame, and shown instead of it
-                path = _save_animation(frames, os.path.join(samples_dir, f"step_{step}_{k}.webp"))
+            latent = _empty(patcher, settings)
+            samples = denoised(patcher, settings, latent, positive, settings.seed + k, low_noise)
+            image, path = _saved(samples, settings, os.path.join(samples_dir, f"step_{step}_{k}"))
+            images.append(image)
             paths.append(path)
     return image_grid(images), paths
+
+
+def _empty(patcher, settings):
+    """The empty latent a sample starts from: audio's, a (video) image's, or a video's with its sound."""
+    if patcher.model.latent_format.latent_dimensions == 1:
+        return empty_audio_latent(patcher.model, settings.vae, settings.seconds)
+    latent = empty_latent(patcher.model, settings.vae, settings.width, settings.height, settings.frames)
+    if settings.audio_vae is not None:  # audio-video (LTX-2): the sound's latent beside the frames'
+        latent = av_latent(latent, settings.audio_vae, settings.frames)
+    return latent
+
+
+def _saved(samples, settings, stem):
+    """(the sample's (1, H, W, 3) image for the grid, the path it is saved at, `stem` + its suffix)."""
+    if is_audio_vae(settings.vae):
+        with model_loading.as_comfyui_loads():
+            waveform = decoded_audio(settings.vae, samples)
+        return save_audio_sample(waveform, settings.vae, stem + ".flac")
+    with model_loading.as_comfyui_loads():  # the graph's own VAE: loaded as ComfyUI loads it
+        if settings.audio_vae is not None:
+            frames, sound = decoded_av(settings.vae, settings.audio_vae, samples)
+        else:
+            decoded = settings.vae.decode(samples)
+            frames, sound = decoded.reshape(-1, *decoded.shape[-3:])[..., :3], None  # video VAEs add a frame axis
+    image = frames[:1].float().clamp(0, 1).cpu()
+    path = _save_png(image[0], stem + ".png")
+    if sound is not None:  # a video with its sound, shown instead of the first frame
+        path = save_av_sample(frames, sound, stem + ".mp4")
+    elif len(frames) > 1:  # a video: the animation beside its first frame, and shown instead of it
+        path = _save_animation(frames, stem + ".webp")
+    return image, path
+
+
+def denoised(patcher, settings, latent, positive, seed, low_noise=None):
+    """The sampled latent of `positive` from `latent`: one KSampler pass, or with `low_noise` (patcher,
+    σ) two, as the Wan 2.2 workflows' two KSamplerAdvanced run them: the high-noise model (`patcher`)
+    adds the noise and samples the steps that start at σ >= the boundary, returning with the noise
+    left; the low-noise model samples the rest without adding noise."""
+    noise = comfy.sample.prepare_noise(latent, seed)
+    common = (settings.steps, settings.cfg, settings.sampler, settings.scheduler, positive, settings.negative)
+    if low_noise is None:
+        return comfy.sample.sample(patcher, noise, *common, latent, seed=seed, disable_pbar=True)
+    low_patcher, boundary = low_noise
+    sigmas = comfy.samplers.calculate_sigmas(patcher.model.model_sampling, settings.scheduler, settings.steps)
+    switch = int((sigmas[:-1] >= boundary - 1e-4).sum())  # (the boundary is a step's σ, up to rounding)
+    high = comfy.sample.sample(patcher, noise, *common, latent, last_step=switch, seed=seed, disable_pbar=True)
+    quiet = torch.zeros_like(noise)
+    return comfy.sample.sample(
+        low_patcher, quiet, *common, high, start_step=switch, force_full_denoise=True, seed=seed, disable_pbar=True
+    )
 
 
 def _to_uint8(image):

@@ -8,6 +8,7 @@ attached. In a run of several processes (distributed.py) each trains its part of
 micro-batch, the gradients are averaged once per optimizer step, and rank 0 alone writes files.
 """
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from .cadence import Cadence
 from .config import TrainConfig
 from .distributed import SINGLE_PROCESS, TrainingProcesses
 from .evaluation import evaluation_loss
+from .experts import ExpertPick, ExpertSteps, check_one_model, expert_runs, expert_summary
 from .micro_batches import MicroBatches, loss_function, prepared
 from .non_finite import MAX_SKIPS_IN_A_ROW, StepHealth, diverged_error
 from .optimizer_step import OptimizerStep
@@ -67,14 +69,21 @@ class TrainResult:
     validation: list = field(default_factory=list)  # [[step, validation loss], ...]
     best: dict | None = None  # {"step", "loss", "path"} of the lowest validation loss
     stopped_early: bool = False  # early_stop_patience ended the run
+    low_noise: "TrainResult | None" = None  # a two-expert run (experts.py): the low-noise expert's (this: the high's)
 
 
 def train(
-    run: TrainingRun, sample_settings: SampleSettings | None = None, hooks: TrainingHooks | None = None
+    runs: TrainingRun | tuple,
+    sample_settings: SampleSettings | None = None,
+    hooks: TrainingHooks | None = None,
+    pick: ExpertPick | None = None,
 ) -> TrainResult:
-    """Train TrainingRun `run` from its progress to its last step (or a stop), rendering samples of
-    `sample_settings` (SampleSettings or None) and reporting to `hooks`."""
-    with _Loop(run, sample_settings, hooks or TrainingHooks()) as loop:
+    """Train TrainingRun `runs` (or a two-expert run's two, `pick` naming the one each step trains)
+    from its progress to the last step (or a stop), rendering samples of `sample_settings`
+    (SampleSettings or None) and reporting to `hooks`."""
+    runs = runs if isinstance(runs, tuple) else (runs,)
+    with _Loop(runs, sample_settings, hooks or TrainingHooks(), pick) as loop:
+        run = loop.run
         config, progress, done = run.config, run.progress, run.progress.start_step
         for step in range(progress.start_step, config.steps):
             if loop.hooks.check_cancel is not None:
@@ -90,7 +99,7 @@ def train(
                 due = loop.cadence.after_validation(due, progress.checks_since_best)
             loop.report(done, new, point)
             if due.checkpoint:
-                checkpoints.save_checkpoint(run, done)
+                loop.save_checkpoints(done)
             if due.samples:
                 loop.render_samples(done)
             if due.stop:
@@ -100,30 +109,26 @@ def train(
 
 
 class _Loop:
-    """What one call of train() keeps beside the run: the step and its path, validation, the
-    samples rendered, the timing and the losses not yet read back."""
+    """What one call of train() keeps beside the runs: the step and its paths, validation, the samples
+    rendered, the timing and the losses not yet read back. `run` is the first of `runs`: it keeps the
+    losses and the schedule a two-expert run reports."""
 
-    def __init__(self, run, sample_settings, hooks):
-        self.run, self.sample_settings, self.hooks = run, sample_settings, hooks
-        config, progress = run.config, run.progress
-        if progress.eval_before is None:
-            progress.eval_before = evaluation_loss(run.patcher, run.data, config, text_encoder=run.text_encoder)
-        model_loading.load(run.patcher, config.weights_vram_gib)
-        training = prepared(run, run.data, run.preservation)
-        prior = prepared(run, run.data.regularization) if run.data.regularization is not None else None
-        self.transformer_options = transformer_options_of(run.patcher)
-        loss_of = loss_function(run, self.transformer_options)
-        self.path = step_path(
-            config, run.device, run.adapters, loss_of, run.text_encoder, run.base.diffusion_model, run.fp8_products
-        )
+    def __init__(self, runs, sample_settings, hooks, pick=None):
+        self.runs, self.run, self.sample_settings, self.hooks, self.pick = runs, runs[0], sample_settings, hooks, pick
+        run, config, progress = self.run, self.run.config, self.run.progress
+        for each in runs:
+            if each.progress.eval_before is None:
+                each.progress.eval_before = self._evaluation_loss(each)
+        self.health = StepHealth(config.steps, run.device, config.on_nan, run.scaler.is_enabled())
+        self.paths = []
+        steps = [self._optimizer_step(each) for each in runs]
+        self.optimizer_step = steps[0] if pick is None else ExpertSteps(runs, steps, pick)
         self.validation = None
         if run.data.validation is not None:
             options = conditioning_options(config, run.family)
             self.validation = ValidationLoss(
                 run.base, run.data.validation, run.device, run.objective, config, options, run.text_encoder
             )
-        self.health = StepHealth(config.steps, run.device, config.on_nan, run.scaler.is_enabled())
-        self.optimizer_step = OptimizerStep(run, self.path, MicroBatches(run, training, prior), self.health)
         every = sample_settings.every if sample_settings is not None else None
         self.cadence = Cadence(config, every, validating=self.validation is not None)
         self.samples, self.sample_paths, self.stopped_early = None, [], False
@@ -131,11 +136,31 @@ class _Loop:
             torch.cuda.reset_peak_memory_stats(run.device)
         self.started, self.timed_from, self.logged = time.perf_counter(), None, progress.start_step
 
+    def _optimizer_step(self, run):
+        """The OptimizerStep of TrainingRun `run`, along its step path (kept in `paths`)."""
+        model_loading.load(run.patcher, run.config.weights_vram_gib)
+        training = prepared(run, run.data, run.preservation)
+        prior = prepared(run, run.data.regularization) if run.data.regularization is not None else None
+        self.transformer_options = transformer_options_of(run.patcher)
+        loss_of = loss_function(run, self.transformer_options)
+        path = step_path(
+            run.config, run.device, run.adapters, loss_of, run.text_encoder, run.base.diffusion_model, run.fp8_products
+        )
+        self.paths.append(path)
+        return OptimizerStep(run, path, MicroBatches(run, training, prior), self.health)
+
+    @staticmethod
+    def _evaluation_loss(run):
+        return evaluation_loss(
+            run.patcher, run.data, run.config, text_encoder=run.text_encoder, noise_range=run.evaluation_range
+        )
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.path.release()  # (a failed run too: its graphs and fp8 weights go now)
+        for path in self.paths:
+            path.release()  # (a failed run too: its graphs and fp8 weights go now)
 
     def stop_asked(self, done):
         """Whether the caller asked to stop before the last step (all processes stop at one step: a
@@ -188,20 +213,28 @@ class _Loop:
             stats["peak_vram_gib"] = torch.cuda.max_memory_allocated(run.device) / 2**30
         self.hooks.on_progress(done, run.config.steps, new, stats)
 
+    def save_checkpoints(self, done):
+        for run in self.runs:
+            checkpoints.save_checkpoint(run, done)
+
     def render_samples(self, done):
-        """Rank 0 renders the samples (on the EMA weights, if kept); the others wait."""
+        """Rank 0 renders the samples (on the EMA weights, if kept; two experts: each on its noise
+        range, as the Wan 2.2 workflows sample); the others wait."""
         run = self.run
+        low_noise = (self.runs[1].patcher, self.pick.boundary) if self.pick is not None else None
         if run.processes.is_main:
-            with checkpoints.averaged(run):
+            with contextlib.ExitStack() as averaged:
+                for each in self.runs:
+                    averaged.enter_context(checkpoints.averaged(each))
                 folder = os.path.join(run.run_dir, "samples")
-                self.samples, paths = render_samples(run.patcher, self.sample_settings, done, folder)
+                self.samples, paths = render_samples(run.patcher, self.sample_settings, done, folder, low_noise)
             self.sample_paths += paths
             if self.hooks.on_samples is not None:
                 self.hooks.on_samples(done, self.samples, paths)
         run.processes.barrier()
 
     def finish(self, done):
-        """The last checkpoint, the trained adapter and the run's figures, after `done` steps."""
+        """The last checkpoints, the trained adapters and the run's figures, after `done` steps."""
         run = self.run
         finished = time.perf_counter()
         if self.timed_from is not None and done > self.timed_from[0]:
@@ -209,16 +242,23 @@ class _Loop:
         else:
             seconds_per_step = (finished - self.started) / max(1, done - run.progress.start_step)
         peak = torch.cuda.max_memory_allocated(run.device) / 2**30 if run.device.type == "cuda" else 0.0
+        results = [self._result(each, done, seconds_per_step, peak) for each in self.runs]
+        if len(results) > 1:
+            results[0].low_noise = results[1]
+        return results[0]
+
+    def _result(self, run, done, seconds_per_step, peak):
+        """TrainingRun `run`'s last checkpoint and TrainResult (the losses: the whole run's, step by step)."""
         checkpoints.save_checkpoint(run, done)
         lora = checkpoints.lora_of(run, done)
         if run.ema is not None:
             run.ema.copy_to_parameters()  # the run's result (MODEL, evaluation) is the averaged adapter
         run.adapters.requires_grad_(False)
-        eval_after = evaluation_loss(run.patcher, run.data, run.config, text_encoder=run.text_encoder)
+        eval_after = self._evaluation_loss(run)
         progress = run.progress
         return TrainResult(
             lora=lora,
-            losses=progress.losses,
+            losses=self.run.progress.losses,
             eval_loss_before=progress.eval_before,
             eval_loss_after=eval_after,
             seconds_per_step=seconds_per_step,
@@ -246,18 +286,31 @@ def train_lora(
     clip: Any = None,
     resume: ResumePoint | None = None,
     processes: TrainingProcesses = SINGLE_PROCESS,
+    low_noise_model: Any = None,
 ) -> TrainResult:
     """Train, save checkpoints to run_dir, and return the trained MODEL (and CLIP) clones and LoRA.
-    `processes`: this process's place in a run of several (distributed.join_processes)."""
-    run = TrainingRun(model_patcher, data, config, run_dir, clip=clip, resume=resume, processes=processes)
+    `processes`: this process's place in a run of several (distributed.join_processes).
+    `low_noise_model`: a two-expert run (experts.py), `model_patcher` the high-noise expert; the
+    result's `low_noise` holds the low-noise one's."""
+    if low_noise_model is None:
+        check_one_model(config)
+        runs, pick = (TrainingRun(model_patcher, data, config, run_dir, clip, resume, processes),), None
+    else:
+        runs, pick = expert_runs(model_patcher, low_noise_model, data, config, run_dir, clip, resume, processes)
     try:
-        result = train(run, sample_settings, hooks)
+        result = train(runs, sample_settings, hooks, pick)
     finally:
-        run.release()
-    result.patcher = run.source.clone()
-    run.adapters.attach_to(result.patcher)
-    if run.text_encoder is not None:
-        result.clip = run.text_encoder.result_clip()
+        for run in runs:
+            run.release()
+    for run, each in zip(runs, (result, result.low_noise)):
+        assert each is not None  # (a second run: a second result)
+        each.patcher = run.source.clone()
+        run.adapters.attach_to(each.patcher)
+    if runs[0].text_encoder is not None:
+        result.clip = runs[0].text_encoder.result_clip()
     if processes.is_main:
-        write_json_atomic(os.path.join(run_dir, "summary.json"), run_summary(result, config))
+        summary = run_summary(result, config)
+        if pick is not None:
+            summary["experts"] = expert_summary(result, pick)
+        write_json_atomic(os.path.join(run_dir, "summary.json"), summary)
     return result

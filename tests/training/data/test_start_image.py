@@ -83,7 +83,7 @@ def wan22_i2v(dog_clips, tmp_path_factory):
 
 def test_each_clip_is_conditioned_on_its_first_frame_as_wan_image_to_video_sets_it(wan22_i2v):
     sample = wan22_i2v["data"].samples[0]
-    values = sample.start_values
+    values = sample.conditioning_values
     latent_frames = sample.latent.shape[1]
     assert tuple(values["concat_mask"].shape) == (1, 1, latent_frames, *sample.latent.shape[-2:])
     assert values["concat_mask"][:, :, 0].eq(0).all() and values["concat_mask"][:, :, 1:].eq(1).all()
@@ -94,16 +94,16 @@ def test_each_clip_is_conditioned_on_its_first_frame_as_wan_image_to_video_sets_
 
 def test_the_output_changes_with_the_start_image(wan22_i2v):
     samples, model = wan22_i2v["data"].samples, wan22_i2v["model"]
-    own, other = (_output(model, samples[0], samples[k].start_values) for k in (0, 2))
+    own, other = (_output(model, samples[0], samples[k].conditioning_values) for k in (0, 2))
     assert relative_error(other, own) > 1e-2
 
 
 def test_the_trained_model_follows_the_start_image_better_than_the_base_on_held_back_clips(wan22_i2v):
     held_back = wan22_i2v["data"].validation.samples[0]
-    wrong = wan22_i2v["data"].samples[0].start_values
+    wrong = wan22_i2v["data"].samples[0].conditioning_values
 
     def gap(patcher):  # how much worse the held-back clip denoises from another clip's start image
-        return _loss(patcher, held_back, wrong) - _loss(patcher, held_back, held_back.start_values)
+        return _loss(patcher, held_back, wrong) - _loss(patcher, held_back, held_back.conditioning_values)
 
     base_gap, trained_gap = gap(wan22_i2v["model"]), gap(wan22_i2v["result"].patcher)
     assert trained_gap > 2 * max(base_gap, 0.0) and trained_gap > 0.01, (base_gap, trained_gap)
@@ -113,7 +113,7 @@ def test_a_still_is_its_own_start_image_of_one_frame(dog_dataset, tmp_path):
     records = dog_dataset.records[:1]
     dataset = type(dog_dataset)(dog_dataset.folder, records, dog_dataset.captions, 1)
     _, _, data = _data("hunyuan_video15_i2v", dataset, tmp_path)
-    values = data.samples[0].start_values
+    values = data.samples[0].conditioning_values
     assert data.samples[0].frames == 1
     assert tuple(values["concat_mask"].shape) == (1, 1, 1, *data.samples[0].latent.shape[-2:])
     assert values["concat_mask"].eq(0).all()

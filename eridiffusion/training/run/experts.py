@@ -1,0 +1,133 @@
+"""Two experts trained in one run (Wan 2.2 14B: a high-noise and a low-noise model, handed over at a
+noise level): a TrainingRun of each (its own clone, adapters, optimizer and noise range), and which
+one trains each step."""
+
+import dataclasses
+import warnings
+
+import torch
+
+from ...errors import EriDiffusionError
+from ..model.families import family_of, resolve_objective
+from ..model.forward import token_count
+from ..model.objective import sample_fractions
+from .build import TrainingRun
+
+EXPERTS = ("high_noise", "low_noise")  # the order of a two-expert run's TrainingRuns, and their file names
+
+
+def check_one_model(config):
+    """Refuse the two-expert settings in a run of one model: they would be ignored."""
+    if config.expert_boundary or config.switch_boundary_every:
+        raise EriDiffusionError(
+            "expert_boundary and switch_boundary_every are for two experts in one run: connect LoRATrainer's "
+            "low_noise_model (headless: model.low_noise_model), or set them to 0."
+        )
+
+
+def check_experts(config, data, clip, resume, processes):
+    """What a two-expert run refuses, before anything is built."""
+    refused = (
+        (resume is not None, "continuing from a RESUME (start it afresh, or train one expert with its file)"),
+        (config.text_encoder_lr > 0 and clip is not None, "text-encoder training (set text_encoder_lr to 0)"),
+        (data.validation is not None, "validation images (drop LoadDataset's validation fraction and folder)"),
+        (processes.distributed, "several GPUs (run it on one)"),
+    )
+    for refused_here, what in refused:
+        if refused_here:
+            raise EriDiffusionError(f"LoRATrainer's low_noise_model (two experts in one run) does not take {what}.")
+
+
+def expert_boundary(config, family):
+    """The σ where the high-noise expert hands over: the config's, else the family's."""
+    boundary = config.expert_boundary or family.expert_boundary
+    if not boundary:
+        raise EriDiffusionError(
+            f"{family.name} has no expert boundary of its own: set TrainingObjective's expert_boundary (the noise "
+            "level where the high-noise model hands over to the low-noise one) to train two experts."
+        )
+    objective = config.objective
+    if not objective.timestep_min + 0.01 <= boundary <= objective.timestep_max - 0.01:
+        raise EriDiffusionError(
+            f"expert_boundary {boundary:g} is outside the trained noise range {objective.timestep_min:g}-"
+            f"{objective.timestep_max:g} (timestep_min, timestep_max): each expert needs a part of it."
+        )
+    return boundary
+
+
+def expert_config(config, index, boundary):
+    """The TrainConfig of expert `index` (EXPERTS): the high-noise one's noise range from `boundary`
+    up, the low-noise one's below it; its checkpoints named <run_name>_high_noise / _low_noise."""
+    objective = config.objective
+    low, high = (boundary, objective.timestep_max) if index == 0 else (objective.timestep_min, boundary)
+    return dataclasses.replace(
+        config,
+        run_name=f"{config.run_name}_{EXPERTS[index]}",
+        objective=dataclasses.replace(objective, timestep_min=low, timestep_max=high),
+    )
+
+
+class ExpertPick:
+    """Which expert trains each step: with `switch_every` N, N steps each in turn, the high-noise one
+    first (ai-toolkit's switch_boundary_every); else the one whose range holds a noise level drawn as
+    the run draws them (`spec`, the whole range), from a CPU generator of its own (no device sync).
+    Either way an expert then draws its batch's noise levels in its own range only."""
+
+    def __init__(self, spec, boundary, switch_every, seed, tokens):
+        self.spec, self.boundary, self.switch_every, self.tokens = spec, boundary, switch_every, tokens
+        self.generator = torch.Generator().manual_seed(seed + 4)
+        self.trained = []  # the expert each step trained, in step order
+
+    def __call__(self, step):
+        if self.switch_every:
+            index = (step // self.switch_every) % 2
+        else:
+            index = 0 if float(sample_fractions(self.spec, 1, self.generator, self.tokens)[0]) >= self.boundary else 1
+        self.trained.append(index)
+        return index
+
+
+def expert_runs(high_model, low_model, data, config, run_dir, clip=None, resume=None, processes=None):
+    """(the two experts' TrainingRuns, high-noise first; their ExpertPick)."""
+    check_experts(config, data, clip, resume, processes)
+    family = family_of(high_model.model)
+    boundary = expert_boundary(config, family)
+    runs = tuple(
+        TrainingRun(model, data, expert_config(config, index, boundary), run_dir, clip=clip, processes=processes)
+        for index, model in enumerate((high_model, low_model))
+    )
+    for run in runs:  # each expert's evaluation loss: on its own noise range
+        run.evaluation_range = (run.config.objective.timestep_min, run.config.objective.timestep_max)
+    tokens = token_count(data.samples[0].latent[None], runs[0].base.diffusion_model, family.latent_patch)
+    spec = resolve_objective(config.objective, family)
+    return runs, ExpertPick(spec, boundary, config.switch_boundary_every, config.seed, tokens)
+
+
+class ExpertSteps:
+    """The optimizer step of a two-expert run: that of the expert `pick` names (`steps`, their
+    OptimizerSteps). The other's learning-rate schedule steps too, so both follow the run's step."""
+
+    def __init__(self, runs, steps, pick):
+        self.runs, self.steps, self.pick = runs, steps, pick
+
+    def __call__(self, step):
+        index = self.pick(step)
+        self.steps[index](step)
+        with warnings.catch_warnings():  # (torch warns of a schedule stepped before its optimizer)
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            for other, run in enumerate(self.runs):
+                if other != index:
+                    run.scheduler.step()
+
+
+def expert_summary(result, pick):
+    """summary.json's `experts` of a two-expert run's TrainResult: the boundary, and each expert's
+    steps and evaluation losses (each on its own noise range)."""
+    summary = {"boundary": pick.boundary}
+    for index, (name, each) in enumerate(zip(EXPERTS, (result, result.low_noise))):
+        summary[name] = {
+            "steps": pick.trained.count(index),
+            "eval_loss_before": each.eval_loss_before,
+            "eval_loss_after": each.eval_loss_after,
+        }
+    return summary
