@@ -24,8 +24,29 @@ class TinyFamilyStack:
         return build_tiny(family, seed)
 
 
+AUDIO_VAE_NODE = "EriDiffusionTest_TinyLTX2AudioVAE"
+
+
+class TinyLTX2AudioVAE:
+    """LTX-2's audio VAE, tiny (devkit.tiny_recent_video), as LTXVAudioVAELoader would load it."""
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"seed": ("INT", {"default": 0})}}
+
+    RETURN_TYPES = ("VAE",)
+    FUNCTION = "build"
+    CATEGORY = "EriDiffusion/tests"
+
+    def build(self, seed):
+        from devkit.tiny_recent_video import tiny_ltx2_audio_vae
+
+        return (tiny_ltx2_audio_vae(seed),)
+
+
 def register():
     import nodes
 
     nodes.NODE_CLASS_MAPPINGS.setdefault(NODE_NAME, TinyFamilyStack)
+    nodes.NODE_CLASS_MAPPINGS.setdefault(AUDIO_VAE_NODE, TinyLTX2AudioVAE)
     return NODE_NAME

@@ -265,5 +265,11 @@ FAMILIES = {
         needs=("Kandinsky5",),
         since="0.28.0",
     ),
-    "ltx2": TinyFamily(tiny_ltx2, family="LTX-2 (video)", video_frames=VIDEO_FRAMES, needs=("LTXAV",), since="0.28.0"),
+    "ltx2": TinyFamily(
+        tiny_ltx2,
+        family="LTX-2 (video, and its audio with the audio VAE)",
+        video_frames=VIDEO_FRAMES,
+        needs=("LTXAV",),
+        since="0.28.0",
+    ),
 }

@@ -95,10 +95,12 @@ FAMILIES = (
     # musubi-tuner's Kandinsky 5 recipe trains with shift 5.
     Family("Kandinsky 5.0 Video (Lite, Pro)", ("Kandinsky5",), DIT_TARGETS, flow_shift(5.0), "musubi-tuner"),
     # LTX-2 is an audio-video model; ComfyUI runs it video-only when the latent is a plain video latent
-    # (no audio tokens: the audio stream and the audio-video cross-attention are skipped), which is how
-    # it trains here. Its blocks write in place into activations autograd saved, as LTX-Video's do.
+    # (no audio tokens: the audio stream and the audio-video cross-attention are skipped), which is how it
+    # trains without an audio VAE; with one (CacheLatents' audio_vae) each clip's sound trains too, packed
+    # as the sampler packs LTXVConcatAVLatent's latent. Its blocks write in place into activations autograd
+    # saved, as LTX-Video's do.
     Family(
-        "LTX-2 (video)",
+        "LTX-2 (video, and its audio with the audio VAE)",
         ("LTXAV",),
         DIT_TARGETS,
         FLUX_SHIFT,

@@ -25,7 +25,7 @@ from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.evaluation import evaluation_loss
 from eridiffusion.training.run.trainer import train_lora
 
-pytestmark = pytest.mark.parametrize("family", family_params(["ltx2"]))  # (skipped where the host lacks LTXAV)
+LTX2 = pytest.mark.parametrize("family", family_params(["ltx2"]))  # (skipped where the host lacks LTXAV)
 FPS = 16.0
 
 
@@ -86,6 +86,7 @@ def trained(clips_with_sound, tmp_path_factory):
     }
 
 
+@LTX2
 def test_each_clips_audio_track_is_encoded_beside_its_frames_as_ltxv_audio_vae_encode_encodes_it(trained, family):
     sample, record = trained["data"].samples[0], trained["dataset"].records[0]
     expected = encoded_audio(trained["audio_vae"], clip_audio(record.path, trained["dataset"].video))
@@ -95,6 +96,7 @@ def test_each_clips_audio_track_is_encoded_beside_its_frames_as_ltxv_audio_vae_e
     assert sample.conditioning_values == {"frame_rate": FPS}
 
 
+@LTX2
 def test_both_streams_evaluation_losses_fall_at_least_30_percent(trained, family):
     (video_before, audio_before), (video_after, audio_after) = trained["streams"]
     assert video_after < 0.7 * video_before, (video_before, video_after)
@@ -103,6 +105,7 @@ def test_both_streams_evaluation_losses_fall_at_least_30_percent(trained, family
     assert result.eval_loss_after < 0.7 * result.eval_loss_before
 
 
+@LTX2
 def test_the_lora_loads_in_stock_comfyui_and_reproduces_the_audio_video_output(trained, family, tmp_path, caplog):
     path = trained["result"].lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
     patched, unmatched = load_with_stock_comfyui(trained["model"], path, 1.0, caplog)
@@ -114,6 +117,7 @@ def test_the_lora_loads_in_stock_comfyui_and_reproduces_the_audio_video_output(t
     assert torch.equal(probe.output(trained["model"]), trained["before"])  # the input model is untouched
 
 
+@LTX2
 def test_the_saved_sample_is_an_mp4_with_its_sound(trained, family):
     path = trained["result"].sample_paths[-1]
     assert path.endswith(".mp4")
@@ -122,13 +126,14 @@ def test_the_saved_sample_is_an_mp4_with_its_sound(trained, family):
         assert sum(f.samples for f in container.decode(audio=0)) > 0.3 * container.streams.audio[0].rate
 
 
-def test_stream_weights_make_the_mean_loss_the_weighted_sum_of_each_streams_mean(family):
+def test_stream_weights_make_the_mean_loss_the_weighted_sum_of_each_streams_mean():
     shapes = [torch.Size([1, 4, 2, 3]), torch.Size([1, 2, 5])]
     errors = torch.rand(1, 24 + 10)
     weighted = (errors * stream_weights(shapes, (0.5, 2.0))).mean()
     assert torch.allclose(weighted, 0.5 * errors[:, :24].mean() + 2.0 * errors[:, 24:].mean())
 
 
+@LTX2
 def test_an_audio_vae_with_clips_without_sound_is_refused_before_encoding(dog_clips, family, tmp_path):
     _, clip, vae = build_tiny("ltx2", seed=0)
     with torch.inference_mode(), pytest.raises(EriDiffusionError, match="has no audio track"):
@@ -136,6 +141,7 @@ def test_an_audio_vae_with_clips_without_sound_is_refused_before_encoding(dog_cl
     assert not os.path.exists(tmp_path / "latents")
 
 
+@LTX2
 def test_a_video_vae_given_as_the_audio_vae_is_refused(clips_with_sound, family, tmp_path):
     _, clip, vae = build_tiny("ltx2", seed=0)
     with torch.inference_mode(), pytest.raises(EriDiffusionError, match="not the audio VAE"):
