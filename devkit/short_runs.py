@@ -31,3 +31,28 @@ def encoding_changes(clip, eager, replayed, text="a photo of a dog"):
         before = clip.encode_from_tokens(tokens)
         eager_encoding, replayed_encoding = (run.clip.encode_from_tokens(tokens) for run in (eager, replayed))
     return (eager_encoding - before).abs().max(), (replayed_encoding - eager_encoding).abs().max()
+
+
+def family_run(run_name, steps, rank=8, **values):
+    """The fp32 run the family tests train a tiny stack with: `steps` steps at 3e-3, every linear layer
+    adapted at `rank`, without checkpointing; `values` override any setting."""
+    settings = dict(
+        steps=steps,
+        learning_rate=3e-3,
+        dtype="fp32",
+        gradient_checkpointing=False,
+        log_every=50,
+        adapter=AdapterSpec(rank=rank, alpha=float(rank), targets="all-linear"),
+        run_name=run_name,
+    )
+    return TrainConfig(**{**settings, **values})
+
+
+def quick_samples(clip, vae, prompt, width, height, frames=1, steps=2, **inputs):
+    """SampleDuringTraining's SAMPLE_CONFIG for one prompt: `steps` euler steps at cfg 1, rendered at the
+    end of a run only; `inputs` are its other inputs (seconds, start_image, audio_vae)."""
+    from eridiffusion.nodes.sampling_node import SampleDuringTraining
+
+    values = dict(prompts=prompt, every=10_000, seed=0, steps=steps, cfg=1.0, sampler_name="euler")
+    values.update(scheduler="simple", width=width, height=height, frames=frames, **inputs)
+    return SampleDuringTraining.execute(clip, vae, **values).args[0]

@@ -177,46 +177,33 @@ class LatentCache:
         ), bucket
 
     def start_values(self, record, video, bucket, mirror=False):
-        """The start-image conditioning values (start_image.conditioning_values) of one record in `bucket`:
+        """The start-image conditioning values (start_image.start_values) of one record in `bucket`:
         its first frame (a still: the image; `mirror`: flipped) opening a clip of the sample's frame
         count, built by the host's image-to-video node or read back."""
         frames, fps = (video.frames, video.fps) if record.clip else (1, 0)
         node = start_image_node(self.vae)[1]
         digest = media_sha256(record.path).hex()
         path = self._path("latents", "start", node, digest, frames, fps, list(bucket), self.vae_id, mirror)
-        stored = self._stored(path, record.path)
-        if stored is not None:
-            self.stats.latents_loaded += 1
-            return stored[0]
-        first = read_clip(record.path, VideoOptions(1, fps))[0] if record.clip else open_image_rgb(record.path)
-        values = start_values(self.vae, _pixels([fit_to_bucket(mirrored(first, mirror), bucket)[0]]), *bucket, frames)
-        if not _all_finite(values):
-            raise EriDiffusionError(
-                f"the VAE encodes the start image of {record.path} to NaN or infinite values: it overflows at its "
-                "precision. Start ComfyUI with --fp32-vae."
-            )
-        self.stats.latents_encoded += 1
-        _write_entry(path, values)
-        return values
+
+        def encode():
+            first = read_clip(record.path, VideoOptions(1, fps))[0] if record.clip else open_image_rgb(record.path)
+            return start_values(self.vae, _pixels([fit_to_bucket(mirrored(first, mirror), bucket)[0]]), *bucket, frames)
+
+        overflow = f"the VAE encodes the start image of {record.path} to NaN or infinite values: it overflows at its "
+        return self._cached(path, encode, record.path, overflow + "precision. Start ComfyUI with --fp32-vae.")
 
     def clip_audio_latent(self, record, video, audio_vae):
         """The (C, t, freq) latent of the audio track of one clip over its sampled frames (clip_audio.py),
         encoded with `audio_vae` or read back."""
-        audio_vae_id = vae_identity(audio_vae)
-        path = self._path("latents", "track", media_sha256(record.path).hex(), video.frames, video.fps, audio_vae_id)
-        stored = self._stored(path, f"the audio track of {record.path}")
-        if stored is not None:
-            self.stats.latents_loaded += 1
-            return stored[0]["latent"]
-        latent = encoded_audio(audio_vae, clip_audio(record.path, video))
-        if not _all_finite({"latent": latent}):
-            raise EriDiffusionError(
-                f"the audio VAE encodes the audio track of {record.path} to NaN or infinite values; check the "
-                "audio VAE's file (LTXVAudioVAELoader)."
-            )
-        self.stats.latents_encoded += 1
-        _write_entry(path, {"latent": latent})
-        return latent
+        digest = media_sha256(record.path).hex()
+        path = self._path("latents", "track", digest, video.frames, video.fps, vae_identity(audio_vae))
+        source = f"the audio track of {record.path}"
+        return self._cached(
+            path,
+            lambda: {"latent": encoded_audio(audio_vae, clip_audio(record.path, video))},
+            source,
+            f"the audio VAE encodes {source} to NaN or infinite values; check its file (LTXVAudioVAELoader).",
+        )["latent"]
 
     def _stored(self, path, source):
         """The verified entry at `path`, or None when there is none or it was rejected."""
@@ -230,19 +217,27 @@ class LatentCache:
     def _encoded(self, path, vae_input, source):
         """The latent stored at `path`, or the VAE's encoding of `vae_input()` (the pixels of one
         image or of a clip's frames, or a waveform; `source` is their file) written there."""
+        return self._cached(
+            path,
+            lambda: {"latent": self.vae.encode(vae_input())[0].to("cpu", torch.float32).contiguous()},
+            source,
+            f"the VAE encodes {source} to NaN or infinite values: it overflows at its "
+            "precision. Start ComfyUI with --fp32-vae (SDXL: or load the fp16-fix VAE).",
+        )["latent"]
+
+    def _cached(self, path, encode, source, overflow):
+        """The tensors stored at `path`, or those `encode()` gives ({name: CPU tensor}) written there;
+        `overflow` is the error's message when they hold NaN or infinite values."""
         stored = self._stored(path, source)
         if stored is not None:
             self.stats.latents_loaded += 1
-            return stored[0]["latent"]
-        latent = self.vae.encode(vae_input())[0].to("cpu", torch.float32).contiguous()
-        if not _all_finite({"latent": latent}):
-            raise EriDiffusionError(
-                f"the VAE encodes {source} to NaN or infinite values: it overflows at its "
-                "precision. Start ComfyUI with --fp32-vae (SDXL: or load the fp16-fix VAE)."
-            )
+            return stored[0]
+        tensors = encode()
+        if not _all_finite(tensors):
+            raise EriDiffusionError(overflow)
         self.stats.latents_encoded += 1
-        _write_entry(path, {"latent": latent})
-        return latent
+        _write_entry(path, tensors)
+        return tensors
 
     def conditioning(self, text, keywords=None):
         """ComfyUI conditioning of `text`, as CLIPTextEncode makes it (with `keywords`, the tokenizer's

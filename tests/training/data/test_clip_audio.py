@@ -11,17 +11,15 @@ import pytest
 import torch
 
 from devkit.photo_clips import CLIP_FRAMES, write_dog_clips_with_sound
+from devkit.short_runs import family_run, quick_samples
 from devkit.stock_comfyui import ProbeInput, load_with_stock_comfyui, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from devkit.tiny_recent_video import tiny_ltx2_audio_vae
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.nodes.sampling_node import SampleDuringTraining
-from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.clip_audio import clip_audio, encoded_audio
 from eridiffusion.training.data.dataset import load_dataset
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model.prepared_data import stream_weights
-from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.evaluation import evaluation_loss
 from eridiffusion.training.run.trainer import train_lora
 
@@ -44,30 +42,8 @@ def trained(clips_with_sound, tmp_path_factory):
         data = build_training_data(
             dataset, vae, clip, TINY_FAMILIES["ltx2"].resolution, str(folder / "cache"), audio_vae=audio_vae
         )
-        sample = SampleDuringTraining.execute(
-            clip,
-            vae,
-            audio_vae=audio_vae,
-            prompts="a photo of sks dog, rock",
-            every=10_000,
-            seed=0,
-            steps=2,
-            cfg=1.0,
-            sampler_name="euler",
-            scheduler="simple",
-            width=96,
-            height=64,
-            frames=CLIP_FRAMES,
-        ).args[0]
-    config = TrainConfig(
-        gradient_checkpointing=False,
-        steps=100,
-        learning_rate=3e-3,
-        dtype="fp32",
-        run_name="av",
-        log_every=50,
-        adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"),
-    )
+        sample = quick_samples(clip, vae, "a photo of sks dog, rock", 96, 64, CLIP_FRAMES, audio_vae=audio_vae)
+    config = family_run("av", 100)
     probe = ProbeInput.of(model, data)
     before = probe.output(model)
     with torch.inference_mode(False):

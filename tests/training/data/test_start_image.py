@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from devkit.photo_clips import CLIP_FRAMES
+from devkit.short_runs import family_run
 from devkit.stock_comfyui import relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.dataset import load_dataset
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model.inputs import batch_inputs, model_inputs
@@ -67,15 +67,7 @@ def wan22_i2v(dog_clips, tmp_path_factory):
     # mirrored copies too: each caption then opens two clips, told apart by their start images alone
     dataset = load_dataset(dog_clips.folder, frames=CLIP_FRAMES, fps=16.0, validation=0.2, flip=True)
     model, vae, data = _data("wan22_i2v_14b", dataset, folder / "cache")
-    config = TrainConfig(
-        gradient_checkpointing=False,
-        steps=300,
-        learning_rate=3e-3,
-        dtype="fp32",
-        adapter=AdapterSpec(rank=64, alpha=64.0, targets="all-linear"),
-        run_name="i2v",
-        log_every=50,
-    )
+    config = family_run("i2v", 300, rank=64)
     with torch.inference_mode(False):
         result = train_lora(model, data, config, str(folder / "run"))
     return {"model": model, "vae": vae, "data": data, "result": result}

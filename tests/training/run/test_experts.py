@@ -9,14 +9,12 @@ import os
 import pytest
 import torch
 
+from devkit.short_runs import family_run, quick_samples
 from devkit.stock_comfyui import ProbeInput, load_with_stock_comfyui, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.nodes.sampling_node import SampleDuringTraining
-from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model.family_row import WAN22_EXPERT_BOUNDARY
-from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.experts import ExpertPick
 from eridiffusion.training.run.samples import denoised
 from eridiffusion.training.run.trainer import train_lora
@@ -27,12 +25,8 @@ FAMILY = "wan21_t2v"  # Wan 2.2 T2V A14B loads as this class: each expert a WanM
 STEPS = 400  # at shift 3, 15% of them (σ >= 8/9) the high-noise expert's
 
 
-def _config(**values):
-    settings = dict(steps=STEPS, learning_rate=3e-3, dtype="fp32", run_name="experts", log_every=50)
-    settings.update(values)
-    return TrainConfig(
-        gradient_checkpointing=False, adapter=AdapterSpec(rank=8, alpha=8.0, targets="all-linear"), **settings
-    )
+def _config(steps=STEPS, **values):
+    return family_run("experts", steps, **values)
 
 
 def _recording(model, seen):
@@ -52,20 +46,7 @@ def experts(dog_clips, tmp_path_factory):
     low = build_tiny(FAMILY, seed=1)[0]
     with torch.inference_mode():
         data = build_training_data(dog_clips, vae, clip, TINY_FAMILIES[FAMILY].resolution, str(folder / "cache"))
-        sample = SampleDuringTraining.execute(
-            clip,
-            vae,
-            prompts="a photo of sks dog",
-            every=10_000,
-            seed=0,
-            steps=4,
-            cfg=1.0,
-            sampler_name="euler",
-            scheduler="simple",
-            width=64,
-            height=64,
-            frames=5,
-        ).args[0]
+        sample = quick_samples(clip, vae, "a photo of sks dog", 64, 64, frames=5, steps=4)
     data.samples = data.samples[:4]
     probes = {name: ProbeInput.of(model, data) for name, model in (("high", high), ("low", low))}
     before = {name: probes[name].output(model) for name, model in (("high", high), ("low", low))}
