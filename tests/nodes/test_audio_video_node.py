@@ -54,6 +54,8 @@ def test_ltx2_trains_on_clips_with_sound_through_the_executor_and_samples_them_w
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     assert summary["eval_loss_after"] < 0.7 * summary["eval_loss_before"], summary
+    for stream, (before, after) in summary["stream_losses"].items():  # video and audio
+        assert after < 0.7 * before, (stream, before, after)
     with av.open(summary["samples"][-1]) as container:
         assert [s.type for s in container.streams] == ["video", "audio"]
     model, clip, _ = build_tiny(FAMILY, seed=0)

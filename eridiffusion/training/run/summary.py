@@ -19,6 +19,7 @@ def run_summary(result, config):
         "best_validation_loss": result.best["loss"] if result.best else None,
         "best_checkpoint": result.best["path"] if result.best else None,
         "stopped_early": result.stopped_early,
+        "stream_losses": result.stream_losses,  # audio-video: each stream's evaluation loss before and after
         "checkpoints": result.checkpoints,
         "samples": result.sample_paths,
         "config": config.as_dict(),

@@ -70,6 +70,7 @@ class TrainResult:
     best: dict | None = None  # {"step", "loss", "path"} of the lowest validation loss
     stopped_early: bool = False  # early_stop_patience ended the run
     low_noise: "TrainResult | None" = None  # a two-expert run (experts.py): the low-noise expert's (this: the high's)
+    stream_losses: dict | None = None  # audio-video: {"video"/"audio": [evaluation loss before, after]}
 
 
 def train(
@@ -119,6 +120,7 @@ class _Loop:
         for each in runs:
             if each.progress.eval_before is None:
                 each.progress.eval_before = self._evaluation_loss(each)
+        self.streams_before = self._stream_losses(run) if progress.start_step == 0 else None
         self.health = StepHealth(config.steps, run.device, config.on_nan, run.scaler.is_enabled())
         self.paths = []
         steps = [self._optimizer_step(each) for each in runs]
@@ -154,6 +156,14 @@ class _Loop:
         return evaluation_loss(
             run.patcher, run.data, run.config, text_encoder=run.text_encoder, noise_range=run.evaluation_range
         )
+
+    @staticmethod
+    def _stream_losses(run):
+        """An audio-video run's evaluation loss of each stream (the video's, the audio's), else None."""
+        if all(sample.audio_latent is None for sample in run.data.samples):
+            return None
+        config, encoder = run.config, run.text_encoder
+        return [evaluation_loss(run.patcher, run.data, config, text_encoder=encoder, stream=k) for k in (0, 1)]
 
     def __enter__(self):
         return self
@@ -243,6 +253,9 @@ class _Loop:
             seconds_per_step = (finished - self.started) / max(1, done - run.progress.start_step)
         peak = torch.cuda.max_memory_allocated(run.device) / 2**30 if run.device.type == "cuda" else 0.0
         results = [self._result(each, done, seconds_per_step, peak) for each in self.runs]
+        if self.streams_before is not None:
+            after = self._stream_losses(run)
+            results[0].stream_losses = {n: [b, a] for n, b, a in zip(("video", "audio"), self.streams_before, after)}
         if len(results) > 1:
             results[0].low_noise = results[1]
         return results[0]

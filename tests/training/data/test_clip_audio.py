@@ -79,6 +79,7 @@ def test_both_streams_evaluation_losses_fall_at_least_30_percent(trained, family
     assert audio_after < 0.7 * audio_before, (audio_before, audio_after)
     result = trained["result"]
     assert result.eval_loss_after < 0.7 * result.eval_loss_before
+    assert result.stream_losses == {"video": [video_before, video_after], "audio": [audio_before, audio_after]}
 
 
 @LTX2
