@@ -89,6 +89,12 @@ class ModelSource:
         choices=_clip_types,
     )
     vae: str = setting("", "The VAE file (VAELoader).", path=True)
+    clip_vision: str = setting(
+        "",
+        "Image-to-video (cache.start_image): the image encoder file (CLIPVisionLoader; Wan 2.1 I2V: "
+        "clip_vision_h, HunyuanVideo 1.5 I2V: SigLIP) whose features of the start image the model reads too.",
+        path=True,
+    )
     audio_vae: str = setting(
         "",
         "Audio-video models (LTX-2): the audio VAE file (LTXVAudioVAELoader; the LTX-2 checkpoint itself holds "
@@ -234,6 +240,7 @@ def _undetected(error, path, key):
         "diffusion_model": "a diffusion model",
         "low_noise_model": "a diffusion model",
         "audio_vae": "an audio VAE",
+        "clip_vision": "an image encoder (CLIP vision)",
         "text_encoders": "text encoders",
         "vae": "a VAE",
     }[key]
@@ -282,6 +289,17 @@ def load_audio_vae(source):
     return vae
 
 
+def load_clip_vision(source):
+    """The image encoder of image-to-video training (CLIPVisionLoader's load), or None."""
+    if not source.clip_vision:
+        return None
+    import comfy.clip_vision
+
+    path = _existing(source.clip_vision, "clip_vision")
+    with _loading(path, "clip_vision"):
+        return comfy.clip_vision.load(path)
+
+
 def load_low_noise_model(source):
     """The low-noise expert's MODEL of a two-expert run (UNETLoader's load), or None."""
     if not source.low_noise_model:
@@ -292,7 +310,7 @@ def load_low_noise_model(source):
 def check_model_files(source):
     """Every model file of `source` checked before any is loaded: a wrong VAE path is named at once,
     not after minutes of loading the diffusion model."""
-    for key in ("checkpoint", "diffusion_model", "vae", "low_noise_model", "audio_vae"):
+    for key in ("checkpoint", "diffusion_model", "vae", "low_noise_model", "audio_vae", "clip_vision"):
         if getattr(source, key):
             _existing(getattr(source, key), key)
     for path in source.text_encoders or ():

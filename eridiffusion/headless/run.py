@@ -29,7 +29,7 @@ from ..training.run.preflight import (
 from ..training.run.resume import check_resume_fits
 from ..training.run.samples import check_sample_size
 from . import terminal
-from .models import load_audio_vae, load_low_noise_model, load_models, model_family
+from .models import load_audio_vae, load_clip_vision, load_low_noise_model, load_models, model_family
 from .run_config import RunConfig, config_yaml
 
 
@@ -55,6 +55,7 @@ class Inputs:
     regularization_dataset: Dataset | None = None
     low_noise_model: Any = None  # two experts in one run (model.low_noise_model): the low-noise one's MODEL
     audio_vae: Any = None  # audio-video training (model.audio_vae): the audio VAE
+    clip_vision: Any = None  # image-to-video's image encoder (model.clip_vision)
 
 
 def load_inputs(config: RunConfig) -> Inputs:
@@ -72,8 +73,8 @@ def load_inputs(config: RunConfig) -> Inputs:
         check_datasets(config, training, validation, regularization)
         model, clip, vae = load_models(config.model)
         family = model_family(model, config.model)
-        low_noise_model, audio_vae = load_low_noise_model(config.model), load_audio_vae(config.model)
-    return Inputs(model, clip, vae, family, training, validation, regularization, low_noise_model, audio_vae)
+        extra = [load(config.model) for load in (load_low_noise_model, load_audio_vae, load_clip_vision)]
+    return Inputs(model, clip, vae, family, training, validation, regularization, *extra)
 
 
 def check_datasets(config, training, validation, regularization):
@@ -105,6 +106,7 @@ def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
             regularization_dataset=inputs.regularization_dataset,
             start_image=config.cache["start_image"],
             audio_vae=inputs.audio_vae,
+            clip_vision=inputs.clip_vision,
         )
 
 

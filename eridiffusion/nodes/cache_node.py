@@ -55,6 +55,13 @@ class CacheLatents(io.ComfyNode):
                     tooltip="Audio-video models (optional; LTX-2's audio VAE, from LTXVAudioVAELoader): each clip's "
                     "audio track is encoded beside its frames and trained on too (clip files with sound).",
                 ),
+                io.ClipVision.Input(
+                    "clip_vision",
+                    optional=True,
+                    tooltip="Image-to-video with start_image (optional; Wan 2.1 I2V: CLIP-ViT-H, HunyuanVideo 1.5 I2V: "
+                    "SigLIP): the start image's features too, as CLIPVisionEncode gives them to WanImageToVideo / "
+                    "HunyuanVideo15ImageToVideo.",
+                ),
             ],
             outputs=[sockets.TrainingData.Output(display_name="training_data", tooltip="Latents and conditionings.")],
             hidden=[io.Hidden.unique_id],
@@ -69,6 +76,7 @@ class CacheLatents(io.ComfyNode):
         validation_dataset: Dataset | None = None,
         regularization_dataset: Dataset | None = None,
         audio_vae: Any = None,
+        clip_vision: Any = None,
         **values: Any,
     ) -> io.NodeOutput:
         settings = CacheSettings(**values)
@@ -85,5 +93,6 @@ class CacheLatents(io.ComfyNode):
             regularization_dataset=regularization_dataset,
             start_image=settings.start_image,
             audio_vae=audio_vae,
+            clip_vision=clip_vision,
         )
         return io.NodeOutput(data)

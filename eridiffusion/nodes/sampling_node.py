@@ -59,20 +59,37 @@ class SampleDuringTraining(io.ComfyNode):
                     tooltip="Audio-video models (optional; LTX-2's audio VAE, from LTXVAudioVAELoader): the samples "
                     "are drawn with their sound and saved as mp4.",
                 ),
+                io.ClipVision.Input(
+                    "clip_vision",
+                    optional=True,
+                    tooltip="Image-to-video (optional): the start image's features too, as CacheLatents' clip_vision "
+                    "gives them in training.",
+                ),
             ],
             outputs=[sockets.SampleConfig.Output(display_name="sample_config", tooltip="Connect to LoRATrainer.")],
         )
 
     @classmethod
     def execute(
-        cls, clip: Any, vae: Any, start_image: Any = None, audio_vae: Any = None, **values: Any
+        cls,
+        clip: Any,
+        vae: Any,
+        start_image: Any = None,
+        audio_vae: Any = None,
+        clip_vision: Any = None,
+        **values: Any,
     ) -> io.NodeOutput:
         settings = SamplerSettings(**values)
         if not is_audio_vae(vae):
             check_sample_size(vae, settings.width, settings.height)
+        if clip_vision is not None and start_image is None:
+            raise EriDiffusionError(
+                "SampleDuringTraining's clip_vision encodes the start image: connect start_image too, or leave "
+                "clip_vision unconnected."
+            )
         positives, negative = encode_prompts(clip, vae, settings)
         if start_image is not None:  # image-to-video: as the host's node sets it on both prompts
-            start = start_values(vae, start_image, settings.width, settings.height, settings.frames)
+            start = start_values(vae, start_image, settings.width, settings.height, settings.frames, clip_vision)
             positives = tuple(with_start_values(p, start) for p in positives)
             negative = with_start_values(negative, start)
         if audio_vae is not None:  # audio-video: as LTXVConditioning sets the frame rate on both prompts

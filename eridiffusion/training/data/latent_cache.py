@@ -20,7 +20,7 @@ from .audio import audio_latent_frames, waveform_for_vae
 from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
 from .clip_audio import clip_audio, encoded_audio
 from .media import VideoOptions, media_sha256, mirrored, open_image_rgb, read_clip
-from .start_image import start_image_node, start_values
+from .start_image import as_tensors, from_tensors, start_image_node, start_values
 
 CACHE_FORMAT = 1  # bump when the stored content changes meaning
 
@@ -99,8 +99,13 @@ def _read_entry(path, source):
 
 
 def vae_identity(vae):
-    h = hashlib.sha256(b"vae")
-    _fold(h, vae.first_stage_model.state_dict())
+    return module_identity(vae.first_stage_model, b"vae")
+
+
+def module_identity(module, kind):
+    """A digest of `module`'s weights (what a cache key says of a VAE, a CLIP vision model)."""
+    h = hashlib.sha256(kind)
+    _fold(h, module.state_dict())
     return h.hexdigest()[:32]
 
 
@@ -176,21 +181,26 @@ class LatentCache:
             record.path,
         ), bucket
 
-    def start_values(self, record, video, bucket, mirror=False):
+    def start_values(self, record, video, bucket, mirror=False, clip_vision=None):
         """The start-image conditioning values (start_image.start_values) of one record in `bucket`:
         its first frame (a still: the image; `mirror`: flipped) opening a clip of the sample's frame
-        count, built by the host's image-to-video node or read back."""
+        count, built by the host's image-to-video node (with `clip_vision`, its image features too)
+        or read back."""
         frames, fps = (video.frames, video.fps) if record.clip else (1, 0)
         node = start_image_node(self.vae)[1]
         digest = media_sha256(record.path).hex()
-        path = self._path("latents", "start", node, digest, frames, fps, list(bucket), self.vae_id, mirror)
+        vision = [module_identity(clip_vision.model, b"clip_vision")] if clip_vision is not None else []
+        path = self._path("latents", "start", node, digest, frames, fps, list(bucket), self.vae_id, mirror, *vision)
 
         def encode():
             first = read_clip(record.path, VideoOptions(1, fps))[0] if record.clip else open_image_rgb(record.path)
-            return start_values(self.vae, _pixels([fit_to_bucket(mirrored(first, mirror), bucket)[0]]), *bucket, frames)
+            image = _pixels([fit_to_bucket(mirrored(first, mirror), bucket)[0]])
+            return as_tensors(start_values(self.vae, image, *bucket, frames, clip_vision))
 
         overflow = f"the VAE encodes the start image of {record.path} to NaN or infinite values: it overflows at its "
-        return self._cached(path, encode, record.path, overflow + "precision. Start ComfyUI with --fp32-vae.")
+        return from_tensors(
+            self._cached(path, encode, record.path, overflow + "precision. Start ComfyUI with --fp32-vae.")
+        )
 
     def clip_audio_latent(self, record, video, audio_vae):
         """The (C, t, freq) latent of the audio track of one clip over its sampled frames (clip_audio.py),

@@ -35,16 +35,54 @@ def start_image_node(vae):
     )
 
 
-def start_values(vae, start_image, width, height, frames):
+# CLIPVisionEncode's crop for the start image: "none", as ComfyUI's Wan image-to-video templates encode
+# it (the image is already fitted to the sample's size; a center crop would cut its sides off).
+CLIP_VISION_CROP = "none"
+VISION_FIELDS = ("last_hidden_state", "penultimate_hidden_states", "image_embeds")  # what the models read
+
+
+def start_values(vae, start_image, width, height, frames, clip_vision=None):
     """{concat_latent_image, concat_mask} (CPU, float32) of a clip of `frames` frames at `width` x
     `height` that starts with `start_image` ((1, H, W, 3) IMAGE in [0, 1]), as the host's node for
-    `vae` builds them."""
+    `vae` builds them; with a CLIP_VISION `clip_vision`, also the start image's clip_vision_output
+    (CLIPVisionEncode's), which the node sets too (Wan 2.1 I2V's image features, HunyuanVideo 1.5's SigLIP)."""
     module, name = start_image_node(vae)
     node = getattr(importlib.import_module(module), name)
     empty = [[torch.zeros(1, 1, 1), {}]]
-    positive = node.execute(empty, empty, vae, width, height, frames, 1, start_image=start_image).args[0]
-    values = positive[0][1]
-    return {key: values[key].to("cpu", torch.float32).contiguous() for key in START_VALUES}
+    vision = None
+    if clip_vision is not None:
+        import nodes  # ComfyUI's
+
+        vision = nodes.CLIPVisionEncode().encode(clip_vision, start_image, CLIP_VISION_CROP)[0]
+    values = node.execute(
+        empty, empty, vae, width, height, frames, 1, start_image=start_image, clip_vision_output=vision
+    ).args[0][0][1]
+    out = {key: values[key].to("cpu", torch.float32).contiguous() for key in START_VALUES}
+    if vision is not None:
+        out["clip_vision_output"] = values["clip_vision_output"]
+    return out
+
+
+def as_tensors(values):
+    """Start values as plain tensors for the latent cache (a clip_vision_output's as clip_vision_output.<field>)."""
+    tensors = {key: values[key] for key in START_VALUES}
+    vision = values.get("clip_vision_output")
+    for field in VISION_FIELDS if vision is not None else ():
+        tensors[f"clip_vision_output.{field}"] = vision[field].detach().to("cpu", torch.float32, copy=True).contiguous()
+    return tensors
+
+
+def from_tensors(tensors):
+    """The start values that as_tensors stored."""
+    import comfy.clip_vision
+
+    values = {key: tensors[key] for key in START_VALUES}
+    if any(key.startswith("clip_vision_output.") for key in tensors):
+        vision = comfy.clip_vision.Output()
+        for field in VISION_FIELDS:
+            vision[field] = tensors[f"clip_vision_output.{field}"]
+        values["clip_vision_output"] = vision
+    return values
 
 
 def with_start_values(conditioning, values):

@@ -177,6 +177,7 @@ def build_training_data(
     processes=None,
     start_image=False,
     audio_vae=None,
+    clip_vision=None,
 ) -> "TrainingData":
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
     `resolution`; clips are sampled as the dataset says (its frames and fps). The dataset's held-out
@@ -187,10 +188,11 @@ def build_training_data(
     share of the entries (rank, rank + N, ...) into the shared cache folder and, once all have, reads
     every entry back. Entries are keyed by content, so they are the ones one process would write;
     `progress` then counts this process's share. `start_image`: image-to-video, each sample
-    conditioned on its first frame (start_image.py). `audio_vae` (an audio-video model's, LTX-2's):
+    conditioned on its first frame (start_image.py; with a CLIP_VISION `clip_vision`, its image features
+    too). `audio_vae` (an audio-video model's, LTX-2's):
     each clip's audio track is encoded beside its frames (clip_audio.py)."""
     check_datasets_apart(dataset, validation_dataset, regularization_dataset)
-    media = {"start_image": start_image, "audio_vae": audio_vae}  # what each sample is encoded with
+    media = {"start_image": start_image, "audio_vae": audio_vae, "clip_vision": clip_vision}  # what encodes them
     _check_media([d for d in (dataset, validation_dataset, regularization_dataset) if d is not None], vae, **media)
     distributed = processes is not None and processes.distributed
     cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
@@ -220,7 +222,7 @@ def build_training_data(
     return training
 
 
-def _check_media(datasets, vae, start_image, audio_vae):
+def _check_media(datasets, vae, start_image, audio_vae, clip_vision):
     """Refuse, before anything is encoded, media the VAEs cannot encode: a start image for the VAE of no
     image-to-video model, sound for no audio-video model's audio VAE or from clips without it."""
     for source in datasets:
@@ -229,6 +231,11 @@ def _check_media(datasets, vae, start_image, audio_vae):
             check_audio_vae(audio_vae, source)
     if start_image:
         start_image_node(vae)
+    elif clip_vision is not None:
+        raise EriDiffusionError(
+            "CacheLatents' clip_vision encodes the start image of image-to-video training: turn start_image on, "
+            "or leave clip_vision unconnected."
+        )
 
 
 def _training_data(samples, empty, source, resolution, stats):
@@ -274,7 +281,17 @@ def _encode_share(every, cache, resolution, progress, processes, dataset, media)
 
 
 def _sample_of(
-    record, source, cache, resolution, options, variants_wanted, seed, mirror=False, start_image=False, audio_vae=None
+    record,
+    source,
+    cache,
+    resolution,
+    options,
+    variants_wanted,
+    seed,
+    mirror=False,
+    start_image=False,
+    audio_vae=None,
+    clip_vision=None,
 ):
     """The TrainingSample of one record of dataset `source`: its latent, reference latents, mask,
     caption variants, with `start_image` its start image's conditioning values and with `audio_vae`
@@ -299,7 +316,7 @@ def _sample_of(
         mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
         mirrored=mirror,
         conditioning_values={
-            **(cache.start_values(record, video, bucket, mirror) if start_image else {}),
+            **(cache.start_values(record, video, bucket, mirror, clip_vision) if start_image else {}),
             **({"frame_rate": video.fps} if audio_vae is not None else {}),
         },
         audio_latent=cache.clip_audio_latent(record, video, audio_vae) if audio_vae is not None else None,

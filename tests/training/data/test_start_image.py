@@ -6,6 +6,7 @@ stacks of ComfyUI's own classes (devkit/tiny_video_i2v.py), clips made from the 
 import os
 
 import comfy.model_management
+import numpy as np
 import pytest
 import torch
 
@@ -13,8 +14,11 @@ from devkit.photo_clips import CLIP_FRAMES
 from devkit.short_runs import family_run
 from devkit.stock_comfyui import relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny
+from devkit.tiny_video_i2v import tiny_clip_vision
 from eridiffusion.errors import EriDiffusionError
+from eridiffusion.training.data.buckets import fit_to_bucket
 from eridiffusion.training.data.dataset import load_dataset
+from eridiffusion.training.data.media import VideoOptions, read_clip
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model.inputs import batch_inputs, model_inputs
 from eridiffusion.training.run.config import TrainConfig
@@ -124,3 +128,43 @@ def test_a_start_image_with_an_image_model_vae_is_refused_before_encoding(dog_da
     with torch.inference_mode(), pytest.raises(EriDiffusionError, match="start_image"):
         build_training_data(dog_dataset, vae, clip, 64, str(tmp_path), start_image=True)
     assert not os.path.exists(tmp_path / "latents")
+
+
+@pytest.mark.parametrize(
+    "name, kind, model_input", [("wan21_i2v", "wan", "clip_fea"), ("hunyuan_video15_i2v", "hunyuan", "clip_fea")]
+)
+def test_clip_vision_features_of_the_start_image_reach_the_model_as_the_i2v_node_sets_them(
+    name, kind, model_input, dog_clips, tmp_path
+):
+    import nodes
+
+    clip_vision = tiny_clip_vision(kind)
+    model, clip, vae = build_tiny(name, seed=0)
+    resolution = TINY_FAMILIES[name].resolution
+    with torch.inference_mode():
+        data = build_training_data(
+            dog_clips, vae, clip, resolution, str(tmp_path), start_image=True, clip_vision=clip_vision
+        )
+        again = build_training_data(
+            dog_clips, vae, clip, resolution, str(tmp_path), start_image=True, clip_vision=clip_vision
+        )
+        sample = data.samples[0]
+        first = read_clip(dog_clips.records[0].path, VideoOptions(1, 16.0))[0]
+        image = torch.from_numpy(np.asarray(fit_to_bucket(first, sample.bucket)[0], dtype=np.float32) / 255.0)[None]
+        expected = nodes.CLIPVisionEncode().encode(clip_vision, image, "none")[0]
+    vision = sample.conditioning_values["clip_vision_output"]
+    assert torch.equal(vision.last_hidden_state, expected.last_hidden_state.float())
+    assert torch.equal(
+        again.samples[0].conditioning_values["clip_vision_output"].last_hidden_state, vision.last_hidden_state
+    )
+    assert again.stats.latents_encoded == 0  # (read back from the cache)
+    without = {k: v for k, v in sample.conditioning_values.items() if k != "clip_vision_output"}
+    assert model_input in model_inputs(
+        model.model,
+        sample.conditionings[0],
+        model.model.process_latent_in(sample.latent[None])[0],
+        "cpu",
+        sample.bucket,
+        values=sample.conditioning_values,
+    )
+    assert relative_error(_output(model, sample, without), _output(model, sample, sample.conditioning_values)) > 1e-3
