@@ -8,6 +8,7 @@ import warnings
 import torch
 
 from ...errors import EriDiffusionError
+from ..model import loading as model_loading
 from ..model.families import family_of, resolve_objective
 from ..model.forward import token_count
 from ..model.objective import sample_fractions
@@ -112,6 +113,9 @@ class ExpertSteps:
 
     def __call__(self, step):
         index = self.pick(step)
+        run = self.runs[index]
+        # where the two do not fit the GPU together, ComfyUI unloads one to load the other (else a no-op)
+        model_loading.load(run.patcher, run.config.weights_vram_gib)
         self.steps[index](step)
         with warnings.catch_warnings():  # (torch warns of a schedule stepped before its optimizer)
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
