@@ -233,7 +233,7 @@ DATASET_DEFAULTS = {
     "alpha_mask": False,
     "shrink_video_to_frames": True,
     "audio_normalize": False,
-    "audio_preserve_pitch": False,
+    "audio_preserve_pitch": True,  # the sound is never time-stretched here (frames are sampled at fps)
 }
 DATASET_KEYS = (
     "folder_path",
