@@ -2,6 +2,7 @@
 
 import os
 import sys
+import time
 
 import pytest
 from hypothesis import settings
@@ -87,9 +88,12 @@ def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
         adapter=adapter,
         run_name=f"test_{arch}_{algorithm}{'_' + extra if extra else ''}_{conv_rank}",
     )
+    started = time.perf_counter()
     with torch.inference_mode(False):
         result = train_lora(model, data, config, os.path.join(output_dir, "run"))
+    wall_seconds = time.perf_counter() - started
     return {
+        "wall_seconds": wall_seconds,
         "model": model,
         "clip": clip,
         "vae": vae,

@@ -67,6 +67,8 @@ class TrainResult:
     validation: list = field(default_factory=list)  # [[step, validation loss], ...]
     best: dict | None = None  # {"step", "loss", "path"} of the lowest validation loss
     stopped_early: bool = False  # early_stop_patience ended the run
+    setup_seconds: float = 0.0  # from the run's start to its first step: building, evaluating, preparing data
+    first_step_seconds: float = 0.0  # the first optimizer step, its CUDA graph capture or compile included
 
 
 def train(
@@ -192,7 +194,7 @@ class _Loop:
         """Rank 0 renders the samples (on the EMA weights, if kept); the others wait."""
         run = self.run
         if run.processes.is_main:
-            with checkpoints.averaged(run):
+            with checkpoints.averaged(run), self.path.sampling(run.patcher):
                 folder = os.path.join(run.run_dir, "samples")
                 self.samples, paths = render_samples(run.patcher, self.sample_settings, done, folder)
             self.sample_paths += paths
@@ -202,7 +204,7 @@ class _Loop:
 
     def finish(self, done):
         """The last checkpoint, the trained adapter and the run's figures, after `done` steps."""
-        run = self.run
+        run, first = self.run, self.optimizer_step
         finished = time.perf_counter()
         if self.timed_from is not None and done > self.timed_from[0]:
             seconds_per_step = (finished - self.timed_from[1]) / (done - self.timed_from[0])
@@ -233,6 +235,8 @@ class _Loop:
             validation=list(progress.validation_points),
             best=dict(progress.best) if progress.best else None,
             stopped_early=self.stopped_early,
+            setup_seconds=(first.first_started or finished) - run.started,
+            first_step_seconds=first.first_seconds or 0.0,
         )
 
 
