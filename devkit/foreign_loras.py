@@ -1,0 +1,139 @@
+"""A LoRA file of ours rewritten as other trainers write theirs, for the convert tests: the layer names,
+prefixes and tensor names each one uses, and PEFT's own files written by `peft` itself (save_pretrained,
+and the diffusers pipeline layout with its `lora_adapter_metadata`)."""
+
+import json
+import os
+from dataclasses import dataclass
+
+import safetensors.torch
+import torch
+
+from eridiffusion.training.formats.layer_names import diffusers_layers, weight_shapes
+
+
+@dataclass(frozen=True)
+class Convention:
+    prefix: str  # before the layer name
+    names: str  # "comfyui": ComfyUI's (the original model's) names; "diffusers": diffusers' names
+    underscored: bool  # dots in the name written as underscores (kohya's style)
+    tensors: str  # "kohya": lora_down/lora_up/alpha (LyCORIS names as they are); "peft": lora_A/lora_B, no alpha
+
+
+def convention(fmt, arch):
+    """How trainer `fmt` writes a LoRA of tiny family `arch` (a key of devkit.tiny_models.TINY_FAMILIES)."""
+    unet = arch in ("sd15", "sdxl")
+    dit_prefix = "transformer." if arch.startswith("flux") else "diffusion_model."
+    table = {
+        # kohya sd-scripts: the original model's names (LDM's for SDXL, BFL's for Flux)
+        "kohya": Convention("lora_unet_", "comfyui", True, "kohya"),
+        # musubi-tuner: its models' own names; its Z-Image keeps to_q/to_k/to_v apart as diffusers does
+        "musubi-tuner": Convention("lora_unet_", "diffusers" if arch == "z_image" else "comfyui", True, "kohya"),
+        # ai-toolkit: kohya-style keys of diffusers' names for UNets; diffusers names with lora_A/lora_B else
+        "ai-toolkit": Convention("lora_unet_", "diffusers", True, "kohya")
+        if unet
+        else Convention(dit_prefix, "diffusers", False, "peft"),
+        "onetrainer": Convention("lora_unet_" if unet else "lora_transformer_", "diffusers", True, "kohya"),
+        "simpletuner-lycoris": Convention("lycoris_", "diffusers", True, "kohya"),
+    }
+    return table[fmt]
+
+
+def foreign_layers(model, path, names):
+    """{layer name (dotted, no prefix): {tensor name: tensor}} of our ComfyUI-keyed LoRA file `path` for
+    ComfyUI model `model`, named "comfyui" or "diffusers"; a fused weight's LoRA becomes one per part
+    (the same down, its rows of up)."""
+    from eridiffusion.training.adapters.from_tensors import tensor_groups
+    from eridiffusion.training.formats.lora_file import loadable_weight_keys
+
+    by_prefix = {prefix: weight for weight, prefix in loadable_weight_keys(model).items()}
+    groups = {by_prefix[prefix]: group for prefix, group in tensor_groups(safetensors.torch.load_file(path)).items()}
+    parts = {}
+    for name, target in diffusers_layers(model).items():
+        parts.setdefault(target.weight, []).append((name, target))
+    shapes, out = weight_shapes(model), {}
+    for weight, group in groups.items():
+        native = weight[len("diffusion_model.") : -len(".weight")]
+        mine = parts.get(weight) if names == "diffusers" else None
+        full = [p for p in mine or [] if p[1].rows is None]
+        if not mine or full:
+            name, target = full[0] if full else (native, None)
+            out[name] = _swapped(group) if target is not None and target.swap_halves else group
+            continue
+        assert sum(t.rows[1] for _, t in mine) == shapes[weight][0], weight
+        for name, target in mine:
+            offset, size = target.rows
+            out[name] = {**group, "lora_up.weight": group["lora_up.weight"][offset : offset + size].clone()}
+    return out
+
+
+def _swapped(group):
+    up = group["lora_up.weight"]
+    return {**group, "lora_up.weight": torch.cat(up.chunk(2, dim=0)[::-1], dim=0)}
+
+
+def write_convention(model, path, fmt, arch, output):
+    """Our LoRA file `path` written as trainer `fmt` writes a LoRA of `arch`; returns `output`."""
+    conv = convention(fmt, arch)
+    out = {}
+    for name, group in foreign_layers(model, path, conv.names).items():
+        key = conv.prefix + (name.replace(".", "_") if conv.underscored else name)
+        if conv.tensors == "kohya" or "lora_down.weight" not in group:  # LyCORIS' own names (LoKr, LoHa)
+            out.update({f"{key}.{n}": t for n, t in group.items()})
+            continue
+        rank = group["lora_down.weight"].shape[0]
+        scale = float(group["alpha"]) / rank  # no alpha in the file: scale 1, so the scale goes into lora_B
+        out[f"{key}.lora_A.weight"] = group["lora_down.weight"]
+        out[f"{key}.lora_B.weight"] = group["lora_up.weight"] * scale
+    safetensors.torch.save_file({k: v.clone().contiguous() for k, v in out.items()}, output)
+    return output
+
+
+def _peft_model(layers):
+    """A module tree of nn.Linear at `layers`' names, wrapped by peft with one LoRA of their rank and alpha,
+    set to their weights."""
+    from peft import LoraConfig, get_peft_model
+
+    root = torch.nn.Module()
+    for name, group in layers.items():
+        parent = root
+        *path, leaf = name.split(".")
+        for part in path:
+            if not hasattr(parent, part):
+                parent.add_module(part, torch.nn.Module())
+            parent = getattr(parent, part)
+        down, up = group["lora_down.weight"], group["lora_up.weight"]
+        parent.add_module(leaf, torch.nn.Linear(down.shape[1], up.shape[0], bias=False))
+    ranks = {g["lora_down.weight"].shape[0] for g in layers.values()}
+    alphas = {float(g["alpha"]) for g in layers.values()}
+    assert len(ranks) == len(alphas) == 1, (ranks, alphas)
+    config = LoraConfig(r=ranks.pop(), lora_alpha=alphas.pop(), target_modules=sorted(layers))
+    model = get_peft_model(root, config)
+    with torch.no_grad():
+        for name, group in layers.items():
+            module = model.base_model.model.get_submodule(name)
+            module.lora_A["default"].weight.copy_(group["lora_down.weight"])
+            module.lora_B["default"].weight.copy_(group["lora_up.weight"])
+    return model
+
+
+def write_peft(model, path, arch, folder, layout):
+    """Our LoRA file `path` written by peft: layout "peft" = save_pretrained into `folder`
+    (adapter_model.safetensors + adapter_config.json), "diffusers" = diffusers' pipeline file
+    (`transformer.`/`unet.` keys, the LoraConfig in `lora_adapter_metadata`). Returns the weights file."""
+    from peft import get_peft_model_state_dict
+
+    peft_model = _peft_model(foreign_layers(model, path, "diffusers"))
+    os.makedirs(folder, exist_ok=True)
+    if layout == "peft":
+        peft_model.save_pretrained(folder)
+        return os.path.join(folder, "adapter_model.safetensors")
+    component = "unet" if arch in ("sd15", "sdxl") else "transformer"
+    state = get_peft_model_state_dict(peft_model)
+    tensors = {f"{component}.{k[len('base_model.model.') :]}": v.contiguous() for k, v in state.items()}
+    config = peft_model.peft_config["default"].to_dict()
+    config = {f"{component}.{k}": sorted(v) if isinstance(v, set) else v for k, v in config.items()}
+    output = os.path.join(folder, "pytorch_lora_weights.safetensors")
+    metadata = {"format": "pt", "lora_adapter_metadata": json.dumps(config, default=str, sort_keys=True)}
+    safetensors.torch.save_file(tensors, output, metadata=metadata)
+    return output

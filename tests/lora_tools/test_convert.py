@@ -1,0 +1,124 @@
+"""`lora convert`: our tiny LoRAs of six families written as other trainers write theirs (and by peft
+itself) convert back to ComfyUI's keys with no key stock ComfyUI leaves unloaded and the same output; a
+ComfyUI -> PEFT -> ComfyUI round trip gives the same tensors; what cannot convert is named."""
+
+import pytest
+import safetensors.torch
+import torch
+
+from devkit.foreign_loras import write_convention, write_peft
+from devkit.stock_comfyui import load_with_stock_comfyui, relative_error
+from devkit.tiny_models import family_params
+from eridiffusion.errors import EriDiffusionError
+from eridiffusion.lora_tools.convert import convert_lora
+from tests.lora_tools.conftest import CONVERT_FAMILIES
+
+FORMATS = ("kohya", "musubi-tuner", "ai-toolkit", "onetrainer", "simpletuner-lycoris", "peft", "diffusers")
+FP32_TOLERANCE = 1e-5
+
+
+def _foreign(lora, fmt, folder):
+    if fmt in ("peft", "diffusers"):
+        return write_peft(lora["model"].model, lora["path"], lora["arch"], str(folder / fmt), fmt)
+    return write_convention(lora["model"].model, lora["path"], fmt, lora["arch"], str(folder / f"{fmt}.safetensors"))
+
+
+def _output_with(lora, path, caplog):
+    patched, unmatched = load_with_stock_comfyui(lora["model"], path, 1.0, caplog)
+    return lora["probe"].output(patched), unmatched
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("arch", family_params(CONVERT_FAMILIES))
+def test_a_foreign_lora_converts_to_comfyui_keys_with_the_same_output(arch, fmt, family_lora, tmp_path, caplog):
+    if fmt == "musubi-tuner" and arch == "sdxl":
+        pytest.skip("musubi-tuner trains no SDXL")
+    lora = family_lora(arch)
+    reference, unmatched = _output_with(lora, lora["path"], caplog)
+    assert unmatched == []
+    assert relative_error(lora["probe"].output(lora["model"]), reference) > 1e-3  # the LoRA changes the output
+    foreign = _foreign(lora, fmt, tmp_path)
+    result = convert_lora(foreign, str(tmp_path / "converted.safetensors"), lora["model"].model)
+    output, unmatched = _output_with(lora, result.path, caplog)
+    assert unmatched == []
+    assert relative_error(output, reference) < FP32_TOLERANCE
+    assert result.layers == len(safetensors.torch.load_file(result.path)) // 3
+
+
+@pytest.mark.parametrize("arch", family_params(CONVERT_FAMILIES))
+def test_comfyui_to_peft_and_back_gives_the_same_tensors(arch, family_lora, tmp_path):
+    lora = family_lora(arch)
+    model = lora["model"].model
+    peft_file = convert_lora(lora["path"], str(tmp_path / "peft.safetensors"), model, to="peft").path
+    back = convert_lora(peft_file, str(tmp_path / "back.safetensors"), model).path
+    original, returned = safetensors.torch.load_file(lora["path"]), safetensors.torch.load_file(back)
+    assert sorted(returned) == sorted(original)
+    assert all(torch.equal(returned[key], original[key]) for key in original)
+    assert any(key.endswith(".lora_A.weight") for key in safetensors.torch.load_file(peft_file))
+
+
+def test_an_unknown_key_is_named_and_nothing_is_written(family_lora, tmp_path):
+    lora = family_lora("qwen_image")
+    tensors = safetensors.torch.load_file(lora["path"])
+    tensors["transformer_blocks.0.attn.to_q.hypernetwork.weight"] = torch.zeros(2)
+    bad = str(tmp_path / "bad.safetensors")
+    safetensors.torch.save_file(tensors, bad)
+    with pytest.raises(EriDiffusionError, match=r"1 of its \d+ keys are no LoRA tensor .*to_q\.hypernetwork\.weight"):
+        convert_lora(bad, str(tmp_path / "out.safetensors"), lora["model"].model)
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_a_lora_of_another_model_names_the_layers_it_cannot_place(family_lora, tmp_path):
+    flux, qwen = family_lora("flux_dev"), family_lora("qwen_image")
+    with pytest.raises(
+        EriDiffusionError,
+        match=r"name no weight of this QwenImage model \(e\.g\. lora_unet_double_blocks_0_img_attn_proj",
+    ):
+        convert_lora(flux["path"], str(tmp_path / "out.safetensors"), qwen["model"].model)
+
+
+@pytest.mark.parametrize(
+    "arch, algorithm, fmt",
+    [
+        ("sdxl", "dora", "onetrainer"),
+        ("wan21_t2v", "dora", "kohya"),
+        ("sdxl", "lokr", "simpletuner-lycoris"),
+        ("qwen_image", "lokr", "ai-toolkit"),
+        ("wan21_t2v", "lokr", "onetrainer"),
+    ],
+)
+def test_a_foreign_dora_or_lokr_converts_with_the_same_output(arch, algorithm, fmt, family_lora, tmp_path, caplog):
+    lora = family_lora(arch, algorithm)
+    reference, unmatched = _output_with(lora, lora["path"], caplog)
+    assert unmatched == []
+    assert relative_error(lora["probe"].output(lora["model"]), reference) > 1e-3
+    foreign = _foreign(lora, fmt, tmp_path)
+    result = convert_lora(foreign, str(tmp_path / "converted.safetensors"), lora["model"].model)
+    output, unmatched = _output_with(lora, result.path, caplog)
+    assert unmatched == []
+    assert relative_error(output, reference) < FP32_TOLERANCE
+    assert f"({algorithm})" in "\n".join(result.lines())
+
+
+def test_a_lokr_of_one_part_of_a_fused_weight_is_refused_naming_it(family_lora, tmp_path):
+    flux = family_lora("flux_dev")
+    part = str(tmp_path / "lokr.safetensors")
+    prefix = "lycoris_transformer_blocks_0_attn_to_q"
+    safetensors.torch.save_file({f"{prefix}.lokr_w1": torch.ones(8, 8), f"{prefix}.lokr_w2": torch.ones(8, 8)}, part)
+    with pytest.raises(
+        EriDiffusionError,
+        match=rf"layer {prefix} is a lokr of a part of diffusion_model\.double_blocks\.0\.img_attn\.qkv\.weight",
+    ):
+        convert_lora(part, str(tmp_path / "out.safetensors"), flux["model"].model)
+
+
+def test_a_peft_dora_is_refused_with_the_reason(family_lora, tmp_path):
+    qwen = family_lora("qwen_image")
+    peft_file = convert_lora(qwen["path"], str(tmp_path / "peft.safetensors"), qwen["model"].model, to="peft").path
+    tensors = safetensors.torch.load_file(peft_file)
+    down = next(key for key in tensors if key.endswith(".lora_B.weight"))
+    tensors[down.replace(".lora_B.weight", ".lora_magnitude_vector")] = tensors[down].norm(dim=1)
+    dora = str(tmp_path / "dora.safetensors")
+    safetensors.torch.save_file(tensors, dora)
+    with pytest.raises(EriDiffusionError, match=r"is a PEFT DoRA \(lora_magnitude_vector: a magnitude per output row"):
+        convert_lora(dora, str(tmp_path / "out.safetensors"), qwen["model"].model)
