@@ -1,4 +1,4 @@
-"""`eridiffusion lora inspect|resize|merge|extract`: the LoRA toolbox (eridiffusion/lora_tools) on the
+"""`eridiffusion lora inspect|convert|resize|merge|extract`: the LoRA toolbox (eridiffusion/lora_tools) on the
 command line. Every verb that writes refuses an existing output unless --force, and prints what it did."""
 
 import argparse
@@ -11,7 +11,7 @@ DTYPES = ("fp16", "bf16", "fp32")
 def add_lora_parser(commands):
     lora = commands.add_parser(
         "lora",
-        help="inspect, resize, merge or extract LoRA files",
+        help="inspect, convert, resize, merge or extract LoRA files",
         description="The LoRA toolbox: LoRA files in ComfyUI's keys (lora_up/lora_down/alpha, LoCon convs).",
     )
     verbs = lora.add_subparsers(dest="verb", required=True)
@@ -24,6 +24,24 @@ def add_lora_parser(commands):
         "(only its header is read; ComfyUI's generic and kohya key names)",
     )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    convert = verbs.add_parser(
+        "convert", help="another trainer's LoRA to ComfyUI's keys, or a LoRA to diffusers/PEFT's"
+    )
+    convert.add_argument(
+        "lora", help="the LoRA .safetensors file (ai-toolkit, diffusers/PEFT, kohya, musubi-tuner, ...)"
+    )
+    convert.add_argument(
+        "--model",
+        required=True,
+        metavar="WEIGHTS",
+        help="the diffusion model or checkpoint (.safetensors) the LoRA is for (only its header is read), "
+        "or tiny-sdxl / tiny-sd15",
+    )
+    convert.add_argument(
+        "--to", choices=("comfyui", "peft"), default="comfyui", help="the keys to write (default: comfyui)"
+    )
+    _output_options(convert, dtype_default=None)
 
     resize = verbs.add_parser("resize", help="cut each layer by SVD to a rank or an energy share")
     resize.add_argument("lora", help="the LoRA/LoCon .safetensors file")
@@ -75,6 +93,15 @@ def run_lora(args: argparse.Namespace) -> list[str]:
 
         report = inspect_lora(args.lora, weights_file_key_map(args.model) if args.model else None)
         return [report_json(report)] if args.json else report.lines()
+    if args.verb == "convert":
+        from ..lora_tools.convert import convert_lora
+        from ..lora_tools.lora_layers import check_input, check_output
+        from ..lora_tools.model_layout import model_layout
+
+        check_input(args.lora)  # before the model's layout is built
+        check_output(args.output, args.force)
+        model = model_layout(args.model)
+        return convert_lora(args.lora, args.output, model, args.to, args.dtype, args.force).lines()
     if args.verb == "resize":
         from ..lora_tools.resize import resize_lora
 

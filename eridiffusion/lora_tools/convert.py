@@ -48,7 +48,7 @@ class Result:
         what = "ComfyUI's keys" if self.to == "comfyui" else "diffusers/PEFT's keys"
         out = [f"wrote {self.path}: {self.layers} layers in {what}"]
         out += [f"  read {count} layers named {spelling}" for spelling, count in self.spellings.most_common()]
-        out.append(f"  alphas of layers without one: {self.alphas}")
+        out.append(f"  alphas: {self.alphas}")
         if self.fused:
             out.append(
                 f"  {len(self.fused)} layers joined into ComfyUI's fused weights, e.g. {self.fused[0][0]} from "
@@ -86,7 +86,9 @@ def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False)
             f"{path}: {len(unplaced)} of its {len(layers)} layers name no weight of this {type(model).__name__} "
             f"model (e.g. {', '.join(sorted(unplaced)[:3])}); convert it with the model it was trained for."
         )
-    result = Result("", to, len(placed), Counter(_spelling(n, g) for n, g in layers.items()), scales.source)
+    without = sum(1 for g in layers.values() if "lora_down.weight" in g and "alpha" not in g)
+    alphas = f"{without} layers without one: {scales.source}" if without else "every layer has its alpha"
+    result = Result("", to, len(placed), Counter(_spelling(n, g) for n, g in layers.items()), alphas)
     native = {}
     for weight, parts in placed.items():
         native[weight] = _native_layer(weight, parts, shapes[weight], path)

@@ -56,3 +56,21 @@ def test_lora_inspect_runs_as_a_command(locon_files, tmp_path):
     done = run_cli("lora", "inspect", locon_files["files"][0], "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert '"family": "SD15"' in done.stdout
+
+
+def test_convert_writes_comfyui_keys_from_a_diffusers_file_and_back(family_lora, tmp_path, lora_cli):
+    lora = family_lora("sdxl")
+    status, out, err = lora_cli(
+        "convert", lora["path"], "--model", "tiny-sdxl", "--to", "peft", "-o", tmp_path / "p.safetensors"
+    )
+    assert status == 0, err
+    assert out.startswith(f"wrote {tmp_path / 'p.safetensors'}: 153 layers in diffusers/PEFT's keys")
+    assert next(iter(safetensors.torch.load_file(str(tmp_path / "p.safetensors")))).startswith("unet.")
+    status, out, err = lora_cli(
+        "convert", tmp_path / "p.safetensors", "--model", "tiny-sdxl", "-o", tmp_path / "c.safetensors"
+    )
+    assert status == 0, err
+    assert "read 153 layers named unet.<name> (lora)" in out
+    assert sorted(safetensors.torch.load_file(str(tmp_path / "c.safetensors"))) == sorted(
+        safetensors.torch.load_file(lora["path"])
+    )

@@ -11,10 +11,10 @@ from devkit.stock_comfyui import load_with_stock_comfyui, relative_error
 from devkit.tiny_models import family_params
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.lora_tools.convert import convert_lora
-from tests.lora_tools.conftest import CONVERT_FAMILIES
 
 FORMATS = ("kohya", "musubi-tuner", "ai-toolkit", "onetrainer", "simpletuner-lycoris", "peft", "diffusers")
 FP32_TOLERANCE = 1e-5
+CONVERT_FAMILIES = ("sdxl", "flux_dev", "flux2", "z_image", "qwen_image", "wan21_t2v")
 
 
 def _foreign(lora, fmt, folder):
