@@ -54,6 +54,12 @@ def add_lora_parser(commands):
     merge.add_argument(
         "--rank", type=int, help="compress each layer's sum to this rank by SVD (default: exact, ranks concatenated)"
     )
+    merge.add_argument(
+        "--into",
+        metavar="CHECKPOINT",
+        help="apply the LoRAs (at --weights, on the model and its text encoder) to this checkpoint and write a "
+        "checkpoint (ComfyUI's own save, as CheckpointSave writes), instead of one LoRA",
+    )
     _output_options(merge, dtype_default=None)
 
     extract = verbs.add_parser("extract", help="a fine-tuned model's difference to its base as a LoRA")
@@ -115,6 +121,8 @@ def run_lora(args: argparse.Namespace) -> list[str]:
             raise EriDiffusionError(
                 f"--weights has {len(weights)} value(s) for {len(args.loras)} files; give one weight per file."
             )
+        if args.into:
+            return _merge_into(args, weights)
         return merge_loras(list(zip(args.loras, weights)), args.output, args.rank, args.dtype, args.force).lines()
     from ..lora_tools.extract import extract_from_files
 
@@ -122,3 +130,20 @@ def run_lora(args: argparse.Namespace) -> list[str]:
         args.base, args.tuned, args.output, args.rank, args.energy, args.dtype, args.device, args.force
     )
     return result.lines()
+
+
+def _merge_into(args, weights):
+    from ..lora_tools.checkpoint import merge_into_checkpoint
+    from ..lora_tools.lora_layers import check_input, check_output
+    from .models import load_checkpoint
+
+    if args.rank is not None or args.dtype is not None:
+        raise EriDiffusionError(
+            "--into writes a checkpoint at the checkpoint's own precision; leave out --rank and --dtype."
+        )
+    for path in args.loras:  # before the checkpoint is loaded
+        check_input(path)
+    check_output(args.output, args.force)
+    model, clip, vae = load_checkpoint(args.into, {}, required=False)
+    loras = [(path, weight, weight) for path, weight in zip(args.loras, weights)]
+    return merge_into_checkpoint(model, clip, vae, loras, args.output, args.force).lines()
