@@ -25,23 +25,7 @@ def add_lora_parser(commands):
     )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
 
-    convert = verbs.add_parser(
-        "convert", help="another trainer's LoRA to ComfyUI's keys, or a LoRA to diffusers/PEFT's"
-    )
-    convert.add_argument(
-        "lora", help="the LoRA .safetensors file (ai-toolkit, diffusers/PEFT, kohya, musubi-tuner, ...)"
-    )
-    convert.add_argument(
-        "--model",
-        required=True,
-        metavar="WEIGHTS",
-        help="the diffusion model or checkpoint (.safetensors) the LoRA is for (only its header is read), "
-        "or tiny-sdxl / tiny-sd15",
-    )
-    convert.add_argument(
-        "--to", choices=("comfyui", "peft"), default="comfyui", help="the keys to write (default: comfyui)"
-    )
-    _output_options(convert, dtype_default=None)
+    _add_convert(verbs)
 
     resize = verbs.add_parser("resize", help="cut each layer by SVD to a rank or an energy share")
     resize.add_argument("lora", help="the LoRA/LoCon .safetensors file")
@@ -69,6 +53,26 @@ def add_lora_parser(commands):
     _rank_or_energy(extract)
     extract.add_argument("--device", default="cpu", help="where the SVDs run (cpu, cuda)")
     return lora
+
+
+def _add_convert(verbs):
+    convert = verbs.add_parser(
+        "convert", help="another trainer's LoRA to ComfyUI's keys, or a LoRA to diffusers/PEFT's"
+    )
+    convert.add_argument(
+        "lora", help="the LoRA .safetensors file (ai-toolkit, diffusers/PEFT, kohya, musubi-tuner, ...)"
+    )
+    convert.add_argument(
+        "--model",
+        required=True,
+        metavar="WEIGHTS",
+        help="the diffusion model or checkpoint (.safetensors) the LoRA is for (only its header is read), "
+        "or tiny-sdxl / tiny-sd15",
+    )
+    convert.add_argument(
+        "--to", choices=("comfyui", "peft"), default="comfyui", help="the keys to write (default: comfyui)"
+    )
+    _output_options(convert, dtype_default=None)
 
 
 def _output_options(verb, dtype_default):
