@@ -79,10 +79,10 @@ def test_convert_writes_comfyui_keys_from_a_diffusers_file_and_back(family_lora,
 def test_merge_into_a_checkpoint_writes_one_that_reproduces_base_plus_lora(tmp_path, lora_cli):
     import comfy.sd
 
-    from devkit.checkpoint_models import flux_output, loadable_flux, random_lora
+    from devkit.checkpoint_models import loadable_sd15, random_lora, unet_output
     from devkit.stock_comfyui import relative_error
 
-    model, vae = loadable_flux()
+    model, vae = loadable_sd15()
     base = str(tmp_path / "base.safetensors")
     comfy.sd.save_checkpoint(base, model, None, vae)
     lora = random_lora(model, str(tmp_path / "lora.safetensors"))
@@ -91,4 +91,4 @@ def test_merge_into_a_checkpoint_writes_one_that_reproduces_base_plus_lora(tmp_p
     assert out.startswith(f"wrote {tmp_path / 'merged.safetensors'}: a checkpoint with 1 LoRA(s) merged")
     with_lora, _ = comfy.sd.load_lora_for_models(model, None, comfy.utils.load_torch_file(lora), 0.5, 0)
     merged = comfy.sd.load_checkpoint_guess_config(str(tmp_path / "merged.safetensors"))[0]
-    assert relative_error(flux_output(merged), flux_output(with_lora)) < 1e-5
+    assert relative_error(unet_output(merged), unet_output(with_lora)) < 1e-5
