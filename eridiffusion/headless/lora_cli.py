@@ -20,8 +20,8 @@ def add_lora_parser(commands):
     inspect.add_argument(
         "--model",
         metavar="WEIGHTS",
-        help="a diffusion model's .safetensors (or a checkpoint): list the LoRA keys it would not load "
-        "(only its header is read; ComfyUI's generic and kohya key names)",
+        help="a diffusion model's .safetensors (or a checkpoint, or tiny-sdxl / tiny-sd15): list the LoRA keys "
+        "ComfyUI would not load into it, and how many of them `lora convert` places (only its header is read)",
     )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -99,16 +99,17 @@ def _rank_or_energy(verb):
 def run_lora(args: argparse.Namespace) -> list[str]:
     """Run one verb; the lines to print."""
     if args.verb == "inspect":
-        from ..lora_tools.inspection import inspect_lora, report_json, weights_file_key_map
+        from ..lora_tools.inspection import inspect_lora, report_json
 
-        report = inspect_lora(args.lora, weights_file_key_map(args.model) if args.model else None)
+        report = inspect_lora(args.lora, *_layouts(args.model)) if args.model else inspect_lora(args.lora)
         return [report_json(report)] if args.json else report.lines()
     if args.verb == "convert":
         from ..lora_tools.convert import convert_lora
         from ..lora_tools.lora_layers import check_input, check_output
         from ..lora_tools.model_layout import model_layout
+        from ..training.formats.lora_conventions import peft_weights_file
 
-        check_input(args.lora)  # before the model's layout is built
+        check_input(peft_weights_file(args.lora))  # before the model's layout is built
         check_output(args.output, args.force)
         model = model_layout(args.model)
         return convert_lora(args.lora, args.output, model, args.to, args.dtype, args.force).lines()
@@ -151,3 +152,14 @@ def _merge_into(args, weights):
     model, clip, vae = load_checkpoint(args.into, {}, required=False)
     loras = [(path, weight, weight) for path, weight in zip(args.loras, weights)]
     return merge_into_checkpoint(model, clip, vae, loras, args.output, args.force).lines()
+
+
+def _layouts(model_path):
+    """(ComfyUI's LoRA key map, convert's layer table) of the model in `model_path` (its header alone)."""
+    import comfy.lora
+
+    from ..lora_tools.model_layout import model_layout
+    from ..training.formats.layer_names import layer_table
+
+    model = model_layout(model_path)
+    return comfy.lora.model_lora_keys_unet(model, {}), layer_table(model)

@@ -24,6 +24,7 @@ from ..training.formats.lora_conventions import (
     TEXT_ENCODER_PREFIXES,
     peft_metadata,
     peft_scales,
+    peft_weights_file,
     split_key,
 )
 from ..training.formats.lora_file import loadable_weight_keys
@@ -69,6 +70,7 @@ def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False)
     if to not in TARGETS:
         raise EriDiffusionError(f"convert: unknown target {to!r}; give one of {', '.join(TARGETS)}.")
     check_output(output, overwrite)
+    path = peft_weights_file(path)
     tensors, metadata = read_safetensors(path, "LoRA")
     layers = _grouped(tensors, path)
     scales = peft_scales(path, metadata)

@@ -70,8 +70,10 @@ class InspectLoRA(io.ComfyNode):
     @classmethod
     def execute(cls, lora: str, model: Any = None) -> io.NodeOutput:
         from ..lora_tools.inspection import inspect_lora, model_key_map
+        from ..training.formats.layer_names import layer_table
 
-        report = inspect_lora(lora_file(lora, "Inspect LoRA lora"), model_key_map(model) if model else None)
+        path = lora_file(lora, "Inspect LoRA lora")
+        report = inspect_lora(path, model_key_map(model), layer_table(model.model)) if model else inspect_lora(path)
         return shown(report.lines(), "\n".join(report.lines()))
 
 

@@ -92,3 +92,16 @@ def test_merge_into_a_checkpoint_writes_one_that_reproduces_base_plus_lora(tmp_p
     with_lora, _ = comfy.sd.load_lora_for_models(model, None, comfy.utils.load_torch_file(lora), 0.5, 0)
     merged = comfy.sd.load_checkpoint_guess_config(str(tmp_path / "merged.safetensors"))[0]
     assert relative_error(unet_output(merged), unet_output(with_lora)) < 1e-5
+
+
+def test_inspect_with_a_model_counts_the_keys_stock_comfyui_skips_and_convert_places(family_lora, tmp_path, lora_cli):
+    from devkit.foreign_loras import write_convention
+
+    lora = family_lora("sdxl")
+    onetrainer = write_convention(
+        lora["model"].model, lora["path"], "onetrainer", "sdxl", str(tmp_path / "ot.safetensors")
+    )
+    status, out, err = lora_cli("inspect", onetrainer, "--model", "tiny-sdxl")
+    assert status == 0, err
+    assert "algorithm  lora x153" in out
+    assert "not loaded 0 key(s) the model does not address" in out  # ComfyUI reads OneTrainer's SDXL names

@@ -85,9 +85,10 @@ def test_a_lora_of_another_model_names_the_layers_it_cannot_place(family_lora, t
         ("sdxl", "lokr", "simpletuner-lycoris"),
         ("qwen_image", "lokr", "ai-toolkit"),
         ("wan21_t2v", "lokr", "onetrainer"),
+        ("sdxl", "loha", "simpletuner-lycoris"),
     ],
 )
-def test_a_foreign_dora_or_lokr_converts_with_the_same_output(arch, algorithm, fmt, family_lora, tmp_path, caplog):
+def test_a_foreign_dora_lokr_or_loha_converts_with_the_same_output(arch, algorithm, fmt, family_lora, tmp_path, caplog):
     lora = family_lora(arch, algorithm)
     reference, unmatched = _output_with(lora, lora["path"], caplog)
     assert unmatched == []

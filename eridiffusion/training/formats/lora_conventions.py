@@ -31,6 +31,15 @@ TEXT_ENCODER_PREFIXES = ("lora_te", "text_encoder", "text_encoders.", "lora_prio
 PEFT_ADAPTER_METADATA = "lora_adapter_metadata"  # diffusers' key for the LoraConfig in a file's metadata
 
 
+PEFT_WEIGHTS = "adapter_model.safetensors"  # what PEFT's save_pretrained writes into its folder
+
+
+def peft_weights_file(path):
+    """The weights file of a PEFT save_pretrained folder given as `path`, else `path` itself."""
+    inside = os.path.join(path, PEFT_WEIGHTS)
+    return inside if os.path.isdir(path) and os.path.isfile(inside) else path
+
+
 def split_key(key):
     """(layer name, ComfyUI tensor name) of a LoRA file's key, or None when no known tensor name ends it."""
     spelled = next((s for s in _BY_LENGTH if key.endswith("." + s)), None)
