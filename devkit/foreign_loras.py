@@ -96,14 +96,7 @@ def _peft_model(layers):
 
     root = torch.nn.Module()
     for name, group in layers.items():
-        parent = root
-        *path, leaf = name.split(".")
-        for part in path:
-            if not hasattr(parent, part):
-                parent.add_module(part, torch.nn.Module())
-            parent = getattr(parent, part)
-        down, up = group["lora_down.weight"], group["lora_up.weight"]
-        parent.add_module(leaf, torch.nn.Linear(down.shape[1], up.shape[0], bias=False))
+        _add_linear(root, name, group["lora_down.weight"].shape[1], group["lora_up.weight"].shape[0])
     ranks = {g["lora_down.weight"].shape[0] for g in layers.values()}
     alphas = {float(g["alpha"]) for g in layers.values()}
     assert len(ranks) == len(alphas) == 1, (ranks, alphas)
@@ -137,3 +130,40 @@ def write_peft(model, path, arch, folder, layout):
     metadata = {"format": "pt", "lora_adapter_metadata": json.dumps(config, default=str, sort_keys=True)}
     safetensors.torch.save_file(tensors, output, metadata=metadata)
     return output
+
+
+def peft_deltas(path):
+    """{module name: ΔW} of a diffusers-layout PEFT file (`<component>.<module>.lora_A/B.weight` and its
+    `lora_adapter_metadata`) as peft itself computes them: its LoraConfig rebuilt from the metadata, a
+    module tree of its layers, the weights set with set_peft_model_state_dict."""
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+    with safetensors.safe_open(path, "pt") as f:
+        packed = json.loads(f.metadata()["lora_adapter_metadata"])
+    tensors = safetensors.torch.load_file(path)
+    component = next(iter(tensors)).split(".", 1)[0]
+    config = {k.split(".", 1)[1]: v for k, v in packed.items()}
+    fields = ("r", "lora_alpha", "rank_pattern", "alpha_pattern", "target_modules")
+    root = torch.nn.Module()
+    state = {}
+    for key, tensor in tensors.items():
+        module, _, tensor_name = key[len(component) + 1 :].rpartition(".lora_")
+        state[f"base_model.model.{module}.lora_{tensor_name}"] = tensor
+        if tensor_name == "A.weight":
+            _add_linear(root, module, tensor.shape[1], tensors[key.replace("lora_A", "lora_B")].shape[0])
+    model = get_peft_model(root, LoraConfig(**{k: config[k] for k in fields}))
+    result = set_peft_model_state_dict(model, state)
+    assert not result.unexpected_keys, result.unexpected_keys
+    base = model.base_model.model
+    with torch.no_grad():
+        return {name: base.get_submodule(name).get_delta_weight("default") for name in config["target_modules"]}
+
+
+def _add_linear(root, name, in_features, out_features):
+    parent = root
+    *path, leaf = name.split(".")
+    for part in path:
+        if not hasattr(parent, part):
+            parent.add_module(part, torch.nn.Module())
+        parent = getattr(parent, part)
+    parent.add_module(leaf, torch.nn.Linear(in_features, out_features, bias=False))

@@ -123,3 +123,33 @@ def test_a_peft_dora_is_refused_with_the_reason(family_lora, tmp_path):
     safetensors.torch.save_file(tensors, dora)
     with pytest.raises(EriDiffusionError, match=r"is a PEFT DoRA \(lora_magnitude_vector: a magnitude per output row"):
         convert_lora(dora, str(tmp_path / "out.safetensors"), qwen["model"].model)
+
+
+@pytest.mark.parametrize("arch", family_params(["sdxl", "flux_dev", "wan21_t2v"]))
+def test_peft_itself_reads_the_peft_file_as_the_same_weight_changes(arch, family_lora, tmp_path):
+    from devkit.foreign_loras import peft_deltas
+    from devkit.stock_comfyui import layer_deltas
+    from eridiffusion.training.formats.layer_names import diffusers_layers
+    from eridiffusion.training.formats.lora_file import loadable_weight_keys
+
+    lora = family_lora(arch)
+    model = lora["model"].model
+    peft_file = convert_lora(lora["path"], str(tmp_path / "peft.safetensors"), model, to="peft").path
+    theirs = peft_deltas(peft_file)
+    ours = {
+        weight: layer_deltas(lora["path"])[prefix]
+        for weight, prefix in loadable_weight_keys(model).items()
+        if prefix in layer_deltas(lora["path"])
+    }
+    targets = diffusers_layers(model)
+    gaps = []
+    for name, delta in theirs.items():
+        target = targets.get(name)
+        weight = target.weight if target else f"diffusion_model.{name}.weight"
+        expected = ours[weight]
+        if target is not None and target.rows is not None:
+            expected = expected[target.rows[0] : target.rows[0] + target.rows[1]]
+        if target is not None and target.swap_halves:
+            expected = torch.cat(expected.chunk(2)[::-1])
+        gaps.append(((delta.flatten(1) - expected).norm() / expected.norm()).item())
+    assert len(theirs) >= len(ours) and max(gaps) < 1e-6, max(gaps)
