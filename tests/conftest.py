@@ -233,10 +233,10 @@ _CONVERT_RUNS = {}
 def _train_convert_case(arch, algorithm, request, folder):
     import torch
 
+    from devkit.short_runs import short_run
     from devkit.tiny_models import TINY_FAMILIES, build_tiny
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.data.training_data import build_training_data
-    from eridiffusion.training.run.config import TrainConfig
     from eridiffusion.training.run.trainer import train_lora
 
     family = TINY_FAMILIES[arch]
@@ -247,16 +247,7 @@ def _train_convert_case(arch, algorithm, request, folder):
     data.samples = data.samples[:2]
     # rank 8 at alpha 4: a scale of 0.5, so a convention that drops or misreads alphas shows
     adapter = AdapterSpec(algorithm=algorithm, rank=8, alpha=4.0, targets="all-linear")
-    config = TrainConfig(
-        gradient_checkpointing=False,
-        steps=4,
-        learning_rate=2e-2,
-        dtype="fp32",
-        seed=0,
-        log_every=4,
-        adapter=adapter,
-        run_name=f"convert_{arch}_{algorithm}",
-    )
+    config = short_run("auto", f"convert_{arch}_{algorithm}", learning_rate=2e-2, adapter=adapter)  # 4 fp32 steps
     with torch.inference_mode(False):
         result = train_lora(model, data, config, f"{folder}/run")
     path = result.lora.save(os.path.join(folder, f"{arch}_{algorithm}.safetensors"), dtype="fp32")

@@ -46,6 +46,26 @@ def with_lora(model, path):
     return comfy.sd.load_lora_for_models(model, None, comfy.utils.load_torch_file(path), 1.0, 0)[0]
 
 
+def file_writer_schema(node_id, display_name, description, settings):
+    """The schema of a node that writes a LoRA from files: `settings`' inputs, an optional MODEL, and
+    the file written with that MODEL with it applied."""
+    return io.Schema(
+        node_id=node_id,
+        display_name=display_name,
+        category=LORA_CATEGORY,
+        description=description,
+        is_output_node=True,
+        inputs=[
+            *inputs_for(settings_of(settings)),
+            io.Model.Input("model", optional=True, tooltip="Optional: returned with the written LoRA applied."),
+        ],
+        outputs=[
+            io.String.Output(display_name="lora", tooltip=_PATH_TIP),
+            io.Model.Output(display_name="model", tooltip=_MODEL_OUT_TIP + " (None without a MODEL)."),
+        ],
+    )
+
+
 def shown(lines, *outputs):
     return io.NodeOutput(*outputs, ui={"text": ["\n".join(lines)]})
 
@@ -112,21 +132,11 @@ class ConvertLoRA(io.ComfyNode):
 class ResizeLoRA(io.ComfyNode):
     @classmethod
     def define_schema(cls):
-        return io.Schema(
-            node_id="EriDiffusion_ResizeLoRA",
-            display_name="Resize LoRA",
-            category=LORA_CATEGORY,
-            description="Each layer cut by SVD to a rank, or to the smallest rank keeping an energy share; shows "
-            "what each keeps.",
-            is_output_node=True,
-            inputs=[
-                *inputs_for(settings_of(tool_settings.ResizeSettings)),
-                io.Model.Input("model", optional=True, tooltip="Optional: returned with the resized LoRA applied."),
-            ],
-            outputs=[
-                io.String.Output(display_name="lora", tooltip=_PATH_TIP),
-                io.Model.Output(display_name="model", tooltip=_MODEL_OUT_TIP + " (None without a MODEL)."),
-            ],
+        return file_writer_schema(
+            "EriDiffusion_ResizeLoRA",
+            "Resize LoRA",
+            "Each layer cut by SVD to a rank, or to the smallest rank keeping an energy share; shows what each keeps.",
+            tool_settings.ResizeSettings,
         )
 
     @classmethod
@@ -144,21 +154,11 @@ class ResizeLoRA(io.ComfyNode):
 class MergeLoRAs(io.ComfyNode):
     @classmethod
     def define_schema(cls):
-        return io.Schema(
-            node_id="EriDiffusion_MergeLoRAs",
-            display_name="Merge LoRAs",
-            category=LORA_CATEGORY,
-            description="Several LoRAs with weights into one: exact (ranks concatenated) or compressed by SVD to "
-            "a rank.",
-            is_output_node=True,
-            inputs=[
-                *inputs_for(settings_of(tool_settings.MergeSettings)),
-                io.Model.Input("model", optional=True, tooltip="Optional: returned with the merged LoRA applied."),
-            ],
-            outputs=[
-                io.String.Output(display_name="lora", tooltip=_PATH_TIP),
-                io.Model.Output(display_name="model", tooltip=_MODEL_OUT_TIP + " (None without a MODEL)."),
-            ],
+        return file_writer_schema(
+            "EriDiffusion_MergeLoRAs",
+            "Merge LoRAs",
+            "Several LoRAs with weights into one: exact (ranks concatenated) or compressed by SVD to a rank.",
+            tool_settings.MergeSettings,
         )
 
     @classmethod
