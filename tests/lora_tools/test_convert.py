@@ -8,7 +8,7 @@ import torch
 
 from devkit.foreign_loras import write_convention, write_peft
 from devkit.stock_comfyui import load_with_stock_comfyui, relative_error
-from devkit.tiny_models import family_params
+from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.lora_tools.convert import convert_lora
 
@@ -153,3 +153,19 @@ def test_peft_itself_reads_the_peft_file_as_the_same_weight_changes(arch, family
             expected = torch.cat(expected.chunk(2)[::-1])
         gaps.append(((delta.flatten(1) - expected).norm() / expected.norm()).item())
     assert len(theirs) >= len(ours) and max(gaps) < 1e-6, max(gaps)
+
+
+@pytest.mark.parametrize("arch", family_params(sorted(TINY_FAMILIES)))
+def test_every_family_converts_back_from_diffusers_names_to_the_same_weight_changes(arch, tmp_path, caplog):
+    from devkit.checkpoint_models import random_lora
+    from devkit.stock_comfyui import layer_deltas
+
+    model = build_tiny(arch, seed=0)[0]
+    ours = random_lora(model, str(tmp_path / "ours.safetensors"))
+    foreign = write_convention(model.model, ours, "ai-toolkit", arch, str(tmp_path / "ai_toolkit.safetensors"))
+    result = convert_lora(foreign, str(tmp_path / "back.safetensors"), model.model)
+    _, unmatched = load_with_stock_comfyui(model, result.path, 1.0, caplog)
+    assert unmatched == []
+    before, after = layer_deltas(ours), layer_deltas(result.path)
+    assert sorted(after) == sorted(before) and len(before) > 0
+    assert max(((after[k] - v).norm() / v.norm()).item() for k, v in before.items()) < 1e-6

@@ -147,7 +147,22 @@ def diffusers_layers(model):
         target = _comfy_target(value) if key.endswith(".weight") else None
         if target is not None and target.weight in shapes:
             out[key[: -len(".weight")]] = target
+    if isinstance(model, comfy.model_base.Lumina2):
+        out.update(_grouped_query_rows(out, config))
     return out
+
+
+def _grouped_query_rows(named, config):
+    """Lumina 2's q, k and v rows of its fused qkv: k and v have n_kv_heads heads, fewer than q's n_heads
+    (ComfyUI's Z-Image map cuts the weight in equal thirds, which holds for Z-Image alone)."""
+    head = config["dim"] // config["n_heads"]
+    q, kv = config["n_heads"] * head, config.get("n_kv_heads", config["n_heads"]) * head
+    rows = {"to_q": (0, q), "to_k": (q, kv), "to_v": (q + kv, kv)}
+    return {
+        name: LayerTarget(target.weight, rows[name.rpartition(".")[2]])
+        for name, target in named.items()
+        if target.rows is not None and name.rpartition(".")[2] in rows
+    }
 
 
 def spellings(name):
@@ -172,15 +187,23 @@ def layer_table(model):
         for k in weight_shapes(model)
         if k.endswith(".weight")
     }
+    diffusers = diffusers_layers(model)
     table, clashes = {}, set()
-    for name, target in [*names.items(), *diffusers_layers(model).items()]:
+    for name, target in [*names.items(), *diffusers.items()]:
         for spelled in spellings(name):
             if spelled in own or spelled in clashes:
                 continue
             if table.setdefault(spelled, target) != target:
                 del table[spelled]
                 clashes.add(spelled)
-    return {**table, **own}
+    # where ComfyUI's own map cuts a fused weight otherwise than its layers are (Lumina 2's k and v), ours holds
+    corrected = {
+        spelled: target
+        for name, target in diffusers.items()
+        for spelled in spellings(name)
+        if spelled in own and own[spelled].weight == target.weight and own[spelled] != target
+    }
+    return {**table, **own, **corrected}
 
 
 def is_unet(model):
