@@ -93,15 +93,18 @@ class ExtractSettings:
 
 
 def weighted_lines(text, what):
-    """[(name, weight)] of `name: weight` lines (blank lines skipped); a bad weight is named."""
+    """[(name, weight)] of `name: weight` lines (blank lines skipped; weight 1 when the line ends in no
+    `: weight`, so a Windows path's drive colon stays part of its name); a weight that is no number is named."""
     out = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        name, colon, weight = line.rpartition(":") if ":" in line.split("/")[-1] else (line, "", "")
-        name = name.strip() if colon else line.strip()
+        name, colon, weight = line.rpartition(":")
+        if not colon or any(c in weight for c in "/\\") or weight.strip().endswith(".safetensors"):
+            out.append((line.strip(), 1.0))
+            continue
         try:
-            out.append((name, float(weight) if colon else 1.0))
+            out.append((name.strip(), float(weight)))
         except ValueError:
             raise EriDiffusionError(
                 f"{what}: line {number} ({line.strip()!r}) has weight {weight.strip()!r}, which is no number; "

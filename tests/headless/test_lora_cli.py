@@ -105,3 +105,20 @@ def test_inspect_with_a_model_counts_the_keys_stock_comfyui_skips_and_convert_pl
     assert status == 0, err
     assert "algorithm  lora x153" in out
     assert "not loaded 0 key(s) the model does not address" in out  # ComfyUI reads OneTrainer's SDXL names
+
+
+def test_extract_from_two_weight_files_prints_each_layers_rank_and_kept_energy(locon_files, tmp_path, lora_cli, caplog):
+    from devkit.stock_comfyui import load_with_stock_comfyui
+    from eridiffusion.comfy_compat import patched_diffusion_weights
+
+    model, source = locon_files["model"], locon_files["files"][0]
+    tuned, _ = load_with_stock_comfyui(model, source, 1.0, caplog)
+    base, tuned_file = tmp_path / "base.safetensors", tmp_path / "tuned.safetensors"
+    safetensors.torch.save_file(patched_diffusion_weights(model), str(base))
+    safetensors.torch.save_file(patched_diffusion_weights(tuned), str(tuned_file))
+    status, out, err = lora_cli(
+        "extract", base, tuned_file, "--rank", 8, "--dtype", "fp32", "-o", tmp_path / "x.safetensors"
+    )
+    assert status == 0, err
+    assert out.startswith(f"wrote {tmp_path / 'x.safetensors'}: 178 layers as LoRA (rank 8-8, kept energy")
+    assert "  diffusion_model.time_embed.0: rank 8, keeps 1.0000" in out

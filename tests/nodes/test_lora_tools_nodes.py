@@ -79,25 +79,41 @@ def test_inspect_node_shows_the_report(registered, family_lora):
     assert "algorithm  lora x153" in text and "not loaded 0 key(s)" in text
 
 
-def test_merge_into_checkpoint_node_writes_a_checkpoint(registered, family_lora):
-    path = family_lora("sdxl")["path"]
-    text, _ = _run(
-        "EriDiffusion_MergeLoRAIntoCheckpoint",
-        {
-            "model": ["1", 0],
-            "clip": ["1", 1],
-            "vae": ["1", 2],
-            "loras": f"{path}: 0.7",
-            "output": "tools/ckpt",
-            "overwrite": True,
+def test_merge_into_checkpoint_node_writes_one_checkpointloadersimple_loads_as_base_plus_lora(registered, tmp_path):
+    import comfy.sd
+    import comfy.utils
+    import nodes  # ComfyUI's own
+
+    from devkit.checkpoint_models import loadable_sd15, random_lora, unet_output
+    from devkit.stock_comfyui import relative_error
+
+    checkpoints = folder_paths.get_folder_paths("checkpoints")[0]
+    model, vae = loadable_sd15()
+    comfy.sd.save_checkpoint(os.path.join(checkpoints, "tools_base.safetensors"), model, None, vae)
+    lora = random_lora(model, _loras("tools_random.safetensors"))
+    prompt = {
+        "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "tools_base.safetensors"}},
+        "2": {
+            "class_type": "EriDiffusion_MergeLoRAIntoCheckpoint",
+            "inputs": {
+                **widget_defaults("EriDiffusion_MergeLoRAIntoCheckpoint"),
+                "model": ["1", 0],
+                "vae": ["1", 2],
+                "loras": "tools_random.safetensors: 0.7",
+                "output": "tools/ckpt",
+                "overwrite": True,
+            },
         },
-    )
-    checkpoint = os.path.join(folder_paths.get_folder_paths("checkpoints")[0], "tools", "ckpt.safetensors")
-    assert text.splitlines()[0] == f"wrote {checkpoint}: a checkpoint with 1 LoRA(s) merged into its weights"
-    keys = safetensors.torch.load_file(checkpoint).keys()
-    assert any(k.startswith("model.diffusion_model.") for k in keys) and any(
-        k.startswith("first_stage_model.") for k in keys
-    )
+    }
+    executor, _ = run_prompt(prompt)
+    assert executor.success, execution_error(executor)
+    text = executor.history_result["outputs"]["2"]["text"][0]
+    written = os.path.join(checkpoints, "tools", "ckpt.safetensors")
+    assert text.splitlines()[0] == f"wrote {written}: a checkpoint with 1 LoRA(s) merged into its weights"
+    with_lora, _ = comfy.sd.load_lora_for_models(model, None, comfy.utils.load_torch_file(lora), 0.7, 0)
+    loaded = nodes.CheckpointLoaderSimple().load_checkpoint("tools/ckpt.safetensors")[0]
+    assert relative_error(unet_output(loaded), unet_output(with_lora)) < 1e-5
+    assert relative_error(unet_output(model), unet_output(with_lora)) > 1e-2
 
 
 def test_extract_node_gives_back_a_lora_loraloader_applied(registered, family_lora):
