@@ -20,9 +20,13 @@ _WRITERS = (
 )
 # The family a file's keys give away, first match wins (when the metadata names none).
 _FAMILY_BY_KEYS = (
-    ("Flux", ("double_blocks", "single_blocks")),
+    ("Flux.2", ("stream_modulation", "ff.linear_in", "ff_linear_in")),
+    ("Flux", ("double_blocks", "single_blocks", "single_transformer_blocks")),
+    ("Z-Image / Lumina 2", ("context_refiner", "noise_refiner")),
+    ("Wan", ("cross_attn", "condition_embedder", "ffn.net", "ffn_net")),
+    ("Qwen-Image", ("img_mlp", "txt_mlp", "img_mod", "txt_mod")),
     ("SD3", ("joint_blocks",)),
-    ("SDXL", ("lora_te2_", "label_emb")),
+    ("SDXL", ("lora_te2_", "label_emb", "add_embedding")),
     ("SD1.x/SDXL UNet", ("input_blocks", "down_blocks")),
 )
 _TEXT_ENCODER = ("lora_te", "text_encoders.", "text_model.")

@@ -1,6 +1,7 @@
 """Inspecting a trained LoCon: family, algorithm, rank/alpha per block, metadata by writer, and the keys
 a model would not load (from the MODEL, or from a weights file's header alone)."""
 
+import pytest
 import safetensors.torch
 
 from eridiffusion.comfy_compat import patched_diffusion_weights
@@ -61,3 +62,24 @@ def test_a_peft_folder_is_inspected_with_its_alphas_unread_but_ranks_shown(famil
     report = inspect_lora(str(tmp_path / "peft"))
     assert report.path.endswith("peft/adapter_model.safetensors")
     assert list(report.algorithms) == ["lora"] and report.keys == 2 * sum(b.layers for b in report.blocks.values())
+
+
+@pytest.mark.parametrize(
+    "arch, family",
+    [
+        ("sdxl", "SDXL"),
+        ("flux_dev", "Flux"),
+        ("flux2", "Flux.2"),
+        ("z_image", "Z-Image / Lumina 2"),
+        ("qwen_image", "Qwen-Image"),
+        ("wan21_t2v", "Wan"),
+    ],
+)
+@pytest.mark.parametrize("fmt", ["kohya", "ai-toolkit", "onetrainer"])
+def test_the_family_of_a_file_without_metadata_is_told_by_its_key_names(arch, family, fmt, family_lora, tmp_path):
+    from devkit.foreign_loras import write_convention
+
+    lora = family_lora(arch)
+    foreign = write_convention(lora["model"].model, lora["path"], fmt, arch, str(tmp_path / "foreign.safetensors"))
+    report = inspect_lora(foreign)
+    assert (report.family, report.family_source) == (family, "guessed from the key names")

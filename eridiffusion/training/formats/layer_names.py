@@ -142,6 +142,9 @@ def diffusers_layers(model):
             break
     else:  # UNets (an empty map for other models)
         named = {k: f"diffusion_model.{v}" for k, v in comfy.utils.unet_to_diffusers(config).items()}
+        # ComfyUI maps label_emb to both; diffusers' SDXL (sequential class input) names it add_embedding
+        unused = "class_embedding." if config.get("num_classes") == "sequential" else "add_embedding."
+        named = {k: v for k, v in named.items() if not k.startswith(unused)}
     out = {}
     for key, value in named.items():
         target = _comfy_target(value) if key.endswith(".weight") else None
