@@ -206,3 +206,28 @@ def test_old_trainer_settings_that_cannot_move_are_named_in_a_message(page):
     )
     assert defaults["run_name"] == "eridiffusion_lora"
     assert page.page.evaluate(TRAINER_STATE, TRAINER)["widgets"] == defaults  # not the values by position
+
+
+# What the page does with a finished node's "executed" message, as the server sends it.
+SHOW_TEXT = """([id, text]) => {
+  window.comfyAPI.api.api.dispatchEvent(new CustomEvent("executed", {detail: {node: String(id),
+      display_node: String(id), output: {text: [text]}, prompt_id: "shown"}}));
+  const node = window.app.graph.getNodeById(id);
+  return node.widgets.find((w) => w.name === "eridiffusion_summary").value;
+}"""
+
+
+def test_the_toolbox_nodes_show_what_they_did_in_the_box_they_keep_for_it(page):
+    workflow = load_example("lora_tools.json")
+    page.load(workflow)
+    sizes = page.sizes()
+    report = "wrote converted/their_lora.safetensors: 304 layers in ComfyUI's keys\n" + "\n".join(
+        f"  read {n} layers named transformer.<name> (lora)" for n in range(40)
+    )
+    for node_id in (2, 3):  # Convert LoRA, Resize LoRA
+        assert page.page.evaluate(SHOW_TEXT, [node_id, report]) == report
+    page.settle()
+    page.show_node(2)
+    page.screenshot(f"lora_tools_reported_{page.renderer}.png")
+    assert page.layout()["problems"] == []
+    assert page.sizes() == sizes  # a long report scrolls in its box: nothing grows over a neighbour
