@@ -169,3 +169,18 @@ def test_every_family_converts_back_from_diffusers_names_to_the_same_weight_chan
     before, after = layer_deltas(ours), layer_deltas(result.path)
     assert sorted(after) == sorted(before) and len(before) > 0
     assert max(((after[k] - v).norm() / v.norm()).item() for k, v in before.items()) < 1e-6
+
+
+@pytest.mark.parametrize("fmt", ["ai-toolkit", "onetrainer", "simpletuner-lycoris"])
+def test_a_locons_convolutions_convert_with_the_same_output(fmt, locon_files, tmp_path, caplog):
+    model, probe, source = locon_files["model"], locon_files["probe"], locon_files["files"][0]
+    reference, unmatched = _output_with({"model": model, "probe": probe}, source, caplog)
+    foreign = write_convention(model.model, source, fmt, "sd15", str(tmp_path / "foreign.safetensors"))
+    result = convert_lora(foreign, str(tmp_path / "back.safetensors"), model.model)
+    output, unmatched = _output_with({"model": model, "probe": probe}, result.path, caplog)
+    assert unmatched == []
+    assert relative_error(output, reference) < FP32_TOLERANCE
+    convs = [
+        k for k, v in safetensors.torch.load_file(result.path).items() if k.endswith("_down.weight") and v.dim() == 4
+    ]
+    assert len(convs) > 10
