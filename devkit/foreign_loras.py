@@ -167,3 +167,42 @@ def _add_linear(root, name, in_features, out_features):
             parent.add_module(part, torch.nn.Module())
         parent = getattr(parent, part)
     parent.add_module(leaf, torch.nn.Linear(in_features, out_features, bias=False))
+
+
+def write_peft_dora(model, path, folder):
+    """Our LoRA file `path` as a PEFT DoRA written by peft's save_pretrained into `folder`: the layers
+    (diffusers' names) on ComfyUI model `model`'s own weights, the LoRA factors ours, each magnitude
+    PEFT's initial row norm scaled by a seeded factor in [0.9, 1.1]. Returns (weights file, {diffusers
+    name: W' as peft merges it})."""
+    from peft import LoraConfig, get_peft_model
+
+    layers = foreign_layers(model, path, "diffusers")
+    targets, weights = diffusers_layers(model), model.state_dict()
+    root = torch.nn.Module()
+    for name, group in layers.items():
+        _add_linear(root, name, group["lora_down.weight"].shape[1], group["lora_up.weight"].shape[0])
+        target = targets.get(name)
+        weight = weights[target.weight if target else f"diffusion_model.{name}.weight"]
+        rows = weight[target.rows[0] : target.rows[0] + target.rows[1]] if target and target.rows else weight
+        rows = torch.cat(rows.chunk(2)[::-1]) if target and target.swap_halves else rows
+        root.get_submodule(name).weight.data.copy_(rows)
+    (rank,), (alpha,) = (
+        {g["lora_down.weight"].shape[0] for g in layers.values()},
+        {float(g["alpha"]) for g in layers.values()},
+    )
+    peft_model = get_peft_model(
+        root, LoraConfig(r=rank, lora_alpha=alpha, target_modules=sorted(layers), use_dora=True)
+    )
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, group in layers.items():
+            module = peft_model.base_model.model.get_submodule(name)
+            module.lora_A["default"].weight.copy_(group["lora_down.weight"])
+            module.lora_B["default"].weight.copy_(group["lora_up.weight"])
+            magnitude = module.lora_magnitude_vector["default"].weight
+            magnitude.mul_(0.9 + 0.2 * torch.rand(magnitude.shape, generator=generator))
+    peft_model.save_pretrained(folder)
+    merged = peft_model.merge_and_unload()
+    return os.path.join(folder, "adapter_model.safetensors"), {
+        n: merged.get_submodule(n).weight.detach().clone() for n in layers
+    }

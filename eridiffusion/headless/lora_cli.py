@@ -106,13 +106,14 @@ def run_lora(args: argparse.Namespace) -> list[str]:
     if args.verb == "convert":
         from ..lora_tools.convert import convert_lora
         from ..lora_tools.lora_layers import check_input, check_output
-        from ..lora_tools.model_layout import model_layout
+        from ..lora_tools.model_layout import model_layout, weight_reader
         from ..training.formats.lora_conventions import peft_weights_file
 
         check_input(peft_weights_file(args.lora))  # before the model's layout is built
         check_output(args.output, args.force)
         model = model_layout(args.model)
-        return convert_lora(args.lora, args.output, model, args.to, args.dtype, args.force).lines()
+        weights = weight_reader(args.model)
+        return convert_lora(args.lora, args.output, model, args.to, args.dtype, args.force, weights).lines()
     if args.verb == "resize":
         from ..lora_tools.resize import resize_lora
 

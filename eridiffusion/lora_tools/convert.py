@@ -29,6 +29,7 @@ from ..training.formats.lora_conventions import (
 )
 from ..training.formats.lora_file import loadable_weight_keys
 from .lora_layers import check_output, dtype_name, layer_algorithm, rank_and_alpha, read_safetensors, write_lora
+from .peft_dora import is_peft_dora, weight_change
 
 TARGETS = ("comfyui", "peft")
 _MODULE_PREFIXES = ("base_model.model.", "transformer.", "unet.", "diffusion_model.")
@@ -43,6 +44,7 @@ class Result:
     alphas: str  # where the alphas of layers without `.alpha` came from
     fused: list = field(default_factory=list)  # [(layer in the output, parts it joins)]
     split: list = field(default_factory=list)  # [(ComfyUI weight, parts it became)]
+    whole: list = field(default_factory=list)  # ComfyUI weights a PEFT DoRA changes, written as `diff`
     text_encoder: int = 0
 
     def lines(self):
@@ -55,6 +57,11 @@ class Result:
                 f"  {len(self.fused)} layers joined into ComfyUI's fused weights, e.g. {self.fused[0][0]} from "
                 f"{self.fused[0][1]} parts"
             )
+        if self.whole:
+            out.append(
+                f"  {len(self.whole)} PEFT DoRA layers written as their whole weight change (diff), "
+                f"e.g. {self.whole[0]}"
+            )
         if self.split:
             out.append(
                 f"  {len(self.split)} fused ComfyUI weights split into diffusers' layers, e.g. {self.split[0][0]}"
@@ -64,9 +71,11 @@ class Result:
         return out
 
 
-def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False):
+def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False, weights=None):
     """Write `output`: LoRA file `path` in ComfyUI's keys for ComfyUI model `model` (a BaseModel: the
-    MODEL's .model, or a key layout from model_layout), or, with to="peft", in diffusers/PEFT's."""
+    MODEL's .model, or a key layout from model_layout), or, with to="peft", in diffusers/PEFT's.
+    `weights` (weight key -> tensor) gives the model's weights where `model` holds none (a layout):
+    PEFT DoRA layers need them."""
     if to not in TARGETS:
         raise EriDiffusionError(f"convert: unknown target {to!r}; give one of {', '.join(TARGETS)}.")
     check_output(output, overwrite)
@@ -92,9 +101,12 @@ def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False)
     alphas = f"{without} layers without one: {scales.source}" if without else "every layer has its alpha"
     result = Result("", to, len(placed), Counter(_spelling(n, g) for n, g in layers.items()), alphas)
     native = {}
+    base_weight = weights or _weights_of(model)
     for weight, parts in placed.items():
-        native[weight] = _native_layer(weight, parts, shapes[weight], path)
-        if len(parts) > 1 or parts[0][1] != LayerTarget(weight):
+        native[weight] = _native_layer(weight, parts, shapes[weight], path, base_weight)
+        if "diff" in native[weight] and any(is_peft_dora(g) for _, _, g in parts):
+            result.whole.append(weight)
+        elif len(parts) > 1 or parts[0][1] != LayerTarget(weight):
             result.fused.append((weight, len(parts)))
     meta = {k: v for k, v in metadata.items() if k != PEFT_ADAPTER_METADATA}
     meta["eridiffusion_converted"] = json.dumps({"from": os.path.basename(path), "to": to})
@@ -113,6 +125,12 @@ def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False)
     dtype = dtype or dtype_name(next(iter(tensors.values())).dtype)
     result.path = write_lora(output, out, meta, dtype, overwrite)
     return result
+
+
+def _weights_of(model):
+    """weight key -> the model's weight (None for a layout on the meta device)."""
+    state = model.state_dict()
+    return lambda key: state[key] if state[key].device.type != "meta" else None
 
 
 def _grouped(tensors, path):
@@ -159,17 +177,12 @@ def _spelling(name, group):
     return f"{prefix} ({kind})"
 
 
-def _native_layer(weight, parts, shape, path):
+def _native_layer(weight, parts, shape, path, base_weight):
     """The tensors of ComfyUI weight `weight` from the file's layers `parts` [(name, LayerTarget, tensors)]
-    that change it: renamed when one layer changes all of it, else LoRAs joined into one."""
-    for name, _, group in parts:
-        if "lora_magnitude_vector" in group:
-            raise EriDiffusionError(
-                f"{path}: layer {name} is a PEFT DoRA (lora_magnitude_vector: a magnitude per output row of "
-                "W + ΔW). ComfyUI applies a DoRA magnitude on the output axis differently from version to version, "
-                "so no file in its keys reproduces this one. Merge it into the model with diffusers/PEFT and "
-                "extract a LoRA (eridiffusion lora extract), or use a DoRA in kohya/LyCORIS form (dora_scale)."
-            )
+    that change it: renamed when one layer changes all of it, else LoRAs joined into one; PEFT DoRAs as
+    the whole weight change (`base_weight(weight)`: the model's weight)."""
+    if any(is_peft_dora(group) for _, _, group in parts):
+        return weight_change(weight, parts, shape, base_weight(weight), path)
     name, target, group = parts[0]
     if len(parts) == 1 and target == LayerTarget(weight):
         return group

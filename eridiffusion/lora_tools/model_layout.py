@@ -53,3 +53,19 @@ def layout_from_shapes(shapes, what):
             f"{what}: ComfyUI does not recognise the diffusion model in this file ({type(error).__name__}: "
             f"{error}); give the diffusion model or checkpoint the LoRA was trained for."
         ) from None
+
+
+def weight_reader(path):
+    """weight key ("diffusion_model.<name>.weight") -> that weight, read from the file `path` on demand
+    (None for a built-in tiny stack, whose layout holds its weights)."""
+    if path in TINY_LAYOUTS:
+        return None
+    import safetensors
+
+    def read(key):
+        with safetensors.safe_open(path, "pt") as f:
+            names = diffusion_model_names(list(f.keys()))
+            inside = key[len("diffusion_model.") :]
+            return f.get_tensor(names[inside]) if inside in names else None
+
+    return read

@@ -122,3 +122,14 @@ def test_extract_from_two_weight_files_prints_each_layers_rank_and_kept_energy(l
     assert status == 0, err
     assert out.startswith(f"wrote {tmp_path / 'x.safetensors'}: 178 layers as LoRA (rank 8-8, kept energy")
     assert "  diffusion_model.time_embed.0: rank 8, keeps 1.0000" in out
+
+
+def test_convert_writes_a_peft_dora_as_its_whole_weight_change_from_the_models_weights(family_lora, tmp_path, lora_cli):
+    from devkit.foreign_loras import write_peft_dora
+
+    lora = family_lora("sdxl")
+    write_peft_dora(lora["model"].model, lora["path"], str(tmp_path / "dora"))
+    status, out, err = lora_cli("convert", tmp_path / "dora", "--model", "tiny-sdxl", "-o", tmp_path / "c.safetensors")
+    assert status == 0, err
+    assert "  153 PEFT DoRA layers written as their whole weight change (diff)" in out
+    assert "  alphas: 153 layers without one: " in out and "adapter_config.json" in out

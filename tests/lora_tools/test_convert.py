@@ -113,18 +113,6 @@ def test_a_lokr_of_one_part_of_a_fused_weight_is_refused_naming_it(family_lora, 
         convert_lora(part, str(tmp_path / "out.safetensors"), flux["model"].model)
 
 
-def test_a_peft_dora_is_refused_with_the_reason(family_lora, tmp_path):
-    qwen = family_lora("qwen_image")
-    peft_file = convert_lora(qwen["path"], str(tmp_path / "peft.safetensors"), qwen["model"].model, to="peft").path
-    tensors = safetensors.torch.load_file(peft_file)
-    down = next(key for key in tensors if key.endswith(".lora_B.weight"))
-    tensors[down.replace(".lora_B.weight", ".lora_magnitude_vector")] = tensors[down].norm(dim=1)
-    dora = str(tmp_path / "dora.safetensors")
-    safetensors.torch.save_file(tensors, dora)
-    with pytest.raises(EriDiffusionError, match=r"is a PEFT DoRA \(lora_magnitude_vector: a magnitude per output row"):
-        convert_lora(dora, str(tmp_path / "out.safetensors"), qwen["model"].model)
-
-
 @pytest.mark.parametrize("arch", family_params(["sdxl", "flux_dev", "wan21_t2v"]))
 def test_peft_itself_reads_the_peft_file_as_the_same_weight_changes(arch, family_lora, tmp_path):
     from devkit.foreign_loras import peft_deltas
@@ -184,3 +172,47 @@ def test_a_locons_convolutions_convert_with_the_same_output(fmt, locon_files, tm
         k for k, v in safetensors.torch.load_file(result.path).items() if k.endswith("_down.weight") and v.dim() == 4
     ]
     assert len(convs) > 10
+
+
+@pytest.mark.parametrize("arch", family_params(["qwen_image", "flux_dev"]))
+def test_a_peft_dora_converts_to_its_whole_weight_change_as_peft_merges_it(arch, family_lora, tmp_path, caplog):
+    from devkit.foreign_loras import write_peft_dora
+    from eridiffusion.training.formats.layer_names import diffusers_layers
+
+    lora = family_lora(arch)
+    model = lora["model"].model
+    dora_file, merged = write_peft_dora(model, lora["path"], str(tmp_path / "peft_dora"))
+    result = convert_lora(str(tmp_path / "peft_dora"), str(tmp_path / "converted.safetensors"), model)
+    _, unmatched = load_with_stock_comfyui(lora["model"], result.path, 1.0, caplog)
+    assert unmatched == []
+    converted, weights, targets = safetensors.torch.load_file(result.path), model.state_dict(), diffusers_layers(model)
+    gaps = []
+    for name, expected in merged.items():
+        target = targets.get(name)
+        weight = target.weight if target else f"diffusion_model.{name}.weight"
+        prefix = next(k for k in converted if k.endswith(".diff") and _same_layer(k, weight))
+        whole = weights[weight] + converted[prefix]
+        rows = whole[target.rows[0] : target.rows[0] + target.rows[1]] if target and target.rows else whole
+        rows = torch.cat(rows.chunk(2)[::-1]) if target and target.swap_halves else rows
+        gaps.append(relative_error(rows, expected))
+    assert max(gaps) < 1e-5 and len(result.whole) == len({k for k in converted if k.endswith(".diff")})
+    assert f"{len(result.whole)} PEFT DoRA layers written as their whole weight change" in "\n".join(result.lines())
+
+
+def _same_layer(key, weight):
+    """Whether file key `key` (…​.diff) addresses ComfyUI weight `weight` (SaveLoRA's prefixes)."""
+    native = weight[len("diffusion_model.") : -len(".weight")]
+    return key[: -len(".diff")] in (f"diffusion_model.{native}", "lora_unet_" + native.replace(".", "_"))
+
+
+def test_a_peft_dora_without_the_models_weights_is_refused_naming_what_is_needed(family_lora, tmp_path):
+    from devkit.foreign_loras import write_peft_dora
+
+    lora = family_lora("qwen_image")
+    model = lora["model"].model
+    write_peft_dora(model, lora["path"], str(tmp_path / "peft_dora"))
+    with pytest.raises(
+        EriDiffusionError, match=r"is a PEFT DoRA \(lora_magnitude_vector\), whose exact form .* are not at hand; give"
+    ):
+        convert_lora(str(tmp_path / "peft_dora"), str(tmp_path / "out.safetensors"), model, weights=lambda key: None)
+    assert not (tmp_path / "out.safetensors").exists()

@@ -5,7 +5,7 @@ import safetensors.torch
 import torch
 
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.lora_tools.model_layout import layout_from_shapes, model_layout
+from eridiffusion.lora_tools.model_layout import layout_from_shapes, model_layout, weight_reader
 
 
 def _flux_dev_header():
@@ -48,3 +48,16 @@ def test_a_file_no_model_class_matches_is_refused_naming_it(tmp_path):
         EriDiffusionError, match=r"not_a_model.safetensors: ComfyUI does not recognise the diffusion model"
     ):
         model_layout(path)
+
+
+def test_the_weight_reader_gives_a_weight_by_its_comfyui_key_from_a_diffusion_model_or_a_checkpoint(tmp_path):
+    weights = {"double_blocks.0.img_attn.qkv.weight": torch.randn(6, 2), "img_in.weight": torch.randn(2, 4)}
+    bare, checkpoint = str(tmp_path / "dm.safetensors"), str(tmp_path / "ckpt.safetensors")
+    safetensors.torch.save_file(weights, bare)
+    safetensors.torch.save_file({f"model.diffusion_model.{k}": v for k, v in weights.items()}, checkpoint)
+    for path in (bare, checkpoint):
+        read = weight_reader(path)
+        assert torch.equal(
+            read("diffusion_model.double_blocks.0.img_attn.qkv.weight"), weights["double_blocks.0.img_attn.qkv.weight"]
+        )
+        assert read("diffusion_model.not_there.weight") is None
