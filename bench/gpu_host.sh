@@ -12,5 +12,9 @@ host=/tmp/comfyui-0.28.0
 if [ ! -f "$host/ComfyUI/main.py" ]; then
   mkdir -p "$host" && tar -xzf "$root/scripts/hosts/comfyui-0.28.0.tar.gz" -C "$host"
 fi
+# the image lacks PyAV: empty stand-in modules for every process (bench/pyav_stand_in/sitecustomize.py)
+if ! python3 -c "import av" 2>/dev/null; then
+  export PYTHONPATH="$root/bench/pyav_stand_in${PYTHONPATH:+:$PYTHONPATH}"
+fi
 export COMFYUI_PATH="$host/ComfyUI" COMMIT="${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 exec "$@"

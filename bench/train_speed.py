@@ -40,8 +40,6 @@ calls that made the host wait for the GPU in two steps, by their Python stacks, 
 """
 
 import gc
-import importlib.abc
-import importlib.machinery
 import json
 import logging
 import os
@@ -49,7 +47,6 @@ import statistics
 import sys
 import tempfile
 import time
-import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -58,36 +55,12 @@ from bench.full_size import FLUX_DEV_LAYOUT, SDXL_UNET, WAN21_14B_LAYOUT  # noqa
 from devkit.dynamic_vram import enable_dynamic_vram, load_aimdo  # noqa: E402
 
 
-class _PyAVStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Empty `av` modules: ComfyUI's API imports PyAV for video I/O, which no experiment here
-    touches, and the GPU image lacks it."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name == "av" or name.startswith("av."):
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = types.ModuleType(spec.name)
-        module.__path__ = []
-
-        def stand_in(attribute):
-            if attribute.startswith("__"):
-                raise AttributeError(attribute)
-            return type(attribute, (), {})
-
-        module.__getattr__ = stand_in
-        return module
-
-    def exec_module(self, module):
-        pass
-
-
 def stub_pyav():
-    try:
-        import av  # noqa: F401
-    except ImportError:
-        sys.meta_path.insert(0, _PyAVStandIn())
+    """Empty `av` modules where PyAV is missing (bench/pyav_stand_in/pyav_finder.py)."""
+    sys.path.insert(0, os.path.join(ROOT, "bench", "pyav_stand_in"))
+    import pyav_finder
+
+    pyav_finder.install()
 
 
 def model_config(model_name):

@@ -574,6 +574,10 @@ def run_job(job, timed, loaders, base_dir):
             loss_first_last=[summary["first_loss"], summary["last_loss"]],
             eval_loss_before_after=[summary["eval_loss_before"], summary["eval_loss_after"]],
             peak_memory_gib=summary["peak_memory_gib"],
+            # the trainer's own figures: start to first step (build, evaluation, data), and the first
+            # step itself (its CUDA graph capture included)
+            setup_s=summary["setup_seconds"],
+            first_step_own_s=summary["first_step_seconds"],
         )
     else:
         bar = dedupe(progress_bar(events, trainer_id, queued))
@@ -622,6 +626,7 @@ PHASES = [
     ("queue → models loaded", "queue_to_models_loaded_s", None),
     ("caching", "caching_s", "caching_s_per_image"),
     ("trainer start → first step", "first_step_s", None),
+    ("… of it, the first step itself (capture)", "first_step_own_s", None),
     ("training steps", "steps_s", "s_per_step_median"),
     ("samples", "samples_s", "samples_s_per_image"),
     ("validation", "validation_s", "validation_s_per_check"),

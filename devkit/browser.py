@@ -60,9 +60,17 @@ class ComfyPage:
 
     def load(self, workflow):
         """Load a UI-format workflow as the page's "Open" does, and wait until the page has drawn it
-        (the frontend sets its view on the next frames)."""
-        self.page.evaluate("workflow => window.app.loadGraphData(workflow)", workflow)
-        self.settle()
+        (the frontend sets its view on the next frames). A fresh page may still be restoring its
+        default workflow, which then lands beside or over this one: the load is repeated until the
+        page holds this workflow's nodes, and besides them only nodes of ours (a migration adds some)."""
+        expected = {(node["id"], node["type"]) for node in workflow["nodes"]}
+        for _ in range(3):
+            self.page.evaluate("workflow => window.app.loadGraphData(workflow)", workflow)
+            self.settle()
+            shown = {tuple(n) for n in self.page.evaluate("() => window.app.graph._nodes.map((n) => [n.id, n.type])")}
+            if expected <= shown and all(t.startswith("EriDiffusion_") for _, t in shown - expected):
+                return
+        raise AssertionError(f"the page shows nodes {sorted(shown)} after loading a workflow of {sorted(expected)}")
 
     def settle(self):
         """Wait until the page has drawn the graph: the next frames, and under Nodes 2.0 a DOM box for

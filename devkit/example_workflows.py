@@ -243,6 +243,71 @@ EXAMPLES = {
 }
 
 
+TOOLS_MODEL_NOTE = (
+    "Load the checkpoint the LoRA was made for (SDXL base 1.0 here; pick yours). Convert LoRA reads its "
+    "layers to name the LoRA's keys; both samplers draw with it."
+)
+TOOLS_LORA_NOTE = (
+    "Convert LoRA: lora is another trainer's file in models/loras (ai-toolkit, diffusers/PEFT, kohya, "
+    "musubi-tuner, OneTrainer, SimpleTuner), written in ComfyUI's keys to models/loras/converted/. Resize "
+    "LoRA cuts the converted file to rank 8 (or an energy share). Each node shows what it did; the rest of "
+    "the toolbox is in Add Node > EriDiffusion > LoRA."
+)
+TOOLS_COMPARE_NOTE = (
+    "One prompt and seed drawn with the converted LoRA and with the resized one, each saved: compare them to "
+    "see how much the smaller file changes the image."
+)
+
+
+def lora_tools_graph():
+    """(nodes, groups), laid out, of checkpoint → Convert LoRA → Resize LoRA → two images to compare."""
+    loader = Node(1, "CheckpointLoaderSimple", {"ckpt_name": "sd_xl_base_1.0.safetensors"})
+    lora = [
+        Node(
+            2,
+            "EriDiffusion_ConvertLoRA",
+            {"lora": "their_lora.safetensors", "output": "converted/their_lora"},
+            {"model": (1, 0)},
+        ),
+        Node(
+            3,
+            "EriDiffusion_ResizeLoRA",
+            {"lora": "converted/their_lora.safetensors", "rank": 8, "output": "resized/their_lora"},
+            {"lora": (2, 0), "model": (1, 0)},
+        ),
+    ]
+    inputs = [
+        Node(4, "CLIPTextEncode", {"text": "a photo of a dog in the snow"}, {"clip": (1, 1)}, title="Positive"),
+        Node(5, "CLIPTextEncode", {"text": "blurry, low quality"}, {"clip": (1, 1)}, title="Negative"),
+        Node(6, "EmptyLatentImage", {"width": 1024, "height": 1024, "batch_size": 1}),
+    ]
+    conditioning = {"positive": (4, 0), "negative": (5, 0), "latent_image": (6, 0)}
+    sampling = {"seed": 42, "steps": 25, "cfg": 7.0}
+    samplers = [
+        Node(7, "KSampler", sampling, {"model": (2, 1), **conditioning}, title="With the converted LoRA"),
+        Node(8, "KSampler", sampling, {"model": (3, 1), **conditioning}, title="With the resized LoRA"),
+    ]
+    images = [
+        Node(9, "VAEDecode", {}, {"samples": (7, 0), "vae": (1, 2)}),
+        Node(10, "VAEDecode", {}, {"samples": (8, 0), "vae": (1, 2)}),
+    ]
+    saved = [
+        Node(11, "SaveImage", {"filename_prefix": "eridiffusion/converted"}, {"images": (9, 0)}, title="Converted"),
+        Node(12, "SaveImage", {"filename_prefix": "eridiffusion/resized"}, {"images": (10, 0)}, title="Resized"),
+    ]
+    groups = [
+        [Group("Model", COLORS["Model"], TOOLS_MODEL_NOTE, [[loader]])],
+        [Group("LoRA", COLORS["Train"], TOOLS_LORA_NOTE, [lora])],
+        [Group("Compare", COLORS["Test"], TOOLS_COMPARE_NOTE, [inputs, samplers, images, saved])],
+    ]
+    return lay_out(groups, first_note_id=13)
+
+
+# The toolbox's example: no training, so its groups differ from the training examples'.
+TOOL_EXAMPLES = {"lora_tools.json": lora_tools_graph}
+ALL_EXAMPLES = {**EXAMPLES, **TOOL_EXAMPLES}
+
+
 def _default(spec):
     options = spec[1] if len(spec) > 1 else {}
     if "default" in options:
@@ -289,14 +354,18 @@ def to_ui(graph):
             cls = comfy_nodes.NODE_CLASS_MAPPINGS[node.type]
             definition = cls.INPUT_TYPES()
             specs = list(definition.get("required", {}).items()) + list(definition.get("optional", {}).items())
-            sockets, values = [], []
+            sockets, values, widget_sockets = [], [], []
             for name, spec in specs:
-                if _is_widget(spec):
-                    values.append(node.widgets.get(name, _default(spec)))
-                    if _has_control_widget(name, spec):
-                        values.append("fixed")
-                else:
+                if not _is_widget(spec):
                     sockets.append({"name": name, "type": spec[0], "link": link_ids.get((node.id, name))})
+                    continue
+                values.append(node.widgets.get(name, _default(spec)))
+                if _has_control_widget(name, spec):
+                    values.append("fixed")
+                if (node.id, name) in link_ids:  # a widget fed by a link: its socket, as the page saves it
+                    link = link_ids[(node.id, name)]
+                    widget_sockets.append({"name": name, "type": spec[0], "widget": {"name": name}, "link": link})
+            sockets += widget_sockets  # after the node's own sockets, where the page puts them
             names = getattr(cls, "RETURN_NAMES", None) or cls.RETURN_TYPES
             outputs = [
                 {"name": n, "type": t, "links": outgoing.get((node.id, i), []), "slot_index": i}
@@ -348,7 +417,7 @@ def _socket_index(ui_nodes, node_id, name):
 
 def render_examples():
     """{file name: JSON text} of every example workflow."""
-    return {name: json.dumps(to_ui(build()), indent=1) + "\n" for name, build in EXAMPLES.items()}
+    return {name: json.dumps(to_ui(build()), indent=1) + "\n" for name, build in ALL_EXAMPLES.items()}
 
 
 def load_example(name):

@@ -2,6 +2,7 @@
 
 import os
 import sys
+import time
 
 import pytest
 from hypothesis import settings
@@ -87,9 +88,12 @@ def _train_tiny(arch, algorithm, conv_rank, dataset, output_dir):
         adapter=adapter,
         run_name=f"test_{arch}_{algorithm}{'_' + extra if extra else ''}_{conv_rank}",
     )
+    started = time.perf_counter()
     with torch.inference_mode(False):
         result = train_lora(model, data, config, os.path.join(output_dir, "run"))
+    wall_seconds = time.perf_counter() - started
     return {
+        "wall_seconds": wall_seconds,
         "model": model,
         "clip": clip,
         "vae": vae,
@@ -142,6 +146,7 @@ def pytest_sessionfinish(session, exitstatus):
 
     comfy.model_management.unload_all_models()
     _TRAINED.clear()
+    _CONVERT_RUNS.clear()
     gc.collect()
 
 
@@ -224,3 +229,44 @@ def locon_files(dog_dataset, tmp_path_factory):
     data.samples = data.samples[:2]
     files = [_train_locon(model, data, seed, lr, folder) for seed, lr in ((0, 1e-2), (1, 5e-3))]
     return {"model": model, "probe": ProbeInput.of(model, data), "files": files}
+
+
+_CONVERT_RUNS = {}
+
+
+def _train_convert_case(arch, algorithm, request, folder):
+    import torch
+
+    from devkit.short_runs import short_run
+    from devkit.tiny_models import TINY_FAMILIES, build_tiny
+    from eridiffusion.training.adapters import AdapterSpec
+    from eridiffusion.training.data.training_data import build_training_data
+    from eridiffusion.training.run.trainer import train_lora
+
+    family = TINY_FAMILIES[arch]
+    dataset = request.getfixturevalue("dog_clips" if family.video_frames else "dog_dataset")
+    model, clip, vae = build_tiny(arch, seed=0)
+    with torch.inference_mode():
+        data = build_training_data(dataset, vae, clip, 64, f"{folder}/cache")
+    data.samples = data.samples[:2]
+    # rank 8 at alpha 4: a scale of 0.5, so a convention that drops or misreads alphas shows
+    adapter = AdapterSpec(algorithm=algorithm, rank=8, alpha=4.0, targets="all-linear")
+    config = short_run("auto", f"convert_{arch}_{algorithm}", learning_rate=2e-2, adapter=adapter)  # 4 fp32 steps
+    with torch.inference_mode(False):
+        result = train_lora(model, data, config, f"{folder}/run")
+    path = result.lora.save(os.path.join(folder, f"{arch}_{algorithm}.safetensors"), dtype="fp32")
+    return {"arch": arch, "model": model, "probe": ProbeInput.of(model, data), "path": path}
+
+
+@pytest.fixture
+def family_lora(request, tmp_path_factory):
+    """(arch, algorithm) -> a 4-step run's LoRA of that tiny family, saved in fp32 ComfyUI keys:
+    {"arch", "model", "probe", "path"}."""
+
+    def get(arch, algorithm="lora"):
+        if (arch, algorithm) not in _CONVERT_RUNS:
+            folder = str(tmp_path_factory.mktemp(f"convert_{arch}_{algorithm}"))
+            _CONVERT_RUNS[arch, algorithm] = _train_convert_case(arch, algorithm, request, folder)
+        return _CONVERT_RUNS[arch, algorithm]
+
+    return get

@@ -10,7 +10,7 @@ const TRAINER = "EriDiffusion_LoRATrainer";
 const SUMMARY = "eridiffusion_summary";
 // Nodes that report a line of text when they finish: the box for it is there from the start, so
 // the node never grows over its neighbours after a run.
-const REPORTING = new Set(["EriDiffusion_SaveLoRA", "EriDiffusion_LoadLoRAForTraining"]);
+const REPORTING = new Set(["EriDiffusion_SaveLoRA", "EriDiffusion_LoadLoRAForTraining", "EriDiffusion_InspectLoRA", "EriDiffusion_ConvertLoRA", "EriDiffusion_ResizeLoRA", "EriDiffusion_MergeLoRAs", "EriDiffusion_MergeLoRAIntoCheckpoint", "EriDiffusion_ExtractLoRA"]);
 const SMOOTHING = 0.9;
 const TRAIN_COLOR = "rgb(80,140,255)";
 const VALIDATION_COLOR = "rgb(255,150,40)";

@@ -1,4 +1,4 @@
-"""`eridiffusion lora inspect|resize|merge|extract`: the LoRA toolbox (eridiffusion/lora_tools) on the
+"""`eridiffusion lora inspect|convert|resize|merge|extract`: the LoRA toolbox (eridiffusion/lora_tools) on the
 command line. Every verb that writes refuses an existing output unless --force, and prints what it did."""
 
 import argparse
@@ -11,7 +11,7 @@ DTYPES = ("fp16", "bf16", "fp32")
 def add_lora_parser(commands):
     lora = commands.add_parser(
         "lora",
-        help="inspect, resize, merge or extract LoRA files",
+        help="inspect, convert, resize, merge or extract LoRA files",
         description="The LoRA toolbox: LoRA files in ComfyUI's keys (lora_up/lora_down/alpha, LoCon convs).",
     )
     verbs = lora.add_subparsers(dest="verb", required=True)
@@ -20,10 +20,12 @@ def add_lora_parser(commands):
     inspect.add_argument(
         "--model",
         metavar="WEIGHTS",
-        help="a diffusion model's .safetensors (or a checkpoint): list the LoRA keys it would not load "
-        "(only its header is read; ComfyUI's generic and kohya key names)",
+        help="a diffusion model's .safetensors (or a checkpoint, or tiny-sdxl / tiny-sd15): list the LoRA keys "
+        "ComfyUI would not load into it, and how many of them `lora convert` places (only its header is read)",
     )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    _add_convert(verbs)
 
     resize = verbs.add_parser("resize", help="cut each layer by SVD to a rank or an energy share")
     resize.add_argument("lora", help="the LoRA/LoCon .safetensors file")
@@ -36,6 +38,12 @@ def add_lora_parser(commands):
     merge.add_argument(
         "--rank", type=int, help="compress each layer's sum to this rank by SVD (default: exact, ranks concatenated)"
     )
+    merge.add_argument(
+        "--into",
+        metavar="CHECKPOINT",
+        help="apply the LoRAs (at --weights, on the model and its text encoder) to this checkpoint and write a "
+        "checkpoint (ComfyUI's own save, as CheckpointSave writes), instead of one LoRA",
+    )
     _output_options(merge, dtype_default=None)
 
     extract = verbs.add_parser("extract", help="a fine-tuned model's difference to its base as a LoRA")
@@ -45,6 +53,26 @@ def add_lora_parser(commands):
     _rank_or_energy(extract)
     extract.add_argument("--device", default="cpu", help="where the SVDs run (cpu, cuda)")
     return lora
+
+
+def _add_convert(verbs):
+    convert = verbs.add_parser(
+        "convert", help="another trainer's LoRA to ComfyUI's keys, or a LoRA to diffusers/PEFT's"
+    )
+    convert.add_argument(
+        "lora", help="the LoRA .safetensors file (ai-toolkit, diffusers/PEFT, kohya, musubi-tuner, ...)"
+    )
+    convert.add_argument(
+        "--model",
+        required=True,
+        metavar="WEIGHTS",
+        help="the diffusion model or checkpoint (.safetensors) the LoRA is for (only its header is read), "
+        "or tiny-sdxl / tiny-sd15",
+    )
+    convert.add_argument(
+        "--to", choices=("comfyui", "peft"), default="comfyui", help="the keys to write (default: comfyui)"
+    )
+    _output_options(convert, dtype_default=None)
 
 
 def _output_options(verb, dtype_default):
@@ -71,10 +99,21 @@ def _rank_or_energy(verb):
 def run_lora(args: argparse.Namespace) -> list[str]:
     """Run one verb; the lines to print."""
     if args.verb == "inspect":
-        from ..lora_tools.inspection import inspect_lora, report_json, weights_file_key_map
+        from ..lora_tools.inspection import inspect_lora, report_json
 
-        report = inspect_lora(args.lora, weights_file_key_map(args.model) if args.model else None)
+        report = inspect_lora(args.lora, *_layouts(args.model)) if args.model else inspect_lora(args.lora)
         return [report_json(report)] if args.json else report.lines()
+    if args.verb == "convert":
+        from ..lora_tools.convert import convert_lora
+        from ..lora_tools.lora_layers import check_input, check_output
+        from ..lora_tools.model_layout import model_layout, weight_reader
+        from ..training.formats.lora_conventions import peft_weights_file
+
+        check_input(peft_weights_file(args.lora))  # before the model's layout is built
+        check_output(args.output, args.force)
+        model = model_layout(args.model)
+        weights = weight_reader(args.model)
+        return convert_lora(args.lora, args.output, model, args.to, args.dtype, args.force, weights).lines()
     if args.verb == "resize":
         from ..lora_tools.resize import resize_lora
 
@@ -88,6 +127,8 @@ def run_lora(args: argparse.Namespace) -> list[str]:
             raise EriDiffusionError(
                 f"--weights has {len(weights)} value(s) for {len(args.loras)} files; give one weight per file."
             )
+        if args.into:
+            return _merge_into(args, weights)
         return merge_loras(list(zip(args.loras, weights)), args.output, args.rank, args.dtype, args.force).lines()
     from ..lora_tools.extract import extract_from_files
 
@@ -95,3 +136,31 @@ def run_lora(args: argparse.Namespace) -> list[str]:
         args.base, args.tuned, args.output, args.rank, args.energy, args.dtype, args.device, args.force
     )
     return result.lines()
+
+
+def _merge_into(args, weights):
+    from ..lora_tools.checkpoint import merge_into_checkpoint
+    from ..lora_tools.lora_layers import check_input, check_output
+    from .models import load_checkpoint
+
+    if args.rank is not None or args.dtype is not None:
+        raise EriDiffusionError(
+            "--into writes a checkpoint at the checkpoint's own precision; leave out --rank and --dtype."
+        )
+    for path in args.loras:  # before the checkpoint is loaded
+        check_input(path)
+    check_output(args.output, args.force)
+    model, clip, vae = load_checkpoint(args.into, {}, required=False)
+    loras = [(path, weight, weight) for path, weight in zip(args.loras, weights)]
+    return merge_into_checkpoint(model, clip, vae, loras, args.output, args.force).lines()
+
+
+def _layouts(model_path):
+    """(ComfyUI's LoRA key map, convert's layer table) of the model in `model_path` (its header alone)."""
+    import comfy.lora
+
+    from ..lora_tools.model_layout import model_layout
+    from ..training.formats.layer_names import layer_table
+
+    model = model_layout(model_path)
+    return comfy.lora.model_lora_keys_unet(model, {}), layer_table(model)

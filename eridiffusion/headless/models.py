@@ -317,8 +317,9 @@ def check_model_files(source):
         _existing(path, "text_encoders")
 
 
-def load_checkpoint(path, model_options, with_clip=True, with_vae=True):
-    """CheckpointLoaderSimple's load (with UNETLoader's weight_dtype options for its model)."""
+def load_checkpoint(path, model_options, with_clip=True, with_vae=True, required=True):
+    """CheckpointLoaderSimple's load (with UNETLoader's weight_dtype options for its model); without
+    `required`, a checkpoint that lacks the text encoder or VAE gives None for it."""
     import comfy.sd
     import folder_paths
 
@@ -331,11 +332,11 @@ def load_checkpoint(path, model_options, with_clip=True, with_vae=True):
             embedding_directory=folder_paths.get_folder_paths("embeddings"),
             model_options=model_options,
         )[:3]
-    if with_clip and clip is None:
+    if with_clip and clip is None and required:
         raise EriDiffusionError(
             f"model.checkpoint {path} holds no text encoder; add model.text_encoders (and clip_type)."
         )
-    if with_vae and vae is None:
+    if with_vae and vae is None and required:
         raise EriDiffusionError(f"model.checkpoint {path} holds no VAE; add model.vae.")
     return model, clip, vae
 

@@ -6,6 +6,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..training.formats.lora_conventions import peft_weights_file, split_key
 from .lora_layers import layer_algorithm, rank_and_alpha, read_lora
 
 # Metadata keys by who wrote them: ours, kohya's sd-scripts (and tools that copy its keys), modelspec.
@@ -19,9 +20,13 @@ _WRITERS = (
 )
 # The family a file's keys give away, first match wins (when the metadata names none).
 _FAMILY_BY_KEYS = (
-    ("Flux", ("double_blocks", "single_blocks")),
+    ("Flux.2", ("stream_modulation", "ff.linear_in", "ff_linear_in")),
+    ("Flux", ("double_blocks", "single_blocks", "single_transformer_blocks")),
+    ("Z-Image / Lumina 2", ("context_refiner", "noise_refiner")),
+    ("Wan", ("cross_attn", "condition_embedder", "ffn.net", "ffn_net")),
+    ("Qwen-Image", ("img_mlp", "txt_mlp", "img_mod", "txt_mod")),
     ("SD3", ("joint_blocks",)),
-    ("SDXL", ("lora_te2_", "label_emb")),
+    ("SDXL", ("lora_te2_", "label_emb", "add_embedding")),
     ("SD1.x/SDXL UNet", ("input_blocks", "down_blocks")),
 )
 _TEXT_ENCODER = ("lora_te", "text_encoders.", "text_model.")
@@ -46,6 +51,7 @@ class LoRAReport:
     metadata: dict  # {writer: {key: value}}
     other_keys: list
     not_loaded: list | None = None  # with a model: file keys whose layer the model does not address
+    convertible: int | None = None  # of those, how many `lora convert` places for that model
 
     def lines(self):
         out = [
@@ -67,6 +73,8 @@ class LoRAReport:
             out.append(f"other keys {len(self.other_keys)} that are no LoRA tensor, e.g. {self.other_keys[0]}")
         if self.not_loaded is not None:
             out.append(f"not loaded {len(self.not_loaded)} key(s) the model does not address")
+            if self.convertible:
+                out[-1] += f"; eridiffusion lora convert places {self.convertible} of them"
             out += [f"  {key}" for key in self.not_loaded[:20]] + (["  ..."] if len(self.not_loaded) > 20 else [])
         return out
 
@@ -94,10 +102,12 @@ def family_of(metadata, prefixes):
     return "unknown", "no metadata names it and the key names do not tell"
 
 
-def inspect_lora(path, key_map=None):
-    """The report of LoRA file `path`; with `key_map` (a model's {LoRA key prefix: weight key},
-    see model_key_map / weights_file_key_map) also the keys it would not load."""
-    lora = read_lora(path)
+def inspect_lora(path, key_map=None, convertible=None):
+    """The report of LoRA file `path` (ComfyUI's or another trainer's names); with `key_map` (a model's
+    {LoRA key prefix: weight key}, see model_key_map / weights_file_key_map) also the keys it would not
+    load, and with `convertible` (layer_table of that model) how many of those `lora convert` places."""
+    path = peft_weights_file(path)
+    lora = read_lora(path, other_trainers=True)
     blocks = {}
     for prefix, group in lora.layers.items():
         block = blocks.setdefault(block_of(prefix), Block())
@@ -123,13 +133,26 @@ def inspect_lora(path, key_map=None):
         lora.other_keys,
     )
     if key_map is not None:
-        report.not_loaded = sorted(
-            f"{prefix}.{name}"
-            for prefix, group in lora.layers.items()
-            if prefix not in key_map and not prefix.startswith(_TEXT_ENCODER)
-            for name in group
-        )
+        report.not_loaded = _not_loaded(path, key_map)
+        if convertible is not None:
+            report.convertible = sum(1 for key in report.not_loaded if (split_key(key) or ("",))[0] in convertible)
     return report
+
+
+def _not_loaded(path, key_map):
+    """The keys of `path` stock ComfyUI would leave out for a model of `key_map` (text encoders aside)."""
+    import safetensors
+
+    with safetensors.safe_open(path, "pt") as f:
+        keys = list(f.keys())
+    out = []
+    for key in keys:
+        split = split_key(key)
+        if split is not None and split[0].startswith(_TEXT_ENCODER):
+            continue
+        if split is None or split[0] not in key_map or split[1] == "lora_magnitude_vector":
+            out.append(key)
+    return sorted(out)
 
 
 def model_key_map(patcher):

@@ -8,6 +8,7 @@ import torch
 
 from ..errors import EriDiffusionError
 from ..training.adapters.from_tensors import tensor_groups
+from ..training.formats.lora_conventions import split_key
 from ..training.formats.lora_file import SAVE_DTYPES, TrainedLoRA
 from .low_rank import LowRank
 
@@ -17,7 +18,7 @@ _ALGORITHMS = (
     ("lokr", ("lokr_w1", "lokr_w1_a")),
     ("oft", ("oft_blocks",)),
     ("glora", ("a1.weight",)),
-    ("dora", ("dora_scale",)),
+    ("dora", ("dora_scale", "lora_magnitude_vector")),
     ("lora", ("lora_up.weight",)),
     ("diff", ("diff", "diff_b")),
 )
@@ -78,16 +79,32 @@ def read_safetensors(path, what="file"):
         ) from None
 
 
-def read_lora(path):
+def read_lora(path, other_trainers=False):
+    """The LoRAFile of `path` in ComfyUI's tensor names; with `other_trainers`, other trainers' spellings
+    (lora_A/lora_B, ...) are read too, as ComfyUI's names (for a report: the layer names stay theirs)."""
     tensors, metadata = read_safetensors(path, "LoRA")
-    layers = tensor_groups(tensors)
+    if other_trainers:
+        layers = {}
+        for key, tensor in tensors.items():
+            split = split_key(key)
+            if split:
+                layers.setdefault(split[0], {})[split[1]] = tensor
+        used = {k for k in tensors if split_key(k)}
+    else:
+        layers = tensor_groups(tensors)
+        used = {f"{p}.{n}" for p, g in layers.items() for n in g}
     if not layers:
         example = next(iter(tensors), "no keys at all")
         raise EriDiffusionError(
             f"{path} is not a LoRA: none of its {len(tensors)} keys is a LoRA tensor (e.g. {example}); "
             "give a LoRA file (keys like <layer>.lora_up.weight / .lora_down.weight / .alpha)."
         )
-    used = {f"{p}.{n}" for p, g in layers.items() for n in g}
+    foreign = [k for k in tensors if k not in used and split_key(k)]
+    if foreign:
+        raise EriDiffusionError(
+            f"{path} names its tensors as another trainer does ({len(foreign)} keys, e.g. {foreign[0]}); convert it "
+            "to ComfyUI's keys first (eridiffusion lora convert, or the Convert LoRA node)."
+        )
     return LoRAFile(path, layers, metadata, sorted(set(tensors) - used))
 
 
@@ -97,7 +114,7 @@ def rank_and_alpha(group):
     if down is None:
         return None, None
     rank = down.shape[0]
-    alpha = group.get("alpha")
+    alpha = group.get("alpha")  # (a PEFT-style file's layers have none: ComfyUI then scales by 1)
     return rank, float(alpha) if alpha is not None else float(rank)
 
 

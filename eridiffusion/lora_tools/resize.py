@@ -1,5 +1,6 @@
 """`lora resize`: each LoRA/LoCon layer cut by SVD to a fixed rank, or to the smallest rank that keeps
-a share of its weight change; reports what each layer keeps."""
+a share of its weight change; reports what each layer keeps. A DoRA layer's low-rank part is cut the
+same way and its magnitudes (dora_scale) kept: W' = (W + ΔW_r) · m / ‖W + ΔW_r‖."""
 
 import json
 import os
@@ -19,7 +20,8 @@ from .lora_layers import (
 )
 from .low_rank import check_rank_and_energy, spectrum_of_product
 
-SUPPORTED = "resize handles LoRA and LoCon files (lora_up/lora_down layers, linear and conv)"
+SUPPORTED = "resize handles LoRA, LoCon and DoRA files (lora_up/lora_down layers, linear and conv)"
+RESIZABLE = (LOW_RANK, "dora")
 
 
 @dataclass
@@ -50,11 +52,11 @@ class Result:
 
 
 def check_resizable(lora):
-    others = {name: n for name, n in lora.algorithms().items() if name not in (LOW_RANK, "diff")}
+    others = {name: n for name, n in lora.algorithms().items() if name not in (*RESIZABLE, "diff")}
     if others:
         listed = ", ".join(f"{name} ({n} layers)" for name, n in others.items())
         raise EriDiffusionError(
-            f"{lora.path} holds {listed}; {SUPPORTED}. LoKr, LoHa, DoRA, OFT and GLoRA layers cannot be resized."
+            f"{lora.path} holds {listed}; {SUPPORTED}. LoKr, LoHa, OFT and GLoRA layers have no rank to cut by SVD."
         )
     if lora.other_keys:
         raise EriDiffusionError(
@@ -78,7 +80,7 @@ def resize_lora(path, output, rank=None, energy=None, dtype=None, overwrite=Fals
         )
     tensors, results = {}, []
     for prefix, group in lora.layers.items():
-        if layer_algorithm(group) != LOW_RANK:
+        if layer_algorithm(group) not in RESIZABLE:
             tensors.update({f"{prefix}.{name}": t for name, t in group.items()})
             continue
         old_rank, alpha = rank_and_alpha(group)

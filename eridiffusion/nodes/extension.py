@@ -6,6 +6,7 @@ from . import progress
 from .cache_node import CacheLatents
 from .dataset_node import LoadDataset
 from .demo_model_node import TinyDemoModel
+from .lora_tools_nodes import LORA_TOOL_NODES
 from .loss_graph_node import LossGraph
 from .objective_node import TrainingObjective
 from .options_nodes import OPTIONS_NODES
@@ -25,6 +26,7 @@ NODES = [
     LossGraph,
     LoadLoRAForTraining,
     TinyDemoModel,
+    *LORA_TOOL_NODES,
 ]
 
 

@@ -28,35 +28,33 @@ def _name_limit(folder):
         return 255
 
 
-def lora_path_for(prefix, loras_dir, overwrite):
+def lora_path_for(prefix, loras_dir, overwrite, what="SaveLoRA filename_prefix"):
     """The file for `prefix` inside `loras_dir`; refuses anything that would leave it, and names
-    the file system cannot hold. Without `overwrite`, an existing name gets the next free
-    `_NNNNN` suffix."""
+    the file system cannot hold (errors name the input as `what`). Without `overwrite`, an existing
+    name gets the next free `_NNNNN` suffix."""
     prefix = prefix.strip()
     if prefix.endswith(".safetensors"):
         prefix = prefix[: -len(".safetensors")]
     parts = prefix.replace("\\", "/").split("/")
     if not prefix or os.path.isabs(prefix) or any(p in ("", ".", "..") for p in parts):
         raise EriDiffusionError(
-            f"SaveLoRA filename_prefix '{prefix}' must be a relative name inside models/loras "
+            f"{what} '{prefix}' must be a relative name inside models/{os.path.basename(loras_dir)} "
             "(like 'my_lora' or 'people/my_lora'), without '.' or '..' parts or a leading '/'."
         )
     if "\0" in prefix:
-        raise EriDiffusionError(f"SaveLoRA filename_prefix {prefix!r} contains a NUL character; remove it.")
+        raise EriDiffusionError(f"{what} {prefix!r} contains a NUL character; remove it.")
     limit = _name_limit(loras_dir)
     longest = max(len(p.encode()) for p in parts[:-1]) if len(parts) > 1 else 0
     if len(parts[-1].encode()) + len(_ENDING) > limit or longest > limit:
         raise EriDiffusionError(
-            f"SaveLoRA filename_prefix '{prefix}' is too long for the file system, which takes "
+            f"{what} '{prefix}' is too long for the file system, which takes "
             f"names of up to {limit} bytes: keep each folder name and the file name to "
             f"{limit - len(_ENDING)} bytes or less."
         )
     root = os.path.realpath(loras_dir)
     base = os.path.realpath(os.path.join(root, *parts))
     if os.path.commonpath([root, os.path.dirname(base)]) != root or base == root:
-        raise EriDiffusionError(
-            f"SaveLoRA filename_prefix '{prefix}' resolves outside {root}; use a plain relative name."
-        )
+        raise EriDiffusionError(f"{what} '{prefix}' resolves outside {root}; use a plain relative name.")
     path = base + ".safetensors"
     counter = 1
     while not overwrite and os.path.exists(path):

@@ -56,3 +56,80 @@ def test_lora_inspect_runs_as_a_command(locon_files, tmp_path):
     done = run_cli("lora", "inspect", locon_files["files"][0], "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert '"family": "SD15"' in done.stdout
+
+
+def test_convert_writes_comfyui_keys_from_a_diffusers_file_and_back(family_lora, tmp_path, lora_cli):
+    lora = family_lora("sdxl")
+    status, out, err = lora_cli(
+        "convert", lora["path"], "--model", "tiny-sdxl", "--to", "peft", "-o", tmp_path / "p.safetensors"
+    )
+    assert status == 0, err
+    assert out.startswith(f"wrote {tmp_path / 'p.safetensors'}: 153 layers in diffusers/PEFT's keys")
+    assert next(iter(safetensors.torch.load_file(str(tmp_path / "p.safetensors")))).startswith("unet.")
+    status, out, err = lora_cli(
+        "convert", tmp_path / "p.safetensors", "--model", "tiny-sdxl", "-o", tmp_path / "c.safetensors"
+    )
+    assert status == 0, err
+    assert "read 153 layers named unet.<name> (lora)" in out
+    assert sorted(safetensors.torch.load_file(str(tmp_path / "c.safetensors"))) == sorted(
+        safetensors.torch.load_file(lora["path"])
+    )
+
+
+def test_merge_into_a_checkpoint_writes_one_that_reproduces_base_plus_lora(tmp_path, lora_cli):
+    import comfy.sd
+
+    from devkit.checkpoint_models import loadable_sd15, random_lora, unet_output
+    from devkit.stock_comfyui import relative_error
+
+    model, vae = loadable_sd15()
+    base = str(tmp_path / "base.safetensors")
+    comfy.sd.save_checkpoint(base, model, None, vae)
+    lora = random_lora(model, str(tmp_path / "lora.safetensors"))
+    status, out, err = lora_cli("merge", lora, "--weights", 0.5, "--into", base, "-o", tmp_path / "merged.safetensors")
+    assert status == 0, err
+    assert out.startswith(f"wrote {tmp_path / 'merged.safetensors'}: a checkpoint with 1 LoRA(s) merged")
+    with_lora, _ = comfy.sd.load_lora_for_models(model, None, comfy.utils.load_torch_file(lora), 0.5, 0)
+    merged = comfy.sd.load_checkpoint_guess_config(str(tmp_path / "merged.safetensors"))[0]
+    assert relative_error(unet_output(merged), unet_output(with_lora)) < 1e-5
+
+
+def test_inspect_with_a_model_counts_the_keys_stock_comfyui_skips_and_convert_places(family_lora, tmp_path, lora_cli):
+    from devkit.foreign_loras import write_convention
+
+    lora = family_lora("sdxl")
+    onetrainer = write_convention(
+        lora["model"].model, lora["path"], "onetrainer", "sdxl", str(tmp_path / "ot.safetensors")
+    )
+    status, out, err = lora_cli("inspect", onetrainer, "--model", "tiny-sdxl")
+    assert status == 0, err
+    assert "algorithm  lora x153" in out
+    assert "not loaded 0 key(s) the model does not address" in out  # ComfyUI reads OneTrainer's SDXL names
+
+
+def test_extract_from_two_weight_files_prints_each_layers_rank_and_kept_energy(locon_files, tmp_path, lora_cli, caplog):
+    from devkit.stock_comfyui import load_with_stock_comfyui
+    from eridiffusion.comfy_compat import patched_diffusion_weights
+
+    model, source = locon_files["model"], locon_files["files"][0]
+    tuned, _ = load_with_stock_comfyui(model, source, 1.0, caplog)
+    base, tuned_file = tmp_path / "base.safetensors", tmp_path / "tuned.safetensors"
+    safetensors.torch.save_file(patched_diffusion_weights(model), str(base))
+    safetensors.torch.save_file(patched_diffusion_weights(tuned), str(tuned_file))
+    status, out, err = lora_cli(
+        "extract", base, tuned_file, "--rank", 8, "--dtype", "fp32", "-o", tmp_path / "x.safetensors"
+    )
+    assert status == 0, err
+    assert out.startswith(f"wrote {tmp_path / 'x.safetensors'}: 178 layers as LoRA (rank 8-8, kept energy")
+    assert "  diffusion_model.time_embed.0: rank 8, keeps 1.0000" in out
+
+
+def test_convert_writes_a_peft_dora_as_its_whole_weight_change_from_the_models_weights(family_lora, tmp_path, lora_cli):
+    from devkit.foreign_loras import write_peft_dora
+
+    lora = family_lora("sdxl")
+    write_peft_dora(lora["model"].model, lora["path"], str(tmp_path / "dora"))
+    status, out, err = lora_cli("convert", tmp_path / "dora", "--model", "tiny-sdxl", "-o", tmp_path / "c.safetensors")
+    assert status == 0, err
+    assert "  153 PEFT DoRA layers written as their whole weight change (diff)" in out
+    assert "  alphas: 153 layers without one: " in out and "adapter_config.json" in out

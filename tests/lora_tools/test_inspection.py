@@ -1,6 +1,7 @@
 """Inspecting a trained LoCon: family, algorithm, rank/alpha per block, metadata by writer, and the keys
 a model would not load (from the MODEL, or from a weights file's header alone)."""
 
+import pytest
 import safetensors.torch
 
 from eridiffusion.comfy_compat import patched_diffusion_weights
@@ -35,3 +36,50 @@ def test_keys_a_model_would_not_load_are_listed(locon_files, tmp_path):
     weights = str(tmp_path / "unet.safetensors")  # the header alone is read
     safetensors.torch.save_file(patched_diffusion_weights(model), weights)
     assert inspect_lora(path, weights_file_key_map(weights)).not_loaded == expected
+
+
+def test_a_musubi_z_image_file_is_read_and_its_unloaded_keys_are_the_ones_convert_places(family_lora, tmp_path):
+    from devkit.foreign_loras import write_convention
+    from eridiffusion.training.formats.layer_names import layer_table
+
+    lora = family_lora("z_image")
+    model = lora["model"].model
+    musubi = write_convention(model, lora["path"], "musubi-tuner", "z_image", str(tmp_path / "musubi.safetensors"))
+    report = inspect_lora(musubi, model_key_map(lora["model"]), layer_table(model))
+    assert list(report.algorithms) == ["lora"] and {r for b in report.blocks.values() for r in b.ranks} == {8}
+    # ComfyUI fuses Z-Image's q, k and v: musubi's to_q/to_k/to_v layers address no weight of it
+    split_qkv = [k for k in safetensors.torch.load_file(musubi) if any(f"_attention_to_{p}." in k for p in "qkv")]
+    assert len(split_qkv) == 3 * 3 * 6 and set(split_qkv) <= set(report.not_loaded)
+    assert report.convertible == len(report.not_loaded)
+    assert f"eridiffusion lora convert places {len(report.not_loaded)} of them" in "\n".join(report.lines())
+
+
+def test_a_peft_folder_is_inspected_with_its_alphas_unread_but_ranks_shown(family_lora, tmp_path):
+    from devkit.foreign_loras import write_peft
+
+    lora = family_lora("qwen_image")
+    write_peft(lora["model"].model, lora["path"], "qwen_image", str(tmp_path / "peft"), "peft")
+    report = inspect_lora(str(tmp_path / "peft"))
+    assert report.path.endswith("peft/adapter_model.safetensors")
+    assert list(report.algorithms) == ["lora"] and report.keys == 2 * sum(b.layers for b in report.blocks.values())
+
+
+@pytest.mark.parametrize(
+    "arch, family",
+    [
+        ("sdxl", "SDXL"),
+        ("flux_dev", "Flux"),
+        ("flux2", "Flux.2"),
+        ("z_image", "Z-Image / Lumina 2"),
+        ("qwen_image", "Qwen-Image"),
+        ("wan21_t2v", "Wan"),
+    ],
+)
+@pytest.mark.parametrize("fmt", ["kohya", "ai-toolkit", "onetrainer"])
+def test_the_family_of_a_file_without_metadata_is_told_by_its_key_names(arch, family, fmt, family_lora, tmp_path):
+    from devkit.foreign_loras import write_convention
+
+    lora = family_lora(arch)
+    foreign = write_convention(lora["model"].model, lora["path"], fmt, arch, str(tmp_path / "foreign.safetensors"))
+    report = inspect_lora(foreign)
+    assert (report.family, report.family_source) == (family, "guessed from the key names")

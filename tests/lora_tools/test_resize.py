@@ -55,12 +55,30 @@ def test_energy_mode_keeps_the_share_with_the_smallest_rank(locon_files, tmp_pat
     assert len({layer.rank_after for layer in result.layers}) > 1  # the rank differs between layers
 
 
+def test_a_dora_resized_keeps_its_magnitudes_and_converges_to_it_with_rank(family_lora, tmp_path, caplog):
+    dora = family_lora("sdxl", "dora")
+    model, probe = dora["model"], dora["probe"]
+    full, _ = load_with_stock_comfyui(model, dora["path"], 1.0, caplog)
+    reference, base = probe.output(full), probe.output(model)
+    scales = {k: v for k, v in safetensors.torch.load_file(dora["path"]).items() if k.endswith(".dora_scale")}
+    errors = []
+    for rank in (1, 2, 4, 8):
+        path = resize_lora(dora["path"], str(tmp_path / f"r{rank}.safetensors"), rank=rank).path
+        patched, unmatched = load_with_stock_comfyui(model, path, 1.0, caplog)
+        assert unmatched == []
+        errors.append(relative_error(probe.output(patched), reference))
+        resized = safetensors.torch.load_file(path)
+        assert len(scales) == 153 and all(torch.equal(resized[k], v) for k, v in scales.items())
+    assert all(a > b for a, b in zip(errors, errors[1:])), errors
+    assert errors[-1] < 1e-5 and errors[0] < relative_error(base, reference), errors
+
+
 def test_lokr_file_is_refused_naming_what_resize_supports(tmp_path):
     path = str(tmp_path / "lokr.safetensors")
     safetensors.torch.save_file(
         {"lora_unet_x.lokr_w1": torch.ones(2, 2), "lora_unet_x.lokr_w2": torch.ones(4, 4)}, path
     )
-    with pytest.raises(EriDiffusionError, match=r"lokr \(1 layers\); resize handles LoRA and LoCon files"):
+    with pytest.raises(EriDiffusionError, match=r"lokr \(1 layers\); resize handles LoRA, LoCon and DoRA files"):
         resize_lora(path, str(tmp_path / "out.safetensors"), rank=2)
 
 

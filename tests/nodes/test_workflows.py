@@ -6,6 +6,7 @@ import shutil
 
 import folder_paths
 import pytest
+import safetensors.torch
 
 from demo.run_demo import demo_prompt
 from devkit.example_workflows import EXAMPLES, FOLDER, render_examples
@@ -127,3 +128,36 @@ def test_bad_dataset_stops_the_workflow_with_an_error_naming_the_file_and_writes
     message = execution_error(executor)
     assert message.startswith("EriDiffusion_LoadDataset") and named in message, message
     assert (tree(comfy_dirs["output"]), tree(comfy_dirs["loras"])) == before
+
+
+def test_lora_tools_example_converts_resizes_and_saves_an_image_of_each(registered, family_lora, comfy_dirs, tmp_path):
+    from devkit.example_workflows import load_example
+    from devkit.foreign_loras import write_convention
+    from devkit.workflow import ui_to_api
+
+    lora = family_lora("sdxl")
+    foreign = write_convention(
+        lora["model"].model, lora["path"], "ai-toolkit", "sdxl", str(tmp_path / "ai.safetensors")
+    )
+    prompt = substitute(
+        ui_to_api(load_example("lora_tools.json")),
+        replacements={"CheckpointLoaderSimple": ("EriDiffusion_TinyDemoModel", {"architecture": "sdxl", "seed": 0})},
+        overrides={
+            "EriDiffusion_ConvertLoRA": {"lora": foreign, "output": "example/converted", "overwrite": True},
+            "EriDiffusion_ResizeLoRA": {"rank": 2, "output": "example/resized", "overwrite": True},
+            "EmptyLatentImage": {"width": 64, "height": 64},
+            "KSampler": {"steps": 2},
+        },
+    )
+    executor, _ = run_prompt(prompt)
+    assert executor.success, execution_error(executor)
+    resized = safetensors.torch.load_file(os.path.join(comfy_dirs["loras"], "example", "resized.safetensors"))
+    assert {v.shape[0] for k, v in resized.items() if k.endswith(".lora_down.weight")} == {2}
+    import numpy
+    from PIL import Image
+
+    images = {}
+    for name in ("converted", "resized"):
+        saved = sorted(f for f in os.listdir(os.path.join(comfy_dirs["output"], "eridiffusion")) if f.startswith(name))
+        images[name] = numpy.asarray(Image.open(os.path.join(comfy_dirs["output"], "eridiffusion", saved[-1])))
+    assert images["converted"].shape == images["resized"].shape == (64, 64, 3)

@@ -166,3 +166,32 @@ def test_a_run_start_sweeps_stale_temp_files_of_earlier_runs_of_its_name(registe
     assert os.listdir(os.path.join(comfy_dirs["output"], "swept_run_other")) == [STALE]
     assert outcome.success, outcome.error  # in swept_run_2: swept_run still holds files
     assert os.path.isfile(os.path.join(comfy_dirs["output"], "swept_run_2", "loss.json"))
+
+
+def test_checkpoints_wait_for_the_disk_and_the_loss_log_does_not(quality_stack, tmp_path, monkeypatch):
+    """Every file is written atomically (a temp file moved into place); checkpoints and their state
+    also wait until the data is on the disk before the move. The loss log, rewritten at every
+    read-back while the GPU waits for the next step, does not wait."""
+    import dataclasses
+
+    from devkit.short_runs import short_run
+    from eridiffusion.training.run.trainer import train_lora
+
+    model, _, _, data = quality_stack
+    synced = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    with torch.inference_mode(False):
+        result = train_lora(
+            model, dataclasses.replace(data, validation=None), short_run("off", "durable", save_every=2), str(tmp_path)
+        )
+    written = os.listdir(tmp_path)
+    assert "loss.json" in written and len(result.checkpoints) >= 2
+    assert not [name for name in synced if name.startswith(".loss.json.")], synced
+    checkpoints = [os.path.basename(path) for path in result.checkpoints]
+    assert all(any(name.startswith(f".{c}"[:40]) for name in synced) for c in checkpoints), (checkpoints, synced)

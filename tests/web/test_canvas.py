@@ -10,7 +10,7 @@ import time
 import pytest
 
 from devkit.browser import ComfyPage, renderers
-from devkit.example_workflows import EXAMPLES, load_example
+from devkit.example_workflows import ALL_EXAMPLES, load_example
 
 # tiny_demo_lora.json as EriDiffusion wrote it before the options nodes (commit 918dab5): its
 # LoRATrainer holds 26 settings, gradient_checkpointing off and targets all-linear among them.
@@ -33,11 +33,19 @@ GROUPS = {
     },
     "Test": {"Note", "CLIPTextEncode", "EmptyLatentImage", "KSampler", "VAEDecode", "SaveImage"},
 }
+# The LoRA toolbox's example: Model → LoRA (convert, resize) → Compare (two images of one prompt).
+TOOL_GROUPS = {
+    "Model": {"Note", "CheckpointLoaderSimple"},
+    "LoRA": {"Note", "EriDiffusion_ConvertLoRA", "EriDiffusion_ResizeLoRA"},
+    "Compare": {"Note", "CLIPTextEncode", "EmptyLatentImage", "KSampler", "VAEDecode", "SaveImage"},
+}
+EXAMPLE_GROUPS = {"lora_tools.json": TOOL_GROUPS}
 # The options nodes each example shows: the tiny demo's settings, and where small GPUs find help.
 OPTIONS = {
     "sdxl_lora.json": {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"},
     "sd15_lora.json": {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"},
     "tiny_demo_lora.json": {"EriDiffusion_AdapterOptions", "EriDiffusion_MemoryOptions"},
+    "lora_tools.json": set(),
 }
 
 # The trainer's own settings and, per linked options socket, that node's type and settings.
@@ -73,7 +81,7 @@ def old_workflow():
         return json.load(f)
 
 
-@pytest.mark.parametrize("example", sorted(EXAMPLES))
+@pytest.mark.parametrize("example", sorted(ALL_EXAMPLES))
 def test_example_workflow_loads_on_a_grid_of_groups_with_a_note_each_and_no_overlaps(page, example):
     workflow = load_example(example)
     page.load(workflow)
@@ -81,10 +89,11 @@ def test_example_workflow_loads_on_a_grid_of_groups_with_a_note_each_and_no_over
     page.screenshot(f"canvas_{example[:-5]}_{page.renderer}.png")
     layout = page.layout()
     assert layout["problems"] == []
-    assert list(layout["groups"]) == list(GROUPS)
+    groups = EXAMPLE_GROUPS.get(example, GROUPS)
+    assert list(layout["groups"]) == list(groups)
     for title, members in layout["groups"].items():
         types = [node_type for _, node_type in members]
-        assert set(types) <= GROUPS[title] and types.count("Note") == 1, (title, types)
+        assert set(types) <= groups[title] and types.count("Note") == 1, (title, types)
     grouped = {node_type for members in layout["groups"].values() for _, node_type in members}
     assert {t for t in grouped if t.endswith("Options")} == OPTIONS[example]
     # the sizes the file gives are the ones the page keeps: right on first load, nothing grown
@@ -197,3 +206,28 @@ def test_old_trainer_settings_that_cannot_move_are_named_in_a_message(page):
     )
     assert defaults["run_name"] == "eridiffusion_lora"
     assert page.page.evaluate(TRAINER_STATE, TRAINER)["widgets"] == defaults  # not the values by position
+
+
+# What the page does with a finished node's "executed" message, as the server sends it.
+SHOW_TEXT = """([id, text]) => {
+  window.comfyAPI.api.api.dispatchEvent(new CustomEvent("executed", {detail: {node: String(id),
+      display_node: String(id), output: {text: [text]}, prompt_id: "shown"}}));
+  const node = window.app.graph.getNodeById(id);
+  return node.widgets.find((w) => w.name === "eridiffusion_summary").value;
+}"""
+
+
+def test_the_toolbox_nodes_show_what_they_did_in_the_box_they_keep_for_it(page):
+    workflow = load_example("lora_tools.json")
+    page.load(workflow)
+    sizes = page.sizes()
+    report = "wrote converted/their_lora.safetensors: 304 layers in ComfyUI's keys\n" + "\n".join(
+        f"  read {n} layers named transformer.<name> (lora)" for n in range(40)
+    )
+    for node_id in (2, 3):  # Convert LoRA, Resize LoRA
+        assert page.page.evaluate(SHOW_TEXT, [node_id, report]) == report
+    page.settle()
+    page.show_node(2)
+    page.screenshot(f"lora_tools_reported_{page.renderer}.png")
+    assert page.layout()["problems"] == []
+    assert page.sizes() == sizes  # a long report scrolls in its box: nothing grows over a neighbour

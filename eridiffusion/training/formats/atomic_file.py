@@ -69,10 +69,12 @@ def writable_folder(path, what):
     return path
 
 
-def write_atomic(path, write, overwrite=False):
+def write_atomic(path, write, overwrite=False, durable=True):
     """Call write(temp_path) and move the result to `path` in one step. Without `overwrite`,
     an existing `path` is an error and stays untouched (checked atomically with a hard link).
-    Operating-system failures are raised as EriDiffusionError naming the file and the fix."""
+    `durable`: the data reaches the disk before the move (fsync); a file rewritten every few steps
+    (the loss log) skips that wait, which the GPU would otherwise sit out idle. Operating-system
+    failures are raised as EriDiffusionError naming the file and the fix."""
     try:
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
@@ -83,8 +85,9 @@ def write_atomic(path, write, overwrite=False):
     try:
         write(tmp)
         os.chmod(tmp, FILE_MODE)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
+        if durable:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
         if overwrite:
             os.replace(tmp, path)
         else:
@@ -147,9 +150,9 @@ def json_safe(value):
     return value
 
 
-def write_json_atomic(path, value):
+def write_json_atomic(path, value, durable=True):
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(json_safe(value), f, indent=1, allow_nan=False)
 
-    return write_atomic(path, write, overwrite=True)
+    return write_atomic(path, write, overwrite=True, durable=durable)

@@ -9,6 +9,7 @@ weights are handed to the others, as DDP starts."""
 
 import dataclasses
 import random
+import time
 from typing import Any
 
 import torch
@@ -56,10 +57,13 @@ class TrainingRun:
         resume: ResumePoint | None = None,
         processes: TrainingProcesses = SINGLE_PROCESS,
     ) -> None:
+        self.started = time.perf_counter()
         check_run(data, config, clip, resume, processes)
         check_resume_fits(resume, model_patcher, clip, config)
         self.data, self.config, self.run_dir, self.processes = data, config, run_dir, processes
         self.source = trainable_model_clone(model_patcher)
+        # dynamic VRAM's reload for training: a model of the run's own, whose weights it may cast
+        self.owns_model = self.source.model is not model_patcher.model
         self.patcher = self.source.clone()
         if config.device != "auto":  # another GPU than ComfyUI's; the result MODEL goes back to the input's
             self.patcher.load_device = torch.device(config.device)
@@ -96,7 +100,9 @@ class TrainingRun:
         resume file, on a clone with autograd-safe weights and the step's injections."""
         config = self.config
         if self.base.get_dtype() != config.torch_dtype:
-            self.patcher.set_model_compute_dtype(config.torch_dtype)
+            held = self.owns_model and model_loading.hold_weights_in(self.base, config.torch_dtype)
+            if not held:  # ComfyUI casts each weight in each forward
+                self.patcher.set_model_compute_dtype(config.torch_dtype)
         frozen_weights_injection(self.patcher)
         spec = resume.spec if resume is not None else config.adapter
         spec = dataclasses.replace(spec, targets=resolve_targets(spec.targets, self.family))

@@ -89,4 +89,5 @@ def write_loss_log(run):
     log = {"loss": run.progress.losses}
     if run.progress.validation_points:
         log["validation"] = run.progress.validation_points
-    write_json_atomic(os.path.join(run.run_dir, "loss.json"), log)
+    # rewritten at every read-back, right after the device sync: not waited onto the disk
+    write_json_atomic(os.path.join(run.run_dir, "loss.json"), log, durable=False)

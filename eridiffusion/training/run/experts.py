@@ -111,6 +111,16 @@ class ExpertSteps:
     def __init__(self, runs, steps, pick):
         self.runs, self.steps, self.pick = runs, steps, pick
 
+    @property
+    def first_started(self):
+        """When the run's first step began (summary.json's setup time ends there)."""
+        return min((step.first_started for step in self.steps if step.first_started is not None), default=None)
+
+    @property
+    def first_seconds(self):
+        """The seconds of each expert's first step together (each captures its graphs or compiles)."""
+        return sum(step.first_seconds or 0.0 for step in self.steps)
+
     def __call__(self, step):
         index = self.pick(step)
         run = self.runs[index]

@@ -3,6 +3,8 @@ averaged over the processes, unscaled and clipped, the update (left out for a no
 on_nan=skip), the EMA and the schedule. Nothing is read back: the step's loss and gradient norm stay
 on the device (non_finite.StepHealth) until the next logging step."""
 
+import time
+
 import torch
 
 from .non_finite import gradient_norm, skip_on_device
@@ -15,8 +17,22 @@ class OptimizerStep:
     def __init__(self, run, path, micro_batches, health):
         self.run, self.path, self.micro_batches, self.health = run, path, micro_batches, health
         self.skip_on_the_device = skip_on_device(run.optimizer, run.scaler)
+        self.first_started = self.first_seconds = None  # when the first step began, and its seconds
 
     def __call__(self, step):
+        if self.first_started is None:  # (its graph capture or compile included: waited for once)
+            self.first_started = self._now()
+            self._step(step)
+            self.first_seconds = self._now() - self.first_started
+        else:
+            self._step(step)
+
+    def _now(self):
+        if self.run.device.type == "cuda":
+            torch.cuda.synchronize(self.run.device)
+        return time.perf_counter()
+
+    def _step(self, step):
         run, config = self.run, self.run.config
         step_loss = torch.zeros((), device=run.device)
         with self.path.step():

@@ -10,6 +10,8 @@ def run_summary(result, config):
         "first_loss": result.losses[0],
         "last_loss": result.losses[-1],
         "seconds_per_step": result.seconds_per_step,
+        "setup_seconds": result.setup_seconds,
+        "first_step_seconds": result.first_step_seconds,
         "peak_memory_gib": result.peak_memory_gib,
         "processes": len(result.peak_memory_gib_per_process),
         "peak_memory_gib_per_process": result.peak_memory_gib_per_process,

@@ -69,6 +69,8 @@ class TrainResult:
     validation: list = field(default_factory=list)  # [[step, validation loss], ...]
     best: dict | None = None  # {"step", "loss", "path"} of the lowest validation loss
     stopped_early: bool = False  # early_stop_patience ended the run
+    setup_seconds: float = 0.0  # from the run's start to its first step: building, evaluating, preparing data
+    first_step_seconds: float = 0.0  # the first optimizer step, its CUDA graph capture or compile included
     low_noise: "TrainResult | None" = None  # a two-expert run (experts.py): the low-noise expert's (this: the high's)
     stream_losses: dict | None = None  # audio-video: {"video"/"audio": [evaluation loss before, after]}
 
@@ -233,9 +235,10 @@ class _Loop:
         run = self.run
         low_noise = (self.runs[1].patcher, self.pick.boundary) if self.pick is not None else None
         if run.processes.is_main:
-            with contextlib.ExitStack() as averaged:
-                for each in self.runs:
-                    averaged.enter_context(checkpoints.averaged(each))
+            with contextlib.ExitStack() as rendering:
+                for each, path in zip(self.runs, self.paths):
+                    rendering.enter_context(checkpoints.averaged(each))
+                    rendering.enter_context(path.sampling(each.patcher))
                 folder = os.path.join(run.run_dir, "samples")
                 self.samples, paths = render_samples(run.patcher, self.sample_settings, done, folder, low_noise)
             self.sample_paths += paths
@@ -252,7 +255,7 @@ class _Loop:
         else:
             seconds_per_step = (finished - self.started) / max(1, done - run.progress.start_step)
         peak = torch.cuda.max_memory_allocated(run.device) / 2**30 if run.device.type == "cuda" else 0.0
-        results = [self._result(each, done, seconds_per_step, peak) for each in self.runs]
+        results = [self._result(each, done, seconds_per_step, peak, finished) for each in self.runs]
         if self.streams_before is not None:
             after = self._stream_losses(run)
             results[0].stream_losses = {n: [b, a] for n, b, a in zip(("video", "audio"), self.streams_before, after)}
@@ -260,15 +263,16 @@ class _Loop:
             results[0].low_noise = results[1]
         return results[0]
 
-    def _result(self, run, done, seconds_per_step, peak):
-        """TrainingRun `run`'s last checkpoint and TrainResult (the losses: the whole run's, step by step)."""
+    def _result(self, run, done, seconds_per_step, peak, finished):
+        """TrainingRun `run`'s last checkpoint and TrainResult (the losses, the setup's and the first
+        step's seconds: the whole run's)."""
         checkpoints.save_checkpoint(run, done)
         lora = checkpoints.lora_of(run, done)
         if run.ema is not None:
             run.ema.copy_to_parameters()  # the run's result (MODEL, evaluation) is the averaged adapter
         run.adapters.requires_grad_(False)
         eval_after = self._evaluation_loss(run)
-        progress = run.progress
+        progress, first = run.progress, self.optimizer_step
         return TrainResult(
             lora=lora,
             losses=self.run.progress.losses,
@@ -286,6 +290,8 @@ class _Loop:
             validation=list(progress.validation_points),
             best=dict(progress.best) if progress.best else None,
             stopped_early=self.stopped_early,
+            setup_seconds=(first.first_started or finished) - self.run.started,
+            first_step_seconds=first.first_seconds or 0.0,
         )
 
 

@@ -14,6 +14,7 @@ from ...errors import EriDiffusionError
 from .compute_copies import ComputeCopies
 from .cuda_graphs import GraphedCall
 from .fused_rope import fused_flux_rope
+from .graphed_sampling import graphed_sampling
 from .graphed_text_encoder import GraphedEncoders
 
 
@@ -57,6 +58,13 @@ class StepPath:
         scaler.scale(loss).backward()
         if self.copies is not None:
             self.copies.fold_gradients()
+
+    def sampling(self, patcher):
+        """The context samples of `patcher` render in: where the steps replay from CUDA graphs, the
+        sampler's model calls replay from graphs of their own."""
+        if self.graphed is None or self.graphed.capture_failed is not None:
+            return contextlib.nullcontext()
+        return graphed_sampling(patcher)
 
     def release(self):
         """Let go of what only training used (CUDA graphs, fp8 weights)."""

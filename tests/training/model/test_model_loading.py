@@ -114,3 +114,63 @@ def test_a_run_leaves_the_graphs_models_usable_by_its_stock_nodes(dog_dataset, t
         conditioning = encode("a photo of a dog")
         image = vae.decode(torch.zeros(1, vae.latent_channels, 8, 8))
     assert conditioning[0][0].shape[0] == 1 and image.shape[-1] == 3
+
+
+class _DtypeCasts(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the tensors a block converts to another dtype (aten._to_copy with a new dtype)."""
+
+    def __init__(self):
+        super().__init__()
+        self.casts = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and kwargs.get("dtype", args[0].dtype) != args[0].dtype:
+            self.casts += 1
+        return func(*args, **kwargs)
+
+
+def _sdxl_prediction(patcher):
+    """The tiny SDXL's apply_model output on fixed inputs, and the dtype casts its forward made."""
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(1, 4, 16, 16, generator=generator)
+    unet = patcher.model.model_config.unet_config
+    context = torch.randn(1, 77, unet["context_dim"], generator=generator)
+    y = torch.randn(1, unet["adm_in_channels"], generator=generator)
+    model_loading.load(patcher)
+    try:
+        with torch.no_grad(), _DtypeCasts() as counted:
+            out = patcher.model.apply_model(x, torch.tensor([0.7]), c_crossattn=context, y=y)
+    finally:
+        model_loading.unload(patcher)
+    return out.float(), counted.casts
+
+
+def test_weights_held_in_the_compute_dtype_give_the_per_forward_casts_output_without_casting_a_weight():
+    """A model a run alone holds (dynamic VRAM's reload) is cast to the compute dtype once: its output
+    is the one ComfyUI's per-forward cast gives, bit for bit, and its forward casts no weight."""
+    cast_each_forward = build_tiny("sdxl", seed=0)[0].clone()
+    cast_each_forward.set_model_compute_dtype(torch.bfloat16)
+    expected, casts_each_forward = _sdxl_prediction(cast_each_forward)
+
+    held = build_tiny("sdxl", seed=0)[0]
+    weights = sum(1 for _ in held.model.diffusion_model.parameters())
+    assert model_loading.hold_weights_in(held.model, torch.bfloat16)
+    assert {p.dtype for p in held.model.diffusion_model.parameters()} == {torch.bfloat16}
+    out, casts_held = _sdxl_prediction(held.clone())
+
+    assert torch.equal(out, expected)
+    assert casts_each_forward >= weights and casts_held < 10, (casts_each_forward, casts_held, weights)
+
+
+def test_weights_are_not_cast_to_a_wider_dtype_or_out_of_fp8():
+    """bf16 weights trained in fp32 keep their per-forward cast (casting once would double their
+    memory), and so do fp8 weights (their point is memory)."""
+    for own, compute in ((torch.bfloat16, torch.float32), (torch.float8_e4m3fn, torch.bfloat16)):
+        model = build_tiny("sd15", seed=0)[0].model
+        with torch.no_grad():
+            for p in model.diffusion_model.parameters():
+                p.data = p.data.to(own)
+        model.diffusion_model.dtype = own
+        assert not model_loading.hold_weights_in(model, compute)
+        assert {p.dtype for p in model.diffusion_model.parameters()} == {own}

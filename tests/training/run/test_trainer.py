@@ -1,6 +1,7 @@
 """Training tiny ComfyUI SD1.5 and SDXL models on real photos: learning, the saved file in stock
 ComfyUI, and the input model left alone."""
 
+import json
 import os
 
 import comfy.model_management
@@ -134,3 +135,15 @@ def test_a_bf16_run_computes_in_the_models_own_dtype_without_autocast(trained_lo
     assert seen and set(seen) == {(torch.bfloat16, False)}
     assert all(torch.isfinite(torch.tensor(loss)) for loss in result.losses)
     assert {p.dtype for p in result.adapters.parameters()} == {torch.float32}
+
+
+def test_the_summary_times_the_setup_and_the_first_step_apart_from_the_steps(trained_lora):
+    """summary.json says how long the run took to reach its first step (building, the evaluation
+    loss, the data on the device) and how long that step took (a CUDA graph capture or a compile
+    happens there), beside the seconds per step of the rest."""
+    with open(os.path.join(trained_lora["result"].run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    setup, first, pace = summary["setup_seconds"], summary["first_step_seconds"], summary["seconds_per_step"]
+    assert setup > 0 and first > 0 and pace > 0
+    # 200 steps: the setup and the first step are parts of the run's wall time, which the steps fill
+    assert setup + first + 199 * pace <= trained_lora["wall_seconds"]

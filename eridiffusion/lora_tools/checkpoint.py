@@ -1,0 +1,71 @@
+"""`lora merge --into`: LoRAs applied to a model (and its text encoder) at their strengths, saved as one
+checkpoint through ComfyUI's own checkpoint save (what its CheckpointSave node writes), atomically."""
+
+import json
+import os
+from dataclasses import dataclass
+
+from ..errors import EriDiffusionError
+from ..training.formats.atomic_file import write_atomic
+from ..training.formats.lora_conventions import split_key
+from .lora_layers import check_input, check_output, read_safetensors
+
+
+@dataclass
+class Result:
+    path: str
+    loras: list  # [(file name, model strength, clip strength, keys)]
+
+    def lines(self):
+        out = [f"wrote {self.path}: a checkpoint with {len(self.loras)} LoRA(s) merged into its weights"]
+        out += [f"  {name}: model {m:g}, clip {c:g}, {keys} keys" for name, m, c, keys in self.loras]
+        return out
+
+
+def unloaded_keys(tensors, model, clip):
+    """The keys of LoRA `tensors` ComfyUI's loader would not apply to `model` (a ModelPatcher) and `clip`."""
+    import comfy.lora
+
+    key_map = comfy.lora.model_lora_keys_unet(model.model, {})
+    if clip is not None:
+        key_map = comfy.lora.model_lora_keys_clip(clip.cond_stage_model, key_map)
+    unloaded = []
+    for key in tensors:
+        split = split_key(key)
+        if split is None or split[0] not in key_map:
+            unloaded.append(key)
+    return unloaded
+
+
+def merge_into_checkpoint(model, clip, vae, loras, output, overwrite=False):
+    """Write checkpoint `output`: ModelPatcher `model` (and CLIP `clip`, VAE `vae`, either may be None) with
+    each of `loras` [(path, model strength, clip strength)] applied as LoraLoader applies it. A LoRA with
+    keys the loader would leave out is refused (convert it first); the inputs are not changed."""
+    import comfy.sd
+
+    if not loras:
+        raise EriDiffusionError("merge into a checkpoint: give at least one LoRA file.")
+    check_output(output, overwrite)
+    for path, _, _ in loras:
+        check_input(path)
+    patched_model, patched_clip, done = model, clip, []
+    for path, strength_model, strength_clip in loras:
+        tensors, _ = read_safetensors(path, "LoRA")
+        unloaded = unloaded_keys(tensors, model, clip if strength_clip else None)
+        if unloaded:
+            raise EriDiffusionError(
+                f"{path}: {len(unloaded)} of its {len(tensors)} keys would not load into this model (e.g. "
+                f"{', '.join(sorted(unloaded)[:3])}); nothing was written. Convert it to ComfyUI's keys first "
+                "(eridiffusion lora convert), or give the LoRA of this model."
+            )
+        patched_model, patched_clip = comfy.sd.load_lora_for_models(
+            patched_model, patched_clip, tensors, strength_model, strength_clip if clip is not None else 0
+        )
+        done.append((os.path.basename(path), strength_model, strength_clip, len(tensors)))
+    metadata = {"eridiffusion_merged_loras": json.dumps([list(d[:3]) for d in done])}
+    write_atomic(
+        output,
+        lambda tmp: comfy.sd.save_checkpoint(tmp, patched_model, patched_clip, vae, metadata=metadata),
+        overwrite=overwrite,
+    )
+    return Result(output, done)

@@ -1,0 +1,270 @@
+"""`lora convert`: a LoRA (DoRA, LoKr, LoHa) file in another trainer's keys (ai-toolkit, diffusers/PEFT,
+kohya, musubi-tuner, OneTrainer, SimpleTuner) to ComfyUI's keys for a given model, or a LoRA to
+diffusers/PEFT's. Every key lands in the output or is named in an error; none is dropped."""
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import EriDiffusionError
+from ..training.formats.layer_names import (
+    DOTTED_PREFIXES,
+    UNDERSCORED_PREFIXES,
+    LayerTarget,
+    diffusers_layers,
+    is_unet,
+    layer_table,
+    weight_shapes,
+)
+from ..training.formats.lora_conventions import (
+    PEFT_ADAPTER_METADATA,
+    TEXT_ENCODER_PREFIXES,
+    peft_metadata,
+    peft_scales,
+    peft_weights_file,
+    split_key,
+)
+from ..training.formats.lora_file import loadable_weight_keys
+from .lora_layers import check_output, dtype_name, layer_algorithm, rank_and_alpha, read_safetensors, write_lora
+from .peft_dora import is_peft_dora, weight_change
+
+TARGETS = ("comfyui", "peft")
+_MODULE_PREFIXES = ("base_model.model.", "transformer.", "unet.", "diffusion_model.")
+
+
+@dataclass
+class Result:
+    path: str
+    to: str
+    layers: int
+    spellings: Counter  # how the input named its layers: {"transformer.<name> lora_A/lora_B": count}
+    alphas: str  # where the alphas of layers without `.alpha` came from
+    fused: list = field(default_factory=list)  # [(layer in the output, parts it joins)]
+    split: list = field(default_factory=list)  # [(ComfyUI weight, parts it became)]
+    whole: list = field(default_factory=list)  # ComfyUI weights a PEFT DoRA changes, written as `diff`
+    text_encoder: int = 0
+
+    def lines(self):
+        what = "ComfyUI's keys" if self.to == "comfyui" else "diffusers/PEFT's keys"
+        out = [f"wrote {self.path}: {self.layers} layers in {what}"]
+        out += [f"  read {count} layers named {spelling}" for spelling, count in self.spellings.most_common()]
+        out.append(f"  alphas: {self.alphas}")
+        if self.fused:
+            out.append(
+                f"  {len(self.fused)} layers joined into ComfyUI's fused weights, e.g. {self.fused[0][0]} from "
+                f"{self.fused[0][1]} parts"
+            )
+        if self.whole:
+            out.append(
+                f"  {len(self.whole)} PEFT DoRA layers written as their whole weight change (diff), "
+                f"e.g. {self.whole[0]}"
+            )
+        if self.split:
+            out.append(
+                f"  {len(self.split)} fused ComfyUI weights split into diffusers' layers, e.g. {self.split[0][0]}"
+            )
+        if self.text_encoder:
+            out.append(f"  {self.text_encoder} text-encoder layers kept under their names")
+        return out
+
+
+def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False, weights=None):
+    """Write `output`: LoRA file `path` in ComfyUI's keys for ComfyUI model `model` (a BaseModel: the
+    MODEL's .model, or a key layout from model_layout), or, with to="peft", in diffusers/PEFT's.
+    `weights` (weight key -> tensor) gives the model's weights where `model` holds none (a layout):
+    PEFT DoRA layers need them."""
+    if to not in TARGETS:
+        raise EriDiffusionError(f"convert: unknown target {to!r}; give one of {', '.join(TARGETS)}.")
+    check_output(output, overwrite)
+    path = peft_weights_file(path)
+    tensors, metadata = read_safetensors(path, "LoRA")
+    layers = _grouped(tensors, path)
+    scales = peft_scales(path, metadata)
+    table, shapes = layer_table(model), weight_shapes(model)
+    text, placed, unplaced = {}, {}, []
+    for name, group in layers.items():
+        if name.startswith(TEXT_ENCODER_PREFIXES):
+            text[name] = _with_alpha(group, name, scales)
+        elif name in table:
+            placed.setdefault(table[name].weight, []).append((name, table[name], _with_alpha(group, name, scales)))
+        else:
+            unplaced.append(name)
+    if unplaced:
+        raise EriDiffusionError(
+            f"{path}: {len(unplaced)} of its {len(layers)} layers name no weight of this {type(model).__name__} "
+            f"model (e.g. {', '.join(sorted(unplaced)[:3])}); convert it with the model it was trained for."
+        )
+    without = sum(1 for g in layers.values() if "lora_down.weight" in g and "alpha" not in g)
+    alphas = f"{without} layers without one: {scales.source}" if without else "every layer has its alpha"
+    result = Result("", to, len(placed), Counter(_spelling(n, g) for n, g in layers.items()), alphas)
+    native = {}
+    base_weight = weights or _weights_of(model)
+    for weight, parts in placed.items():
+        native[weight] = _native_layer(weight, parts, shapes[weight], path, base_weight)
+        if "diff" in native[weight] and any(is_peft_dora(g) for _, _, g in parts):
+            result.whole.append(weight)
+        elif len(parts) > 1 or parts[0][1] != LayerTarget(weight):
+            result.fused.append((weight, len(parts)))
+    meta = {k: v for k, v in metadata.items() if k != PEFT_ADAPTER_METADATA}
+    meta["eridiffusion_converted"] = json.dumps({"from": os.path.basename(path), "to": to})
+    if to == "comfyui":
+        prefixes = loadable_weight_keys(model)
+        out = {f"{prefixes.get(w, w[: -len('.weight')])}.{n}": t for w, g in native.items() for n, t in g.items()}
+        out.update({f"{name}.{n}": t for name, group in text.items() for n, t in group.items()})
+        result.text_encoder = len(text)
+    else:
+        if text:
+            raise EriDiffusionError(
+                f"{path} holds {len(text)} text-encoder layers (e.g. {next(iter(text))}); conversion to PEFT "
+                "covers the diffusion model's layers only. Convert to comfyui instead, or remove them first."
+            )
+        out, meta[PEFT_ADAPTER_METADATA], result.split = _peft_tensors(native, model, shapes, path)
+    dtype = dtype or dtype_name(next(iter(tensors.values())).dtype)
+    result.path = write_lora(output, out, meta, dtype, overwrite)
+    return result
+
+
+def _weights_of(model):
+    """weight key -> the model's weight (None for a layout on the meta device)."""
+    state = model.state_dict()
+    return lambda key: state[key] if state[key].device.type != "meta" else None
+
+
+def _grouped(tensors, path):
+    """{layer name: {ComfyUI tensor name: tensor}}; keys no known tensor name ends are named in an error."""
+    layers, unknown = {}, []
+    for key, tensor in tensors.items():
+        split = split_key(key)
+        if split is None:
+            unknown.append(key)
+        else:
+            layers.setdefault(split[0], {})[split[1]] = tensor
+    if unknown:
+        raise EriDiffusionError(
+            f"{path}: {len(unknown)} of its {len(tensors)} keys are no LoRA tensor EriDiffusion knows (e.g. "
+            f"{', '.join(sorted(unknown)[:3])}); nothing was written. Remove them, or report the trainer that "
+            "wrote them."
+        )
+    return layers
+
+
+def _module_name(layer):
+    for prefix in _MODULE_PREFIXES:
+        if layer.startswith(prefix):
+            return layer[len(prefix) :]
+    return layer
+
+
+def _with_alpha(group, name, scales):
+    """A LoRA layer's tensors with an `alpha` (from the PEFT config, or the rank) where the file has none."""
+    if "lora_down.weight" not in group or "alpha" in group:
+        return group
+    rank = group["lora_down.weight"].shape[0]
+    return {**group, "alpha": torch.tensor(scales.alpha_for(_module_name(name), rank))}
+
+
+def _spelling(name, group):
+    prefix = next((p for p in UNDERSCORED_PREFIXES if name.startswith(p)), None)
+    if prefix is None:
+        prefix = next((p for p in DOTTED_PREFIXES if p and name.startswith(p)), "")
+        prefix = f"{prefix}<name>" if prefix or "." in name else "<name>"
+    else:
+        prefix += "<name_with_underscores>"
+    kind = layer_algorithm(group)
+    return f"{prefix} ({kind})"
+
+
+def _native_layer(weight, parts, shape, path, base_weight):
+    """The tensors of ComfyUI weight `weight` from the file's layers `parts` [(name, LayerTarget, tensors)]
+    that change it: renamed when one layer changes all of it, else LoRAs joined into one; PEFT DoRAs as
+    the whole weight change (`base_weight(weight)`: the model's weight)."""
+    if any(is_peft_dora(group) for _, _, group in parts):
+        return weight_change(weight, parts, shape, base_weight(weight), path)
+    name, target, group = parts[0]
+    if len(parts) == 1 and target == LayerTarget(weight):
+        return group
+    full = [n for n, t, _ in parts if t.rows is None and not t.swap_halves]
+    if full and len(parts) > 1:
+        names = ", ".join(n for n, _, _ in parts)
+        raise EriDiffusionError(f"{path}: layers {names} all change {weight}; keep one of them.")
+    for name, _, group in parts:
+        if layer_algorithm(group) != "lora" or "dora_scale" in group or "lora_mid.weight" in group:
+            raise EriDiffusionError(
+                f"{path}: layer {name} is a {layer_algorithm(group)}{' (DoRA)' if 'dora_scale' in group else ''} "
+                f"of a part of {weight}, which ComfyUI keeps as one fused weight; only plain LoRA layers can be "
+                "joined into it (the magnitude or Kronecker factors of each part have no fused form)."
+            )
+    if target.swap_halves:
+        up = group["lora_up.weight"]
+        return {**group, "lora_up.weight": torch.cat(up.chunk(2, dim=0)[::-1], dim=0)}
+    return _joined(parts, shape[0])
+
+
+def _joined(parts, rows):
+    """One LoRA for a fused weight of `rows` rows from LoRAs of row slices of it: sharing their down
+    matrix when they all have the same one and the same alpha (as a split of a fused LoRA does: exact
+    round trip), else their ranks concatenated with each scale folded into its up."""
+    downs = [g["lora_down.weight"] for _, _, g in parts]
+    alphas = {float(g["alpha"]) for _, _, g in parts}
+    shared = len(alphas) == 1 and all(torch.equal(d, downs[0]) for d in downs)
+    ranks = [d.shape[0] for d in downs]
+    total = ranks[0] if shared else sum(ranks)
+    dtype = downs[0].dtype
+    up = torch.zeros(rows, total, dtype=dtype)
+    column = 0
+    for (_, target, group), rank in zip(parts, ranks):
+        offset, size = target.rows
+        scale = 1.0 if shared else float(group["alpha"]) / rank
+        part_up = group["lora_up.weight"].reshape(size, rank)
+        up[offset : offset + size, column : column + rank] = part_up if shared else (part_up.float() * scale).to(dtype)
+        column += 0 if shared else rank
+    down = downs[0] if shared else torch.cat(downs, dim=0)
+    alpha = alphas.pop() if shared else float(total)
+    return {"lora_up.weight": up, "lora_down.weight": down, "alpha": torch.tensor(alpha)}
+
+
+def _peft_parts(weight, names, shape):
+    """[(diffusers name, LayerTarget)] a ComfyUI weight becomes in diffusers' names: one name for all of
+    it, or names whose row slices cover it exactly; else ComfyUI's own name."""
+    full = [(n, t) for n, t in names if t.rows is None]
+    if full:
+        return full[:1]
+    covered = sorted(t.rows for _, t in names)
+    if names and covered[0][0] == 0 and all(a[0] + a[1] == b[0] for a, b in zip(covered, covered[1:])):
+        if covered[-1][0] + covered[-1][1] == shape[0]:
+            return sorted(names, key=lambda item: item[1].rows)
+    return [(weight[len("diffusion_model.") : -len(".weight")], LayerTarget(weight))]
+
+
+def _peft_tensors(native, model, shapes, path):
+    """(tensors, lora_adapter_metadata, split weights) of ComfyUI-keyed LoRA layers in diffusers' keys."""
+    by_weight = {}
+    for name, target in diffusers_layers(model).items():
+        by_weight.setdefault(target.weight, []).append((name, target))
+    component = "unet" if is_unet(model) else "transformer"
+    tensors, ranks, alphas, split = {}, {}, {}, []
+    for weight, group in native.items():
+        if layer_algorithm(group) != "lora" or set(group) - {"lora_up.weight", "lora_down.weight", "alpha"}:
+            extra = sorted(set(group) - {"lora_up.weight", "lora_down.weight", "alpha"}) or [layer_algorithm(group)]
+            raise EriDiffusionError(
+                f"{path}: the layer of {weight} holds {', '.join(extra)}; conversion to PEFT covers plain LoRA "
+                "layers (PEFT's DoRA normalizes output rows where ComfyUI's dora_scale normalizes input columns, "
+                "and its LoKr/LoHa configs do not carry per-layer factors). Convert a LoRA file."
+            )
+        rank, alpha = rank_and_alpha(group)
+        parts = _peft_parts(weight, by_weight.get(weight, []), shapes[weight])
+        if len(parts) > 1:
+            split.append((weight, len(parts)))
+        for name, target in parts:
+            up = group["lora_up.weight"]
+            if target.rows is not None:
+                up = up[target.rows[0] : target.rows[0] + target.rows[1]]
+            if target.swap_halves:
+                up = torch.cat(up.chunk(2, dim=0)[::-1], dim=0)
+            tensors[f"{component}.{name}.lora_A.weight"] = group["lora_down.weight"].clone()
+            tensors[f"{component}.{name}.lora_B.weight"] = up.contiguous()
+            ranks[name], alphas[name] = rank, alpha
+    return tensors, peft_metadata(component, ranks, alphas, ranks), split

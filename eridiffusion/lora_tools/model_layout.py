@@ -1,0 +1,71 @@
+"""A model's layer layout without its weights, for the command line's verbs that need to know a model's
+layers (convert): ComfyUI's own model class, as its detection picks it from a diffusion model's or
+checkpoint's .safetensors header, built on the meta device (no weight is read or allocated); or one of
+the built-in tiny demo stacks."""
+
+from ..errors import EriDiffusionError
+from .inspection import diffusion_model_names
+from .lora_layers import check_input
+
+TINY_LAYOUTS = {"tiny-sdxl": "sdxl", "tiny-sd15": "sd15"}
+# safetensors' dtype names -> torch's (detection reads a few dtypes, e.g. of scaled fp8 files)
+_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+def model_layout(path):
+    """The ComfyUI model (a BaseModel, on the meta device) of the diffusion model or checkpoint file `path`,
+    or of a built-in tiny stack (tiny-sdxl, tiny-sd15)."""
+    if path in TINY_LAYOUTS:
+        from ..training.model.tiny_models import build_tiny_demo
+
+        return build_tiny_demo(TINY_LAYOUTS[path], seed=0)[0].model
+    import safetensors
+
+    check_input(path)
+    try:
+        with safetensors.safe_open(path, "pt") as f:
+            shapes = {key: (tuple(f.get_slice(key).get_shape()), f.get_slice(key).get_dtype()) for key in f.keys()}
+    except (safetensors.SafetensorError, OSError) as error:
+        raise EriDiffusionError(
+            f"{path} cannot be read as a .safetensors model ({error}); give a diffusion model or checkpoint file."
+        ) from None
+    return layout_from_shapes(shapes, path)
+
+
+def layout_from_shapes(shapes, what):
+    """The ComfyUI model of a state dict given as {key: (shape, safetensors dtype name)}, on the meta device."""
+    import comfy.model_detection
+    import torch
+
+    inside = diffusion_model_names(list(shapes))
+    state_dict = {
+        name: torch.empty(shapes[key][0], dtype=getattr(torch, _DTYPES.get(shapes[key][1], "float32")), device="meta")
+        for name, key in inside.items()
+    }
+    try:
+        config = comfy.model_detection.model_config_from_unet(state_dict, "")
+        if config is None:
+            raise ValueError("its detection matches no model class")
+        with torch.device("meta"):
+            return config.get_model(state_dict, "")
+    except Exception as error:  # detection and model classes raise many types for a layout they do not know
+        raise EriDiffusionError(
+            f"{what}: ComfyUI does not recognise the diffusion model in this file ({type(error).__name__}: "
+            f"{error}); give the diffusion model or checkpoint the LoRA was trained for."
+        ) from None
+
+
+def weight_reader(path):
+    """weight key ("diffusion_model.<name>.weight") -> that weight, read from the file `path` on demand
+    (None for a built-in tiny stack, whose layout holds its weights)."""
+    if path in TINY_LAYOUTS:
+        return None
+    import safetensors
+
+    def read(key):
+        with safetensors.safe_open(path, "pt") as f:
+            names = diffusion_model_names(list(f.keys()))
+            inside = key[len("diffusion_model.") :]
+            return f.get_tensor(names[inside]) if inside in names else None
+
+    return read

@@ -1,0 +1,137 @@
+"""The LoRA toolbox's nodes run by ComfyUI's executor on the tiny demo SDXL: each writes its file into
+ComfyUI's model folders and shows what it did on the node."""
+
+import os
+import shutil
+
+import folder_paths
+import pytest
+import safetensors.torch
+
+from devkit.foreign_loras import write_convention
+from devkit.workflow import execution_error, load_extension, run_prompt, widget_defaults
+
+DEMO = {"class_type": "EriDiffusion_TinyDemoModel", "inputs": {"architecture": "sdxl", "seed": 0}}
+
+
+@pytest.fixture(scope="module")
+def registered():
+    return load_extension()
+
+
+def _run(node_type, inputs, extra=None):
+    """Run the demo model and one toolbox node (plus `extra` nodes); (its shown text, the executor)."""
+    prompt = {"1": DEMO, "2": {"class_type": node_type, "inputs": {**widget_defaults(node_type), **inputs}}}
+    prompt.update(extra or {})
+    executor, _ = run_prompt(prompt)
+    assert executor.success, execution_error(executor)
+    return executor.history_result["outputs"]["2"]["text"][0], executor
+
+
+def _loras(name):
+    return os.path.join(folder_paths.get_folder_paths("loras")[0], name)
+
+
+def test_nodes_are_in_the_lora_menu(registered):
+    import nodes
+
+    names = ("InspectLoRA", "ConvertLoRA", "ResizeLoRA", "MergeLoRAs", "MergeLoRAIntoCheckpoint", "ExtractLoRA")
+    assert {registered[f"EriDiffusion_{n}"].CATEGORY for n in names} == {"EriDiffusion/LoRA"}
+    assert nodes.NODE_DISPLAY_NAME_MAPPINGS["EriDiffusion_ConvertLoRA"] == "Convert LoRA"
+
+
+def test_convert_node_writes_comfyui_keys_from_a_onetrainer_file(registered, family_lora, tmp_path):
+    lora = family_lora("sdxl")
+    foreign = write_convention(
+        lora["model"].model, lora["path"], "onetrainer", "sdxl", str(tmp_path / "ot.safetensors")
+    )
+    text, _ = _run(
+        "EriDiffusion_ConvertLoRA",
+        {"model": ["1", 0], "lora": foreign, "output": "tools/converted", "overwrite": True},
+    )
+    assert text.startswith(f"wrote {_loras('tools/converted.safetensors')}: 153 layers in ComfyUI's keys")
+    assert "read 153 layers named lora_unet_<name_with_underscores> (lora)" in text
+    converted = safetensors.torch.load_file(_loras("tools/converted.safetensors"))
+    assert sorted(converted) == sorted(safetensors.torch.load_file(lora["path"]))
+
+
+def test_resize_node_cuts_every_layer_to_the_rank(registered, family_lora):
+    lora = family_lora("sdxl")
+    text, _ = _run(
+        "EriDiffusion_ResizeLoRA", {"lora": lora["path"], "rank": 4, "output": "tools/r4", "overwrite": True}
+    )
+    assert text.startswith(f"wrote {_loras('tools/r4.safetensors')}: 153 layers, rank 4-4")
+    resized = safetensors.torch.load_file(_loras("tools/r4.safetensors"))
+    assert {v.shape[0] for k, v in resized.items() if k.endswith("lora_down.weight")} == {4}
+
+
+def test_merge_node_merges_two_weighted_loras_exactly(registered, family_lora):
+    path = family_lora("sdxl")["path"]
+    text, _ = _run(
+        "EriDiffusion_MergeLoRAs",
+        {"loras": f"{path}: 0.5\n{path}: -0.25", "output": "tools/merged", "overwrite": True},
+    )
+    assert text.startswith(f"wrote {_loras('tools/merged.safetensors')}: exact merge, 153 layers, rank 16-16")
+
+
+def test_inspect_node_shows_the_report(registered, family_lora):
+    text, _ = _run("EriDiffusion_InspectLoRA", {"lora": family_lora("sdxl")["path"], "model": ["1", 0]})
+    assert "algorithm  lora x153" in text and "not loaded 0 key(s)" in text
+
+
+def test_merge_into_checkpoint_node_writes_one_checkpointloadersimple_loads_as_base_plus_lora(registered, tmp_path):
+    import comfy.sd
+    import comfy.utils
+    import nodes  # ComfyUI's own
+
+    from devkit.checkpoint_models import loadable_sd15, random_lora, unet_output
+    from devkit.stock_comfyui import relative_error
+
+    checkpoints = folder_paths.get_folder_paths("checkpoints")[0]
+    model, vae = loadable_sd15()
+    comfy.sd.save_checkpoint(os.path.join(checkpoints, "tools_base.safetensors"), model, None, vae)
+    lora = random_lora(model, _loras("tools_random.safetensors"))
+    prompt = {
+        "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "tools_base.safetensors"}},
+        "2": {
+            "class_type": "EriDiffusion_MergeLoRAIntoCheckpoint",
+            "inputs": {
+                **widget_defaults("EriDiffusion_MergeLoRAIntoCheckpoint"),
+                "model": ["1", 0],
+                "vae": ["1", 2],
+                "loras": "tools_random.safetensors: 0.7",
+                "output": "tools/ckpt",
+                "overwrite": True,
+            },
+        },
+    }
+    executor, _ = run_prompt(prompt)
+    assert executor.success, execution_error(executor)
+    text = executor.history_result["outputs"]["2"]["text"][0]
+    written = os.path.join(checkpoints, "tools", "ckpt.safetensors")
+    assert text.splitlines()[0] == f"wrote {written}: a checkpoint with 1 LoRA(s) merged into its weights"
+    with_lora, _ = comfy.sd.load_lora_for_models(model, None, comfy.utils.load_torch_file(lora), 0.7, 0)
+    loaded = nodes.CheckpointLoaderSimple().load_checkpoint("tools/ckpt.safetensors")[0]
+    assert relative_error(unet_output(loaded), unet_output(with_lora)) < 1e-5
+    assert relative_error(unet_output(model), unet_output(with_lora)) > 1e-2
+
+
+def test_extract_node_gives_back_a_lora_loraloader_applied(registered, family_lora):
+    shutil.copy(family_lora("sdxl")["path"], _loras("tools_source.safetensors"))
+    tuned = {
+        "class_type": "LoraLoaderModelOnly",
+        "inputs": {"model": ["1", 0], "lora_name": "tools_source.safetensors", "strength_model": 1.0},
+    }
+    text, _ = _run(
+        "EriDiffusion_ExtractLoRA",
+        {
+            "base": ["1", 0],
+            "tuned": ["3", 0],
+            "rank": 8,
+            "dtype": "fp32",
+            "output": "tools/extracted",
+            "overwrite": True,
+        },
+        extra={"3": tuned},
+    )
+    assert text.startswith(f"wrote {_loras('tools/extracted.safetensors')}: 153 layers as LoRA (rank 8-8")
