@@ -249,6 +249,8 @@ def train_lora(
 ) -> TrainResult:
     """Train, save checkpoints to run_dir, and return the trained MODEL (and CLIP) clones and LoRA.
     `processes`: this process's place in a run of several (distributed.join_processes)."""
+    for prompt in sample_settings.renders() if sample_settings is not None else ():
+        prompt.checked_for(model_patcher.model)  # before the run is built
     run = TrainingRun(model_patcher, data, config, run_dir, clip=clip, resume=resume, processes=processes)
     try:
         result = train(run, sample_settings, hooks)
