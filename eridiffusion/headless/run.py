@@ -86,7 +86,7 @@ def check_datasets(config, training, validation, regularization):
 def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
     """CacheLatents' work (its node adds only ComfyUI's progress bar), shared among the processes."""
     from ..nodes.cache_node import default_cache_folder
-    from ..training.data.training_data import build_training_data
+    from ..training.data.training_data import CacheSettings, build_training_data
 
     folder = config.cache["cache_folder"].strip() or default_cache_folder()
     with torch.inference_mode():
@@ -101,6 +101,7 @@ def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
             processes=processes,
             validation_dataset=inputs.validation_dataset,
             regularization_dataset=inputs.regularization_dataset,
+            extra_resolutions=CacheSettings(**config.cache).extras(),
         )
 
 

@@ -76,5 +76,6 @@ class CacheLatents(io.ComfyNode):
             progress=lambda done, total: progress.update_absolute(done, total),
             validation_dataset=validation_dataset,
             regularization_dataset=regularization_dataset,
+            extra_resolutions=settings.extras(),
         )
         return io.NodeOutput(data)

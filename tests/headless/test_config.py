@@ -233,7 +233,7 @@ def test_ai_toolkit_config_becomes_the_node_inputs_it_means(tmp_path):
         "caption_dropout": 0.05,
         "trigger_word": "p3r5on",
     }
-    assert config.cache["resolution"] == 1024
+    assert (config.cache["resolution"], config.cache["extra_resolutions"]) == (1024, "512, 768")  # every size trains
     assert config.save == {"filename_prefix": "my_first_flux_lora_v1", "dtype": "fp16", "overwrite": False}
     assert {k: config.sample[k] for k in ("every", "seed", "cfg", "steps", "width")} == {
         "every": 250,
@@ -253,7 +253,6 @@ def test_ai_toolkit_keys_read_but_not_supported_are_all_listed(tmp_path):
     assert listed == [
         "meta",
         "config.process[0].device",
-        "config.process[0].datasets[0].resolution",
         "config.process[0].train.linear_timesteps",
         "config.process[0].train.noise_scheduler",
         "config.process[0].sample.sampler",

@@ -35,9 +35,34 @@ class CacheSettings:
         4, "With tag shuffling: how many shuffled captions to encode per image.", minimum=1, maximum=32
     )
     cache_folder: str = setting("", "Where encodings are kept; empty: output/eridiffusion_cache.", path=True)
+    extra_resolutions: str = setting(
+        "",
+        "More training sizes beside resolution, comma-separated (e.g. 512, 768; ai-toolkit's resolution "
+        "list): every image is also encoded at each, in that size's buckets, and batches of every size "
+        "interleave. Validation images stay at resolution.",
+        optional=True,
+    )
 
     def __post_init__(self):
         check_settings(self, "CacheLatents")
+        self.extras()
+
+    def extras(self):
+        """The extra resolutions as whole numbers, checked as resolution is."""
+        extras = []
+        for word in self.extra_resolutions.replace(",", " ").split():
+            if not word.isdigit() or not 64 <= int(word) <= 4096 or int(word) % 64:
+                raise EriDiffusionError(
+                    f"CacheLatents: extra_resolutions holds {word!r}; write sizes of 64..4096 in steps of 64, "
+                    "comma-separated (e.g. 512, 768)."
+                )
+            if int(word) == self.resolution or int(word) in extras:
+                raise EriDiffusionError(
+                    f"CacheLatents: extra_resolutions lists {word} twice (resolution is {self.resolution}); "
+                    "name each size once."
+                )
+            extras.append(int(word))
+        return tuple(extras)
 
 
 @dataclass
@@ -162,10 +187,12 @@ def build_training_data(
     validation_dataset=None,
     regularization_dataset=None,
     processes=None,
+    extra_resolutions=(),
 ) -> "TrainingData":
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
-    `resolution`; clips are sampled as the dataset says (its frames and fps). The dataset's held-out
-    records and those of `validation_dataset` (a second DATASET) become the validation data, and
+    `resolution` and at each of `extra_resolutions` (one sample per size, in that size's buckets;
+    validation stays at `resolution`); clips are sampled as the dataset says (its frames and fps). The
+    dataset's held-out records and those of `validation_dataset` (a second DATASET) become the validation data, and
     `regularization_dataset` (class images, DreamBooth's prior preservation) the regularization data.
 
     `processes` (distributed.TrainingProcesses) of a run of several: each process first encodes its
@@ -176,16 +203,21 @@ def build_training_data(
     for source in (dataset, validation_dataset, regularization_dataset):
         if source is not None:
             check_vae_takes_media(source, vae)
+    if extra_resolutions and dataset.has_audio:
+        raise EriDiffusionError(
+            f"{dataset.folder} holds audio files, which have no pixel size: clear CacheLatents' extra_resolutions."
+        )
     distributed = processes is not None and processes.distributed
     cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
-    entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed)
+    sizes = (resolution, *extra_resolutions)
+    entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes)
     every = [entry for group in entries for entry in group]
     if distributed:
-        _encode_share(every, cache, resolution, progress, processes, dataset)
+        _encode_share(every, cache, progress, processes, dataset)
     done = [0]
 
     def encoded(entry):
-        sample = _sample_of(*entry[:2], cache, resolution, *entry[2:])
+        sample = _sample_of(*entry[:2], cache, *entry[2:])
         done[0] += 1
         if progress is not None and not distributed:
             progress(done[0], len(every))
@@ -210,15 +242,17 @@ def _training_data(samples, empty, source, resolution, stats):
     )
 
 
-def _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed):
-    """The entries to encode, (record, its dataset, caption options, variants, seed, mirror) each, of
-    the training, validation and regularization data in turn."""
+def _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes):
+    """The entries to encode, (record, its dataset, resolution, caption options, variants, seed,
+    mirror) each, of the training, validation and regularization data in turn; training and class
+    images at every resolution of `sizes`, validation images at the first."""
 
     def training_entries(source):
-        """The entries of every record of DATASET `source` (and its mirror image, with flip)."""
+        """The entries of every record of DATASET `source` (and its mirror image, with flip) at each size."""
         wanted = shuffle_variants if source.captions.shuffle_tags else 1
         return [
-            (record, source, source.captions, wanted, seed + index, mirror)
+            (record, source, size, source.captions, wanted, seed + index, mirror)
+            for size in sizes
             for index, record in enumerate(source.records)
             for mirror in ((False, True) if source.flip else (False,))
         ]
@@ -228,17 +262,17 @@ def _entries(dataset, validation_dataset, regularization_dataset, shuffle_varian
         validation += [(r, validation_dataset) for r in validation_dataset.records + validation_dataset.held_out]
     return (
         training_entries(dataset),
-        [(r, source, dataset.captions, 1, seed + i, False) for i, (r, source) in enumerate(validation)],
+        [(r, source, sizes[0], dataset.captions, 1, seed + i, False) for i, (r, source) in enumerate(validation)],
         training_entries(regularization_dataset) if regularization_dataset is not None else [],
     )
 
 
-def _encode_share(every, cache, resolution, progress, processes, dataset):
+def _encode_share(every, cache, progress, processes, dataset):
     """A run of several processes: this one encodes its share of the entries into the shared cache."""
     processes.barrier()  # rank 0 swept the temp files before anyone writes
     share = every[processes.rank :: processes.world_size]
     for done, entry in enumerate(share):
-        _sample_of(*entry[:2], cache, resolution, *entry[2:])
+        _sample_of(*entry[:2], cache, *entry[2:])
         if progress is not None:
             progress(done + 1, len(share))
     if processes.is_main:
