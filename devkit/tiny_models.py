@@ -50,6 +50,7 @@ TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15, family="SD 1.5"), "sdxl": TinyFam
 from devkit import (  # noqa: E402  (they use the helpers above)
     tiny_audio,
     tiny_dit,
+    tiny_edit,
     tiny_flux,
     tiny_hidream_o1,
     tiny_image_2026,
@@ -73,6 +74,7 @@ for _module in (
     tiny_video_2026,
     tiny_hidream_o1,
     tiny_audio,
+    tiny_edit,
 ):
     TINY_FAMILIES.update(_module.FAMILIES)
 

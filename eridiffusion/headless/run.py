@@ -102,6 +102,7 @@ def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
             validation_dataset=inputs.validation_dataset,
             regularization_dataset=inputs.regularization_dataset,
             extra_resolutions=CacheSettings(**config.cache).extras(),
+            edit_instructions=config.cache["edit_instructions"],
         )
 
 

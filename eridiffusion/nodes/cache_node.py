@@ -77,5 +77,6 @@ class CacheLatents(io.ComfyNode):
             validation_dataset=validation_dataset,
             regularization_dataset=regularization_dataset,
             extra_resolutions=settings.extras(),
+            edit_instructions=settings.edit_instructions,
         )
         return io.NodeOutput(data)

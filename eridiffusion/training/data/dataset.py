@@ -16,15 +16,16 @@ from .captions import CaptionOptions, with_trigger
 from .folder_scan import (
     SUPPORTED_CLIPS,
     SUPPORTED_IMAGES,
+    all_references_of,
     check_sidecars,
     masks_of,
     no_caption_error,
     normalize_caption_ext,
     read_caption_files,
     read_metadata,
-    references_of,
     scan_folder,
 )
+from .held_out import MAX_VALIDATION_FRACTION, held_out_indices
 from .media import (
     VideoOptions,
     check_mask_fits,
@@ -38,7 +39,6 @@ from .media import (
 
 MISSING_CAPTION_MODES = ("error", "trigger_word")
 MISSING_MASK_MODES = ("error", "weight_1")  # an image without a mask: an error, or it weighs 1 everywhere
-MAX_VALIDATION_FRACTION = 0.5
 # LoadDataset's choices as the node shows them, and the modes load_dataset takes for them
 MISSING_CAPTION_CHOICES = {"error": "error", "use trigger word": "trigger_word"}
 MISSING_MASK_CHOICES = {"error": "error", "weight 1": "weight_1"}
@@ -55,6 +55,12 @@ class ImageRecord:
     mask: str = ""  # the loss mask of this image (masks/ folder), if any
     mask_coverage: float = 1.0  # the mask's mean, 0 (black: ignore) to 1 (white: learn)
     audio: AudioPrompt | None = None  # an audio file (width and height 0): its lyrics and metadata
+    more_references: tuple = ()  # multi-reference edits: the control_2/ and control_3/ images
+
+    @property
+    def references(self):
+        """Every reference image of this target, in the order the model is shown them."""
+        return ((self.reference,) if self.reference else ()) + self.more_references
 
 
 @dataclass(frozen=True)
@@ -110,8 +116,8 @@ class Dataset:
             digest.update(length_prefixed(name.encode()))
             digest.update(media_sha256(record.path))
             digest.update(length_prefixed(record.caption.encode()))
-            if record.reference:
-                digest.update(b"reference" + file_sha256(record.reference))
+            for reference in record.references:
+                digest.update(b"reference" + file_sha256(reference))
             if record.mask:
                 digest.update(b"mask" + file_sha256(record.mask))
             if record.audio is not None:
@@ -311,7 +317,7 @@ def _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, v
     """The ImageRecords of every image, clip and frame folder of `folder`, sorted by name."""
     scan = scan_folder(folder, caption_ext)
     images, has_metadata = scan.images, scan.has_metadata
-    reference_folder, mask_folder = scan.reference_folder, scan.mask_folder
+    mask_folder = scan.mask_folder
     if has_metadata:
         captions = read_metadata(folder, images)
     else:
@@ -324,7 +330,7 @@ def _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, v
         )
     if scan.audio:
         return _audio_records(folder, scan, captions, caption_ext, missing_caption, trigger_word)
-    references = references_of(folder, reference_folder, images) if reference_folder else {}
+    references = all_references_of(folder, scan, images)
     masks = masks_of(folder, mask_folder, images, missing_mask) if mask_folder else {}
     records = []
     for name in sorted(images):
@@ -348,8 +354,8 @@ def _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, v
                 "TrainingExtras' mask_min is above 0: paint what it should teach white, or remove the image."
             )
         caption = with_trigger(caption, trigger_word)
-        reference, mask = references.get(name, ""), masks.get(name, "")
-        records.append(ImageRecord(path, caption, width, height, clip, reference, mask, coverage))
+        (reference, *more), mask = references.get(name, ("",)), masks.get(name, "")
+        records.append(ImageRecord(path, caption, width, height, clip, reference, mask, coverage, None, tuple(more)))
     return records
 
 
@@ -358,7 +364,7 @@ def _audio_records(folder, scan, captions, caption_ext, missing_caption, trigger
     error), each decoded once to prove it readable, with its caption, lyrics and metadata."""
     check_sidecars(folder, scan)
     others = [name for name in scan.images if not is_audio_file(name)]
-    if others or scan.reference_folder or scan.mask_folder:
+    if others or scan.reference_folder or scan.mask_folder or scan.more_reference_folders:
         other = os.path.join(folder, others[0] if others else scan.reference_folder or scan.mask_folder)
         raise EriDiffusionError(
             f"{folder} holds audio files and {other}: a dataset is either audio files (ACE-Step 1.5) or "
@@ -374,24 +380,3 @@ def _audio_records(folder, scan, captions, caption_ext, missing_caption, trigger
         read_audio(os.path.join(folder, name))
         records.append(ImageRecord(os.path.join(folder, name), with_trigger(caption, trigger_word), 0, 0, audio=prompt))
     return records
-
-
-def held_out_indices(count, fraction, folder):
-    """Indices of the `fraction` of `count` name-sorted records held out for validation, spread
-    evenly over the names: no randomness, so a folder always splits the same way."""
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-        raise EriDiffusionError(f"validation {fraction!r} must be a fraction such as 0.1 (0 turns it off).")
-    if not 0.0 <= fraction <= MAX_VALIDATION_FRACTION:
-        raise EriDiffusionError(
-            f"validation {fraction} is outside 0..{MAX_VALIDATION_FRACTION}: it is the fraction of the images "
-            "held out of training (0.1 is usual, 0 turns it off)."
-        )
-    if fraction == 0:
-        return set()
-    held = max(1, round(count * fraction))
-    if held >= count:
-        raise EriDiffusionError(
-            f"{folder} has {count} image(s): holding out a validation fraction of {fraction} leaves none "
-            "to train on; add images, or connect a separate validation folder to CacheLatents instead."
-        )
-    return {int((i + 0.5) * count / held) for i in range(held)}

@@ -19,6 +19,7 @@ from ..formats.atomic_file import sweep_stale_temp_files, write_safetensors_atom
 from .audio import audio_latent_frames, waveform_for_vae
 from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
 from .media import media_sha256, mirrored, open_image_rgb, read_clip
+from .picture_prompts import encode_picture_prompt, reads_images
 
 CACHE_FORMAT = 1  # bump when the stored content changes meaning
 
@@ -113,10 +114,11 @@ def clip_identity(clip):
 class LatentCache:
     """Files under `folder`: latents/<key>.safetensors and text/<key>.safetensors. Several processes
     may write one folder at once (entries are written whole under their content key); only one of
-    them sweeps the temp files killed processes left (`sweep`), before any of them writes."""
+    them sweeps the temp files killed processes left (`sweep`), before any of them writes.
+    `edit_instructions`: captions are Qwen-Image-Edit's instructions even without references."""
 
-    def __init__(self, folder, vae, clip, sweep=True):
-        self.folder = folder
+    def __init__(self, folder, vae, clip, sweep=True, edit_instructions=False):
+        self.folder, self.edit_instructions = folder, edit_instructions
         self.vae, self.clip = vae, clip
         self.vae_id, self.clip_id = vae_identity(vae), clip_identity(clip)
         self.stats = CacheStats()
@@ -205,11 +207,38 @@ class LatentCache:
         other inputs: an audio file's lyrics and metadata, as TextEncodeAceStepAudio1.5 passes them),
         encoded or read back."""
         path = self._path("text", text, self.clip_id, *([keywords] if keywords else []))
+        return self._text(
+            path, text, lambda: self.clip.encode_from_tokens_scheduled(self.clip.tokenize(text, **(keywords or {})))
+        )
+
+    def shows_pictures(self, references):
+        """Whether a caption with these reference images is encoded shown them (Qwen-Image-Edit's
+        encoder; with edit_instructions also without any, in the edit template)."""
+        return bool(references or self.edit_instructions) and reads_images(self.clip)
+
+    def caption(self, text, references=(), mirror=False):
+        """The conditioning a caption trains with: picture_conditioning where shows_pictures, else
+        as CLIPTextEncode makes it."""
+        if self.shows_pictures(references):
+            return self.picture_conditioning(text, references, mirror)
+        return self.conditioning(text)
+
+    def picture_conditioning(self, text, images, mirror=False):
+        """Qwen-Image-Edit's conditioning of the instruction `text` shown the reference images at the
+        paths `images` (mirrored with `mirror`), as TextEncodeQwenImageEditPlus makes it, encoded or
+        read back; keyed by the images' bytes too."""
+        digests = [media_sha256(image).hex() for image in images]
+        path = self._path("text", "picture", text, digests, *(["mirror"] if mirror else []), self.clip_id)
+        pixels = lambda: [_pixels([mirrored(open_image_rgb(image), mirror)]) for image in images]  # noqa: E731
+        return self._text(path, text, lambda: encode_picture_prompt(self.clip, text, pixels()))
+
+    def _text(self, path, text, encode):
+        """The conditioning stored at `path`, or `encode()`'s (of the caption `text`) written there."""
         stored = self._stored(path, f"the caption {text!r}")
         if stored is not None:
             self.stats.texts_loaded += 1
             return _conditioning_of(*stored)
-        conditioning = self.clip.encode_from_tokens_scheduled(self.clip.tokenize(text, **(keywords or {})))
+        conditioning = encode()
         if not all(_all_finite({"cond": cond}) for cond, _ in conditioning):
             raise EriDiffusionError(
                 f"the CLIP encodes the caption {text!r} to NaN or infinite values; load the "

@@ -17,6 +17,7 @@ from .buckets import fit_to_bucket
 from .captions import caption_variants
 from .latent_cache import CacheStats, LatentCache
 from .media import check_frames_for_vae, file_sha256, mirrored, open_mask
+from .picture_prompts import reads_images
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,13 @@ class CacheSettings:
         4, "With tag shuffling: how many shuffled captions to encode per image.", minimum=1, maximum=32
     )
     cache_folder: str = setting("", "Where encodings are kept; empty: output/eridiffusion_cache.", path=True)
+    edit_instructions: bool = setting(
+        False,
+        "Qwen-Image-Edit without reference images (a control-less edit LoRA): encode the captions as "
+        "edit instructions, as TextEncodeQwenImageEditPlus does without images. Edit pairs with "
+        "references are always encoded so.",
+        optional=True,
+    )
     extra_resolutions: str = setting(
         "",
         "More training sizes beside resolution, comma-separated (e.g. 512, 768; ai-toolkit's resolution "
@@ -76,6 +84,7 @@ class TrainingSample:
     reference_latents: tuple = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
     mask: torch.Tensor | None = None  # (1, h, w) loss mask on the latent grid in [0, 1] (white = 1), CPU
     mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
+    picture_prompt: bool = False  # captions encoded shown the reference images (Qwen-Image-Edit)
 
 
 @dataclass
@@ -188,6 +197,7 @@ def build_training_data(
     regularization_dataset=None,
     processes=None,
     extra_resolutions=(),
+    edit_instructions=False,
 ) -> "TrainingData":
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
     `resolution` and at each of `extra_resolutions` (one sample per size, in that size's buckets;
@@ -203,12 +213,19 @@ def build_training_data(
     for source in (dataset, validation_dataset, regularization_dataset):
         if source is not None:
             check_vae_takes_media(source, vae)
+    if edit_instructions and not reads_images(clip):
+        raise EriDiffusionError(
+            "CacheLatents: edit_instructions encodes captions as Qwen-Image-Edit's instructions, but this CLIP is "
+            "not Qwen-Image's vision-language encoder; turn edit_instructions off."
+        )
     if extra_resolutions and dataset.has_audio:
         raise EriDiffusionError(
             f"{dataset.folder} holds audio files, which have no pixel size: clear CacheLatents' extra_resolutions."
         )
     distributed = processes is not None and processes.distributed
-    cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
+    cache = LatentCache(
+        cache_folder, vae, clip, sweep=not distributed or processes.is_main, edit_instructions=edit_instructions
+    )
     sizes = (resolution, *extra_resolutions)
     entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes)
     every = [entry for group in entries for entry in group]
@@ -290,18 +307,19 @@ def _sample_of(record, source, cache, resolution, options, variants_wanted, seed
         latent, bucket = cache.clip_latent(record, resolution, video, mirror)
     else:
         latent, bucket = cache.latent(record.path, resolution, mirror=mirror)
-    references = (cache.latent(record.reference, resolution, bucket, mirror)[0],) if record.reference else ()
+    references = tuple(cache.latent(path, resolution, bucket, mirror)[0] for path in record.references)
     texts = caption_variants(record.caption, options, variants_wanted, seed)
     return TrainingSample(
         record.path,
         latent,
-        [cache.conditioning(t) for t in texts],
+        [cache.caption(t, record.references, mirror) for t in texts],
         bucket,
         tuple(texts),
         video.frames if record.clip else 1,
         references,
         mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
         mirrored=mirror,
+        picture_prompt=cache.shows_pictures(record.references),
     )
 
 

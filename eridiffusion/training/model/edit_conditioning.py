@@ -6,22 +6,7 @@ prompt); every edit model (Flux Kontext, Flux.2, Qwen-Image-Edit) reads their VA
 import node_helpers
 import torch
 
-
-def reads_images(clip):
-    """Whether `clip` is Qwen-Image's vision-language encoder, which TextEncodeQwenImageEditPlus
-    shows the reference images to."""
-    import comfy.text_encoders.qwen_image
-
-    return isinstance(getattr(clip, "tokenizer", None), comfy.text_encoders.qwen_image.QwenImageTokenizer)
-
-
-def encode_picture_prompt(clip, text, images):
-    """Qwen-Image-Edit's conditioning of `text` with up to three IMAGEs (1, H, W, 3) shown to its
-    encoder: TextEncodeQwenImageEditPlus without a VAE (the reference latents are added apart, at the
-    size the model is trained or sampled at)."""
-    from comfy_extras.nodes_qwen import TextEncodeQwenImageEditPlus
-
-    return TextEncodeQwenImageEditPlus.execute(clip, text, None, *images).result[0]
+from ..data.picture_prompts import encode_picture_prompt, reads_images
 
 
 def with_reference_latents(conditioning, latents):

@@ -93,6 +93,11 @@ FAMILIES = (
     Family("Lumina Image 2.0", ("Lumina2",), DIT_TARGETS, _shift(6.0), "Lumina 2's own flow shift"),
     Family("Z-Image", ("ZImage",), DIT_TARGETS, _shift(3.0), "Z-Image's own flow shift"),
     Family("Qwen-Image", ("QwenImage",), DIT_TARGETS, _shift(2.2), "musubi-tuner"),
+    # Qwen-Image-Edit loads as QwenImage: its captions are shown the references (control/, control_2/,
+    # control_3/) through the vision-language encoder, as TextEncodeQwenImageEditPlus does.
+    Family(
+        "Qwen-Image-Edit (2509-style, up to 3 references)", ("QwenImage",), DIT_TARGETS, _shift(2.2), "musubi-tuner"
+    ),
     Family("OmniGen2", ("Omnigen2",), DIT_TARGETS, LOGIT_NORMAL, "OmniGen2's own trainer"),
     Family("HunyuanImage 2.1", ("HunyuanImage21",), DIT_TARGETS, _shift(5.0), "musubi-tuner", latent_patch=1),
     Family("AuraFlow", ("AuraFlow",), DIT_TARGETS, LOGIT_NORMAL, "SimpleTuner (as SD3)"),

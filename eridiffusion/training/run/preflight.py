@@ -23,6 +23,11 @@ def check_run(data, config, clip, resume, processes):
             "text_encoder_lr > 0 trains the text encoder: connect the graph's CLIP to "
             "LoRATrainer's clip input (or set text_encoder_lr to 0)."
         )
+    if config.text_encoder_lr > 0 and any(sample.picture_prompt for sample in data.samples):
+        raise EriDiffusionError(
+            "text_encoder_lr > 0 trains the text encoder, but these captions are encoded shown their reference "
+            "images (Qwen-Image-Edit), which a trained text encoder does not re-encode; set text_encoder_lr to 0."
+        )
     if processes.distributed and config.device != "auto":
         raise EriDiffusionError(
             f"device {config.device}: a run of {processes.world_size} processes trains each on its own GPU "
