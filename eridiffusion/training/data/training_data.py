@@ -209,19 +209,7 @@ def build_training_data(
     share of the entries (rank, rank + N, ...) into the shared cache folder and, once all have, reads
     every entry back. Entries are keyed by content, so they are the ones one process would write;
     `progress` then counts this process's share."""
-    check_datasets_apart(dataset, validation_dataset, regularization_dataset)
-    for source in (dataset, validation_dataset, regularization_dataset):
-        if source is not None:
-            check_vae_takes_media(source, vae)
-    if edit_instructions and not reads_images(clip):
-        raise EriDiffusionError(
-            "CacheLatents: edit_instructions encodes captions as Qwen-Image-Edit's instructions, but this CLIP is "
-            "not Qwen-Image's vision-language encoder; turn edit_instructions off."
-        )
-    if extra_resolutions and dataset.has_audio:
-        raise EriDiffusionError(
-            f"{dataset.folder} holds audio files, which have no pixel size: clear CacheLatents' extra_resolutions."
-        )
+    check_inputs(dataset, vae, clip, (validation_dataset, regularization_dataset), extra_resolutions, edit_instructions)
     distributed = processes is not None and processes.distributed
     cache = LatentCache(
         cache_folder, vae, clip, sweep=not distributed or processes.is_main, edit_instructions=edit_instructions
@@ -251,6 +239,23 @@ def build_training_data(
     training = _training_data(samples, empty, dataset, resolution, cache.stats)
     training.validation, training.regularization = validation_data, regularization
     return training
+
+
+def check_inputs(dataset, vae, clip, others, extra_resolutions, edit_instructions):
+    """Everything wrong with build_training_data's inputs that shows before anything is encoded."""
+    check_datasets_apart(dataset, *others)
+    for source in (dataset, *others):
+        if source is not None:
+            check_vae_takes_media(source, vae)
+    if edit_instructions and not reads_images(clip):
+        raise EriDiffusionError(
+            "CacheLatents: edit_instructions encodes captions as Qwen-Image-Edit's instructions, but this CLIP is "
+            "not Qwen-Image's vision-language encoder; turn edit_instructions off."
+        )
+    if extra_resolutions and dataset.has_audio:
+        raise EriDiffusionError(
+            f"{dataset.folder} holds audio files, which have no pixel size: clear CacheLatents' extra_resolutions."
+        )
 
 
 def _training_data(samples, empty, source, resolution, stats):

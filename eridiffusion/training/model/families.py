@@ -88,6 +88,9 @@ FAMILIES = (
     ),
     Family("Flux.1 schnell", ("FluxSchnell",), DIT_TARGETS, FLUX_SHIFT, "kohya sd-scripts `flux_shift`"),
     Family("Flux.2", ("Flux2",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (kohya `flux_shift`)", latent_patch=1),
+    # FLUX.2 [klein] loads as Flux2 (no guidance embedding) with a Qwen3 encoder (ComfyUI 0.28's klein_te).
+    Family("Flux.2-klein 4B", ("Flux2",), DIT_TARGETS, FLUX_SHIFT, "as Flux.2 (Flux.1's rule)", latent_patch=1),
+    Family("Flux.2-klein 9B", ("Flux2",), DIT_TARGETS, FLUX_SHIFT, "as Flux.2 (Flux.1's rule)", latent_patch=1),
     Family("Chroma", ("Chroma",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (Chroma is a Flux.1-schnell derivative)"),
     Family("HiDream-I1", ("HiDream",), DIT_TARGETS, _shift(3.0), "HiDream's own flow shift"),
     Family("Lumina Image 2.0", ("Lumina2",), DIT_TARGETS, _shift(6.0), "Lumina 2's own flow shift"),
