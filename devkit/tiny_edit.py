@@ -1,13 +1,17 @@
-"""Tiny stacks of the multi-reference edit models: Qwen-Image-Edit (2509-style) is ComfyUI's
-QwenImage with the Qwen2.5-VL encoder whose vision tower reads the reference images
-(TextEncodeQwenImageEditPlus); the tiny one keeps ComfyUI's own Qwen2VLVisionTransformer class, cut
-to two narrow blocks, so the pictures reach the prompt as they do in the real model."""
+"""Tiny stacks of the edit and fill models. Qwen-Image-Edit (2509-style) is ComfyUI's QwenImage with
+the Qwen2.5-VL encoder whose vision tower reads the reference images (TextEncodeQwenImageEditPlus);
+the tiny one keeps ComfyUI's own Qwen2VLVisionTransformer class, cut to two narrow blocks, so the
+pictures reach the prompt as they do in the real model. FLUX.1 Fill is the Flux DiT whose input
+stacks the noise, the masked image's latent and the mask (96 channels), which the host's detection
+reads as FluxInpaint."""
 
 import comfy.ops
 import comfy.text_encoders.qwen_vl
 import torch
 
+from devkit.detected_configs import detected_model_config
 from devkit.tiny_dit import LLAMA_TINY, tiny_qwen_image
+from devkit.tiny_flux import FLUX_DEV_LAYOUT, FLUX_SHRINK, FLUX_WIDTH, _flux1
 from devkit.tiny_models import TinyFamily
 from eridiffusion.training.model.tiny_models import init_weights
 
@@ -34,8 +38,20 @@ def tiny_qwen_image_edit(seed: int = 0):
     return model, clip, vae
 
 
+# FLUX.1 Fill as detection reads it: Flux dev's layout whose img_in takes 16 + 16 + 64 channels
+# (noise, masked image latent, the mask unshuffled 8x8) in 2x2 patches.
+FLUX_FILL_LAYOUT = {**FLUX_DEV_LAYOUT, "img_in.weight": (FLUX_WIDTH, (16 + 16 + 64) * 2 * 2)}
+
+
+def tiny_flux_fill(seed: int = 0):
+    """FLUX.1 Fill [dev]: ComfyUI's FluxInpaint (Flux with guidance embedding and the inpainting input
+    channels), clip_l + t5xxl, a 16-channel TAESD."""
+    return _flux1(detected_model_config(FLUX_FILL_LAYOUT, FLUX_SHRINK, "FluxInpaint"), seed)
+
+
 FAMILIES = {
     "qwen_image_edit": TinyFamily(
         tiny_qwen_image_edit, family="Qwen-Image-Edit (2509-style, up to 3 references)", steps=100, resolution=128
     ),
+    "flux_fill": TinyFamily(tiny_flux_fill, family="Flux.1 Fill (inpainting)", steps=100, resolution=128, inpaint=True),
 }

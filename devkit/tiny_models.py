@@ -25,6 +25,7 @@ class TinyFamily:
     # ComfyUI versions lack them
     since: str = "0.3.75"  # the first tested ComfyUI host that has them (TESTED_HOSTS)
     needs_te: tuple = ()  # comfy.text_encoders.flux builders the stack's text encoder needs (klein_te)
+    inpaint: bool = False  # an inpainting model: its data is cached with CacheLatents' inpaint
 
     def missing_on_host(self):
         """The classes of `needs` (and text encoders of `needs_te`) this ComfyUI lacks (its tests are

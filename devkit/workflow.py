@@ -170,10 +170,12 @@ def training_prompt(
     stack=None,
     validation_dataset=None,
     regularization_dataset=None,
+    cache_options=None,
 ):
     """An API prompt: tiny demo model → LoadDataset(`dataset`) → CacheLatents → LoRATrainer → SaveLoRA.
     `trainer` holds training settings (each goes to the trainer or the options node that holds it),
-    `save` and `dataset_options` override the widget values of SaveLoRA and LoadDataset; `resume` is a
+    `save`, `dataset_options` and `cache_options` override the widget values of SaveLoRA, LoadDataset
+    and CacheLatents; `resume` is a
     LoadLoRAForTraining path linked to the trainer; `train_text_encoder` links the CLIP to it;
     `stack` ({class_type, inputs}) replaces the demo model node (tiny_family_node: any family);
     `validation_dataset` and `regularization_dataset` are folders of second LoadDatasets into
@@ -194,6 +196,7 @@ def training_prompt(
                 "vae": ["1", 2],
                 "clip": ["1", 1],
                 "cache_folder": str(cache_folder),
+                **(cache_options or {}),
             },
         },
         "4": {

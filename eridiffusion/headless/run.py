@@ -103,6 +103,7 @@ def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
             regularization_dataset=inputs.regularization_dataset,
             extra_resolutions=CacheSettings(**config.cache).extras(),
             edit_instructions=config.cache["edit_instructions"],
+            inpaint=config.cache["inpaint"],
         )
 
 

@@ -78,5 +78,6 @@ class CacheLatents(io.ComfyNode):
             regularization_dataset=regularization_dataset,
             extra_resolutions=settings.extras(),
             edit_instructions=settings.edit_instructions,
+            inpaint=settings.inpaint,
         )
         return io.NodeOutput(data)

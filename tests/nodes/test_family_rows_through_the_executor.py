@@ -73,6 +73,7 @@ def test_a_row_trains_through_the_executor_and_its_lora_loads_in_stock_comfyui(
         save={"filename_prefix": f"row_{name}/lora"},
         stack={"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": name, "seed": 0}},
         dataset_options=options,
+        cache_options={"inpaint": tiny.inpaint},
     )
     assert outcome.success, outcome.error
     with open(os.path.join(outcome.run_dir, "summary.json")) as f:

@@ -115,10 +115,11 @@ class LatentCache:
     """Files under `folder`: latents/<key>.safetensors and text/<key>.safetensors. Several processes
     may write one folder at once (entries are written whole under their content key); only one of
     them sweeps the temp files killed processes left (`sweep`), before any of them writes.
-    `edit_instructions`: captions are Qwen-Image-Edit's instructions even without references."""
+    `edit_instructions`: captions are Qwen-Image-Edit's instructions even without references;
+    `inpaint`: each image is also encoded masked (masked_latent), for inpainting models."""
 
-    def __init__(self, folder, vae, clip, sweep=True, edit_instructions=False):
-        self.folder, self.edit_instructions = folder, edit_instructions
+    def __init__(self, folder, vae, clip, sweep=True, edit_instructions=False, inpaint=False):
+        self.folder, self.edit_instructions, self.inpaint = folder, edit_instructions, inpaint
         self.vae, self.clip = vae, clip
         self.vae_id, self.clip_id = vae_identity(vae), clip_identity(clip)
         self.stats = CacheStats()
@@ -141,6 +142,25 @@ class LatentCache:
         flipped = ["mirror"] if mirror else []  # (unmirrored entries keep the keys they always had)
         path = self._path("latents", image_digest, list(bucket), list(crop), self.vae_id, *flipped)
         return self._encoded(path, lambda: _pixels([fitted]), image_path), bucket
+
+    def masked_latent(self, image_path, bucket, mask, mirror=False):
+        """The latent of an image in `bucket` with the region of `mask` (8-bit PIL, fitted to the
+        bucket) grayed out, as InpaintModelConditioning encodes it (the mask rounded), encoded or
+        read back."""
+        with open(image_path, "rb") as f:
+            image_digest = hashlib.sha256(f.read()).hexdigest()
+        fitted, crop = fit_to_bucket(mirrored(open_image_rgb(image_path), mirror), bucket)
+        mask_digest = hashlib.sha256(mask.tobytes()).hexdigest()
+        flipped = ["mirror"] if mirror else []
+        path = self._path(
+            "latents", "inpaint", image_digest, mask_digest, list(bucket), list(crop), self.vae_id, *flipped
+        )
+
+        def pixels():
+            keep = 1.0 - torch.from_numpy(np.asarray(mask, dtype=np.float32) / 255.0).round()
+            return (_pixels([fitted]) - 0.5) * keep[None, ..., None] + 0.5
+
+        return self._encoded(path, pixels, image_path)
 
     def audio_latent(self, record, audio):
         """(latent (C, t), bucket) of one audio file cut or padded to `audio.seconds` (AudioOptions),

@@ -5,18 +5,16 @@ regularization parts."""
 import os
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
-from PIL import Image
 
 from ...errors import EriDiffusionError
 from ..settings import check_settings, setting
 from .audio import is_audio_vae
 from .audio_captions import AudioPrompt
-from .buckets import fit_to_bucket
 from .captions import caption_variants
+from .inpaint import inpaint_inputs, mask_on_latent_grid
 from .latent_cache import CacheStats, LatentCache
-from .media import check_frames_for_vae, file_sha256, mirrored, open_mask
+from .media import check_frames_for_vae, file_sha256
 from .picture_prompts import reads_images
 
 
@@ -36,6 +34,13 @@ class CacheSettings:
         4, "With tag shuffling: how many shuffled captions to encode per image.", minimum=1, maximum=32
     )
     cache_folder: str = setting("", "Where encodings are kept; empty: output/eridiffusion_cache.", path=True)
+    inpaint: bool = setting(
+        False,
+        "Inpainting models (Flux Fill): each image is also encoded with its masks/ region grayed out and "
+        "given with its mask, as InpaintModelConditioning gives them, so the model learns to fill the white "
+        "region (an image without a mask: all of it).",
+        optional=True,
+    )
     edit_instructions: bool = setting(
         False,
         "Qwen-Image-Edit without reference images (a control-less edit LoRA): encode the captions as "
@@ -85,6 +90,7 @@ class TrainingSample:
     mask: torch.Tensor | None = None  # (1, h, w) loss mask on the latent grid in [0, 1] (white = 1), CPU
     mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
     picture_prompt: bool = False  # captions encoded shown the reference images (Qwen-Image-Edit)
+    inpaint: tuple | None = None  # inpainting models: (masked image latent (C, h, w), mask (1, H, W) pixels)
 
 
 @dataclass
@@ -198,6 +204,7 @@ def build_training_data(
     processes=None,
     extra_resolutions=(),
     edit_instructions=False,
+    inpaint=False,
 ) -> "TrainingData":
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
     `resolution` and at each of `extra_resolutions` (one sample per size, in that size's buckets;
@@ -211,9 +218,8 @@ def build_training_data(
     `progress` then counts this process's share."""
     check_inputs(dataset, vae, clip, (validation_dataset, regularization_dataset), extra_resolutions, edit_instructions)
     distributed = processes is not None and processes.distributed
-    cache = LatentCache(
-        cache_folder, vae, clip, sweep=not distributed or processes.is_main, edit_instructions=edit_instructions
-    )
+    sweep = not distributed or processes.is_main
+    cache = LatentCache(cache_folder, vae, clip, sweep, edit_instructions, inpaint)
     sizes = (resolution, *extra_resolutions)
     entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes)
     every = [entry for group in entries for entry in group]
@@ -325,6 +331,7 @@ def _sample_of(record, source, cache, resolution, options, variants_wanted, seed
         mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
         mirrored=mirror,
         picture_prompt=cache.shows_pictures(record.references),
+        inpaint=inpaint_inputs(cache, record, bucket, mirror) if cache.inpaint else None,
     )
 
 
@@ -347,15 +354,3 @@ def _audio_sample(record, source, cache, options, variants_wanted, seed):
     texts = caption_variants(record.caption, options, variants_wanted, seed)
     keywords = record.audio.text_keywords(source.audio.seconds)
     return TrainingSample(record.path, latent, [cache.conditioning(t, keywords) for t in texts], bucket, tuple(texts))
-
-
-def mask_on_latent_grid(record, bucket, grid, mirror=False):
-    """The (1, h, w) loss mask of `record` on its latent's grid in [0, 1]: scaled to the image's size,
-    flipped with it (`mirror`), resized and cropped into the bucket exactly as the image is
-    (fit_to_bucket), then averaged over each latent cell."""
-    mask = open_mask(record.mask)
-    if mask.size != (record.width, record.height):
-        mask = mask.resize((record.width, record.height), Image.Resampling.BILINEAR)
-    fitted, _ = fit_to_bucket(mirrored(mask, mirror), bucket)
-    pixels = torch.from_numpy(np.asarray(fitted, dtype=np.float32) / 255.0)[None, None]
-    return torch.nn.functional.interpolate(pixels, size=tuple(grid), mode="area")[0]

@@ -7,6 +7,7 @@ import os
 
 from ...errors import EriDiffusionError
 from .run_state import check_resumable
+from .sample_inputs import takes_inpaint_channels
 
 # Below this share of the loss weight (masked pixels at their mask's value, the rest at mask_min)
 # over all the images, a run trains on almost nothing.
@@ -41,6 +42,25 @@ def check_run(data, config, clip, resume, processes):
     check_settings_fit_data(config, data.validation is not None, data.regularization is not None)
     check_masks(*masks_of_samples(data), config.mask_min)
     check_resume_point(resume, config, processes.world_size)
+
+
+def check_inpaint_fits(model, data):
+    """An inpainting model (input channels for a masked image and its mask) trains on data cached with
+    CacheLatents' inpaint, and only such a model does: either way round the inputs would be silently
+    wrong (the host's empty image and full mask) or unused."""
+    takes = takes_inpaint_channels(model)
+    given = any(sample.inpaint is not None for sample in data.samples)
+    name = type(model.model_config).__name__
+    if takes and not given:
+        raise EriDiffusionError(
+            f"ComfyUI loaded this model as {name}, an inpainting model that reads a masked image and its mask: "
+            "turn on CacheLatents' inpaint (and give the images masks in masks/, white = the region to fill)."
+        )
+    if given and not takes:
+        raise EriDiffusionError(
+            f"CacheLatents' inpaint encoded masked images, but {name} has no inpainting inputs to read them; "
+            "turn inpaint off (masks/ then weigh the loss), or train an inpainting model (Flux Fill)."
+        )
 
 
 def check_settings_fit_data(config, has_validation, has_regularization):

@@ -31,6 +31,15 @@ class PromptSample:
     references: int = 0  # how many reference latents the conditioning carries
     latent: torch.Tensor | None = None  # inpainting: the source image's latent, sampled from ...
     noise_mask: torch.Tensor | None = None  # ... only where this mask is white
+    source: torch.Tensor | None = None  # inpainting: the source IMAGE, pasted back where the mask is black
+
+    def pasted(self, frames):
+        """Decoded `frames` (n, H, W, 3) with the source image kept outside the mask, as inpainting
+        workflows composite it (ImageCompositeMasked); other samples unchanged."""
+        if self.source is None:
+            return frames
+        mask = self.noise_mask.reshape(1, *self.noise_mask.shape[-2:], 1).to(frames)
+        return frames * mask + self.source.to(frames) * (1 - mask)
 
     def checked_for(self, model):
         """Self, or an error naming the prompt and the fix when `model` ignores one of its settings."""
@@ -80,7 +89,7 @@ def prompt_sample(clip, vae, spec, settings, index, encode):
 def with_inpainting(sample, vae, spec):
     """`sample` with InpaintModelConditioning's inputs of the line's --image and --mask: the
     conditionings carry the masked image and the mask, the latent is the image's, noised only
-    where the mask is white."""
+    where the mask is white; the image is pasted back outside the mask after decoding."""
     import nodes  # ComfyUI's
 
     size = (sample.width, sample.height)
@@ -89,7 +98,12 @@ def with_inpainting(sample, vae, spec):
         sample.positive, sample.negative, pixels, vae, mask, True
     )
     return replace(
-        sample, positive=positive, negative=negative, latent=latent["samples"], noise_mask=latent["noise_mask"]
+        sample,
+        positive=positive,
+        negative=negative,
+        latent=latent["samples"],
+        noise_mask=latent["noise_mask"],
+        source=pixels,
     )
 
 

@@ -172,7 +172,7 @@ def render_samples(patcher, settings, step, samples_dir):
                 continue
             with model_loading.as_comfyui_loads():  # the graph's own VAE: loaded as ComfyUI loads it
                 decoded = settings.vae.decode(samples)
-            frames = decoded.reshape(-1, *decoded.shape[-3:])[..., :3]  # video VAEs add a frame axis
+            frames = prompt.pasted(decoded.reshape(-1, *decoded.shape[-3:])[..., :3])  # video VAEs add a frame axis
             image = frames[:1]
             images.append(image.float().clamp(0, 1).cpu())
             path = _save_png(image[0], os.path.join(samples_dir, f"step_{step}_{k}.png"))
