@@ -44,6 +44,27 @@ def check_run(data, config, clip, resume, processes):
     check_resume_point(resume, config, processes.world_size)
 
 
+def check_flux_input_layout(model):
+    """A Flux-family model whose input channels ComfyUI's Flux cannot fill (Flex.2 stacks the noise, an
+    inpainting image, its mask and a control image: 49 channels) fails in its first forward; name it
+    before anything runs."""
+    import comfy.model_base
+
+    if not isinstance(model, comfy.model_base.Flux):
+        return
+    config = model.model_config.unet_config
+    c_in, c_out = config.get("in_channels"), config.get("out_channels")
+    if c_in is None or c_out is None or c_in in (c_out, 2 * c_out, 2 * c_out + 64):
+        return
+    raise EriDiffusionError(
+        f"ComfyUI loaded this model as {type(model.model_config).__name__} with {c_in} input channels, but its Flux "
+        f"fills {c_out} (text-to-image), {2 * c_out} (an image beside the noise, as Kontext-style models) or "
+        f"{2 * c_out + 64} (Flux Fill: the masked image and its mask); a model of another layout (Flex.2's noise, "
+        "inpainting image, mask and control image) needs its maker's ComfyUI nodes, which EriDiffusion cannot "
+        "train through."
+    )
+
+
 def check_inpaint_fits(model, data):
     """An inpainting model (input channels for a masked image and its mask) trains on data cached with
     CacheLatents' inpaint, and only such a model does: either way round the inputs would be silently
