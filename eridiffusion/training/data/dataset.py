@@ -14,6 +14,7 @@ from .audio import SUPPORTED_AUDIO, AudioOptions, is_audio_file, read_audio
 from .audio_captions import AudioPrompt, audio_caption
 from .captions import CaptionOptions, with_trigger
 from .folder_scan import (
+    METADATA_FILE,
     SUPPORTED_CLIPS,
     SUPPORTED_IMAGES,
     all_references_of,
@@ -36,6 +37,7 @@ from .media import (
     open_image_rgb,
     read_clip,
 )
+from .metadata_references import metadata_references
 
 MISSING_CAPTION_MODES = ("error", "trigger_word")
 MISSING_MASK_MODES = ("error", "weight_1")  # an image without a mask: an error, or it weighs 1 everywhere
@@ -331,6 +333,12 @@ def _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, v
     if scan.audio:
         return _audio_records(folder, scan, captions, caption_ext, missing_caption, trigger_word)
     references = all_references_of(folder, scan, images)
+    named = metadata_references(folder, images) if has_metadata else {}
+    if named and references:
+        raise EriDiffusionError(
+            f"{folder} names references both in {METADATA_FILE} and in reference folders; keep one of them."
+        )
+    references = named or references
     masks = masks_of(folder, mask_folder, images, missing_mask) if mask_folder else {}
     records = []
     for name in sorted(images):

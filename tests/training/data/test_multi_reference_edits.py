@@ -228,3 +228,55 @@ def test_edit_instructions_with_a_clip_that_reads_no_pictures_is_an_error(dog_da
     _, clip, vae = build_tiny("sd15", seed=0)
     with pytest.raises(EriDiffusionError, match=r"edit_instructions .* not Qwen-Image's vision-language encoder"):
         build_training_data(dog_dataset, vae, clip, 64, str(tmp_path / "cache"), edit_instructions=True)
+
+
+def _metadata_pairs(datasets_dir, folder, columns):
+    """Targets 00 and 01 with their references in sources/, named by metadata.jsonl's `columns`."""
+    import json
+    import shutil
+
+    from PIL import Image, ImageOps
+
+    os.makedirs(os.path.join(folder, "sources"))
+    lines = []
+    for stem in ("00", "01"):
+        photo = os.path.join(datasets_dir, "dreambooth_dog", f"{stem}.jpg")
+        shutil.copy(photo, os.path.join(folder, f"{stem}.jpg"))
+        entry = {"file_name": f"{stem}.jpg", "text": "colorize the photo of sks dog"}
+        for k, column in enumerate(columns):
+            with Image.open(photo) as image:
+                reference = ImageOps.grayscale(image) if k == 0 else ImageOps.mirror(image)
+                reference.convert("RGB").save(os.path.join(folder, "sources", f"{column}_of_{stem}.png"))
+            entry[column] = f"sources/{column}_of_{stem}.png"
+        lines.append(json.dumps(entry))
+    with open(os.path.join(folder, "metadata.jsonl"), "w", encoding="utf-8") as file:
+        file.write("\n".join(lines) + "\n")
+    return folder
+
+
+def test_metadata_columns_name_each_targets_references_in_order(datasets_dir, tmp_path):
+    folder = _metadata_pairs(datasets_dir, str(tmp_path / "pairs"), ("control", "control_2"))
+    records = load_dataset(folder).records
+    assert [len(r.references) for r in records] == [2, 2]
+    assert [os.path.basename(p) for p in records[1].references] == ["control_of_01.png", "control_2_of_01.png"]
+
+
+def test_metadata_reference_columns_must_not_skip_one(datasets_dir, tmp_path):
+    folder = _metadata_pairs(datasets_dir, str(tmp_path / "pairs"), ("control", "control_3"))
+    with pytest.raises(EriDiffusionError, match=r"names control, control_3: reference columns go in order"):
+        load_dataset(folder)
+
+
+def test_a_metadata_reference_that_is_missing_is_an_error_naming_the_line(datasets_dir, tmp_path):
+    folder = _metadata_pairs(datasets_dir, str(tmp_path / "pairs"), ("control",))
+    os.remove(os.path.join(folder, "sources", "control_of_01.png"))
+    with pytest.raises(EriDiffusionError, match=r"metadata\.jsonl line 2: control names sources/control_of_01\.png"):
+        load_dataset(folder)
+
+
+def test_references_in_metadata_and_in_a_control_folder_together_are_refused(datasets_dir, tmp_path):
+    folder = _metadata_pairs(datasets_dir, str(tmp_path / "pairs"), ("control",))
+    make_edit_pairs(os.path.join(datasets_dir, "dreambooth_dog"), str(tmp_path / "other"), ("00", "01"), 1)
+    os.rename(str(tmp_path / "other" / "control"), os.path.join(folder, "control"))
+    with pytest.raises(EriDiffusionError, match=r"names references both in metadata\.jsonl and in reference folders"):
+        load_dataset(folder)
