@@ -17,10 +17,11 @@ def with_reference_latents(conditioning, latents):
     return node_helpers.conditioning_set_values(conditioning, {"reference_latents": list(latents)}, append=True)
 
 
-def encode_with_references(clip, vae, text, images, encode):
+def encode_with_references(clip, vae, text, images, encode, edit=False):
     """The conditioning of prompt `text` with reference IMAGEs `images` (1, H, W, 3): through the
-    encoder where it reads pictures, else `encode(text)`; then the images' latents by `vae`."""
-    if not images:
+    encoder where it reads pictures, else `encode(text)`; then the images' latents by `vae`. `edit`:
+    through the picture-reading encoder's edit template even without images."""
+    if not images and not edit:
         return encode(text)
     conditioning = encode_picture_prompt(clip, text, images) if reads_images(clip) else encode(text)
     with torch.no_grad():

@@ -12,6 +12,7 @@ import torch
 from ...errors import EriDiffusionError
 from ..data.buckets import fit_to_bucket
 from ..data.media import open_image_rgb, open_mask
+from ..data.picture_prompts import reads_images
 from ..model.edit_conditioning import encode_with_references
 
 
@@ -66,9 +67,14 @@ def prompt_sample(clip, vae, spec, settings, index, encode):
     """The PromptSample of PromptSpec `spec` (prompt `index`) with SamplerSettings `settings` for
     what the line leaves out; `encode(text)` is the graph's text encoding of a prompt."""
     width, height = spec.width or settings.width, spec.height or settings.height
+    if spec.edit and not reads_images(clip):
+        raise EriDiffusionError(
+            f"SampleDuringTraining: prompt '{spec.text[:40]}' sets --edit, which encodes it as Qwen-Image-Edit's "
+            "instruction, but this CLIP is not Qwen-Image's vision-language encoder; remove --edit."
+        )
     references = [image_tensor(path, (width, height)) for path in spec.references]
-    positive = encode_with_references(clip, vae, spec.text, references, encode)
-    negative = encode_with_references(clip, vae, spec.negative or "", references, encode)
+    positive = encode_with_references(clip, vae, spec.text, references, encode, spec.edit)
+    negative = encode_with_references(clip, vae, spec.negative or "", references, encode, spec.edit)
     if spec.guidance is not None:  # as FluxGuidance sets it
         positive = node_helpers.conditioning_set_values(positive, {"guidance": spec.guidance})
     sample = PromptSample(

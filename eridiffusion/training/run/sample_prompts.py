@@ -1,7 +1,8 @@
 """One sample prompt line with its own settings, as kohya's prompt files write them:
 `a dog on a beach --n blurry --w 512 --h 768 --seed 3 --cfg 4 --steps 20`; a flag left out takes
-SampleDuringTraining's value. `--ref` names a reference image (edit models, up to three), `--image`
-and `--mask` the image and mask an inpainting model fills."""
+SampleDuringTraining's value. `--ref` names a reference image (edit models, up to three), `--edit`
+makes the line an edit instruction without one (Qwen-Image-Edit), `--image` and `--mask` the image and
+mask an inpainting model fills."""
 
 import os
 import re
@@ -32,7 +33,9 @@ FLAGS = {
     "control": "references",
     "image": "image",
     "mask": "mask",
+    "edit": "edit",
 }
+SWITCHES = ("edit",)  # flags that take no value
 MAX_REFERENCES = 3  # as TextEncodeQwenImageEditPlus's image1..image3
 # the guidance a guidance-distilled model embeds (FluxGuidance's value), not a node input
 GUIDANCE = Setting("guidance", float, 3.5, SettingInfo("The guidance the model embeds.", minimum=0.0, maximum=100.0))
@@ -54,6 +57,7 @@ class PromptSpec:
     references: tuple = ()  # reference (control) image paths
     image: str = ""  # inpainting: the image to fill ...
     mask: str = ""  # ... and its mask (white: repaint)
+    edit: bool = False  # Qwen-Image-Edit: an edit instruction even without references (its edit template)
 
     def images(self):
         """Every image file the line names."""
@@ -75,6 +79,11 @@ def parse_prompt_line(line, number, declared, image_folder):
                 f"{where}: unknown flag --{flag}{nearest_hint(flag, FLAGS)} "
                 f"(flags: {', '.join('--' + f for f in FLAGS)})."
             )
+        if name in SWITCHES:
+            if value:
+                raise EriDiffusionError(f"{where}: --{flag} takes no value (got {value!r}); write it alone.")
+            values[name] = True
+            continue
         if not value:
             raise EriDiffusionError(f"{where}: --{flag} has no value; write one after it or leave the flag out.")
         if name == "references":

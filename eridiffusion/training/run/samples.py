@@ -27,7 +27,8 @@ class SamplerSettings:
         "a photo of sks dog",
         "One prompt per line, each with optional flags of its own (kohya's prompt files): --n negative "
         "prompt, --w width, --h height, --seed, --cfg, --steps, --g guidance (Flux dev), --ref image "
-        "(edit models, up to 3), --image and --mask (inpainting). Relative image paths: ComfyUI's input "
+        "(edit models, up to 3), --edit (Qwen-Image-Edit without references), --image and --mask "
+        "(inpainting). Relative image paths: ComfyUI's input "
         "folder (a config file's own folder headless).",
         multiline=True,
     )

@@ -280,3 +280,17 @@ def test_references_in_metadata_and_in_a_control_folder_together_are_refused(dat
     os.rename(str(tmp_path / "other" / "control"), os.path.join(folder, "control"))
     with pytest.raises(EriDiffusionError, match=r"names references both in metadata\.jsonl and in reference folders"):
         load_dataset(folder)
+
+
+def test_a_sample_line_with_edit_is_encoded_as_qwen_image_edits_instruction():
+    from eridiffusion.training.run.sample_config import sample_config
+    from eridiffusion.training.run.samples import SamplerSettings
+
+    _, clip, vae = build_tiny("qwen_image_edit", seed=0)
+    settings = SamplerSettings(prompts="make it snow --edit\nmake it snow", width=64, height=64)
+    with torch.inference_mode():
+        edit, plain = sample_config(clip, vae, settings, "/nowhere").renders()
+    assert not torch.equal(edit.positive[0][0], plain.positive[0][0])
+    _, clip, vae = build_tiny("sd15", seed=0)
+    with pytest.raises(EriDiffusionError, match=r"sets --edit, .* not Qwen-Image's vision-language encoder"):
+        sample_config(clip, vae, SamplerSettings(prompts="make it snow --edit", width=64, height=64), "/nowhere")

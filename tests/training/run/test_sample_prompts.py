@@ -50,6 +50,7 @@ def test_references_are_read_relative_to_the_image_folder_in_order(datasets_dir)
         ("--w 512", r"line 1 has flags but no prompt text"),
         ("a dog --ref missing.png", r"line 1: --ref: no image file /nowhere/missing.png"),
         ("a dog --g 500", r"line 1: --g must be between 0 and 100"),
+        ("a dog --edit now", r"line 1: --edit takes no value \(got 'now'\)"),
     ],
 )
 def test_a_bad_flag_is_an_error_naming_the_line_and_the_fix(line, message):
@@ -66,3 +67,8 @@ def test_more_than_three_references_is_an_error(datasets_dir):
 def test_an_inpainting_image_without_its_mask_is_an_error(datasets_dir):
     with pytest.raises(EriDiffusionError, match=r"takes both --image \(the picture\) and --mask"):
         specs("fill it --image 00.jpg", os.path.join(datasets_dir, "dreambooth_dog"))
+
+
+def test_edit_is_a_switch_anywhere_on_the_line():
+    (spec,) = specs("make it snow --edit --seed 3")
+    assert (spec.text, spec.edit, spec.seed) == ("make it snow", True, 3)
