@@ -438,3 +438,22 @@ def test_a_device_given_as_a_config_file_is_not_read(tmp_path):
         load_run_config(path)
     with pytest.raises(EriDiffusionError, match=r"config file /dev/zero is not a regular file"):
         load_run_config("/dev/zero")
+
+
+def test_a_sample_lines_reference_image_is_read_relative_to_the_config_file(tmp_path, datasets_dir):
+    import shutil
+
+    from eridiffusion.headless.run import load_inputs, sample_settings
+
+    shutil.copy(os.path.join(datasets_dir, "dreambooth_dog", "00.jpg"), tmp_path / "ref.jpg")
+    path = write_yaml(
+        tmp_path / "run.yaml",
+        f"model: tiny-sd15\ndataset: {{folder: {datasets_dir}/dreambooth_dog}}\n"
+        "sample: {prompts: ['a dog --ref ref.jpg --w 128 --seed 4'], width: 64, height: 64}\n",
+    )
+    config = load_run_config(path)
+    (prompt,) = sample_settings(config, load_inputs(config)).renders()
+    assert (prompt.references, prompt.width, prompt.height, prompt.seed) == (1, 128, 64, 4)
+    missing = write_yaml(tmp_path / "missing.yaml", (tmp_path / "run.yaml").read_text().replace("ref.jpg", "nope.jpg"))
+    with pytest.raises(EriDiffusionError, match=r"--ref: no image file .*nope\.jpg"):
+        sample_settings(load_run_config(missing), load_inputs(config))
