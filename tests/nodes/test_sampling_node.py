@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from devkit.workflow import QUICK, Outcome, load_extension, run_prompt, training_prompt, widget_defaults
+from devkit.workflow import QUICK, load_extension, run_named, training_prompt, with_sampler
 
 OWN = "a photo of sks dog --n blurry, lowres --w 96 --h 64 --seed 7 --steps 3 --cfg 2.5"
 
@@ -64,18 +64,12 @@ def _pixels(path):
 def test_a_prompt_with_its_own_negative_size_and_seed_renders_as_stock_ksampler_does_with_them(
     registered, two_photos, comfy_dirs
 ):
-    import folder_paths
-
     run_name = "sample_prompt_settings"
     prompt = training_prompt(two_photos, {**QUICK, "run_name": run_name})
-    sampler = {**widget_defaults("EriDiffusion_SampleDuringTraining"), "clip": ["1", 1], "vae": ["1", 2]}
-    sampler.update(prompts=f"{OWN}\na photo of a dog", width=64, height=128, seed=3, steps=2, cfg=1.0)
-    prompt["10"] = {"class_type": "EriDiffusion_SampleDuringTraining", "inputs": sampler}
-    prompt["4"]["inputs"]["sample_config"] = ["10", 0]
+    with_sampler(prompt, prompts=f"{OWN}\na photo of a dog", width=64, height=128, seed=3, steps=2, cfg=1.0)
     _stock_render(prompt, 20, 7, "stock_seed7")
     _stock_render(prompt, 30, 8, "stock_seed8")
-    executor, _ = run_prompt(prompt)
-    outcome = Outcome(executor, os.path.join(folder_paths.get_output_directory(), run_name))
+    outcome = run_named(prompt, run_name)
     assert outcome.success, outcome.error
     samples = os.path.join(outcome.run_dir, "samples")
     own, shared = _pixels(os.path.join(samples, "step_2_0.png")), _pixels(os.path.join(samples, "step_2_1.png"))

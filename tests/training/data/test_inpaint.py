@@ -9,14 +9,13 @@ import pytest
 import torch
 
 from devkit.photo_masks import copy_photos, half_black_masks
-from devkit.stock_comfyui import load_with_stock_comfyui, relative_error
+from devkit.stock_comfyui import denoised, load_with_stock_comfyui, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.dataset import load_dataset
 from eridiffusion.training.data.inpaint import fitted_mask
 from eridiffusion.training.data.training_data import build_training_data
-from eridiffusion.training.model.inputs import batch_inputs, model_inputs
 from eridiffusion.training.model.prepared_data import sample_options
 from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.sample_inputs import image_tensor
@@ -112,16 +111,7 @@ def test_fill_training_lowers_the_masked_regions_evaluation_loss_30_percent(fill
 
 
 def _output(patcher, sample, options, sigma=0.8, seed=3):
-    import comfy.model_management
-
-    comfy.model_management.load_models_gpu([patcher], force_full_load=True)
-    base = patcher.model
-    x = base.process_latent_in(sample.latent[None])
-    inputs = batch_inputs([model_inputs(base, sample.conditionings[0], x[0], "cpu", sample.bucket, options)])
-    noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed))
-    sigma = torch.tensor([sigma])
-    with torch.inference_mode():
-        return base.apply_model(base.model_sampling.noise_scaling(sigma, noise, x), sigma, **inputs).float()
+    return denoised(patcher, sample, options=options, sigma=sigma, seed=seed)
 
 
 def test_the_trained_model_reads_the_masked_image(fill):

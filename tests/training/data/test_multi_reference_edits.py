@@ -10,13 +10,12 @@ import pytest
 import torch
 
 from devkit.edit_pairs import make_edit_pairs
-from devkit.stock_comfyui import load_with_stock_comfyui, relative_error
+from devkit.stock_comfyui import denoised, load_with_stock_comfyui, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.dataset import load_dataset
 from eridiffusion.training.data.training_data import build_training_data
-from eridiffusion.training.model.inputs import batch_inputs, model_inputs
 from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.trainer import train_lora
 
@@ -76,22 +75,10 @@ def _release_runs():
 
 
 def _denoised(patcher, sample, references=None, sigma=0.7):
-    """The model's estimate of the clean latent of `sample` from a fixed noisy one, given its (or
-    `references`') reference latents."""
-    import comfy.model_management
-
-    comfy.model_management.load_models_gpu([patcher], force_full_load=True)  # (its adapters, if any)
-    base = patcher.model
-    x = base.process_latent_in(sample.latent[None])
-    refs = sample.reference_latents if references is None else references
-    inputs = batch_inputs(
-        [model_inputs(base, sample.conditionings[0], x[0], "cpu", sample.bucket, reference_latents=refs)]
+    """The model's clean-latent estimate of `sample` given its (or `references`') reference latents."""
+    return denoised(
+        patcher, sample, references=sample.reference_latents if references is None else references, sigma=sigma
     )
-    noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(3))
-    s = torch.tensor([sigma])
-    with torch.inference_mode():
-        out = base.apply_model(base.model_sampling.noise_scaling(s, noise, x), s, **inputs)
-    return out
 
 
 def _distance_to_target(patcher, sample, denoised):
@@ -161,24 +148,10 @@ def test_stock_loraloader_with_the_hosts_edit_nodes_reproduces_the_trained_model
     conditioning = _host_edit_conditioning(
         edit_run["name"], edit_run["clip"], edit_run["vae"], edit_run["folder"], "00"
     )
-    stock = _denoised_with(patched, sample, conditioning)
-    trainer = _denoised_with(edit_run["result"].patcher, sample, conditioning)
+    stock = denoised(patched, sample, conditioning)
+    trainer = denoised(edit_run["result"].patcher, sample, conditioning)
     assert relative_error(stock, trainer) < 1e-4
-    assert relative_error(trainer, _denoised_with(edit_run["model"], sample, conditioning)) > 1e-2
-
-
-def _denoised_with(patcher, sample, conditioning, sigma=0.7):
-    """_denoised of `sample` with a conditioning that carries its own reference latents."""
-    import comfy.model_management
-
-    base = patcher.model
-    comfy.model_management.load_models_gpu([patcher], force_full_load=True)
-    x = base.process_latent_in(sample.latent[None])
-    inputs = batch_inputs([model_inputs(base, conditioning, x[0], "cpu", sample.bucket)])
-    noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(3))
-    s = torch.tensor([sigma])
-    with torch.inference_mode():
-        return base.apply_model(base.model_sampling.noise_scaling(s, noise, x), s, **inputs).float()
+    assert relative_error(trainer, denoised(edit_run["model"], sample, conditioning)) > 1e-2
 
 
 # --- the data ---------------------------------------------------------------------------------
