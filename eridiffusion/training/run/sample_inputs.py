@@ -11,7 +11,7 @@ import torch
 
 from ...errors import EriDiffusionError
 from ..data.buckets import fit_to_bucket
-from ..data.media import open_image_rgb, open_mask
+from ..data.media import check_mask_fits, open_image_rgb, open_mask
 from ..data.picture_prompts import reads_images
 from ..model.edit_conditioning import encode_with_references
 
@@ -99,6 +99,7 @@ def with_inpainting(sample, vae, spec):
     import nodes  # ComfyUI's
 
     size = (sample.width, sample.height)
+    check_mask_fits(spec.mask, spec.image, open_image_rgb(spec.image).size)  # (one aspect: one crop)
     pixels, mask = image_tensor(spec.image, size), mask_tensor(spec.mask, size)
     positive, negative, latent = nodes.InpaintModelConditioning().encode(
         sample.positive, sample.negative, pixels, vae, mask, True
@@ -143,6 +144,13 @@ def reads_condition(model, name):
 
 
 def takes_inpaint_channels(model):
-    """Whether the model stacks a masked image (and mask) on its input channels, as Flux Fill does."""
+    """Whether the model stacks a masked image and its mask on its input channels, as the host feeds
+    them from InpaintModelConditioning: an inpainting UNet (ComfyUI's set_inpaint: mask and masked
+    image) or FLUX.1 Fill (the latent's channels twice and the mask unshuffled 8x8: 64 more)."""
+    import comfy.model_base
+
+    if tuple(getattr(model, "concat_keys", ())) == ("mask", "masked_image"):
+        return True
     config = model.model_config.unet_config
-    return config.get("in_channels", 0) > config.get("out_channels", config.get("in_channels", 0))
+    c_in, c_out = config.get("in_channels"), config.get("out_channels")
+    return isinstance(model, comfy.model_base.Flux) and c_in is not None and c_in == 2 * (c_out or 0) + 64

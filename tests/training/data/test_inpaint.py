@@ -165,3 +165,17 @@ def test_a_flux_model_whose_input_layout_comfyui_cannot_fill_is_refused_before_t
         data = build_training_data(dog_dataset, vae, clip, 64, str(tmp_path / "cache"))
     with pytest.raises(EriDiffusionError, match=r"as Flux with 49 input channels, but its Flux fills 16 .*\(Flex\.2"):
         train_lora(model, data, _config(1, "flex2"), str(tmp_path / "run"))
+
+
+def test_a_sample_mask_of_another_aspect_than_its_image_is_an_error_naming_both(datasets_dir, tmp_path):
+    from PIL import Image
+
+    from eridiffusion.training.run.sample_config import sample_config
+    from eridiffusion.training.run.samples import SamplerSettings
+
+    Image.new("L", (40, 10), 255).save(tmp_path / "wide.png")
+    image = os.path.join(datasets_dir, "dreambooth_dog", "00.jpg")
+    _, clip, vae = build_tiny("sd15", seed=0)
+    settings = SamplerSettings(prompts=f"a dog --image {image} --mask {tmp_path / 'wide.png'}", width=64, height=64)
+    with pytest.raises(EriDiffusionError, match=r"mask .*wide\.png is 40x10, but its image .*00\.jpg is"):
+        sample_config(clip, vae, settings, str(tmp_path))
