@@ -285,7 +285,7 @@ config:
             neg: "blurry"
             sample_steps: 12
             ctrl_img: refs/a.png
-          - prompt: "a plain dog"
+          - prompt: "a plain dog --n its own"
             guidance_scale: 2
             ctrl_img_1: refs/a.png
             ctrl_img_2: refs/b.png
@@ -296,7 +296,7 @@ def test_ai_toolkit_samples_become_prompt_lines_with_their_own_settings(tmp_path
     config = load_run_config(write_yaml(tmp_path / "samples.yaml", AI_TOOLKIT_SAMPLES))
     assert config.sample["prompts"].splitlines() == [
         "sks in snow --w 768 --h 512 --n blurry --seed 9 --steps 12 --ref refs/a.png",
-        "a plain dog --n lowres --seed 3 --ref refs/a.png --ref refs/b.png --cfg 2",
+        "a plain dog --n its own --seed 3 --ref refs/a.png --ref refs/b.png --cfg 2",  # its --n kept
     ]
     assert (config.sample["cfg"], config.sample["width"]) == (5.0, 512)
     assert not [entry for entry in config.unsupported if ".sample" in entry]

@@ -1,7 +1,10 @@
 """ai-toolkit's `train` and `sample` sections in EriDiffusion's `train`, `objective` and `sample`."""
 
+import re
+
 from ...errors import EriDiffusionError
 from ...training.run.optimizers import OPTIMIZERS
+from ...training.run.sample_prompts import FLAGS
 from ..schema import section_settings
 from .translation import DTYPES, TIMESTEP_TYPES, label
 
@@ -324,13 +327,14 @@ def _prompt_lines(t, sample, at, distilled):
 
 
 def _prompt_line(t, item, at, distilled):
-    """`prompt --flag value ...` of one ai-toolkit sample item."""
+    """`prompt --flag value ...` of one ai-toolkit sample item; a setting the prompt already sets
+    with its own flag (ai-toolkit reads them too) keeps that value."""
     line = str(item["prompt"]).strip()
-    for key, flag in SAMPLE_ITEM_FLAGS.items():
-        if item.get(key) not in (None, ""):
+    inline = {FLAGS.get(flag.lower()) for flag in re.findall(r"(?:^|\s)--([A-Za-z]+)(?=\s|$)", line)}
+    flags = {**SAMPLE_ITEM_FLAGS, "guidance_scale": "--g" if distilled else "--cfg"}
+    for key, flag in flags.items():
+        if item.get(key) not in (None, "") and (FLAGS[flag[2:]] not in inline or FLAGS[flag[2:]] == "references"):
             line += f" {flag} {item[key]}"
-    if item.get("guidance_scale") is not None:
-        line += f" {'--g' if distilled else '--cfg'} {item['guidance_scale']}"
     for key, reason in (
         ("num_frames", "every sample renders the sample section's frames"),
         ("fps", "video samples play at 16 fps"),
