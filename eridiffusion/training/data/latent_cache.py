@@ -249,8 +249,12 @@ class LatentCache:
         read back; keyed by the images' bytes too."""
         digests = [media_sha256(image).hex() for image in images]
         path = self._path("text", "picture", text, digests, *(["mirror"] if mirror else []), self.clip_id)
-        pixels = lambda: [_pixels([mirrored(open_image_rgb(image), mirror)]) for image in images]  # noqa: E731
-        return self._text(path, text, lambda: encode_picture_prompt(self.clip, text, pixels()))
+
+        def encode():
+            pictures = [_pixels([mirrored(open_image_rgb(image), mirror)]) for image in images]
+            return encode_picture_prompt(self.clip, text, pictures)
+
+        return self._text(path, text, encode)
 
     def _text(self, path, text, encode):
         """The conditioning stored at `path`, or `encode()`'s (of the caption `text`) written there."""
