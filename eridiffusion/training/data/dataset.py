@@ -135,10 +135,10 @@ class DatasetSettings:
         "my_dataset",
         "Folder of jpg/jpeg/png/webp images, mp4/webm/mov/gif clips and frame folders "
         "(a subfolder of numbered images = one clip), each with a caption file beside "
-        "it (02.mp4 → 02.txt, frames folder 03/ → 03.txt). Edit pairs (Flux Kontext, "
-        "Qwen-Image Edit): put each target's reference image, same stem, in a "
-        "control/ (or reference/) subfolder: 00.jpg ↔ control/00.png. Relative paths "
-        "are inside ComfyUI's input folder.",
+        "it (02.mp4 → 02.txt, frames folder 03/ → 03.txt). Edit pairs (Flux Kontext, Flux.2, "
+        "Qwen-Image-Edit): put each target's reference image, same stem, in a control/ (or "
+        "reference/) subfolder: 00.jpg ↔ control/00.png; control_2/ and control_3/ hold more "
+        "references. Relative paths are inside ComfyUI's input folder.",
         path=True,
     )
     caption_ext: str = setting(".txt", "Extension of the caption file beside each image.")
@@ -253,8 +253,9 @@ def load_dataset(
 ) -> Dataset:
     """Scan `folder`, pair each image, clip (mp4, webm, mov, gif) and frame folder (a subfolder of
     numbered images: one clip) with its caption and, when a control/ (or reference/) subfolder
-    exists, with its reference image; decode every image and the `frames` frames at `fps` of every
-    clip once to prove they are readable, and return the records sorted by name. A `validation`
+    exists, with its reference image (and control_2/'s, control_3/'s; or metadata.jsonl's control
+    columns'); decode every image and the `frames` frames at `fps` of every clip once to prove they
+    are readable, and return the records sorted by name. A `validation`
     fraction of them (evenly spread over the names) is held out of training (Dataset.held_out). With a
     masks/ subfolder each image gets its loss mask; `missing_mask` says what an image without one
     means (MISSING_MASK_MODES). `flip` adds each image mirrored left to right (Dataset.flip). Audio
