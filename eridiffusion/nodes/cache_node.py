@@ -76,5 +76,8 @@ class CacheLatents(io.ComfyNode):
             progress=lambda done, total: progress.update_absolute(done, total),
             validation_dataset=validation_dataset,
             regularization_dataset=regularization_dataset,
+            extra_resolutions=settings.extras(),
+            edit_instructions=settings.edit_instructions,
+            inpaint=settings.inpaint,
         )
         return io.NodeOutput(data)

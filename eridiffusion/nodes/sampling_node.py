@@ -4,31 +4,12 @@ from typing import Any
 
 from comfy_api.latest import io
 
-from ..training.data.audio import is_audio_vae
-from ..training.data.audio_captions import AudioPrompt
-from ..training.run.samples import SamplerSettings, SampleSettings, check_sample_size
+from ..training.run.sample_config import sample_config
+from ..training.run.samples import SamplerSettings
 from ..training.settings import settings_of
 from . import sockets
 from .setting_inputs import inputs_for
 from .sockets import CATEGORY
-
-
-def encode(clip, text, keywords=None):
-    return clip.encode_from_tokens_scheduled(clip.tokenize(text, **(keywords or {})))
-
-
-def encode_prompts(clip, vae, settings):
-    """(positives, negative) of the prompt lines: as CLIPTextEncode encodes them or, for an audio
-    model's VAE, as TextEncodeAceStepAudio1.5 does (the line as tags, instrumental, the sample's
-    duration) with ConditioningZeroOut of the empty prompt as the negative."""
-    lines = settings.prompt_lines()
-    if not is_audio_vae(vae):
-        return tuple(encode(clip, p) for p in lines), encode(clip, "")
-    import nodes  # ComfyUI's
-
-    keywords = AudioPrompt().text_keywords(settings.seconds)
-    negative = nodes.ConditioningZeroOut().zero_out(encode(clip, "", keywords))[0]
-    return tuple(encode(clip, p, keywords) for p in lines), negative
 
 
 class SampleDuringTraining(io.ComfyNode):
@@ -49,24 +30,7 @@ class SampleDuringTraining(io.ComfyNode):
 
     @classmethod
     def execute(cls, clip: Any, vae: Any, **values: Any) -> io.NodeOutput:
+        import folder_paths
+
         settings = SamplerSettings(**values)
-        if not is_audio_vae(vae):
-            check_sample_size(vae, settings.width, settings.height)
-        positives, negative = encode_prompts(clip, vae, settings)
-        sample_settings = SampleSettings(
-            prompts=settings.prompt_lines(),
-            positives=positives,
-            negative=negative,
-            vae=vae,
-            every=settings.every,
-            seed=settings.seed,
-            steps=settings.steps,
-            cfg=settings.cfg,
-            sampler=settings.sampler_name,
-            scheduler=settings.scheduler,
-            width=settings.width,
-            height=settings.height,
-            frames=settings.frames,
-            seconds=settings.seconds,
-        )
-        return io.NodeOutput(sample_settings)
+        return io.NodeOutput(sample_config(clip, vae, settings, folder_paths.get_input_directory()))

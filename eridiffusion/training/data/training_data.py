@@ -5,18 +5,17 @@ regularization parts."""
 import os
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
-from PIL import Image
 
 from ...errors import EriDiffusionError
 from ..settings import check_settings, setting
 from .audio import is_audio_vae
 from .audio_captions import AudioPrompt
-from .buckets import fit_to_bucket
 from .captions import caption_variants
+from .inpaint import inpaint_inputs, mask_on_latent_grid
 from .latent_cache import CacheStats, LatentCache
-from .media import check_frames_for_vae, file_sha256, mirrored, open_mask
+from .media import check_frames_for_vae, file_sha256
+from .picture_prompts import reads_images
 
 
 @dataclass(frozen=True)
@@ -35,9 +34,48 @@ class CacheSettings:
         4, "With tag shuffling: how many shuffled captions to encode per image.", minimum=1, maximum=32
     )
     cache_folder: str = setting("", "Where encodings are kept; empty: output/eridiffusion_cache.", path=True)
+    inpaint: bool = setting(
+        False,
+        "Inpainting models (Flux Fill): each image is also encoded with its masks/ region grayed out and "
+        "given with its mask, as InpaintModelConditioning gives them, so the model learns to fill the white "
+        "region (an image without a mask: all of it).",
+        optional=True,
+    )
+    edit_instructions: bool = setting(
+        False,
+        "Qwen-Image-Edit without reference images (a control-less edit LoRA): encode the captions as "
+        "edit instructions, as TextEncodeQwenImageEditPlus does without images. Edit pairs with "
+        "references are always encoded so.",
+        optional=True,
+    )
+    extra_resolutions: str = setting(
+        "",
+        "More training sizes beside resolution, comma-separated (e.g. 512, 768; ai-toolkit's resolution "
+        "list): every image is also encoded at each, in that size's buckets, and batches of every size "
+        "interleave. Validation images stay at resolution.",
+        optional=True,
+    )
 
     def __post_init__(self):
         check_settings(self, "CacheLatents")
+        self.extras()
+
+    def extras(self):
+        """The extra resolutions as whole numbers, checked as resolution is."""
+        extras = []
+        for word in self.extra_resolutions.replace(",", " ").split():
+            if not word.isdigit() or not 64 <= int(word) <= 4096 or int(word) % 64:
+                raise EriDiffusionError(
+                    f"CacheLatents: extra_resolutions holds {word!r}; write sizes of 64..4096 in steps of 64, "
+                    "comma-separated (e.g. 512, 768)."
+                )
+            if int(word) == self.resolution or int(word) in extras:
+                raise EriDiffusionError(
+                    f"CacheLatents: extra_resolutions lists {word} twice (resolution is {self.resolution}); "
+                    "name each size once."
+                )
+            extras.append(int(word))
+        return tuple(extras)
 
 
 @dataclass
@@ -51,6 +89,8 @@ class TrainingSample:
     reference_latents: tuple = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
     mask: torch.Tensor | None = None  # (1, h, w) loss mask on the latent grid in [0, 1] (white = 1), CPU
     mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
+    picture_prompt: bool = False  # captions encoded shown the reference images (Qwen-Image-Edit)
+    inpaint: tuple | None = None  # inpainting models: (masked image latent (C, h, w), mask (1, H, W) pixels)
 
 
 @dataclass
@@ -162,30 +202,33 @@ def build_training_data(
     validation_dataset=None,
     regularization_dataset=None,
     processes=None,
+    extra_resolutions=(),
+    edit_instructions=False,
+    inpaint=False,
 ) -> "TrainingData":
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
-    `resolution`; clips are sampled as the dataset says (its frames and fps). The dataset's held-out
-    records and those of `validation_dataset` (a second DATASET) become the validation data, and
+    `resolution` and at each of `extra_resolutions` (one sample per size, in that size's buckets;
+    validation stays at `resolution`); clips are sampled as the dataset says (its frames and fps). The
+    dataset's held-out records and those of `validation_dataset` (a second DATASET) become the validation data, and
     `regularization_dataset` (class images, DreamBooth's prior preservation) the regularization data.
 
     `processes` (distributed.TrainingProcesses) of a run of several: each process first encodes its
     share of the entries (rank, rank + N, ...) into the shared cache folder and, once all have, reads
     every entry back. Entries are keyed by content, so they are the ones one process would write;
     `progress` then counts this process's share."""
-    check_datasets_apart(dataset, validation_dataset, regularization_dataset)
-    for source in (dataset, validation_dataset, regularization_dataset):
-        if source is not None:
-            check_vae_takes_media(source, vae)
+    check_inputs(dataset, vae, clip, (validation_dataset, regularization_dataset), extra_resolutions, edit_instructions)
     distributed = processes is not None and processes.distributed
-    cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
-    entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed)
+    sweep = not distributed or processes.is_main
+    cache = LatentCache(cache_folder, vae, clip, sweep, edit_instructions, inpaint)
+    sizes = (resolution, *extra_resolutions)
+    entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes)
     every = [entry for group in entries for entry in group]
     if distributed:
-        _encode_share(every, cache, resolution, progress, processes, dataset)
+        _encode_share(every, cache, progress, processes, dataset)
     done = [0]
 
     def encoded(entry):
-        sample = _sample_of(*entry[:2], cache, resolution, *entry[2:])
+        sample = _sample_of(*entry[:2], cache, *entry[2:])
         done[0] += 1
         if progress is not None and not distributed:
             progress(done[0], len(every))
@@ -204,21 +247,40 @@ def build_training_data(
     return training
 
 
+def check_inputs(dataset, vae, clip, others, extra_resolutions, edit_instructions):
+    """Everything wrong with build_training_data's inputs that shows before anything is encoded."""
+    check_datasets_apart(dataset, *others)
+    for source in (dataset, *others):
+        if source is not None:
+            check_vae_takes_media(source, vae)
+    if edit_instructions and not reads_images(clip):
+        raise EriDiffusionError(
+            "CacheLatents: edit_instructions encodes captions as Qwen-Image-Edit's instructions, but this CLIP is "
+            "not Qwen-Image's vision-language encoder; turn edit_instructions off."
+        )
+    if extra_resolutions and dataset.has_audio:
+        raise EriDiffusionError(
+            f"{dataset.folder} holds audio files, which have no pixel size: clear CacheLatents' extra_resolutions."
+        )
+
+
 def _training_data(samples, empty, source, resolution, stats):
     return TrainingData(
         samples, empty, source.captions.dropout_rate, source.repeats, resolution, source.fingerprint(), stats
     )
 
 
-def _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed):
-    """The entries to encode, (record, its dataset, caption options, variants, seed, mirror) each, of
-    the training, validation and regularization data in turn."""
+def _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes):
+    """The entries to encode, (record, its dataset, resolution, caption options, variants, seed,
+    mirror) each, of the training, validation and regularization data in turn; training and class
+    images at every resolution of `sizes`, validation images at the first."""
 
     def training_entries(source):
-        """The entries of every record of DATASET `source` (and its mirror image, with flip)."""
+        """The entries of every record of DATASET `source` (and its mirror image, with flip) at each size."""
         wanted = shuffle_variants if source.captions.shuffle_tags else 1
         return [
-            (record, source, source.captions, wanted, seed + index, mirror)
+            (record, source, size, source.captions, wanted, seed + index, mirror)
+            for size in sizes
             for index, record in enumerate(source.records)
             for mirror in ((False, True) if source.flip else (False,))
         ]
@@ -228,17 +290,17 @@ def _entries(dataset, validation_dataset, regularization_dataset, shuffle_varian
         validation += [(r, validation_dataset) for r in validation_dataset.records + validation_dataset.held_out]
     return (
         training_entries(dataset),
-        [(r, source, dataset.captions, 1, seed + i, False) for i, (r, source) in enumerate(validation)],
+        [(r, source, sizes[0], dataset.captions, 1, seed + i, False) for i, (r, source) in enumerate(validation)],
         training_entries(regularization_dataset) if regularization_dataset is not None else [],
     )
 
 
-def _encode_share(every, cache, resolution, progress, processes, dataset):
+def _encode_share(every, cache, progress, processes, dataset):
     """A run of several processes: this one encodes its share of the entries into the shared cache."""
     processes.barrier()  # rank 0 swept the temp files before anyone writes
     share = every[processes.rank :: processes.world_size]
     for done, entry in enumerate(share):
-        _sample_of(*entry[:2], cache, resolution, *entry[2:])
+        _sample_of(*entry[:2], cache, *entry[2:])
         if progress is not None:
             progress(done + 1, len(share))
     if processes.is_main:
@@ -256,18 +318,20 @@ def _sample_of(record, source, cache, resolution, options, variants_wanted, seed
         latent, bucket = cache.clip_latent(record, resolution, video, mirror)
     else:
         latent, bucket = cache.latent(record.path, resolution, mirror=mirror)
-    references = (cache.latent(record.reference, resolution, bucket, mirror)[0],) if record.reference else ()
+    references = tuple(cache.latent(path, resolution, bucket, mirror)[0] for path in record.references)
     texts = caption_variants(record.caption, options, variants_wanted, seed)
     return TrainingSample(
         record.path,
         latent,
-        [cache.conditioning(t) for t in texts],
+        [cache.caption(t, record.references, mirror) for t in texts],
         bucket,
         tuple(texts),
         video.frames if record.clip else 1,
         references,
         mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
         mirrored=mirror,
+        picture_prompt=cache.shows_pictures(record.references),
+        inpaint=inpaint_inputs(cache, record, bucket, mirror) if cache.inpaint else None,
     )
 
 
@@ -290,15 +354,3 @@ def _audio_sample(record, source, cache, options, variants_wanted, seed):
     texts = caption_variants(record.caption, options, variants_wanted, seed)
     keywords = record.audio.text_keywords(source.audio.seconds)
     return TrainingSample(record.path, latent, [cache.conditioning(t, keywords) for t in texts], bucket, tuple(texts))
-
-
-def mask_on_latent_grid(record, bucket, grid, mirror=False):
-    """The (1, h, w) loss mask of `record` on its latent's grid in [0, 1]: scaled to the image's size,
-    flipped with it (`mirror`), resized and cropped into the bucket exactly as the image is
-    (fit_to_bucket), then averaged over each latent cell."""
-    mask = open_mask(record.mask)
-    if mask.size != (record.width, record.height):
-        mask = mask.resize((record.width, record.height), Image.Resampling.BILINEAR)
-    fitted, _ = fit_to_bucket(mirrored(mask, mirror), bucket)
-    pixels = torch.from_numpy(np.asarray(fitted, dtype=np.float32) / 255.0)[None, None]
-    return torch.nn.functional.interpolate(pixels, size=tuple(grid), mode="area")[0]

@@ -16,6 +16,16 @@ def conditioning_options(config, family):
     return {} if guidance is None else {"guidance": guidance}
 
 
+def sample_options(options, sample):
+    """`options` with what one sample adds: an inpainting model's masked image latent and mask, as
+    InpaintModelConditioning sets them (concat_latent_image, concat_mask)."""
+    inpaint = getattr(sample, "inpaint", None)
+    if inpaint is None:
+        return options
+    latent, mask = inpaint
+    return {**options, "concat_latent_image": latent[None].float(), "concat_mask": mask[None].float()}
+
+
 class PreparedData:
     """Latents (model space), loss weights of masked samples and, unless captions are encoded live,
     model inputs of every sample, on the training device."""
@@ -26,6 +36,7 @@ class PreparedData:
         self.base_model, self.device, self.options = base_model, device, options or {}
         self.latents, self.inputs, self.empty_inputs, self.captions, self.sizes = [], [], [], [], []
         self.references = []  # edit pairs: each sample's reference latents (VAE space)
+        self.sample_options = []  # each sample's conditioning options (sample_options)
         self.masks = []  # per latent position: mask_floor + (1 - mask_floor) · mask; None without a mask
         self.preservation_inputs = []  # with a `preservation` conditioning: its model inputs for each sample
         for sample in data.samples[:limit]:
@@ -36,6 +47,8 @@ class PreparedData:
             self.captions.append(list(sample.captions))
             self.sizes.append(sample.bucket)
             self.references.append(sample.reference_latents)
+            options_of = sample_options(self.options, sample)
+            self.sample_options.append(options_of)
             if cached_inputs:
                 # Reused every step, so built without autograd: some extra_conds run model layers
                 # (LTX-2's text connectors), which may carry adapters; a graph through them would be
@@ -44,7 +57,7 @@ class PreparedData:
                     self.inputs.append(
                         [
                             model_inputs(
-                                base_model, c, latent, device, sample.bucket, self.options, sample.reference_latents
+                                base_model, c, latent, device, sample.bucket, options_of, sample.reference_latents
                             )
                             for c in sample.conditionings
                         ]
@@ -57,7 +70,7 @@ class PreparedData:
                                 latent,
                                 device,
                                 sample.bucket,
-                                self.options,
+                                options_of,
                                 sample.reference_latents,
                             )
                         )
@@ -68,7 +81,7 @@ class PreparedData:
                             latent,
                             device,
                             sample.bucket,
-                            self.options,
+                            options_of,
                             sample.reference_latents,
                         )
                     )
@@ -95,7 +108,7 @@ class PreparedData:
             self.latents[index],
             self.device,
             self.sizes[index],
-            self.options,
+            self.sample_options[index],
             self.references[index],
             pooled_on_device=text_encoder.encodings_on_device,
         )

@@ -13,15 +13,25 @@ from PIL import Image
 from ...errors import EriDiffusionError
 from ..formats.atomic_file import write_atomic
 from ..model import loading as model_loading
-from ..settings import check_settings, setting
+from ..settings import check_settings, setting, settings_of
 from .audio_samples import decoded_audio, empty_audio_latent, save_audio_sample
+from .sample_inputs import PromptSample
+from .sample_prompts import parse_prompt_line
 
 
 @dataclass(frozen=True)
 class SamplerSettings:
     """SampleDuringTraining's inputs (and a config file's `sample:` section): what to render, how often."""
 
-    prompts: str = setting("a photo of sks dog", "One prompt per line.", multiline=True)
+    prompts: str = setting(
+        "a photo of sks dog",
+        "One prompt per line, each with optional flags of its own (kohya's prompt files): --n negative "
+        "prompt, --w width, --h height, --seed, --cfg, --steps, --g guidance (Flux dev), --ref image "
+        "(edit models, up to 3), --edit (Qwen-Image-Edit without references), --image and --mask "
+        "(inpainting). Relative image paths: ComfyUI's input "
+        "folder (a config file's own folder headless).",
+        multiline=True,
+    )
     every: int = setting(100, "Render every N training steps (and at the end).", minimum=1, maximum=100000)
     seed: int = setting(0, "Noise seed; prompt k uses seed + k.", minimum=0, maximum=0xFFFFFFFF, seed=True)
     steps: int = setting(20, "Sampling steps.", minimum=1, maximum=200)
@@ -57,6 +67,19 @@ class SamplerSettings:
     def prompt_lines(self):
         return tuple(line.strip() for line in self.prompts.splitlines() if line.strip())
 
+    def prompt_specs(self, image_folder):
+        """The PromptSpec of each line (its text and own settings); relative image paths are taken
+        from `image_folder`."""
+        declared = settings_of(self)
+        return tuple(
+            parse_prompt_line(line, k + 1, declared, image_folder) for k, line in enumerate(self.prompt_lines())
+        )
+
+    def check_sizes(self, vae, image_folder):
+        """check_sample_size of every prompt's size (its own, or width x height)."""
+        for spec in self.prompt_specs(image_folder):
+            check_sample_size(vae, spec.width or self.width, spec.height or self.height)
+
 
 @dataclass(frozen=True)
 class SampleSettings:
@@ -76,6 +99,16 @@ class SampleSettings:
     height: int
     frames: int = 1  # video models: frames per sample
     seconds: float = 10.0  # audio models: seconds per sample
+    per_prompt: tuple = ()  # PromptSample of each prompt with its own settings (else the fields above)
+
+    def renders(self):
+        """The PromptSample of every prompt: `per_prompt`, or the shared settings with seed + k."""
+        if self.per_prompt:
+            return self.per_prompt
+        return tuple(
+            PromptSample(text, positive, self.negative, self.width, self.height, self.seed + k, self.steps, self.cfg)
+            for k, (text, positive) in enumerate(zip(self.prompts, self.positives))
+        )
 
 
 def check_sample_size(vae, width, height):
@@ -112,23 +145,21 @@ def render_samples(patcher, settings, step, samples_dir):
     images, paths = [], []
     audio = patcher.model.latent_format.latent_dimensions == 1
     with torch.no_grad():
-        for k, positive in enumerate(settings.positives):
-            if audio:
-                latent = empty_audio_latent(patcher.model, settings.vae, settings.seconds)
-            else:
-                latent = empty_latent(patcher.model, settings.vae, settings.width, settings.height, settings.frames)
-            noise = comfy.sample.prepare_noise(latent, settings.seed + k)
+        for k, prompt in enumerate(settings.renders()):
+            latent = _start_latent(patcher.model, settings, prompt, audio)
+            noise = comfy.sample.prepare_noise(latent, prompt.seed)
             samples = comfy.sample.sample(
                 patcher,
                 noise,
-                settings.steps,
-                settings.cfg,
+                prompt.steps,
+                prompt.cfg,
                 settings.sampler,
                 settings.scheduler,
-                positive,
-                settings.negative,
+                prompt.positive,
+                prompt.negative,
                 latent,
-                seed=settings.seed + k,
+                noise_mask=prompt.noise_mask,
+                seed=prompt.seed,
                 disable_pbar=True,
             )
             if audio:
@@ -142,7 +173,7 @@ def render_samples(patcher, settings, step, samples_dir):
                 continue
             with model_loading.as_comfyui_loads():  # the graph's own VAE: loaded as ComfyUI loads it
                 decoded = settings.vae.decode(samples)
-            frames = decoded.reshape(-1, *decoded.shape[-3:])[..., :3]  # video VAEs add a frame axis
+            frames = prompt.pasted(decoded.reshape(-1, *decoded.shape[-3:])[..., :3])  # video VAEs add a frame axis
             image = frames[:1]
             images.append(image.float().clamp(0, 1).cpu())
             path = _save_png(image[0], os.path.join(samples_dir, f"step_{step}_{k}.png"))
@@ -150,6 +181,15 @@ def render_samples(patcher, settings, step, samples_dir):
                 path = _save_animation(frames, os.path.join(samples_dir, f"step_{step}_{k}.webp"))
             paths.append(path)
     return image_grid(images), paths
+
+
+def _start_latent(model, settings, prompt, audio):
+    """The latent a prompt samples from: the inpainted image's, else the empty one of its size."""
+    if prompt.latent is not None:
+        return prompt.latent
+    if audio:
+        return empty_audio_latent(model, settings.vae, settings.seconds)
+    return empty_latent(model, settings.vae, prompt.width, prompt.height, settings.frames)
 
 
 def _to_uint8(image):
@@ -180,12 +220,14 @@ def _save_animation(frames, path):
 
 
 def image_grid(images):
-    """Tile (1,H,W,3) images into one (1,H',W',3) IMAGE, near-square, row-major."""
+    """Tile (1,H,W,3) images into one (1,H',W',3) IMAGE, near-square, row-major; cells are as large
+    as the largest image (prompts of their own size), smaller ones at their cell's top left."""
     columns = math.ceil(math.sqrt(len(images)))
     rows = math.ceil(len(images) / columns)
-    height, width = images[0].shape[1:3]
+    height, width = max(i.shape[1] for i in images), max(i.shape[2] for i in images)
     grid = torch.zeros(1, rows * height, columns * width, 3)
     for i, image in enumerate(images):
         r, c = divmod(i, columns)
-        grid[0, r * height : (r + 1) * height, c * width : (c + 1) * width] = image[0, :height, :width]
+        h, w = image.shape[1:3]
+        grid[0, r * height : r * height + h, c * width : c * width + w] = image[0]
     return grid

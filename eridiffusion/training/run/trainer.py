@@ -31,6 +31,7 @@ from .evaluation import evaluation_loss
 from .micro_batches import MicroBatches, loss_function, prepared
 from .non_finite import MAX_SKIPS_IN_A_ROW, StepHealth, diverged_error
 from .optimizer_step import OptimizerStep
+from .preflight import check_flux_input_layout, check_inpaint_fits
 from .resume import ResumePoint
 from .samples import SampleSettings, render_samples
 from .summary import run_summary
@@ -253,6 +254,10 @@ def train_lora(
 ) -> TrainResult:
     """Train, save checkpoints to run_dir, and return the trained MODEL (and CLIP) clones and LoRA.
     `processes`: this process's place in a run of several (distributed.join_processes)."""
+    check_flux_input_layout(model_patcher.model)  # before the run is built
+    check_inpaint_fits(model_patcher.model, data)
+    for prompt in sample_settings.renders() if sample_settings is not None else ():
+        prompt.checked_for(model_patcher.model)
     run = TrainingRun(model_patcher, data, config, run_dir, clip=clip, resume=resume, processes=processes)
     try:
         result = train(run, sample_settings, hooks)

@@ -44,7 +44,12 @@ def _train(name, request, tmp_path_factory):
     model, clip, vae = build_tiny(name, seed=0)
     with torch.inference_mode():  # as ComfyUI runs nodes
         data = build_training_data(
-            _dataset_for(family, request), vae, clip, family.resolution, os.path.join(folder, "cache")
+            _dataset_for(family, request),
+            vae,
+            clip,
+            family.resolution,
+            os.path.join(folder, "cache"),
+            inpaint=family.inpaint,
         )
         sample = _sample_settings(family, clip, vae)
     data.samples = data.samples[:4]
