@@ -148,7 +148,7 @@ def prepare_photos(input_dir):
     from PIL import Image, ImageOps
 
     from devkit.paths import shared_datasets
-    from eridiffusion.training.data.dataset import held_out_indices
+    from eridiffusion.training.data.held_out import held_out_indices
 
     source = shared_datasets()
     photos = sorted(

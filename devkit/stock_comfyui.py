@@ -34,6 +34,26 @@ def relative_error(a, b):
     return ((a - b).norm() / b.norm()).item()
 
 
+def denoised(patcher, sample, conditioning=None, options=None, references=(), sigma=0.7, seed=3):
+    """`patcher`'s estimate of TrainingSample `sample`'s clean latent (model space) from its latent
+    noised to `sigma` with fixed noise (`seed`), loaded as ComfyUI loads it (its adapters with it);
+    the inputs are its first caption's conditioning (or `conditioning`), with conditioning `options`
+    and reference latents `references` added as the trainer adds them."""
+    from eridiffusion.training.model.inputs import batch_inputs, model_inputs
+
+    comfy.model_management.load_models_gpu([patcher], force_full_load=True)
+    base = patcher.model
+    x = base.process_latent_in(sample.latent[None].float())
+    conditioning = sample.conditionings[0] if conditioning is None else conditioning
+    inputs = batch_inputs(
+        [model_inputs(base, conditioning, x[0], "cpu", sample.bucket, options, reference_latents=references)]
+    )
+    noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed))
+    s = torch.tensor([sigma])
+    with torch.inference_mode():
+        return base.apply_model(base.model_sampling.noise_scaling(s, noise, x), s, **inputs).float()
+
+
 class ProbeInput:
     """A fixed noisy latent, sigma and conditioning to compare model outputs exactly."""
 

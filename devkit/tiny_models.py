@@ -25,12 +25,18 @@ class TinyFamily:
     needs: tuple = ()  # comfy.supported_models classes the stack is built from, where older
     # ComfyUI versions lack them
     since: str = "0.3.75"  # the first tested ComfyUI host that has them (TESTED_HOSTS)
+    needs_te: tuple = ()  # comfy.text_encoders.flux builders the stack's text encoder needs (klein_te)
+    inpaint: bool = False  # an inpainting model: its data is cached with CacheLatents' inpaint
 
     def missing_on_host(self):
-        """The classes of `needs` this ComfyUI lacks (its tests are skipped there, with that reason)."""
+        """The classes of `needs` (and text encoders of `needs_te`) this ComfyUI lacks (its tests are
+        skipped there, with that reason)."""
         import comfy.supported_models
+        import comfy.text_encoders.flux
 
-        return [name for name in self.needs if not hasattr(comfy.supported_models, name)]
+        missing = [f"{name} model class" for name in self.needs if not hasattr(comfy.supported_models, name)]
+        te = [f"{name} text encoder" for name in self.needs_te if not hasattr(comfy.text_encoders.flux, name)]
+        return missing + te
 
 
 # The ComfyUI versions CI runs the suite on (scripts/hosts/), oldest first.
@@ -51,10 +57,12 @@ TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15, family="SD 1.5"), "sdxl": TinyFam
 from devkit import (  # noqa: E402  (they use the helpers above)
     tiny_audio,
     tiny_dit,
+    tiny_edit,
     tiny_flux,
     tiny_hidream_o1,
     tiny_image_2026,
     tiny_image_variants,
+    tiny_klein,
     tiny_recent_image,
     tiny_recent_video,
     tiny_unets,
@@ -76,6 +84,8 @@ for _module in (
     tiny_video_i2v,
     tiny_hidream_o1,
     tiny_audio,
+    tiny_edit,
+    tiny_klein,
 ):
     TINY_FAMILIES.update(_module.FAMILIES)
 
@@ -89,7 +99,7 @@ def family_params(names):
     params = []
     for name in names:
         missing = TINY_FAMILIES[name].missing_on_host()
-        reason = f"ComfyUI {host_version()} has no {', '.join(missing)} model class"
+        reason = f"ComfyUI {host_version()} has no {', '.join(missing)}"
         params.append(pytest.param(name, id=name, marks=pytest.mark.skipif(bool(missing), reason=reason)))
     return params
 

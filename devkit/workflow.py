@@ -174,7 +174,8 @@ def training_prompt(
 ):
     """An API prompt: tiny demo model → LoadDataset(`dataset`) → CacheLatents → LoRATrainer → SaveLoRA.
     `trainer` holds training settings (each goes to the trainer or the options node that holds it),
-    `save` and `dataset_options` override the widget values of SaveLoRA and LoadDataset; `resume` is a
+    `save`, `dataset_options` and `cache_options` override the widget values of SaveLoRA, LoadDataset
+    and CacheLatents; `resume` is a
     LoadLoRAForTraining path linked to the trainer; `train_text_encoder` links the CLIP to it;
     `cache_options` override CacheLatents' widget values; `stack` ({class_type, inputs}) replaces
     the demo model node (tiny_family_node: any family);
@@ -240,9 +241,45 @@ class Outcome:
         with open(os.path.join(self.run_dir, "loss.json")) as f:
             return json.load(f)["loss"]
 
+    def summary(self):
+        with open(os.path.join(self.run_dir, "summary.json")) as f:
+            return json.load(f)
+
     def checkpoints(self):
         folder = os.path.join(self.run_dir, "checkpoints")
         return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def family_prompt(name, dataset, run_name, **options):
+    """training_prompt of tiny family `name`'s stack (tiny_family_node) on `dataset` as run
+    `run_name`: its steps and resolution, rank 8 on every linear layer, the LoRA saved as
+    <run_name>/lora; `options` as training_prompt takes them."""
+    from devkit import tiny_family_node
+    from devkit.tiny_models import TINY_FAMILIES
+
+    tiny = TINY_FAMILIES[name]
+    settings = {**QUICK, "steps": tiny.steps, "rank": 8, "alpha": 8.0, "targets": "all-linear", "run_name": run_name}
+    stack = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": name, "seed": 0}}
+    options = {"save": {"filename_prefix": f"{run_name}/lora"}, "resolution": tiny.resolution, **options}
+    return training_prompt(dataset, settings, stack=stack, **options)
+
+
+def with_sampler(prompt, **values):
+    """`prompt` with a SampleDuringTraining (the stack's CLIP and VAE; `values` over its widget
+    defaults) linked to its LoRATrainer."""
+    node_id = str(max(int(i) for i in prompt) + 1)
+    inputs = {**widget_defaults("EriDiffusion_SampleDuringTraining"), "clip": ["1", 1], "vae": ["1", 2], **values}
+    prompt[node_id] = {"class_type": "EriDiffusion_SampleDuringTraining", "inputs": inputs}
+    prompt["4"]["inputs"]["sample_config"] = [node_id, 0]
+    return prompt
+
+
+def run_named(prompt, run_name):
+    """The Outcome of running `prompt`, whose run is named `run_name`, through the executor."""
+    import folder_paths
+
+    executor, _ = run_prompt(prompt)
+    return Outcome(executor, os.path.join(folder_paths.get_output_directory(), run_name))
 
 
 def run_training(dataset, run_name, resolution=64, trainer=None, **options):

@@ -32,6 +32,13 @@ def buckets(dataset, resolution):
     return {size: n * dataset.repeats for size, n in sorted(counts.items())}
 
 
+def resolutions(config):
+    """The sizes CacheLatents encodes at: resolution, then its extra_resolutions."""
+    from ..training.data.training_data import CacheSettings
+
+    return (config.cache["resolution"], *CacheSettings(**config.cache).extras())
+
+
 def latent_bytes_of(record, dataset, resolution, model, vae):
     """Bytes of one image's (clip's) fp32 latent on the training device."""
     from ..training.data.buckets import bucket_for
@@ -64,9 +71,8 @@ def plan_lines(config: RunConfig, inputs: Inputs, settings: TrainConfig, output:
     from ..training.model.families import resolve_objective
 
     family, dataset, model = inputs.family, inputs.dataset, inputs.model
-    resolution = config.cache["resolution"]
-    sizes = buckets(dataset, resolution)
-    images = sum(sizes.values())
+    per_size = {resolution: buckets(dataset, resolution) for resolution in resolutions(config)}
+    images = sum(n for sizes in per_size.values() for n in sizes.values())
     seen = settings.steps * settings.batch_size * settings.grad_accum * processes
     layers, parameters = adapter_parameters(model, settings, family)
     objective = resolve_objective(settings.objective, family)
@@ -81,7 +87,10 @@ def plan_lines(config: RunConfig, inputs: Inputs, settings: TrainConfig, output:
             f"dataset  {dataset.folder}: {len(dataset.records)} {what}"
             f" x {dataset.repeats} repeat{'s' if dataset.repeats > 1 else ''}"
         ),
-        f"buckets  at {resolution}: " + ", ".join(f"{w}x{h} x{n}" for (w, h), n in sizes.items()),
+        *(
+            f"buckets  at {resolution}: " + ", ".join(f"{w}x{h} x{n}" for (w, h), n in sizes.items())
+            for resolution, sizes in per_size.items()
+        ),
         (
             f"steps    {settings.steps} x batch {settings.batch_size} x grad_accum {settings.grad_accum}"
             + (f" x {processes} processes" if processes > 1 else "")
@@ -101,11 +110,15 @@ def _memory_line(config, inputs, settings, parameters, processes):
     """An estimate of the device memory the run takes: weights, adapters and their state, latents."""
     import comfy.model_management
 
-    dataset, model, resolution = inputs.dataset, inputs.model, config.cache["resolution"]
+    dataset, model = inputs.dataset, inputs.model
     weights = sum(p.numel() * p.element_size() for p in model.model.parameters())
     resident = min(weights, settings.weights_vram_gib * GIB) if settings.weights_vram_gib else weights
     adapter_bytes = parameters * (4 + 4 + OPTIMIZER_STATE_BYTES[settings.optimizer])  # fp32 master + gradient
-    latent_bytes = sum(latent_bytes_of(record, dataset, resolution, model, inputs.vae) for record in dataset.records)
+    latent_bytes = sum(
+        latent_bytes_of(record, dataset, resolution, model, inputs.vae)
+        for resolution in resolutions(config)
+        for record in dataset.records
+    )
     device = comfy.model_management.get_torch_device()
     activations = (
         "activations come on top (with gradient_checkpointing, about one block's)"

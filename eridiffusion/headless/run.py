@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from ..errors import EriDiffusionError
+from ..training.data.cache_checks import check_datasets_apart
 from ..training.data.dataset import Dataset
-from ..training.data.training_data import check_datasets_apart
 from ..training.formats.atomic_file import writable_folder
 from ..training.model.families import Family
 from ..training.run.distributed import SINGLE_PROCESS, TrainingProcesses
@@ -27,7 +27,8 @@ from ..training.run.preflight import (
     masks_of_records,
 )
 from ..training.run.resume import check_resume_fits
-from ..training.run.samples import check_sample_size
+from ..training.run.sample_config import sample_config
+from ..training.run.samples import SamplerSettings
 from . import terminal
 from .models import load_audio_vae, load_clip_vision, load_low_noise_model, load_models, model_family
 from .run_config import RunConfig, config_yaml
@@ -89,7 +90,7 @@ def check_datasets(config, training, validation, regularization):
 def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
     """CacheLatents' work (its node adds only ComfyUI's progress bar), shared among the processes."""
     from ..nodes.cache_node import default_cache_folder
-    from ..training.data.training_data import build_training_data
+    from ..training.data.training_data import CacheSettings, build_training_data
 
     folder = config.cache["cache_folder"].strip() or default_cache_folder()
     with torch.inference_mode():
@@ -107,18 +108,25 @@ def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
             start_image=config.cache["start_image"],
             audio_vae=inputs.audio_vae,
             clip_vision=inputs.clip_vision,
+            extra_resolutions=CacheSettings(**config.cache).extras(),
+            edit_instructions=config.cache["edit_instructions"],
+            inpaint=config.cache["inpaint"],
         )
 
 
 def sample_settings(config, inputs):
+    """SampleDuringTraining's SAMPLE_CONFIG of the `sample` section; relative image paths in its
+    prompt lines are the config file's."""
     if config.sample is None:
         return None
-    from ..nodes.sampling_node import SampleDuringTraining
-
     with torch.inference_mode():
-        return SampleDuringTraining.execute(
-            inputs.clip, inputs.vae, audio_vae=inputs.audio_vae, **config.sample
-        ).result[0]
+        return sample_config(
+            inputs.clip,
+            inputs.vae,
+            SamplerSettings(**config.sample),
+            os.path.dirname(config.path),
+            audio_vae=inputs.audio_vae,
+        )
 
 
 def train_config(config):
@@ -181,7 +189,7 @@ def checked_inputs(config, resume, output, processes=SINGLE_PROCESS):
     inputs = load_inputs(config)
     check_resume_fits(point, inputs.model, inputs.clip, settings)
     if config.sample is not None:
-        check_sample_size(inputs.vae, config.sample["width"], config.sample["height"])
+        SamplerSettings(**config.sample).check_sizes(inputs.vae, os.path.dirname(config.path))
     return point, inputs
 
 

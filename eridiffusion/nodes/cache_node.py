@@ -94,5 +94,8 @@ class CacheLatents(io.ComfyNode):
             start_image=settings.start_image,
             audio_vae=audio_vae,
             clip_vision=clip_vision,
+            extra_resolutions=settings.extras(),
+            edit_instructions=settings.edit_instructions,
+            inpaint=settings.inpaint,
         )
         return io.NodeOutput(data)

@@ -115,6 +115,17 @@ def test_ai_toolkit_config_trains_the_tiny_model_and_warns_once_about_what_it_ig
     assert unmatched_lora_keys(tmp_path / "output" / "loras" / "headless_ai_toolkit.safetensors", caplog)[0] == []
 
 
+def test_an_ai_toolkit_resolution_list_dry_runs_with_buckets_of_every_size_and_no_warning(tmp_path):
+    folder = os.path.join(shared_datasets(), "dreambooth_dog")
+    text = AI_TOOLKIT.format(folder=folder).replace("resolution: [ 64 ]", "resolution: [ 512, 768, 1024 ]")
+    done = run_cli("train", write_yaml(tmp_path / "sizes.yaml", text), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    buckets = [line for line in done.stdout.splitlines() if line.startswith("buckets")]
+    assert [line.split(":")[0] for line in buckets] == ["buckets  at 1024", "buckets  at 512", "buckets  at 768"]
+    assert [line.split(": ")[1] for line in buckets] == ["1024x1024 x5", "512x512 x5", "768x768 x5"]  # 5 photos
+    assert "datasets[0].resolution" not in done.stderr
+
+
 INTERRUPTED = "headless_interrupted"
 
 

@@ -233,7 +233,7 @@ def test_ai_toolkit_config_becomes_the_node_inputs_it_means(tmp_path):
         "caption_dropout": 0.05,
         "trigger_word": "p3r5on",
     }
-    assert config.cache["resolution"] == 1024
+    assert (config.cache["resolution"], config.cache["extra_resolutions"]) == (1024, "512, 768")  # every size trains
     assert config.save == {"filename_prefix": "my_first_flux_lora_v1", "dtype": "fp16", "overwrite": False}
     assert {k: config.sample[k] for k in ("every", "seed", "cfg", "steps", "width")} == {
         "every": 250,
@@ -242,7 +242,8 @@ def test_ai_toolkit_config_becomes_the_node_inputs_it_means(tmp_path):
         "steps": 20,
         "width": 1024,
     }  # Flux dev: no CFG
-    assert config.sample["prompts"].splitlines()[0] == "p3r5on holding a sign that says 'I LOVE PROMPTS!'"
+    # Flux dev: ai-toolkit's guidance_scale is each prompt's embedded guidance
+    assert config.sample["prompts"].splitlines()[0] == "p3r5on holding a sign that says 'I LOVE PROMPTS!' --g 4"
     assert config.output == str(tmp_path / "output")
 
 
@@ -252,12 +253,59 @@ def test_ai_toolkit_keys_read_but_not_supported_are_all_listed(tmp_path):
     assert listed == [
         "meta",
         "config.process[0].device",
-        "config.process[0].datasets[0].resolution",
         "config.process[0].train.linear_timesteps",
         "config.process[0].train.noise_scheduler",
-        "config.process[0].sample.guidance_scale",
         "config.process[0].sample.sampler",
     ]
+
+
+AI_TOOLKIT_SAMPLES = """
+job: extension
+config:
+  name: edits
+  process:
+    - type: sd_trainer
+      trigger_word: sks
+      network: {type: lora, linear: 8, linear_alpha: 8}
+      datasets: [{folder_path: photos}]
+      model: {name_or_path: tiny-sdxl}
+      sample:
+        sample_every: 10
+        width: 512
+        height: 512
+        neg: "lowres"
+        seed: 3
+        walk_seed: false
+        guidance_scale: 5
+        samples:
+          - prompt: "[trigger] in snow"
+            width: 768
+            height: 512
+            seed: 9
+            neg: "blurry"
+            sample_steps: 12
+            ctrl_img: refs/a.png
+          - prompt: "a plain dog --n its own"
+            guidance_scale: 2
+            ctrl_img_1: refs/a.png
+            ctrl_img_2: refs/b.png
+"""
+
+
+def test_ai_toolkit_samples_become_prompt_lines_with_their_own_settings(tmp_path):
+    config = load_run_config(write_yaml(tmp_path / "samples.yaml", AI_TOOLKIT_SAMPLES))
+    assert config.sample["prompts"].splitlines() == [
+        "sks in snow --w 768 --h 512 --n blurry --seed 9 --steps 12 --ref refs/a.png",
+        "a plain dog --n its own --seed 3 --ref refs/a.png --ref refs/b.png --cfg 2",  # its --n kept
+    ]
+    assert (config.sample["cfg"], config.sample["width"]) == (5.0, 512)
+    assert not [entry for entry in config.unsupported if ".sample" in entry]
+
+
+def test_ai_toolkit_sample_items_with_an_unknown_key_are_an_error_naming_it(tmp_path):
+    path = write_yaml(tmp_path / "bad.yaml", AI_TOOLKIT_SAMPLES.replace("sample_steps: 12", "sample_stepz: 12"))
+    with pytest.raises(EriDiffusionError, match=r"unknown key config.process\[0\].sample.samples\[0\].sample_stepz"):
+        load_run_config(path)
 
 
 def test_ai_toolkit_unknown_key_is_an_error_naming_the_nearest_key(tmp_path):
@@ -449,3 +497,22 @@ def test_ai_toolkit_do_audio_and_audio_loss_multiplier_become_audio_video_traini
     without = text.replace("        audio_vae: /models/ltx2.safetensors\n", "")
     with pytest.raises(EriDiffusionError, match="do_audio is True but model.audio_vae is not given"):
         load_run_config(write_yaml(tmp_path / "no_vae.yaml", without))
+
+
+def test_a_sample_lines_reference_image_is_read_relative_to_the_config_file(tmp_path, datasets_dir):
+    import shutil
+
+    from eridiffusion.headless.run import load_inputs, sample_settings
+
+    shutil.copy(os.path.join(datasets_dir, "dreambooth_dog", "00.jpg"), tmp_path / "ref.jpg")
+    path = write_yaml(
+        tmp_path / "run.yaml",
+        f"model: tiny-sd15\ndataset: {{folder: {datasets_dir}/dreambooth_dog}}\n"
+        "sample: {prompts: ['a dog --ref ref.jpg --w 128 --seed 4'], width: 64, height: 64}\n",
+    )
+    config = load_run_config(path)
+    (prompt,) = sample_settings(config, load_inputs(config)).renders()
+    assert (prompt.references, prompt.width, prompt.height, prompt.seed) == (1, 128, 64, 4)
+    missing = write_yaml(tmp_path / "missing.yaml", (tmp_path / "run.yaml").read_text().replace("ref.jpg", "nope.jpg"))
+    with pytest.raises(EriDiffusionError, match=r"--ref: no image file .*nope\.jpg"):
+        sample_settings(load_run_config(missing), load_inputs(config))

@@ -1,8 +1,9 @@
-"""The rows issue 28 added (SD 2.x, the SDXL Refiner and ComfyUI 0.28's 2026 classes) train the way
-users run training: each tiny stack through ComfyUI's executor (LoadDataset → CacheLatents →
-LoRATrainer → SaveLoRA, every node under torch.inference_mode) on the real photos (clips made from
-them for video), its evaluation loss down 30%, and its saved LoRA loaded by stock LoraLoader with no
-unmatched key, changing the model; the image-to-video rows with CacheLatents' start_image on.
+"""The rows issues 28, 31 and 32 added (SD 2.x, the SDXL Refiner, ComfyUI 0.28's 2026 classes, the
+image-to-video rows, Flux.2-klein 4B and 9B, Qwen-Image-Edit) train the way users run training: each
+tiny stack through ComfyUI's executor (LoadDataset → CacheLatents → LoRATrainer → SaveLoRA, every node
+under torch.inference_mode) on the real photos (clips made from them for video), its evaluation loss
+down 30%, and its saved LoRA loaded by stock LoraLoader with no unmatched key, changing the model; the
+image-to-video rows with CacheLatents' start_image on.
 (ACE-Step 1.5's: tests/nodes/test_audio_training_node.py.)"""
 
 import json
@@ -12,11 +13,14 @@ import os
 import pytest
 import torch
 
+import devkit.tiny_models  # noqa: F401  (first: the family modules reach one another through it)
 from devkit import (
+    tiny_edit,
     tiny_family_node,
     tiny_hidream_o1,
     tiny_image_2026,
     tiny_image_variants,
+    tiny_klein,
     tiny_unets,
     tiny_video_2026,
     tiny_video_i2v,
@@ -33,6 +37,8 @@ ROWS = sorted(
         **tiny_video_2026.FAMILIES,
         **tiny_video_i2v.FAMILIES,
         **tiny_hidream_o1.FAMILIES,
+        **tiny_klein.FAMILIES,
+        **tiny_edit.FAMILIES,
     }
 )
 
@@ -70,7 +76,7 @@ def test_a_row_trains_through_the_executor_and_its_lora_loads_in_stock_comfyui(
         save={"filename_prefix": f"row_{name}/lora"},
         stack={"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": name, "seed": 0}},
         dataset_options=options,
-        cache_options={"start_image": tiny.start_image},
+        cache_options={"start_image": tiny.start_image, "inpaint": tiny.inpaint},
     )
     assert outcome.success, outcome.error
     with open(os.path.join(outcome.run_dir, "summary.json")) as f:

@@ -285,8 +285,9 @@ def _dataset(t, dataset, at, section="dataset"):
                 f"or a list of them (got {dataset['resolution']!r})."
             )
         t.put("cache", "resolution", max(sizes), at + ("resolution",))
-        if len(sizes) > 1:
-            t.skip(at + ("resolution",), f"multi-resolution: trains at {max(sizes)} only")
+        if len(sizes) > 1:  # every size trains: the largest is CacheLatents' resolution, the rest extra
+            extra = ", ".join(str(s) for s in sorted(set(sizes) - {max(sizes)}))
+            t.put("cache", "extra_resolutions", extra, at + ("resolution",))
     if "flip_x" in dataset:
         t.put(section, "flip", dataset["flip_x"], at + ("flip_x",))
     for key in ("cache_latents_to_disk", "cache_latents", "buckets"):

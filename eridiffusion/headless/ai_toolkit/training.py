@@ -1,7 +1,10 @@
 """ai-toolkit's `train` and `sample` sections in EriDiffusion's `train`, `objective` and `sample`."""
 
+import re
+
 from ...errors import EriDiffusionError
 from ...training.run.optimizers import OPTIMIZERS
+from ...training.run.sample_prompts import FLAGS
 from ..schema import section_settings
 from .translation import DTYPES, TIMESTEP_TYPES, label
 
@@ -255,6 +258,23 @@ SAMPLE_KEYS = (
 )
 
 
+# ai-toolkit's per-sample keys (samples[]) -> the prompt-line flag that sets each
+SAMPLE_ITEM_FLAGS = {
+    "width": "--w",
+    "height": "--h",
+    "neg": "--n",
+    "seed": "--seed",
+    "sample_steps": "--steps",
+    "ctrl_img": "--ref",
+    "ctrl_img_1": "--ref",
+    "ctrl_img_2": "--ref",
+    "ctrl_img_3": "--ref",
+}
+SAMPLE_ITEM_KEYS = ("prompt", "guidance_scale", "num_frames", "fps", "ctrl_idx", "network_multiplier") + tuple(
+    SAMPLE_ITEM_FLAGS
+)
+
+
 def sample_section(t, sample, at, trigger, distilled):
     sample = t.mapping(sample, at, SAMPLE_KEYS)
     t.sections["sample"] = {}
@@ -271,39 +291,71 @@ def sample_section(t, sample, at, trigger, distilled):
         if key in sample:
             t.put("sample", ours, sample[key], at + (key,))
     if distilled and "guidance_scale" in sample:
-        # for Flux dev ai-toolkit feeds guidance_scale to the guidance embedding, which the sampler
-        # here leaves at the model's default; CFG stays off
+        # for Flux dev ai-toolkit feeds guidance_scale to the guidance embedding: each prompt's --g;
+        # CFG stays off
         t.put("sample", "cfg", 1.0, at + ("guidance_scale",))
-        t.skip(at + ("guidance_scale",), "Flux dev samples at cfg 1 with its default guidance 3.5")
-    prompts = sample.get("prompts")
+    lines = _prompt_lines(t, sample, at, distilled)
+    if lines is not None:
+        where = at + ("samples" if "samples" in sample else "prompts",)
+        # ai-toolkit writes [trigger] where the trigger word goes
+        t.put("sample", "prompts", [line.replace("[trigger]", trigger) for line in lines], where)
+    _sample_unsupported(t, sample, at)
+
+
+def _prompt_lines(t, sample, at, distilled):
+    """The prompt lines of `prompts` or `samples[]`, each with the flags of its own settings and of
+    the section's that a line carries (neg, the seed when walk_seed is off, Flux dev's guidance)."""
     if "samples" in sample:
-        items = sample["samples"] if isinstance(sample["samples"], list) else []
-        prompts = [item.get("prompt") for item in items if isinstance(item, dict) and item.get("prompt")]
-        if any(set(item) - {"prompt"} for item in items if isinstance(item, dict)):
-            t.skip(at + ("samples",), "per-sample settings: every prompt uses the sample section's")
-    if prompts is not None:
-        if isinstance(prompts, str):
-            prompts = [prompts]
+        items = sample["samples"]
+        if not isinstance(items, list) or not all(isinstance(i, dict) and i.get("prompt") for i in items):
+            raise EriDiffusionError(
+                f"{t.text.origin(at)}: {label(at + ('samples',))} must be a list of mappings, each with a prompt."
+            )
+        items = [t.mapping(item, at + ("samples", k), SAMPLE_ITEM_KEYS) for k, item in enumerate(items)]
+    elif "prompts" in sample:
+        prompts = sample["prompts"]
+        prompts = [prompts] if isinstance(prompts, str) else prompts
         if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
             raise EriDiffusionError(f"{t.text.origin(at)}: {label(at + ('prompts',))} must be a list of prompts.")
-        # ai-toolkit writes [trigger] where the trigger word goes
-        t.put(
-            "sample",
-            "prompts",
-            [p.replace("[trigger]", trigger) for p in prompts],
-            at + ("samples" if "samples" in sample else "prompts",),
-        )
+        items = [{"prompt": p} for p in prompts]
+    else:
+        return None
+    shared = {}
     if sample.get("neg"):
-        t.skip(at + ("neg",), "samples use an empty negative prompt")
-    accepted = {"walk_seed": True, "sample_start_step": 0, "network_multiplier": 1, "guidance_rescale": 0.0}
+        shared["neg"] = sample["neg"]
+    if sample.get("walk_seed") is False:
+        shared["seed"] = sample.get("seed", 0)  # every prompt the same seed
+    if distilled and "guidance_scale" in sample:
+        shared["guidance_scale"] = sample["guidance_scale"]
+    return [_prompt_line(t, {**shared, **item}, at + ("samples", k), distilled) for k, item in enumerate(items)]
+
+
+def _prompt_line(t, item, at, distilled):
+    """`prompt --flag value ...` of one ai-toolkit sample item; a setting the prompt already sets
+    with its own flag (ai-toolkit reads them too) keeps that value."""
+    line = str(item["prompt"]).strip()
+    inline = {FLAGS.get(flag.lower()) for flag in re.findall(r"(?:^|\s)--([A-Za-z]+)(?=\s|$)", line)}
+    flags = {**SAMPLE_ITEM_FLAGS, "guidance_scale": "--g" if distilled else "--cfg"}
+    for key, flag in flags.items():
+        if item.get(key) not in (None, "") and (FLAGS[flag[2:]] not in inline or FLAGS[flag[2:]] == "references"):
+            line += f" {flag} {item[key]}"
+    for key, reason in (
+        ("num_frames", "every sample renders the sample section's frames"),
+        ("fps", "video samples play at 16 fps"),
+        ("ctrl_idx", "references are read in ctrl_img_1..3 order"),
+    ):
+        if key in item:
+            t.skip(at + (key,), reason)
+    if "network_multiplier" in item:
+        t.unless(item["network_multiplier"], 1, at + ("network_multiplier",), "samples use the adapter at strength 1")
+    return line
+
+
+def _sample_unsupported(t, sample, at):
+    accepted = {"sample_start_step": 0, "network_multiplier": 1, "guidance_rescale": 0.0}
     for key, value in accepted.items():
         if key in sample:
-            t.unless(
-                sample[key],
-                value,
-                at + (key,),
-                "not supported yet" if key != "walk_seed" else "prompt k always uses seed + k",
-            )
+            t.unless(sample[key], value, at + (key,), "not supported yet")
     for key, reason in (
         ("sampler", "ComfyUI's sampler_name and scheduler are used (euler, normal)"),
         ("fps", "video samples play at 16 fps"),

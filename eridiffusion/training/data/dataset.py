@@ -14,17 +14,19 @@ from .audio import SUPPORTED_AUDIO, AudioOptions, is_audio_file, read_audio
 from .audio_captions import AudioPrompt, audio_caption
 from .captions import CaptionOptions, with_trigger
 from .folder_scan import (
+    METADATA_FILE,
     SUPPORTED_CLIPS,
     SUPPORTED_IMAGES,
+    all_references_of,
     check_sidecars,
     masks_of,
     no_caption_error,
     normalize_caption_ext,
     read_caption_files,
     read_metadata,
-    references_of,
     scan_folder,
 )
+from .held_out import MAX_VALIDATION_FRACTION, held_out_indices
 from .media import (
     VideoOptions,
     check_mask_fits,
@@ -35,10 +37,10 @@ from .media import (
     open_image_rgb,
     read_clip,
 )
+from .metadata_references import metadata_references
 
 MISSING_CAPTION_MODES = ("error", "trigger_word")
 MISSING_MASK_MODES = ("error", "weight_1")  # an image without a mask: an error, or it weighs 1 everywhere
-MAX_VALIDATION_FRACTION = 0.5
 # LoadDataset's choices as the node shows them, and the modes load_dataset takes for them
 MISSING_CAPTION_CHOICES = {"error": "error", "use trigger word": "trigger_word"}
 MISSING_MASK_CHOICES = {"error": "error", "weight 1": "weight_1"}
@@ -55,6 +57,12 @@ class ImageRecord:
     mask: str = ""  # the loss mask of this image (masks/ folder), if any
     mask_coverage: float = 1.0  # the mask's mean, 0 (black: ignore) to 1 (white: learn)
     audio: AudioPrompt | None = None  # an audio file (width and height 0): its lyrics and metadata
+    more_references: tuple = ()  # multi-reference edits: the control_2/ and control_3/ images
+
+    @property
+    def references(self):
+        """Every reference image of this target, in the order the model is shown them."""
+        return ((self.reference,) if self.reference else ()) + self.more_references
 
 
 @dataclass(frozen=True)
@@ -110,8 +118,8 @@ class Dataset:
             digest.update(length_prefixed(name.encode()))
             digest.update(media_sha256(record.path))
             digest.update(length_prefixed(record.caption.encode()))
-            if record.reference:
-                digest.update(b"reference" + file_sha256(record.reference))
+            for reference in record.references:
+                digest.update(b"reference" + file_sha256(reference))
             if record.mask:
                 digest.update(b"mask" + file_sha256(record.mask))
             if record.audio is not None:
@@ -127,10 +135,10 @@ class DatasetSettings:
         "my_dataset",
         "Folder of jpg/jpeg/png/webp images, mp4/webm/mov/gif clips and frame folders "
         "(a subfolder of numbered images = one clip), each with a caption file beside "
-        "it (02.mp4 → 02.txt, frames folder 03/ → 03.txt). Edit pairs (Flux Kontext, "
-        "Qwen-Image Edit): put each target's reference image, same stem, in a "
-        "control/ (or reference/) subfolder: 00.jpg ↔ control/00.png. Relative paths "
-        "are inside ComfyUI's input folder.",
+        "it (02.mp4 → 02.txt, frames folder 03/ → 03.txt). Edit pairs (Flux Kontext, Flux.2, "
+        "Qwen-Image-Edit): put each target's reference image, same stem, in a control/ (or "
+        "reference/) subfolder: 00.jpg ↔ control/00.png; control_2/ and control_3/ hold more "
+        "references. Relative paths are inside ComfyUI's input folder.",
         path=True,
     )
     caption_ext: str = setting(".txt", "Extension of the caption file beside each image.")
@@ -245,8 +253,9 @@ def load_dataset(
 ) -> Dataset:
     """Scan `folder`, pair each image, clip (mp4, webm, mov, gif) and frame folder (a subfolder of
     numbered images: one clip) with its caption and, when a control/ (or reference/) subfolder
-    exists, with its reference image; decode every image and the `frames` frames at `fps` of every
-    clip once to prove they are readable, and return the records sorted by name. A `validation`
+    exists, with its reference image (and control_2/'s, control_3/'s; or metadata.jsonl's control
+    columns'); decode every image and the `frames` frames at `fps` of every clip once to prove they
+    are readable, and return the records sorted by name. A `validation`
     fraction of them (evenly spread over the names) is held out of training (Dataset.held_out). With a
     masks/ subfolder each image gets its loss mask; `missing_mask` says what an image without one
     means (MISSING_MASK_MODES). `flip` adds each image mirrored left to right (Dataset.flip). Audio
@@ -311,7 +320,7 @@ def _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, v
     """The ImageRecords of every image, clip and frame folder of `folder`, sorted by name."""
     scan = scan_folder(folder, caption_ext)
     images, has_metadata = scan.images, scan.has_metadata
-    reference_folder, mask_folder = scan.reference_folder, scan.mask_folder
+    mask_folder = scan.mask_folder
     if has_metadata:
         captions = read_metadata(folder, images)
     else:
@@ -324,7 +333,13 @@ def _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, v
         )
     if scan.audio:
         return _audio_records(folder, scan, captions, caption_ext, missing_caption, trigger_word)
-    references = references_of(folder, reference_folder, images) if reference_folder else {}
+    references = all_references_of(folder, scan, images)
+    named = metadata_references(folder, images) if has_metadata else {}
+    if named and references:
+        raise EriDiffusionError(
+            f"{folder} names references both in {METADATA_FILE} and in reference folders; keep one of them."
+        )
+    references = named or references
     masks = masks_of(folder, mask_folder, images, missing_mask) if mask_folder else {}
     records = []
     for name in sorted(images):
@@ -348,8 +363,8 @@ def _records(folder, caption_ext, missing_caption, missing_mask, trigger_word, v
                 "TrainingExtras' mask_min is above 0: paint what it should teach white, or remove the image."
             )
         caption = with_trigger(caption, trigger_word)
-        reference, mask = references.get(name, ""), masks.get(name, "")
-        records.append(ImageRecord(path, caption, width, height, clip, reference, mask, coverage))
+        (reference, *more), mask = references.get(name, ("",)), masks.get(name, "")
+        records.append(ImageRecord(path, caption, width, height, clip, reference, mask, coverage, None, tuple(more)))
     return records
 
 
@@ -358,7 +373,7 @@ def _audio_records(folder, scan, captions, caption_ext, missing_caption, trigger
     error), each decoded once to prove it readable, with its caption, lyrics and metadata."""
     check_sidecars(folder, scan)
     others = [name for name in scan.images if not is_audio_file(name)]
-    if others or scan.reference_folder or scan.mask_folder:
+    if others or scan.reference_folder or scan.mask_folder or scan.more_reference_folders:
         other = os.path.join(folder, others[0] if others else scan.reference_folder or scan.mask_folder)
         raise EriDiffusionError(
             f"{folder} holds audio files and {other}: a dataset is either audio files (ACE-Step 1.5) or "
@@ -374,24 +389,3 @@ def _audio_records(folder, scan, captions, caption_ext, missing_caption, trigger
         read_audio(os.path.join(folder, name))
         records.append(ImageRecord(os.path.join(folder, name), with_trigger(caption, trigger_word), 0, 0, audio=prompt))
     return records
-
-
-def held_out_indices(count, fraction, folder):
-    """Indices of the `fraction` of `count` name-sorted records held out for validation, spread
-    evenly over the names: no randomness, so a folder always splits the same way."""
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-        raise EriDiffusionError(f"validation {fraction!r} must be a fraction such as 0.1 (0 turns it off).")
-    if not 0.0 <= fraction <= MAX_VALIDATION_FRACTION:
-        raise EriDiffusionError(
-            f"validation {fraction} is outside 0..{MAX_VALIDATION_FRACTION}: it is the fraction of the images "
-            "held out of training (0.1 is usual, 0 turns it off)."
-        )
-    if fraction == 0:
-        return set()
-    held = max(1, round(count * fraction))
-    if held >= count:
-        raise EriDiffusionError(
-            f"{folder} has {count} image(s): holding out a validation fraction of {fraction} leaves none "
-            "to train on; add images, or connect a separate validation folder to CacheLatents instead."
-        )
-    return {int((i + 0.5) * count / held) for i in range(held)}

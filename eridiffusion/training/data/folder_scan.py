@@ -17,6 +17,9 @@ METADATA_FILE = "metadata.jsonl"
 # target image, the reference image it was edited from under the same stem (ai-toolkit's and
 # musubi-tuner's control images).
 REFERENCE_FOLDERS = ("control", "reference")
+# A second and third reference per target (multi-reference edit models: Qwen-Image-Edit 2509+,
+# Flux.2), in the order the model is shown them.
+MORE_REFERENCE_FOLDERS = ("control_2", "control_3")
 
 
 # A subfolder of this name holds loss masks: for an image, a greyscale image of the same stem (white:
@@ -125,6 +128,7 @@ class FolderScan:
         self.folder, self.caption_ext, self.audio, self.sidecars = folder, caption_ext, audio, []
         self.images, self.frame_folders, self.caption_files, self.has_metadata = [], [], {}, False
         self.reference_folder = self.mask_folder = None
+        self.more_reference_folders = {}  # {"control_2": its name as written, ...}
         self.loose_folders = {}  # subfolders holding other things than frames: clips only when captioned
 
     def subfolder(self, entry):
@@ -136,6 +140,8 @@ class FolderScan:
                     "folders; keep the reference images in one of them."
                 )
             self.reference_folder = name
+        elif name.lower() in MORE_REFERENCE_FOLDERS:
+            self.more_reference_folders[name.lower()] = name
         elif name.lower() == MASK_FOLDER:
             self.mask_folder = name
         else:
@@ -320,6 +326,24 @@ def references_of(folder, reference_folder, images):
     for path in references.values():
         open_image_rgb(path)  # proves it is readable now rather than at caching time
     return references
+
+
+def all_references_of(folder, scan, images):
+    """{target name: (its reference paths, in order)} of control/ (or reference/), control_2/ and
+    control_3/; a later folder without the earlier ones is an error naming the folder to add."""
+    wanted = [scan.reference_folder] + [scan.more_reference_folders.get(name) for name in MORE_REFERENCE_FOLDERS]
+    while wanted and wanted[-1] is None:
+        wanted.pop()
+    if None in wanted:
+        present = next(name for name in reversed(wanted) if name is not None)
+        missing = (REFERENCE_FOLDERS[0],) + MORE_REFERENCE_FOLDERS
+        raise EriDiffusionError(
+            f"{os.path.join(folder, present)} holds later references, but {folder} has no "
+            f"{missing[wanted.index(None)]}/ folder: references are read in order (control/, control_2/, control_3/); "
+            "rename the folders so none is skipped."
+        )
+    found = [references_of(folder, where, images) for where in wanted]
+    return {name: tuple(references[name] for references in found) for name in (found[0] if found else {})}
 
 
 def masks_of(folder, mask_folder, images, missing_mask):

@@ -20,6 +20,7 @@ from .audio import audio_latent_frames, waveform_for_vae
 from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
 from .clip_audio import clip_audio, encoded_audio
 from .media import VideoOptions, media_sha256, mirrored, open_image_rgb, read_clip
+from .picture_prompts import encode_picture_prompt, reads_images
 from .start_image import as_tensors, from_tensors, start_image_node, start_values
 
 CACHE_FORMAT = 1  # bump when the stored content changes meaning
@@ -120,10 +121,12 @@ def clip_identity(clip):
 class LatentCache:
     """Files under `folder`: latents/<key>.safetensors and text/<key>.safetensors. Several processes
     may write one folder at once (entries are written whole under their content key); only one of
-    them sweeps the temp files killed processes left (`sweep`), before any of them writes."""
+    them sweeps the temp files killed processes left (`sweep`), before any of them writes.
+    `edit_instructions`: captions are Qwen-Image-Edit's instructions even without references;
+    `inpaint`: each image is also encoded masked (masked_latent), for inpainting models."""
 
-    def __init__(self, folder, vae, clip, sweep=True):
-        self.folder = folder
+    def __init__(self, folder, vae, clip, sweep=True, edit_instructions=False, inpaint=False):
+        self.folder, self.edit_instructions, self.inpaint = folder, edit_instructions, inpaint
         self.vae, self.clip = vae, clip
         self.vae_id, self.clip_id = vae_identity(vae), clip_identity(clip)
         self.stats = CacheStats()
@@ -146,6 +149,25 @@ class LatentCache:
         flipped = ["mirror"] if mirror else []  # (unmirrored entries keep the keys they always had)
         path = self._path("latents", image_digest, list(bucket), list(crop), self.vae_id, *flipped)
         return self._encoded(path, lambda: _pixels([fitted]), image_path), bucket
+
+    def masked_latent(self, image_path, bucket, mask, mirror=False):
+        """The latent of an image in `bucket` with the region of `mask` (8-bit PIL, fitted to the
+        bucket) grayed out, as InpaintModelConditioning encodes it (the mask rounded), encoded or
+        read back."""
+        with open(image_path, "rb") as f:
+            image_digest = hashlib.sha256(f.read()).hexdigest()
+        fitted, crop = fit_to_bucket(mirrored(open_image_rgb(image_path), mirror), bucket)
+        mask_digest = hashlib.sha256(mask.tobytes()).hexdigest()
+        flipped = ["mirror"] if mirror else []
+        path = self._path(
+            "latents", "inpaint", image_digest, mask_digest, list(bucket), list(crop), self.vae_id, *flipped
+        )
+
+        def pixels():
+            keep = 1.0 - torch.from_numpy(np.asarray(mask, dtype=np.float32) / 255.0).round()
+            return (_pixels([fitted]) - 0.5) * keep[None, ..., None] + 0.5
+
+        return self._encoded(path, pixels, image_path)
 
     def audio_latent(self, record, audio):
         """(latent (C, t), bucket) of one audio file cut or padded to `audio.seconds` (AudioOptions),
@@ -254,11 +276,42 @@ class LatentCache:
         other inputs: an audio file's lyrics and metadata, as TextEncodeAceStepAudio1.5 passes them),
         encoded or read back."""
         path = self._path("text", text, self.clip_id, *([keywords] if keywords else []))
+        return self._text(
+            path, text, lambda: self.clip.encode_from_tokens_scheduled(self.clip.tokenize(text, **(keywords or {})))
+        )
+
+    def shows_pictures(self, references):
+        """Whether a caption with these reference images is encoded shown them (Qwen-Image-Edit's
+        encoder; with edit_instructions also without any, in the edit template)."""
+        return bool(references or self.edit_instructions) and reads_images(self.clip)
+
+    def caption(self, text, references=(), mirror=False):
+        """The conditioning a caption trains with: picture_conditioning where shows_pictures, else
+        as CLIPTextEncode makes it."""
+        if self.shows_pictures(references):
+            return self.picture_conditioning(text, references, mirror)
+        return self.conditioning(text)
+
+    def picture_conditioning(self, text, images, mirror=False):
+        """Qwen-Image-Edit's conditioning of the instruction `text` shown the reference images at the
+        paths `images` (mirrored with `mirror`), as TextEncodeQwenImageEditPlus makes it, encoded or
+        read back; keyed by the images' bytes too."""
+        digests = [media_sha256(image).hex() for image in images]
+        path = self._path("text", "picture", text, digests, *(["mirror"] if mirror else []), self.clip_id)
+
+        def encode():
+            pictures = [_pixels([mirrored(open_image_rgb(image), mirror)]) for image in images]
+            return encode_picture_prompt(self.clip, text, pictures)
+
+        return self._text(path, text, encode)
+
+    def _text(self, path, text, encode):
+        """The conditioning stored at `path`, or `encode()`'s (of the caption `text`) written there."""
         stored = self._stored(path, f"the caption {text!r}")
         if stored is not None:
             self.stats.texts_loaded += 1
             return _conditioning_of(*stored)
-        conditioning = self.clip.encode_from_tokens_scheduled(self.clip.tokenize(text, **(keywords or {})))
+        conditioning = encode()
         if not all(_all_finite({"cond": cond}) for cond, _ in conditioning):
             raise EriDiffusionError(
                 f"the CLIP encodes the caption {text!r} to NaN or infinite values; load the "

@@ -2,23 +2,17 @@
 dataset encoded (or read back from the latent cache) into TrainingData, with its validation and
 regularization parts."""
 
-import os
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
-from PIL import Image
 
 from ...errors import EriDiffusionError
 from ..settings import check_settings, setting
-from .audio import is_audio_vae
 from .audio_captions import AudioPrompt
-from .buckets import fit_to_bucket
+from .cache_checks import check_inputs
 from .captions import caption_variants
-from .clip_audio import check_audio_vae
+from .inpaint import inpaint_inputs, mask_on_latent_grid
 from .latent_cache import CacheStats, LatentCache
-from .media import check_frames_for_vae, file_sha256, mirrored, open_mask
-from .start_image import start_image_node
 
 
 @dataclass(frozen=True)
@@ -37,6 +31,28 @@ class CacheSettings:
         4, "With tag shuffling: how many shuffled captions to encode per image.", minimum=1, maximum=32
     )
     cache_folder: str = setting("", "Where encodings are kept; empty: output/eridiffusion_cache.", path=True)
+    inpaint: bool = setting(
+        False,
+        "Inpainting models (Flux Fill): each image is also encoded with its masks/ region grayed out and "
+        "given with its mask, as InpaintModelConditioning gives them, so the model learns to fill the white "
+        "region (an image without a mask: all of it).",
+        optional=True,
+    )
+    edit_instructions: bool = setting(
+        False,
+        "Qwen-Image-Edit without reference images (a control-less edit LoRA): encode the captions as "
+        "edit instructions, as TextEncodeQwenImageEditPlus does without images. Edit pairs with "
+        "references are always encoded so.",
+        optional=True,
+    )
+    extra_resolutions: str = setting(
+        "",
+        "More training sizes beside resolution, comma-separated (e.g. 512, 768; ai-toolkit's resolution "
+        "list): every image is also encoded at each, in that size's buckets, and batches of every size "
+        "interleave. Validation images stay at resolution.",
+        optional=True,
+    )
+
     start_image: bool = setting(
         False,
         "Image-to-video models (Wan 2.1 / Wan 2.2 14B I2V, HunyuanVideo 1.5 I2V): each clip's first frame (a "
@@ -47,6 +63,24 @@ class CacheSettings:
 
     def __post_init__(self):
         check_settings(self, "CacheLatents")
+        self.extras()
+
+    def extras(self):
+        """The extra resolutions as whole numbers, checked as resolution is."""
+        extras = []
+        for word in self.extra_resolutions.replace(",", " ").split():
+            if not word.isdigit() or not 64 <= int(word) <= 4096 or int(word) % 64:
+                raise EriDiffusionError(
+                    f"CacheLatents: extra_resolutions holds {word!r}; write sizes of 64..4096 in steps of 64, "
+                    "comma-separated (e.g. 512, 768)."
+                )
+            if int(word) == self.resolution or int(word) in extras:
+                raise EriDiffusionError(
+                    f"CacheLatents: extra_resolutions lists {word} twice (resolution is {self.resolution}); "
+                    "name each size once."
+                )
+            extras.append(int(word))
+        return tuple(extras)
 
 
 @dataclass
@@ -60,6 +94,8 @@ class TrainingSample:
     reference_latents: tuple = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
     mask: torch.Tensor | None = None  # (1, h, w) loss mask on the latent grid in [0, 1] (white = 1), CPU
     mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
+    picture_prompt: bool = False  # captions encoded shown the reference images (Qwen-Image-Edit)
+    inpaint: tuple | None = None  # inpainting models: (masked image latent (C, h, w), mask (1, H, W) pixels)
     # what a host node sets on the sample's conditioning: an image-to-video start image's concat_latent_image
     # and concat_mask (start_image.py; VAE space, CPU), an audio-video clip's frame_rate (as LTXVConditioning)
     conditioning_values: dict = field(default_factory=dict)
@@ -89,80 +125,6 @@ class TrainingData:
         return groups
 
 
-def check_datasets_apart(dataset, validation_dataset=None, regularization_dataset=None):
-    """Refuse validation or class images that are training images: the validation loss would then
-    measure memorisation (and pick best.safetensors by it), class images would teach the subject.
-    The same folder, or the same files (by their bytes) in another, are an error naming them."""
-    training = _files_by_size(dataset.records + dataset.held_out)
-    for other, role, fix in (
-        (
-            validation_dataset,
-            "validation",
-            "connect a folder of images never trained on, or hold some out with LoadDataset's validation fraction",
-        ),
-        (regularization_dataset, "regularization (class)", "connect a folder of other images of the class"),
-    ):
-        if other is None:
-            continue
-        if os.path.realpath(other.folder) == os.path.realpath(dataset.folder):
-            raise EriDiffusionError(f"the {role} dataset is the training folder {dataset.folder}; {fix}.")
-        for record in other.records + other.held_out:
-            twin = _same_file(record.path, training)
-            if twin is not None:
-                raise EriDiffusionError(
-                    f"{record.path} of the {role} dataset is the training image {twin} (the same bytes); {fix}."
-                )
-
-
-def _files_by_size(records):
-    sizes = {}
-    for record in records:
-        if os.path.isfile(record.path):
-            sizes.setdefault(os.path.getsize(record.path), []).append(record.path)
-    return sizes
-
-
-def _same_file(path, by_size):
-    """The file of `by_size` ({bytes: [paths]}) with the bytes of `path`, or None (hashed only where sizes match)."""
-    if not os.path.isfile(path):
-        return None
-    candidates = by_size.get(os.path.getsize(path), [])
-    if not candidates:
-        return None
-    digest = file_sha256(path)
-    return next((other for other in candidates if file_sha256(other) == digest), None)
-
-
-def check_vae_takes_clips(dataset, vae):
-    """Refuse clips a VAE cannot encode: an image VAE, or a frame count off the VAE's k*n+1 rule."""
-    if not dataset.has_clips:
-        return
-    if getattr(vae, "latent_dim", 2) != 3:
-        raise EriDiffusionError(
-            f"{dataset.folder} holds video clips, but this VAE encodes still images; "
-            "connect the VAE of a video model (Wan, HunyuanVideo, LTX-Video) to CacheLatents "
-            "or remove the clips."
-        )
-    temporal = vae.temporal_compression_decode() or 1
-    check_frames_for_vae(dataset.video.frames, temporal, f"dataset {dataset.folder}")
-
-
-def check_vae_takes_media(dataset, vae):
-    """Refuse a dataset the VAE cannot encode: audio files for an image or video VAE, images or clips
-    for an audio VAE (checked before anything is encoded)."""
-    if dataset.has_audio and not is_audio_vae(vae):
-        raise EriDiffusionError(
-            f"{dataset.folder} holds audio files, but this VAE encodes images: audio trains an audio model "
-            "(ACE-Step 1.5); connect that model's audio VAE to CacheLatents, or give LoadDataset a folder of images."
-        )
-    if not dataset.has_audio and is_audio_vae(vae):
-        raise EriDiffusionError(
-            f"this VAE encodes audio (an audio model's, such as ACE-Step 1.5's), but {dataset.folder} holds images "
-            "or clips; give LoadDataset a folder of audio files (flac, wav, mp3, ogg) with their captions."
-        )
-    check_vae_takes_clips(dataset, vae)
-
-
 def build_training_data(
     dataset,
     vae,
@@ -175,35 +137,36 @@ def build_training_data(
     validation_dataset=None,
     regularization_dataset=None,
     processes=None,
+    extra_resolutions=(),
+    edit_instructions=False,
+    inpaint=False,
     start_image=False,
     audio_vae=None,
     clip_vision=None,
 ) -> "TrainingData":
     """Encode (or read back) every image, clip, reference image and caption variant of `dataset` at
-    `resolution`; clips are sampled as the dataset says (its frames and fps). The dataset's held-out
-    records and those of `validation_dataset` (a second DATASET) become the validation data, and
-    `regularization_dataset` (class images, DreamBooth's prior preservation) the regularization data.
-
-    `processes` (distributed.TrainingProcesses) of a run of several: each process first encodes its
-    share of the entries (rank, rank + N, ...) into the shared cache folder and, once all have, reads
-    every entry back. Entries are keyed by content, so they are the ones one process would write;
-    `progress` then counts this process's share. `start_image`: image-to-video, each sample
-    conditioned on its first frame (start_image.py; with a CLIP_VISION `clip_vision`, its image features
-    too). `audio_vae` (an audio-video model's, LTX-2's):
-    each clip's audio track is encoded beside its frames (clip_audio.py)."""
-    check_datasets_apart(dataset, validation_dataset, regularization_dataset)
+    `resolution` and each of `extra_resolutions` (validation at `resolution` only); clips as the dataset
+    samples them. Its held-out records and `validation_dataset`'s become the validation data,
+    `regularization_dataset` (DreamBooth's class images) the regularization data. `start_image`
+    (image-to-video): each sample conditioned on its first frame (start_image.py; with `clip_vision`,
+    its image features too); `audio_vae` (LTX-2's): each clip's audio track encoded beside its frames.
+    `processes` of a run of several: each encodes its share (rank, rank + N, ...) into the shared
+    cache, then all read every entry back (keyed by content); `progress` counts this process's share."""
     media = {"start_image": start_image, "audio_vae": audio_vae, "clip_vision": clip_vision}  # what encodes them
-    _check_media([d for d in (dataset, validation_dataset, regularization_dataset) if d is not None], vae, **media)
+    others = (validation_dataset, regularization_dataset)
+    check_inputs(dataset, vae, clip, others, extra_resolutions, edit_instructions, media)
     distributed = processes is not None and processes.distributed
-    cache = LatentCache(cache_folder, vae, clip, sweep=not distributed or processes.is_main)
-    entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed)
+    sweep = not distributed or processes.is_main
+    cache = LatentCache(cache_folder, vae, clip, sweep, edit_instructions, inpaint)
+    sizes = (resolution, *extra_resolutions)
+    entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes)
     every = [entry for group in entries for entry in group]
     if distributed:
-        _encode_share(every, cache, resolution, progress, processes, dataset, media)
+        _encode_share(every, cache, progress, processes, dataset, media)
     done = [0]
 
     def encoded(entry):
-        sample = _sample_of(*entry[:2], cache, resolution, *entry[2:], **media)
+        sample = _sample_of(*entry[:2], cache, *entry[2:], **media)
         done[0] += 1
         if progress is not None and not distributed:
             progress(done[0], len(every))
@@ -222,37 +185,23 @@ def build_training_data(
     return training
 
 
-def _check_media(datasets, vae, start_image, audio_vae, clip_vision):
-    """Refuse, before anything is encoded, media the VAEs cannot encode: a start image for the VAE of no
-    image-to-video model, sound for no audio-video model's audio VAE or from clips without it."""
-    for source in datasets:
-        check_vae_takes_media(source, vae)
-        if audio_vae is not None:
-            check_audio_vae(audio_vae, source)
-    if start_image:
-        start_image_node(vae)
-    elif clip_vision is not None:
-        raise EriDiffusionError(
-            "CacheLatents' clip_vision encodes the start image of image-to-video training: turn start_image on, "
-            "or leave clip_vision unconnected."
-        )
-
-
 def _training_data(samples, empty, source, resolution, stats):
     return TrainingData(
         samples, empty, source.captions.dropout_rate, source.repeats, resolution, source.fingerprint(), stats
     )
 
 
-def _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed):
-    """The entries to encode, (record, its dataset, caption options, variants, seed, mirror) each, of
-    the training, validation and regularization data in turn."""
+def _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes):
+    """The entries to encode, (record, its dataset, resolution, caption options, variants, seed,
+    mirror) each, of the training, validation and regularization data in turn; training and class
+    images at every resolution of `sizes`, validation images at the first."""
 
     def training_entries(source):
-        """The entries of every record of DATASET `source` (and its mirror image, with flip)."""
+        """The entries of every record of DATASET `source` (and its mirror image, with flip) at each size."""
         wanted = shuffle_variants if source.captions.shuffle_tags else 1
         return [
-            (record, source, source.captions, wanted, seed + index, mirror)
+            (record, source, size, source.captions, wanted, seed + index, mirror)
+            for size in sizes
             for index, record in enumerate(source.records)
             for mirror in ((False, True) if source.flip else (False,))
         ]
@@ -262,17 +211,17 @@ def _entries(dataset, validation_dataset, regularization_dataset, shuffle_varian
         validation += [(r, validation_dataset) for r in validation_dataset.records + validation_dataset.held_out]
     return (
         training_entries(dataset),
-        [(r, source, dataset.captions, 1, seed + i, False) for i, (r, source) in enumerate(validation)],
+        [(r, source, sizes[0], dataset.captions, 1, seed + i, False) for i, (r, source) in enumerate(validation)],
         training_entries(regularization_dataset) if regularization_dataset is not None else [],
     )
 
 
-def _encode_share(every, cache, resolution, progress, processes, dataset, media):
+def _encode_share(every, cache, progress, processes, dataset, media):
     """A run of several processes: this one encodes its share of the entries into the shared cache."""
     processes.barrier()  # rank 0 swept the temp files before anyone writes
     share = every[processes.rank :: processes.world_size]
     for done, entry in enumerate(share):
-        _sample_of(*entry[:2], cache, resolution, *entry[2:], **media)
+        _sample_of(*entry[:2], cache, *entry[2:], **media)
         if progress is not None:
             progress(done + 1, len(share))
     if processes.is_main:
@@ -303,18 +252,20 @@ def _sample_of(
         latent, bucket = cache.clip_latent(record, resolution, video, mirror)
     else:
         latent, bucket = cache.latent(record.path, resolution, mirror=mirror)
-    references = (cache.latent(record.reference, resolution, bucket, mirror)[0],) if record.reference else ()
+    references = tuple(cache.latent(path, resolution, bucket, mirror)[0] for path in record.references)
     texts = caption_variants(record.caption, options, variants_wanted, seed)
     return TrainingSample(
         record.path,
         latent,
-        [cache.conditioning(t) for t in texts],
+        [cache.caption(t, record.references, mirror) for t in texts],
         bucket,
         tuple(texts),
         video.frames if record.clip else 1,
         references,
         mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
         mirrored=mirror,
+        picture_prompt=cache.shows_pictures(record.references),
+        inpaint=inpaint_inputs(cache, record, bucket, mirror) if cache.inpaint else None,
         conditioning_values={
             **(cache.start_values(record, video, bucket, mirror, clip_vision) if start_image else {}),
             **({"frame_rate": video.fps} if audio_vae is not None else {}),
@@ -342,15 +293,3 @@ def _audio_sample(record, source, cache, options, variants_wanted, seed):
     texts = caption_variants(record.caption, options, variants_wanted, seed)
     keywords = record.audio.text_keywords(source.audio.seconds)
     return TrainingSample(record.path, latent, [cache.conditioning(t, keywords) for t in texts], bucket, tuple(texts))
-
-
-def mask_on_latent_grid(record, bucket, grid, mirror=False):
-    """The (1, h, w) loss mask of `record` on its latent's grid in [0, 1]: scaled to the image's size,
-    flipped with it (`mirror`), resized and cropped into the bucket exactly as the image is
-    (fit_to_bucket), then averaged over each latent cell."""
-    mask = open_mask(record.mask)
-    if mask.size != (record.width, record.height):
-        mask = mask.resize((record.width, record.height), Image.Resampling.BILINEAR)
-    fitted, _ = fit_to_bucket(mirrored(mask, mirror), bucket)
-    pixels = torch.from_numpy(np.asarray(fitted, dtype=np.float32) / 255.0)[None, None]
-    return torch.nn.functional.interpolate(pixels, size=tuple(grid), mode="area")[0]

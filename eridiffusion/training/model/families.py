@@ -22,6 +22,8 @@ from .family_row import (
 from .objective import is_flow
 from .video_families import VIDEO_2026_FAMILIES
 
+KOHYA_FLUX = "kohya sd-scripts `flux_shift`"
+
 FAMILIES = (
     Family("SD 1.5", ("SD15",), UNET_TARGETS, UNIFORM, "kohya sd-scripts", prediction=EPS_V),
     Family(
@@ -46,24 +48,24 @@ FAMILIES = (
     ),
     # Flux.1 dev and HunyuanVideo are guidance-distilled; kohya, ai-toolkit and musubi-tuner train them
     # with guidance 1.0.
-    Family(
-        "Flux.1 dev (and Flex-style variants)",
-        ("Flux", "FluxInpaint"),
-        DIT_TARGETS,
-        FLUX_SHIFT,
-        "kohya sd-scripts `flux_shift`",
-        guidance=1.0,
-    ),
-    Family(
-        "Flux.1 Kontext (edit pairs)", ("Flux",), DIT_TARGETS, FLUX_SHIFT, "kohya sd-scripts `flux_shift`", guidance=1.0
-    ),
-    Family("Flux.1 schnell", ("FluxSchnell",), DIT_TARGETS, FLUX_SHIFT, "kohya sd-scripts `flux_shift`"),
+    Family("Flux.1 dev (and Flex-style variants)", ("Flux",), DIT_TARGETS, FLUX_SHIFT, KOHYA_FLUX, guidance=1.0),
+    # FLUX.1 Fill reads the masked image and its mask on its input channels (CacheLatents' inpaint).
+    Family("Flux.1 Fill (inpainting)", ("FluxInpaint",), DIT_TARGETS, FLUX_SHIFT, KOHYA_FLUX, guidance=1.0),
+    Family("Flux.1 Kontext (edit pairs)", ("Flux",), DIT_TARGETS, FLUX_SHIFT, KOHYA_FLUX, guidance=1.0),
+    Family("Flux.1 schnell", ("FluxSchnell",), DIT_TARGETS, FLUX_SHIFT, KOHYA_FLUX),
     Family("Flux.2", ("Flux2",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (kohya `flux_shift`)", latent_patch=1),
+    # FLUX.2 [klein] loads as Flux2 (no guidance embedding) with a Qwen3 encoder (ComfyUI 0.28's klein_te).
+    Family("Flux.2-klein 4B", ("Flux2",), DIT_TARGETS, FLUX_SHIFT, "as Flux.2 (Flux.1's rule)", latent_patch=1),
+    Family("Flux.2-klein 9B", ("Flux2",), DIT_TARGETS, FLUX_SHIFT, "as Flux.2 (Flux.1's rule)", latent_patch=1),
     Family("Chroma", ("Chroma",), DIT_TARGETS, FLUX_SHIFT, "Flux.1's rule (Chroma is a Flux.1-schnell derivative)"),
     Family("HiDream-I1", ("HiDream",), DIT_TARGETS, flow_shift(3.0), "HiDream's own flow shift"),
     Family("Lumina Image 2.0", ("Lumina2",), DIT_TARGETS, flow_shift(6.0), "Lumina 2's own flow shift"),
     Family("Z-Image", ("ZImage",), DIT_TARGETS, flow_shift(3.0), "Z-Image's own flow shift"),
     Family("Qwen-Image", ("QwenImage",), DIT_TARGETS, flow_shift(2.2), "musubi-tuner"),
+    # Qwen-Image-Edit loads as QwenImage; its captions are shown the references (TextEncodeQwenImageEditPlus).
+    Family(
+        "Qwen-Image-Edit (2509-style, up to 3 references)", ("QwenImage",), DIT_TARGETS, flow_shift(2.2), "musubi-tuner"
+    ),
     Family("OmniGen2", ("Omnigen2",), DIT_TARGETS, LOGIT_NORMAL, "OmniGen2's own trainer"),
     Family("HunyuanImage 2.1", ("HunyuanImage21",), DIT_TARGETS, flow_shift(5.0), "musubi-tuner", latent_patch=1),
     Family("AuraFlow", ("AuraFlow",), DIT_TARGETS, LOGIT_NORMAL, "SimpleTuner (as SD3)"),

@@ -29,6 +29,18 @@ def model_latent(base_model, sample):
     return base_model.process_latent_in(packed)[0], {"latent_shapes": shapes}
 
 
+def sample_values(sample, layout):
+    """What host nodes set on one sample's conditioning: an image-to-video start image's or an inpainting
+    model's masked image (concat_latent_image and concat_mask, as WanImageToVideo and
+    InpaintModelConditioning set them), an audio-video clip's frame_rate, and `layout` (model_latent's)."""
+    values = {**sample.conditioning_values, **layout}
+    inpaint = getattr(sample, "inpaint", None)
+    if inpaint is not None:
+        latent, mask = inpaint
+        values.update(concat_latent_image=latent[None].float(), concat_mask=mask[None].float())
+    return values
+
+
 def stream_weights(shapes, weights):
     """(1, n) loss weights of a packed latent of `shapes` (the video's, the audio's): on each stream its
     weight of `weights` times n / its size, so the mean loss is the weighted sum of each stream's mean."""
@@ -73,7 +85,7 @@ class PreparedData:
             self.captions.append(list(sample.captions))
             self.sizes.append(sample.bucket)
             self.references.append(sample.reference_latents)
-            self.conditioning_values.append({**sample.conditioning_values, **layout})
+            self.conditioning_values.append(sample_values(sample, layout))
             if cached_inputs:
                 # Reused every step, so built without autograd: some extra_conds run model layers
                 # (LTX-2's text connectors), which may carry adapters; a graph through them would be

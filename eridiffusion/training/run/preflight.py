@@ -7,6 +7,7 @@ import os
 
 from ...errors import EriDiffusionError
 from .run_state import check_resumable
+from .sample_inputs import takes_inpaint_channels
 
 # Below this share of the loss weight (masked pixels at their mask's value, the rest at mask_min)
 # over all the images, a run trains on almost nothing.
@@ -23,6 +24,11 @@ def check_run(data, config, clip, resume, processes):
             "text_encoder_lr > 0 trains the text encoder: connect the graph's CLIP to "
             "LoRATrainer's clip input (or set text_encoder_lr to 0)."
         )
+    if config.text_encoder_lr > 0 and any(sample.picture_prompt for sample in data.samples):
+        raise EriDiffusionError(
+            "text_encoder_lr > 0 trains the text encoder, but these captions are encoded shown their reference "
+            "images (Qwen-Image-Edit), which a trained text encoder does not re-encode; set text_encoder_lr to 0."
+        )
     if processes.distributed and config.device != "auto":
         raise EriDiffusionError(
             f"device {config.device}: a run of {processes.world_size} processes trains each on its own GPU "
@@ -36,6 +42,46 @@ def check_run(data, config, clip, resume, processes):
     check_settings_fit_data(config, data.validation is not None, data.regularization is not None)
     check_masks(*masks_of_samples(data), config.mask_min)
     check_resume_point(resume, config, processes.world_size)
+
+
+def check_flux_input_layout(model):
+    """A Flux-family model whose input channels ComfyUI's Flux cannot fill (Flex.2 stacks the noise, an
+    inpainting image, its mask and a control image: 49 channels) fails in its first forward; name it
+    before anything runs."""
+    import comfy.model_base
+
+    if not isinstance(model, comfy.model_base.Flux):
+        return
+    config = model.model_config.unet_config
+    c_in, c_out = config.get("in_channels"), config.get("out_channels")
+    if c_in is None or c_out is None or c_in in (c_out, 2 * c_out, 2 * c_out + 64):
+        return
+    raise EriDiffusionError(
+        f"ComfyUI loaded this model as {type(model.model_config).__name__} with {c_in} input channels, but its Flux "
+        f"fills {c_out} (text-to-image), {2 * c_out} (an image beside the noise, as Kontext-style models) or "
+        f"{2 * c_out + 64} (Flux Fill: the masked image and its mask); a model of another layout (Flex.2's noise, "
+        "inpainting image, mask and control image) needs its maker's ComfyUI nodes, which EriDiffusion cannot "
+        "train through."
+    )
+
+
+def check_inpaint_fits(model, data):
+    """An inpainting model (input channels for a masked image and its mask) trains on data cached with
+    CacheLatents' inpaint, and only such a model does: either way round the inputs would be silently
+    wrong (the host's empty image and full mask) or unused."""
+    takes = takes_inpaint_channels(model)
+    given = any(sample.inpaint is not None for sample in data.samples)
+    name = type(model.model_config).__name__
+    if takes and not given:
+        raise EriDiffusionError(
+            f"ComfyUI loaded this model as {name}, an inpainting model that reads a masked image and its mask: "
+            "turn on CacheLatents' inpaint (and give the images masks in masks/, white = the region to fill)."
+        )
+    if given and not takes:
+        raise EriDiffusionError(
+            f"CacheLatents' inpaint encoded masked images, but {name} has no inpainting inputs to read them; "
+            "turn inpaint off (masks/ then weigh the loss), or train an inpainting model (Flux Fill)."
+        )
 
 
 def check_settings_fit_data(config, has_validation, has_regularization):

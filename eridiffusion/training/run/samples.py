@@ -14,16 +14,26 @@ from ...errors import EriDiffusionError
 from ..data.audio import is_audio_vae
 from ..formats.atomic_file import write_atomic
 from ..model import loading as model_loading
-from ..settings import check_settings, setting
+from ..settings import check_settings, setting, settings_of
 from .audio_samples import decoded_audio, empty_audio_latent, save_audio_sample
 from .av_samples import av_latent, decoded_av, save_av_sample
+from .sample_inputs import PromptSample
+from .sample_prompts import parse_prompt_line
 
 
 @dataclass(frozen=True)
 class SamplerSettings:
     """SampleDuringTraining's inputs (and a config file's `sample:` section): what to render, how often."""
 
-    prompts: str = setting("a photo of sks dog", "One prompt per line.", multiline=True)
+    prompts: str = setting(
+        "a photo of sks dog",
+        "One prompt per line, each with optional flags of its own (kohya's prompt files): --n negative "
+        "prompt, --w width, --h height, --seed, --cfg, --steps, --g guidance (Flux dev), --ref image "
+        "(edit models, up to 3), --edit (Qwen-Image-Edit without references), --image and --mask "
+        "(inpainting). Relative image paths: ComfyUI's input "
+        "folder (a config file's own folder headless).",
+        multiline=True,
+    )
     every: int = setting(100, "Render every N training steps (and at the end).", minimum=1, maximum=100000)
     seed: int = setting(0, "Noise seed; prompt k uses seed + k.", minimum=0, maximum=0xFFFFFFFF, seed=True)
     steps: int = setting(20, "Sampling steps.", minimum=1, maximum=200)
@@ -59,6 +69,19 @@ class SamplerSettings:
     def prompt_lines(self):
         return tuple(line.strip() for line in self.prompts.splitlines() if line.strip())
 
+    def prompt_specs(self, image_folder):
+        """The PromptSpec of each line (its text and own settings); relative image paths are taken
+        from `image_folder`."""
+        declared = settings_of(self)
+        return tuple(
+            parse_prompt_line(line, k + 1, declared, image_folder) for k, line in enumerate(self.prompt_lines())
+        )
+
+    def check_sizes(self, vae, image_folder):
+        """check_sample_size of every prompt's size (its own, or width x height)."""
+        for spec in self.prompt_specs(image_folder):
+            check_sample_size(vae, spec.width or self.width, spec.height or self.height)
+
 
 @dataclass(frozen=True)
 class SampleSettings:
@@ -78,7 +101,17 @@ class SampleSettings:
     height: int
     frames: int = 1  # video models: frames per sample
     seconds: float = 10.0  # audio models: seconds per sample
+    per_prompt: tuple = ()  # PromptSample of each prompt with its own settings (else the fields above)
     audio_vae: object = None  # audio-video models (LTX-2): their audio VAE, to sample and write the sound
+
+    def renders(self):
+        """The PromptSample of every prompt: `per_prompt`, or the shared settings with seed + k."""
+        if self.per_prompt:
+            return self.per_prompt
+        return tuple(
+            PromptSample(text, positive, self.negative, self.width, self.height, self.seed + k, self.steps, self.cfg)
+            for k, (text, positive) in enumerate(zip(self.prompts, self.positives))
+        )
 
 
 def check_sample_size(vae, width, height):
@@ -116,26 +149,30 @@ def render_samples(patcher, settings, step, samples_dir, low_noise=None):
     two-expert run (see denoised)."""
     images, paths = [], []
     with torch.no_grad():
-        for k, positive in enumerate(settings.positives):
-            latent = _empty(patcher, settings)
-            samples = denoised(patcher, settings, latent, positive, settings.seed + k, low_noise)
-            image, path = _saved(samples, settings, os.path.join(samples_dir, f"step_{step}_{k}"))
+        for k, prompt in enumerate(settings.renders()):
+            latent = _start_latent(patcher, settings, prompt)
+            samples = denoised(patcher, settings, prompt, latent, low_noise)
+            image, path = _saved(samples, settings, prompt, os.path.join(samples_dir, f"step_{step}_{k}"))
             images.append(image)
             paths.append(path)
     return image_grid(images), paths
 
 
-def _empty(patcher, settings):
-    """The empty latent a sample starts from: audio's, a (video) image's, or a video's with its sound."""
-    if patcher.model.latent_format.latent_dimensions == 1:
-        return empty_audio_latent(patcher.model, settings.vae, settings.seconds)
-    latent = empty_latent(patcher.model, settings.vae, settings.width, settings.height, settings.frames)
+def _start_latent(patcher, settings, prompt):
+    """The latent a prompt samples from: the inpainted image's, else the empty one of its size
+    (audio's; a video's with its sound's beside it where there is an audio VAE)."""
+    model = patcher.model
+    if prompt.latent is not None:
+        return prompt.latent
+    if model.latent_format.latent_dimensions == 1:
+        return empty_audio_latent(model, settings.vae, settings.seconds)
+    latent = empty_latent(model, settings.vae, prompt.width, prompt.height, settings.frames)
     if settings.audio_vae is not None:  # audio-video (LTX-2): the sound's latent beside the frames'
         latent = av_latent(latent, settings.audio_vae, settings.frames)
     return latent
 
 
-def _saved(samples, settings, stem):
+def _saved(samples, settings, prompt, stem):
     """(the sample's (1, H, W, 3) image for the grid, the path it is saved at, `stem` + its suffix)."""
     if is_audio_vae(settings.vae):
         with model_loading.as_comfyui_loads():
@@ -147,6 +184,7 @@ def _saved(samples, settings, stem):
         else:
             decoded = settings.vae.decode(samples)
             frames, sound = decoded.reshape(-1, *decoded.shape[-3:])[..., :3], None  # video VAEs add a frame axis
+    frames = prompt.pasted(frames)  # (inpainting: the source kept outside the mask)
     image = frames[:1].float().clamp(0, 1).cpu()
     path = _save_png(image[0], stem + ".png")
     if sound is not None:  # a video with its sound, shown instead of the first frame
@@ -156,23 +194,22 @@ def _saved(samples, settings, stem):
     return image, path
 
 
-def denoised(patcher, settings, latent, positive, seed, low_noise=None):
-    """The sampled latent of `positive` from `latent`: one KSampler pass, or with `low_noise` (patcher,
-    σ) two, as the Wan 2.2 workflows' two KSamplerAdvanced run them: the high-noise model (`patcher`)
-    adds the noise and samples the steps that start at σ >= the boundary, returning with the noise
-    left; the low-noise model samples the rest without adding noise."""
-    noise = comfy.sample.prepare_noise(latent, seed)
-    common = (settings.steps, settings.cfg, settings.sampler, settings.scheduler, positive, settings.negative)
+def denoised(patcher, settings, prompt, latent, low_noise=None):
+    """The sampled latent of PromptSample `prompt` from `latent`: one KSampler pass, or with
+    `low_noise` (patcher, σ) two, as the Wan 2.2 workflows' two KSamplerAdvanced run them: the
+    high-noise model (`patcher`) adds the noise and samples the steps that start at σ >= the
+    boundary, returning with the noise left; the low-noise model samples the rest without adding noise."""
+    noise = comfy.sample.prepare_noise(latent, prompt.seed)
+    common = (prompt.steps, prompt.cfg, settings.sampler, settings.scheduler, prompt.positive, prompt.negative)
+    options = {"noise_mask": prompt.noise_mask, "seed": prompt.seed, "disable_pbar": True}
     if low_noise is None:
-        return comfy.sample.sample(patcher, noise, *common, latent, seed=seed, disable_pbar=True)
+        return comfy.sample.sample(patcher, noise, *common, latent, **options)
     low_patcher, boundary = low_noise
-    sigmas = comfy.samplers.calculate_sigmas(patcher.model.model_sampling, settings.scheduler, settings.steps)
+    sigmas = comfy.samplers.calculate_sigmas(patcher.model.model_sampling, settings.scheduler, prompt.steps)
     switch = int((sigmas[:-1] >= boundary - 1e-4).sum())  # (the boundary is a step's σ, up to rounding)
-    high = comfy.sample.sample(patcher, noise, *common, latent, last_step=switch, seed=seed, disable_pbar=True)
+    high = comfy.sample.sample(patcher, noise, *common, latent, last_step=switch, **options)
     quiet = torch.zeros_like(noise)
-    return comfy.sample.sample(
-        low_patcher, quiet, *common, high, start_step=switch, force_full_denoise=True, seed=seed, disable_pbar=True
-    )
+    return comfy.sample.sample(low_patcher, quiet, *common, high, start_step=switch, force_full_denoise=True, **options)
 
 
 def _to_uint8(image):
@@ -203,12 +240,14 @@ def _save_animation(frames, path):
 
 
 def image_grid(images):
-    """Tile (1,H,W,3) images into one (1,H',W',3) IMAGE, near-square, row-major."""
+    """Tile (1,H,W,3) images into one (1,H',W',3) IMAGE, near-square, row-major; cells are as large
+    as the largest image (prompts of their own size), smaller ones at their cell's top left."""
     columns = math.ceil(math.sqrt(len(images)))
     rows = math.ceil(len(images) / columns)
-    height, width = images[0].shape[1:3]
+    height, width = max(i.shape[1] for i in images), max(i.shape[2] for i in images)
     grid = torch.zeros(1, rows * height, columns * width, 3)
     for i, image in enumerate(images):
         r, c = divmod(i, columns)
-        grid[0, r * height : (r + 1) * height, c * width : (c + 1) * width] = image[0, :height, :width]
+        h, w = image.shape[1:3]
+        grid[0, r * height : r * height + h, c * width : c * width + w] = image[0]
     return grid

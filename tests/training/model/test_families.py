@@ -50,6 +50,7 @@ def _train(name, request, tmp_path_factory):
             family.resolution,
             os.path.join(folder, "cache"),
             start_image=family.start_image,
+            inpaint=family.inpaint,
         )
         sample = _sample_settings(family, clip, vae)
     data.samples = data.samples[:4]

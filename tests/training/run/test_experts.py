@@ -6,6 +6,8 @@ made from the real photos."""
 
 import os
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -117,7 +119,8 @@ def test_samples_are_drawn_by_the_high_noise_expert_down_to_the_boundary_and_by_
     latent = torch.zeros(1, 16, 2, 8, 8)
     try:
         with torch.inference_mode():
-            denoised(patchers["high"], sample, latent, sample.positives[0], 0, (patchers["low"], WAN22_EXPERT_BOUNDARY))
+            prompt = replace(sample.renders()[0], seed=0)
+            denoised(patchers["high"], sample, prompt, latent, (patchers["low"], WAN22_EXPERT_BOUNDARY))
     finally:
         for hook in hooks:
             hook.remove()

@@ -1,0 +1,120 @@
+"""One sample prompt line with its own settings, as kohya's prompt files write them:
+`a dog on a beach --n blurry --w 512 --h 768 --seed 3 --cfg 4 --steps 20`; a flag left out takes
+SampleDuringTraining's value. `--ref` names a reference image (edit models, up to three), `--edit`
+makes the line an edit instruction without one (Qwen-Image-Edit), `--image` and `--mask` the image and
+mask an inpainting model fills."""
+
+import os
+import re
+from dataclasses import dataclass
+
+from ...errors import EriDiffusionError
+from ..settings import Setting, SettingInfo, check_value, nearest_hint
+
+# flag (with kohya's and musubi-tuner's short names) -> the PromptSpec field it sets
+FLAGS = {
+    "n": "negative",
+    "neg": "negative",
+    "negative": "negative",
+    "w": "width",
+    "width": "width",
+    "h": "height",
+    "height": "height",
+    "d": "seed",
+    "seed": "seed",
+    "l": "cfg",
+    "cfg": "cfg",
+    "s": "steps",
+    "steps": "steps",
+    "g": "guidance",
+    "guidance": "guidance",
+    "ref": "references",
+    "ci": "references",
+    "control": "references",
+    "image": "image",
+    "mask": "mask",
+    "edit": "edit",
+}
+SWITCHES = ("edit",)  # flags that take no value
+MAX_REFERENCES = 3  # as TextEncodeQwenImageEditPlus's image1..image3
+# the guidance a guidance-distilled model embeds (FluxGuidance's value), not a node input
+GUIDANCE = Setting("guidance", float, 3.5, SettingInfo("The guidance the model embeds.", minimum=0.0, maximum=100.0))
+_FLAG = re.compile(r"(?:^|\s)--([A-Za-z]+)(?=\s|$)")
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """A prompt line's text and the settings it gives itself (None: SampleDuringTraining's)."""
+
+    text: str
+    negative: str | None = None
+    width: int | None = None
+    height: int | None = None
+    seed: int | None = None
+    cfg: float | None = None
+    steps: int | None = None
+    guidance: float | None = None  # the guidance a guidance-distilled model embeds (FluxGuidance's)
+    references: tuple = ()  # reference (control) image paths
+    image: str = ""  # inpainting: the image to fill ...
+    mask: str = ""  # ... and its mask (white: repaint)
+    edit: bool = False  # Qwen-Image-Edit: an edit instruction even without references (its edit template)
+
+    def images(self):
+        """Every image file the line names."""
+        return self.references + tuple(p for p in (self.image, self.mask) if p)
+
+
+def parse_prompt_line(line, number, declared, image_folder):
+    """The PromptSpec of prompt line `number` (1-based); `declared` SampleDuringTraining's {name:
+    Setting} bounds the numbers; relative image paths are taken from `image_folder`."""
+    where = f"SampleDuringTraining: prompts line {number}"
+    parts = _FLAG.split(line)
+    text, values, references = parts[0].strip(), {}, []
+    if not text:
+        raise EriDiffusionError(f"{where} has flags but no prompt text; write the prompt before its --flags.")
+    for flag, value in zip(parts[1::2], parts[2::2]):
+        name, value = FLAGS.get(flag.lower()), value.strip()
+        if name is None:
+            raise EriDiffusionError(
+                f"{where}: unknown flag --{flag}{nearest_hint(flag, FLAGS)} "
+                f"(flags: {', '.join('--' + f for f in FLAGS)})."
+            )
+        if name in SWITCHES:
+            if value:
+                raise EriDiffusionError(f"{where}: --{flag} takes no value (got {value!r}); write it alone.")
+            values[name] = True
+            continue
+        if not value:
+            raise EriDiffusionError(f"{where}: --{flag} has no value; write one after it or leave the flag out.")
+        if name == "references":
+            references.append(_image(value, image_folder, f"{where}: --{flag}"))
+        elif name in ("image", "mask"):
+            values[name] = _image(value, image_folder, f"{where}: --{flag}")
+        elif name == "negative":
+            values[name] = value
+        else:
+            values[name] = _number(value, declared.get(name, GUIDANCE), f"{where}: --{flag}")
+    if len(references) > MAX_REFERENCES:
+        raise EriDiffusionError(f"{where} names {len(references)} references; edit models take up to {MAX_REFERENCES}.")
+    if bool(values.get("image")) != bool(values.get("mask")):
+        raise EriDiffusionError(f"{where}: inpainting takes both --image (the picture) and --mask (white: repaint).")
+    return PromptSpec(text, references=tuple(references), **values)
+
+
+def _number(text, setting, where):
+    kind = setting.type
+    try:
+        value = kind(float(text)) if kind is int and float(text).is_integer() else kind(text)
+    except ValueError:
+        raise EriDiffusionError(
+            f"{where} must be {'a whole number' if kind is int else 'a number'}, got {text!r}."
+        ) from None
+    return check_value(setting, value, where)
+
+
+def _image(path, folder, where):
+    path = os.path.expanduser(path)
+    full = path if os.path.isabs(path) else os.path.join(folder, path)
+    if not os.path.isfile(full):
+        raise EriDiffusionError(f"{where}: no image file {full}; give a path relative to {folder} or an absolute one.")
+    return full
