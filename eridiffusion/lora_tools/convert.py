@@ -28,7 +28,15 @@ from ..training.formats.lora_conventions import (
     split_key,
 )
 from ..training.formats.lora_file import loadable_weight_keys
-from .lora_layers import check_output, dtype_name, layer_algorithm, rank_and_alpha, read_safetensors, write_lora
+from .lora_layers import (
+    check_layers,
+    check_output,
+    dtype_name,
+    layer_algorithm,
+    rank_and_alpha,
+    read_safetensors,
+    write_lora,
+)
 from .peft_dora import is_peft_dora, weight_change
 
 TARGETS = ("comfyui", "peft")
@@ -148,6 +156,7 @@ def _grouped(tensors, path):
             f"{', '.join(sorted(unknown)[:3])}); nothing was written. Remove them, or report the trainer that "
             "wrote them."
         )
+    check_layers(path, layers)
     return layers
 
 

@@ -10,7 +10,7 @@ import torch
 
 from ..errors import EriDiffusionError
 from .inspection import diffusion_model_names
-from .lora_layers import check_input, check_output, lora_tensors, write_lora
+from .lora_layers import check_output, lora_tensors, safetensors_keys, write_lora
 from .low_rank import check_rank_and_energy, spectrum_of_matrix
 from .resize import LayerResult
 
@@ -47,14 +47,16 @@ def extract_from_files(
     import safetensors
 
     check_rank_and_energy(rank, energy, "extract")
+    check_device(device)
     check_output(output, overwrite)
     for path in (base_path, tuned_path):
-        check_input(path)
+        safetensors_keys(path, "model")
     with safetensors.safe_open(base_path, "pt") as base, safetensors.safe_open(tuned_path, "pt") as tuned:
         base_names, tuned_names = diffusion_model_names(list(base.keys())), diffusion_model_names(list(tuned.keys()))
         _check_same_names(base_path, tuned_path, base_names, tuned_names)
         pairs = ((name, base.get_tensor(base_names[name]), tuned.get_tensor(tuned_names[name])) for name in base_names)
-        result = _extract(pairs, lambda name: "diffusion_model." + name[: -len(".weight")], rank, energy, device)
+        prefix_of = lambda name: "diffusion_model." + name[: -len(".weight")]  # noqa: E731
+        result = _extract(pairs, prefix_of, rank, energy, device, (base_path, tuned_path))
     return _write(
         result,
         output,
@@ -75,6 +77,7 @@ def extract_from_models(base, tuned, output, rank=None, energy=None, dtype="fp16
     from ..training.formats.lora_file import loadable_weight_keys
 
     check_rank_and_energy(rank, energy, "extract")
+    check_device(device)
     check_output(output, overwrite)
     base_weights = patched_diffusion_weights(base)
     tuned_weights = patched_diffusion_weights(tuned)
@@ -89,8 +92,20 @@ def extract_from_models(base, tuned, output, rank=None, energy=None, dtype="fp16
         return key if key in key_map else None
 
     pairs = ((name, base_weights[name], tuned_weights[name]) for name in base_weights)
-    result = _extract(pairs, prefix_of, rank, energy, device)
+    result = _extract(pairs, prefix_of, rank, energy, device, ("the base MODEL", "the fine-tuned MODEL"))
     return _write(result, output, {"base": "MODEL", "tuned": "MODEL"}, rank, energy, dtype, overwrite)
+
+
+def check_device(device):
+    """Before any work: a device PyTorch knows and this machine has."""
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise EriDiffusionError(f"extract: device {device!r} is no device PyTorch knows; give cpu or cuda.") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise EriDiffusionError(f"extract: device {device!r}, but this machine has no CUDA GPU; give cpu.")
+    if kind not in ("cpu", "cuda"):
+        raise EriDiffusionError(f"extract: device {device!r}; the SVDs run on cpu or cuda.")
 
 
 def _check_same_names(base_what, tuned_what, base_names, tuned_names):
@@ -102,7 +117,7 @@ def _check_same_names(base_what, tuned_what, base_names, tuned_names):
         )
 
 
-def _extract(pairs, prefix_of, rank, energy, device):
+def _extract(pairs, prefix_of, rank, energy, device, sources):
     tensors, layers, full, skipped, unchanged = {}, [], [], [], 0
     for name, base_weight, tuned_weight in pairs:
         if base_weight.shape != tuned_weight.shape:
@@ -111,6 +126,12 @@ def _extract(pairs, prefix_of, rank, energy, device):
                 f"{tuple(tuned_weight.shape)} in the fine-tuned model; give the base it was tuned from."
             )
         delta = tuned_weight.to(device, torch.float32) - base_weight.to(device, torch.float32)
+        if not bool(torch.isfinite(delta).all()):
+            source = sources[0] if not bool(torch.isfinite(base_weight.to(device, torch.float32)).all()) else sources[1]
+            raise EriDiffusionError(
+                f"extract: {name} holds NaN or infinite values in {source}; nothing was written. Give a model "
+                "whose weights are finite (a diverged fine-tune has no LoRA to extract)."
+            )
         if not bool(delta.any()):
             unchanged += 1
             continue

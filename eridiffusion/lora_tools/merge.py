@@ -11,6 +11,7 @@ from ..errors import EriDiffusionError
 from .lora_layers import (
     LOW_RANK,
     check_output,
+    check_weights,
     dtype_name,
     layer_algorithm,
     lora_tensors,
@@ -75,6 +76,7 @@ def merge_loras(inputs, output, rank=None, dtype=None, overwrite=False):
         raise EriDiffusionError("merge: give at least one LoRA file.")
     if rank is not None and rank < 1:
         raise EriDiffusionError(f"merge: rank {rank} is out of range; give a rank of 1 or more (or none for exact).")
+    check_weights(inputs, "merge")
     check_output(output, overwrite)
     loras = [read_lora(path) for path, _ in inputs]
     check_mergeable(loras)
@@ -99,7 +101,7 @@ def merge_loras(inputs, output, rank=None, dtype=None, overwrite=False):
             results.append(LayerResult(prefix, joined.rank, joined.rank, 1.0))
             continue
         spectrum = spectrum_of_product(joined)
-        kept_rank = min(rank, joined.rank)
+        kept_rank = min(rank, joined.rank, spectrum.size)
         tensors.update(lora_tensors(prefix, spectrum.truncated(kept_rank, 1.0), 1.0))
         results.append(LayerResult(prefix, joined.rank, kept_rank, spectrum.kept_energy(kept_rank)))
     metadata = {

@@ -85,7 +85,7 @@ def resize_lora(path, output, rank=None, energy=None, dtype=None, overwrite=Fals
             continue
         old_rank, alpha = rank_and_alpha(group)
         spectrum = spectrum_of_product(low_rank_of(group, prefix, path))
-        new_rank = min(rank, old_rank) if rank is not None else spectrum.rank_for(energy)
+        new_rank = min(rank, old_rank, spectrum.size) if rank is not None else spectrum.rank_for(energy)
         scale = alpha / old_rank
         tensors.update(lora_tensors(prefix, spectrum.truncated(new_rank, scale), scale))
         tensors.update(
