@@ -57,8 +57,8 @@ class Inputs:
 
 
 def load_inputs(config: RunConfig) -> Inputs:
-    """The datasets (LoadDataset), checked against the run's settings, then the model: a mistake in
-    the data or the settings is named before any model file is read."""
+    """The datasets (LoadDataset), checked against the run's settings, and the sample prompts' images,
+    then the model: a mistake in the data or the settings is named before any model file is read."""
     from ..nodes.dataset_node import LoadDataset
 
     with torch.inference_mode():  # as ComfyUI's executor runs every node
@@ -69,6 +69,8 @@ def load_inputs(config: RunConfig) -> Inputs:
         training = LoadDataset.execute(**config.dataset).result[0]
         validation, regularization = dataset(config.validation_dataset), dataset(config.regularization_dataset)
         check_datasets(config, training, validation, regularization)
+        if config.sample is not None:  # the prompt lines' images, relative to the config file
+            SamplerSettings(**config.sample).prompt_specs(os.path.dirname(config.path))
         model, clip, vae = load_models(config.model)
         family = model_family(model, config.model)
     return Inputs(model, clip, vae, family, training, validation, regularization)
