@@ -65,12 +65,11 @@ def check_flux_input_layout(model):
     )
 
 
-def check_inpaint_fits(model, data):
+def check_inpaint_fits(model, given):
     """An inpainting model (input channels for a masked image and its mask) trains on data cached with
-    CacheLatents' inpaint, and only such a model does: either way round the inputs would be silently
-    wrong (the host's empty image and full mask) or unused."""
+    CacheLatents' inpaint (`given`), and only such a model does: either way round the inputs would be
+    silently wrong (the host's empty image and full mask) or unused."""
     takes = takes_inpaint_channels(model)
-    given = any(sample.inpaint is not None for sample in data.samples)
     name = type(model.model_config).__name__
     if takes and not given:
         raise EriDiffusionError(
@@ -79,7 +78,7 @@ def check_inpaint_fits(model, data):
         )
     if given and not takes:
         raise EriDiffusionError(
-            f"CacheLatents' inpaint encoded masked images, but {name} has no inpainting inputs to read them; "
+            f"CacheLatents' inpaint is on (masked images), but {name} has no inpainting inputs to read them; "
             "turn inpaint off (masks/ then weigh the loss), or train an inpainting model (Flux Fill)."
         )
 

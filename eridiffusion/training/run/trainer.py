@@ -255,7 +255,7 @@ def train_lora(
     """Train, save checkpoints to run_dir, and return the trained MODEL (and CLIP) clones and LoRA.
     `processes`: this process's place in a run of several (distributed.join_processes)."""
     check_flux_input_layout(model_patcher.model)  # before the run is built
-    check_inpaint_fits(model_patcher.model, data)
+    check_inpaint_fits(model_patcher.model, any(sample.inpaint is not None for sample in data.samples))
     for prompt in sample_settings.renders() if sample_settings is not None else ():
         prompt.checked_for(model_patcher.model)
     run = TrainingRun(model_patcher, data, config, run_dir, clip=clip, resume=resume, processes=processes)
