@@ -224,3 +224,26 @@ def test_the_merge_node_refuses_a_weight_that_is_no_number(registered, tmp_path)
     assert error == (
         f"EriDiffusion_MergeLoRAs: merge: {path} has weight nan, which is no finite number; give a number such as 0.8."
     )
+
+
+def test_convert_refuses_a_lora_whose_layer_widths_are_another_models(lora_cli, tmp_path):
+    # an SD1.5 LoRA given an SD2 model has the same layer names and other widths; here one layer of the
+    # demo SD1.5's time embedding (128x32) carries a 131-row change
+    path = tmp_path / "wider.safetensors"
+    layer = "lora_unet_time_embed_0"
+    safetensors.torch.save_file(
+        {
+            f"{layer}.lora_up.weight": torch.ones(131, 4),
+            f"{layer}.lora_down.weight": torch.ones(4, 32),
+            f"{layer}.alpha": torch.tensor(4.0),
+        },
+        str(path),
+    )
+    status, _, err = lora_cli("convert", path, "--model", "tiny-sd15", "-o", tmp_path / "c.safetensors")
+    assert status == cli.EXIT_ERROR
+    assert err == (
+        f"eridiffusion lora convert: error: {path}: layer {layer} changes a 131x32 weight, but the BaseModel weight "
+        "it names is 128x32; the LoRA was made for another model (one with the same layer names, other widths): "
+        "convert it with the model it was trained for.\n"
+    )
+    assert not (tmp_path / "c.safetensors").exists()
