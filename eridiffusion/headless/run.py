@@ -23,6 +23,7 @@ from ..training.run.preflight import (
     check_flux_input_layout,
     check_inpaint_fits,
     check_masks,
+    check_references_read,
     check_resume_point,
     check_run,
     check_settings_fit_data,
@@ -173,7 +174,7 @@ def checked_inputs(config, resume, output, processes=SINGLE_PROCESS):
     """(the ResumePoint or None, the Inputs) of a run, with every check that needs no image encoded
     made: what `train` and `--dry-run` both ask first. The resume point and the save target are
     checked before any model loads, the datasets before the model, the resume point's fit and the
-    sample size, the input layout and CacheLatents' inpaint against the loaded model."""
+    sample size, the input layout, CacheLatents' inpaint and the edit references against the loaded model."""
     settings = train_config(config)
     point = resume_point(resume, output, settings, processes)
     check_save_target(config)
@@ -181,6 +182,7 @@ def checked_inputs(config, resume, output, processes=SINGLE_PROCESS):
     check_resume_fits(point, inputs.model, inputs.clip, settings)
     check_flux_input_layout(inputs.model.model)  # (the graph's trainer checks these after CacheLatents)
     check_inpaint_fits(inputs.model.model, config.cache["inpaint"])
+    check_references_read(inputs.model.model, any(record.references for record in inputs.dataset.records))
     if config.sample is not None:
         SamplerSettings(**config.sample).check_sizes(inputs.vae, os.path.dirname(config.path))
     return point, inputs

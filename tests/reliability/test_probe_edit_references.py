@@ -76,3 +76,33 @@ def test_other_metadata_columns_are_still_read_as_before(photos):
     write_metadata(folder, {"control": "refs/00.png", "aesthetic_score": 6.5, "controlnet_strength": 1})
     records = load_dataset(str(folder)).records
     assert [os.path.basename(r.reference) for r in records] == ["00.png", "00.png"]
+
+
+READS_NONE = (
+    "the dataset pairs its images with edit references (control/ folders or metadata.jsonl's control columns), but "
+    "ComfyUI loaded this model as SD15, which reads none; train an edit model (Flux Kontext, Flux.2, "
+    "Qwen-Image-Edit), or move the references out of the dataset."
+)
+
+
+def test_edit_references_for_a_model_that_reads_none_are_refused_through_the_executor(registered, photos):
+    folder = photos(2)
+    side_folder(folder, "control")
+    outcome = run_training(folder, "references_unread")
+    assert not outcome.success and not os.path.exists(outcome.run_dir)
+    assert outcome.error == f"EriDiffusion_LoRATrainer: {READS_NONE}"
+
+
+def test_edit_references_for_a_model_that_reads_none_are_refused_headless_before_any_image_is_encoded(photos):
+    from devkit.headless import run_cli, write_yaml
+
+    folder = photos(2)
+    side_folder(folder, "control")
+    config = write_yaml(
+        folder.parent / "run.yaml", f"model: tiny-sd15\ndataset: {{folder: {folder}}}\ntrain: {{steps: 1}}\n"
+    )
+    out = folder.parent / "out"
+    done = run_cli("train", config, "--output", out, cwd=folder.parent)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines()[-1] == f"eridiffusion: error: {READS_NONE}"
+    assert (sorted(os.listdir(out)) if out.is_dir() else []) == []  # no latent cache, no run folder

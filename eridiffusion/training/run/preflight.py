@@ -7,7 +7,7 @@ import os
 
 from ...errors import EriDiffusionError
 from .run_state import check_resumable
-from .sample_inputs import takes_inpaint_channels
+from .sample_inputs import reads_condition, takes_inpaint_channels
 
 # Below this share of the loss weight (masked pixels at their mask's value, the rest at mask_min)
 # over all the images, a run trains on almost nothing.
@@ -42,6 +42,17 @@ def check_run(data, config, clip, resume, processes):
     check_settings_fit_data(config, data.validation is not None, data.regularization is not None)
     check_masks(*masks_of_samples(data), config.mask_min)
     check_resume_point(resume, config, processes.world_size)
+
+
+def check_model_fits(model, data, sample_settings=None):
+    """What the loaded `model` (a BaseModel) cannot do with TrainingData `data` and SampleSettings
+    `sample_settings`: an input layout ComfyUI's class cannot fill, inpaint data or edit references it
+    would not read, a sample prompt setting it ignores. Before the run's folder is made."""
+    check_flux_input_layout(model)
+    check_inpaint_fits(model, any(sample.inpaint is not None for sample in data.samples))
+    check_references_read(model, any(sample.reference_latents for sample in data.samples))
+    for prompt in sample_settings.renders() if sample_settings is not None else ():
+        prompt.checked_for(model)
 
 
 def check_flux_input_layout(model):
@@ -80,6 +91,17 @@ def check_inpaint_fits(model, given):
         raise EriDiffusionError(
             f"CacheLatents' inpaint is on (masked images), but {name} has no inpainting inputs to read them; "
             "turn inpaint off (masks/ then weigh the loss), or train an inpainting model (Flux Fill)."
+        )
+
+
+def check_references_read(model, given):
+    """Edit references (`given`: the data has some) reach only a model whose ComfyUI class reads reference
+    latents; any other would train on the targets alone, the references encoded and silently unused."""
+    if given and not reads_condition(model, "reference_latents"):
+        raise EriDiffusionError(
+            f"the dataset pairs its images with edit references (control/ folders or metadata.jsonl's control "
+            f"columns), but ComfyUI loaded this model as {type(model.model_config).__name__}, which reads none; "
+            "train an edit model (Flux Kontext, Flux.2, Qwen-Image-Edit), or move the references out of the dataset."
         )
 
 

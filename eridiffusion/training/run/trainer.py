@@ -31,7 +31,7 @@ from .evaluation import evaluation_loss
 from .micro_batches import MicroBatches, loss_function, prepared
 from .non_finite import MAX_SKIPS_IN_A_ROW, StepHealth, diverged_error
 from .optimizer_step import OptimizerStep
-from .preflight import check_flux_input_layout, check_inpaint_fits
+from .preflight import check_model_fits
 from .resume import ResumePoint
 from .samples import SampleSettings, render_samples
 from .summary import run_summary
@@ -254,10 +254,7 @@ def train_lora(
 ) -> TrainResult:
     """Train, save checkpoints to run_dir, and return the trained MODEL (and CLIP) clones and LoRA.
     `processes`: this process's place in a run of several (distributed.join_processes)."""
-    check_flux_input_layout(model_patcher.model)  # before the run is built
-    check_inpaint_fits(model_patcher.model, any(sample.inpaint is not None for sample in data.samples))
-    for prompt in sample_settings.renders() if sample_settings is not None else ():
-        prompt.checked_for(model_patcher.model)
+    check_model_fits(model_patcher.model, data, sample_settings)  # before the run is built
     run = TrainingRun(model_patcher, data, config, run_dir, clip=clip, resume=resume, processes=processes)
     try:
         result = train(run, sample_settings, hooks)
