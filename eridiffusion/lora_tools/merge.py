@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import EriDiffusionError
+from .inspection import family_of
 from .lora_layers import (
     LOW_RANK,
     check_output,
@@ -49,7 +50,28 @@ def _kind(lora):
     return ", ".join(sorted(kinds)) or "diff"
 
 
+# Key-guessed families (inspection.family_of) that one model's LoRAs may each show: a Flux.2 LoRA of its
+# attention alone reads as Flux, an SDXL LoRA without text-encoder layers as SD1.x/SDXL UNet.
+_SAME_MODEL = ({"Flux", "Flux.2"}, {"SDXL", "SD1.x/SDXL UNet"})
+
+
+def _check_one_family(loras):
+    """LoRAs whose layer names tell different model families apart (a Flux and an SDXL LoRA share no
+    layer, so no shape check would stop their union) are refused."""
+    families = {lora.path: family_of({}, lora.layers)[0] for lora in loras}
+    known = {path: family for path, family in families.items() if family != "unknown"}
+    groups = {
+        next((frozenset(g) for g in _SAME_MODEL if family in g), frozenset({family})) for family in known.values()
+    }
+    if len(groups) > 1:
+        listed = "; ".join(f"{path}: {family}" for path, family in known.items())
+        raise EriDiffusionError(
+            f"merge: the LoRAs are of different models by their layer names ({listed}); merge LoRAs of one model."
+        )
+
+
 def check_mergeable(loras):
+    _check_one_family(loras)
     kinds = {lora.path: _kind(lora) for lora in loras}
     if len(set(kinds.values())) > 1:
         listed = "; ".join(f"{path}: {kind}" for path, kind in kinds.items())

@@ -247,3 +247,39 @@ def test_convert_refuses_a_lora_whose_layer_widths_are_another_models(lora_cli, 
         "convert it with the model it was trained for.\n"
     )
     assert not (tmp_path / "c.safetensors").exists()
+
+
+def _named_lora(path, layers):
+    tensors = {}
+    for layer in layers:
+        tensors.update(
+            {
+                f"{layer}.lora_up.weight": torch.ones(8, 2),
+                f"{layer}.lora_down.weight": torch.ones(2, 6),
+                f"{layer}.alpha": torch.tensor(2.0),
+            }
+        )
+    safetensors.torch.save_file(tensors, str(path))
+    return str(path)
+
+
+def test_merging_loras_of_different_model_families_is_refused_naming_each(lora_cli, tmp_path):
+    # no layer in common, so no shape disagrees: without the check their union was written
+    flux = _named_lora(tmp_path / "flux.safetensors", ["lora_unet_double_blocks_0_img_attn_qkv"])
+    sdxl = _named_lora(tmp_path / "sdxl.safetensors", ["lora_unet_input_blocks_4_1_transformer_blocks_0_attn1_to_q"])
+    status, _, err = lora_cli("merge", flux, sdxl, "-o", tmp_path / "m.safetensors")
+    assert (status, err) == (
+        cli.EXIT_ERROR,
+        f"eridiffusion lora merge: error: merge: the LoRAs are of different models by their layer names ({flux}: "
+        f"Flux; {sdxl}: SD1.x/SDXL UNet); merge LoRAs of one model.\n",
+    )
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_loras_of_one_model_whose_names_tell_its_family_apart_differently_still_merge(lora_cli, tmp_path):
+    # a Flux.2 LoRA of its attention alone reads as Flux; one with its modulation as Flux.2
+    attention = _named_lora(tmp_path / "attn.safetensors", ["lora_unet_double_blocks_0_img_attn_qkv"])
+    modulation = _named_lora(tmp_path / "mod.safetensors", ["lora_unet_double_stream_modulation_img_lin"])
+    status, out, err = lora_cli("merge", attention, modulation, "-o", tmp_path / "m.safetensors")
+    assert status == 0, err
+    assert "exact merge, 2 layers" in out
