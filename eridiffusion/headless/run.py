@@ -26,6 +26,7 @@ from ..training.run.preflight import (
     check_references_read,
     check_resume_point,
     check_run,
+    check_samples_read,
     check_settings_fit_data,
     masks_of_records,
 )
@@ -118,7 +119,9 @@ def sample_settings(config, inputs):
     if config.sample is None:
         return None
     with torch.inference_mode():
-        return sample_config(inputs.clip, inputs.vae, SamplerSettings(**config.sample), os.path.dirname(config.path))
+        samples = sample_config(inputs.clip, inputs.vae, SamplerSettings(**config.sample), os.path.dirname(config.path))
+    check_samples_read(inputs.model.model, samples)  # before any image is encoded
+    return samples
 
 
 def train_config(config):

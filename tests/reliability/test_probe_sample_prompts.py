@@ -192,3 +192,21 @@ def test_an_ai_toolkit_sample_prompt_holding_a_line_break_is_refused(tmp_path):
         EriDiffusionError, match=r"samples\[0\]\.prompt holds a line break; write the prompt on one line"
     ):
         load_run_config(path)
+
+
+def test_a_sample_guidance_the_model_ignores_is_refused_headless_before_any_image_is_encoded(tmp_path, datasets_dir):
+    from devkit.headless import run_cli
+
+    path = write_yaml(
+        tmp_path / "run.yaml",
+        f"model: tiny-sd15\ndataset: {{folder: {datasets_dir}/dreambooth_dog}}\n"
+        "sample: {prompts: ['a dog --g 3'], width: 64, height: 64}\n",
+    )
+    done = run_cli("train", path, "--output", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "eridiffusion: error: SampleDuringTraining: prompt 'a dog' sets --g 3, but BaseModel has no guidance "
+        "embedding; use --cfg for classifier-free guidance."
+    )
+    out = tmp_path / "out"
+    assert (sorted(os.listdir(out)) if out.is_dir() else []) == []  # no latent cache, no run folder

@@ -51,6 +51,11 @@ def check_model_fits(model, data, sample_settings=None):
     check_flux_input_layout(model)
     check_inpaint_fits(model, any(sample.inpaint is not None for sample in data.samples))
     check_references_read(model, any(sample.reference_latents for sample in data.samples))
+    check_samples_read(model, sample_settings)
+
+
+def check_samples_read(model, sample_settings):
+    """Each sample prompt's own settings (--g, --ref, --image) are ones `model` reads."""
     for prompt in sample_settings.renders() if sample_settings is not None else ():
         prompt.checked_for(model)
 
