@@ -1,13 +1,16 @@
-"""Fill / inpaint probed as users run it: CacheLatents' inpaint on a model without inpainting inputs is
+"""Fill / inpaint probed as users run it: a mask painted in colour is refused by name (it would count by
+its brightness alone); CacheLatents' inpaint on a model without inpainting inputs is
 named from the loaded model before any image is encoded headless, and in the graph (where only the trainer
 sees the MODEL, after CacheLatents) before the run's folder is made; so is a sample setting the model ignores."""
 
 import os
 
 import pytest
+from PIL import Image
 
 from devkit.headless import CONFIGS, run_cli, write_yaml
-from devkit.workflow import QUICK, run_named, training_prompt, with_sampler
+from devkit.workflow import QUICK, run_named, run_training, training_prompt, with_sampler
+from eridiffusion.training.data.dataset import load_dataset
 
 TINY = os.path.join(CONFIGS, "tiny_demo.yaml")
 
@@ -45,3 +48,39 @@ def test_a_sample_guidance_the_model_ignores_is_refused_in_the_graph_before_the_
         "embedding; use --cfg for classifier-free guidance."
     )
     assert not os.path.exists(outcome.run_dir)
+
+
+def _masks(folder, paint):
+    (folder / "masks").mkdir()
+    for image in sorted(folder.glob("*.jpg")):
+        with Image.open(image) as opened:
+            paint(opened.size).save(folder / "masks" / f"{image.stem}{'.jpg' if paint is _grey_jpeg else '.png'}")
+
+
+def _red_on_black(size):
+    mask = Image.new("RGB", size, (0, 0, 0))
+    mask.paste((255, 0, 0), (0, 0, size[0] // 2, size[1]))
+    return mask
+
+
+def _grey_jpeg(size):
+    return Image.linear_gradient("L").resize(size).convert("RGB")  # saved as JPEG: slight tints
+
+
+def test_a_mask_painted_in_colour_is_refused_through_the_executor_naming_it(registered, photos):
+    folder = photos(1)
+    _masks(folder, _red_on_black)
+    outcome = run_training(folder, "colour_mask", cache_options={"inpaint": True})
+    assert not outcome.success and not os.path.exists(outcome.run_dir)
+    assert outcome.error == (
+        f"EriDiffusion_LoadDataset: mask {folder / 'masks' / '00.png'} is in colour (50% of its pixels), but a mask "
+        "is read as greyscale (white: learn or repaint, black: ignore, grey: in between), so a colour counts by its "
+        "brightness alone; re-export it in greyscale."
+    )
+
+
+def test_a_grey_mask_saved_as_an_rgb_jpeg_is_still_read(photos):
+    folder = photos(1)
+    _masks(folder, _grey_jpeg)
+    (record,) = load_dataset(str(folder)).records
+    assert record.mask == str(folder / "masks" / "00.jpg") and 0.45 < record.mask_coverage < 0.55
