@@ -31,6 +31,8 @@ class Result:
     layers: list  # [LayerResult], rank_before: the concatenated rank
 
     def lines(self):
+        if not self.layers:
+            return [f"wrote {self.path}: {self.mode} merge of full weight changes (diff) only, no low-rank layer"]
         ranks = [layer.rank_after for layer in self.layers]
         kept = [layer.kept_energy for layer in self.layers]
         out = [

@@ -283,3 +283,32 @@ def test_loras_of_one_model_whose_names_tell_its_family_apart_differently_still_
     status, out, err = lora_cli("merge", attention, modulation, "-o", tmp_path / "m.safetensors")
     assert status == 0, err
     assert "exact merge, 2 layers" in out
+
+
+def _full_changes_only(path):
+    safetensors.torch.save_file(
+        {"lora_unet_norm.diff": torch.ones(8), "lora_unet_norm.diff_b": torch.ones(8)}, str(path)
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize("size", [["--rank", 2], ["--energy", 0.9]])
+def test_resizing_a_file_of_full_weight_changes_only_is_refused_naming_it(size, lora_cli, tmp_path):
+    path = _full_changes_only(tmp_path / "norms.safetensors")
+    status, _, err = lora_cli("resize", path, *size, "-o", tmp_path / "r.safetensors")
+    assert (status, err) == (
+        cli.EXIT_ERROR,
+        f"eridiffusion lora resize: error: {path} holds no low-rank layer to resize, only full weight changes "
+        "(diff); resize handles LoRA, LoCon and DoRA files (lora_up/lora_down layers, linear and conv).\n",
+    )
+
+
+def test_merging_files_of_full_weight_changes_only_writes_their_sum_and_says_so(lora_cli, tmp_path):
+    path = _full_changes_only(tmp_path / "norms.safetensors")
+    status, out, err = lora_cli("merge", path, path, "--weights", 0.5, 0.25, "-o", tmp_path / "m.safetensors")
+    assert (status, err) == (0, "")
+    assert (
+        out
+        == f"wrote {tmp_path / 'm.safetensors'}: exact merge of full weight changes (diff) only, no low-rank layer\n"
+    )
+    assert safetensors.torch.load_file(str(tmp_path / "m.safetensors"))["lora_unet_norm.diff"].tolist() == [0.75] * 8
