@@ -26,10 +26,15 @@ class Result:
     def lines(self):
         kept = [layer.kept_energy for layer in self.layers]
         ranks = [layer.rank_after for layer in self.layers]
+        as_lora = (
+            f"{len(self.layers)} layers as LoRA (rank {min(ranks)}-{max(ranks)}, kept energy (‖ΔW_r‖/‖ΔW‖) min "
+            f"{min(kept):.4f} mean {sum(kept) / len(kept):.4f})"
+            if self.layers
+            else "no layer as LoRA"
+        )
         out = [
-            f"wrote {self.path}: {len(self.layers)} layers as LoRA (rank {min(ranks)}-{max(ranks)}, kept energy "
-            f"(‖ΔW_r‖/‖ΔW‖) min {min(kept):.4f} mean {sum(kept) / len(kept):.4f}), {len(self.full_diffs)} "
-            f"saved whole (norms, biases), {self.unchanged} unchanged"
+            f"wrote {self.path}: {as_lora}, {len(self.full_diffs)} saved whole (norms, biases), "
+            f"{self.unchanged} unchanged"
         ]
         out += [f"  {layer.prefix}: rank {layer.rank_after}, keeps {layer.kept_energy:.4f}" for layer in self.layers]
         if self.skipped:
@@ -148,6 +153,11 @@ def _extract(pairs, prefix_of, rank, energy, device, sources):
             low_rank = spectrum.truncated(kept_rank, 1.0)
             tensors.update({k: v.cpu() for k, v in lora_tensors(prefix, low_rank, 1.0).items()})
             layers.append(LayerResult(prefix, len(spectrum.s), kept_rank, spectrum.kept_energy(kept_rank)))
+    if not layers and not full and skipped:
+        raise EriDiffusionError(
+            f"extract: {len(skipped)} weight(s) differ (e.g. {skipped[0]}), but no LoRA key addresses them, so "
+            "there is nothing to write; a LoRA of this model cannot carry that change."
+        )
     if not layers and not full:
         raise EriDiffusionError(
             "extract: the two models have the same weights; give the fine-tuned model and its base."

@@ -312,3 +312,33 @@ def test_merging_files_of_full_weight_changes_only_writes_their_sum_and_says_so(
         == f"wrote {tmp_path / 'm.safetensors'}: exact merge of full weight changes (diff) only, no low-rank layer\n"
     )
     assert safetensors.torch.load_file(str(tmp_path / "m.safetensors"))["lora_unet_norm.diff"].tolist() == [0.75] * 8
+
+
+def test_extract_of_models_differing_in_norms_and_biases_only_writes_them_and_says_so(lora_cli, tmp_path):
+    base = _model_file(tmp_path / "base.safetensors", torch.ones(4, 4))
+    safetensors.torch.save_file(
+        {"a.weight": torch.ones(4, 4), "b.weight": torch.full((3,), 2.0)}, str(tmp_path / "tuned.safetensors")
+    )
+    status, out, err = lora_cli(
+        "extract", base, tmp_path / "tuned.safetensors", "--rank", 2, "-o", tmp_path / "e.safetensors"
+    )
+    assert (status, err) == (0, "")
+    assert out == f"wrote {tmp_path / 'e.safetensors'}: no layer as LoRA, 1 saved whole (norms, biases), 1 unchanged\n"
+    assert safetensors.torch.load_file(str(tmp_path / "e.safetensors"))["diffusion_model.b.diff"].tolist() == [1.0] * 3
+
+
+def test_extract_of_models_differing_only_where_no_lora_key_reaches_says_so_not_same_weights(lora_cli, tmp_path):
+    safetensors.torch.save_file(
+        {"a.weight": torch.ones(4, 4), "a.scale": torch.ones(4)}, str(tmp_path / "b.safetensors")
+    )
+    safetensors.torch.save_file(
+        {"a.weight": torch.ones(4, 4), "a.scale": torch.zeros(4)}, str(tmp_path / "t.safetensors")
+    )
+    status, _, err = lora_cli(
+        "extract", tmp_path / "b.safetensors", tmp_path / "t.safetensors", "--rank", 2, "-o", tmp_path / "e.safetensors"
+    )
+    assert (status, err) == (
+        cli.EXIT_ERROR,
+        "eridiffusion lora extract: error: extract: 1 weight(s) differ (e.g. a.scale), but no LoRA key addresses "
+        "them, so there is nothing to write; a LoRA of this model cannot carry that change.\n",
+    )
