@@ -52,15 +52,15 @@ class Result:
 
 
 def check_resizable(lora):
-    if not any(layer_algorithm(group) in RESIZABLE for group in lora.layers.values()):
-        raise EriDiffusionError(
-            f"{lora.path} holds no low-rank layer to resize, only full weight changes (diff); {SUPPORTED}."
-        )
     others = {name: n for name, n in lora.algorithms().items() if name not in (*RESIZABLE, "diff")}
     if others:
         listed = ", ".join(f"{name} ({n} layers)" for name, n in others.items())
         raise EriDiffusionError(
             f"{lora.path} holds {listed}; {SUPPORTED}. LoKr, LoHa, OFT and GLoRA layers have no rank to cut by SVD."
+        )
+    if not any(layer_algorithm(group) in RESIZABLE for group in lora.layers.values()):
+        raise EriDiffusionError(
+            f"{lora.path} holds no low-rank layer to resize, only full weight changes (diff); {SUPPORTED}."
         )
     if lora.other_keys:
         raise EriDiffusionError(
