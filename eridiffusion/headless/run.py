@@ -119,9 +119,7 @@ def sample_settings(config, inputs):
     if config.sample is None:
         return None
     with torch.inference_mode():
-        samples = sample_config(inputs.clip, inputs.vae, SamplerSettings(**config.sample), os.path.dirname(config.path))
-    check_samples_read(inputs.model.model, samples)  # before any image is encoded
-    return samples
+        return sample_config(inputs.clip, inputs.vae, SamplerSettings(**config.sample), os.path.dirname(config.path))
 
 
 def train_config(config):
@@ -242,6 +240,7 @@ def train_from_config(
     settings = train_config(config)
     point, inputs = checked_inputs(config, resume, output, processes)
     samples = sample_settings(config, inputs)
+    check_samples_read(inputs.model.model, samples)  # before any image is encoded
     device = comfy.model_management.get_torch_device()
     where = f"in {processes.world_size} processes (rank 0 on {device})" if processes.distributed else f"on {device}"
     say(f"model {config.model.describe()}: {inputs.family.name} {where}")

@@ -94,15 +94,12 @@ def test_edit_references_for_a_model_that_reads_none_are_refused_through_the_exe
 
 
 def test_edit_references_for_a_model_that_reads_none_are_refused_headless_before_any_image_is_encoded(photos):
-    from devkit.headless import run_cli, write_yaml
+    from devkit.headless import refused_train, write_yaml
 
     folder = photos(2)
     side_folder(folder, "control")
     config = write_yaml(
         folder.parent / "run.yaml", f"model: tiny-sd15\ndataset: {{folder: {folder}}}\ntrain: {{steps: 1}}\n"
     )
-    out = folder.parent / "out"
-    done = run_cli("train", config, "--output", out, cwd=folder.parent)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.splitlines()[-1] == f"eridiffusion: error: {READS_NONE}"
-    assert (sorted(os.listdir(out)) if out.is_dir() else []) == []  # no latent cache, no run folder
+    error, left = refused_train(config, folder.parent / "out", cwd=folder.parent)
+    assert (error, left) == (READS_NONE, [])  # no latent cache, no run folder

@@ -8,7 +8,7 @@ import os
 import pytest
 from PIL import Image
 
-from devkit.headless import CONFIGS, run_cli, write_yaml
+from devkit.headless import CONFIGS, refused_train, write_yaml
 from devkit.workflow import QUICK, run_named, run_training, training_prompt, with_sampler
 from eridiffusion.training.data.dataset import load_dataset
 
@@ -18,14 +18,12 @@ TINY = os.path.join(CONFIGS, "tiny_demo.yaml")
 @pytest.mark.parametrize("mode", [["--dry-run"], []], ids=["dry run", "train"])
 def test_inpaint_on_a_model_without_inpainting_inputs_is_refused_before_any_image_is_encoded(mode, tmp_path):
     config = write_yaml(tmp_path / "run.yaml", f"_base_: {TINY}\nmodel: tiny-sd15\ncache: {{inpaint: true}}\n")
-    done = run_cli("train", config, *mode, "--output", tmp_path / "out", cwd=tmp_path)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.splitlines()[-1] == (
-        "eridiffusion: error: CacheLatents' inpaint is on (masked images), but SD15 has no inpainting inputs to "
-        "read them; turn inpaint off (masks/ then weigh the loss), or train an inpainting model (Flux Fill)."
+    error, left = refused_train(config, tmp_path / "out", *mode, cwd=tmp_path)
+    assert error == (
+        "CacheLatents' inpaint is on (masked images), but SD15 has no inpainting inputs to read them; turn inpaint "
+        "off (masks/ then weigh the loss), or train an inpainting model (Flux Fill)."
     )
-    out = tmp_path / "out"
-    assert (sorted(os.listdir(out)) if out.is_dir() else []) == []  # no latent cache, no run folder
+    assert left == []  # no latent cache, no run folder
 
 
 def test_inpaint_on_a_model_without_inpainting_inputs_is_refused_in_the_graph_before_the_run_folder_is_made(

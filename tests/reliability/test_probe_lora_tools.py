@@ -16,19 +16,6 @@ LAYER = "lora_unet_down_blocks_0_proj"
 DAMAGED = "the file is damaged or was edited; re-save it from its trainer (or use an earlier save of the run)."
 
 
-@pytest.fixture
-def lora_cli(monkeypatch, capsys):
-    """main(["lora", ...]) in this process (ComfyUI is already started for the tests): (status, stdout, stderr)."""
-    monkeypatch.setattr("eridiffusion.runtime.start_host", lambda folder: folder)
-
-    def run(*args):
-        status = cli.main(["lora", *map(str, args)])
-        out = capsys.readouterr()
-        return status, out.out, out.err
-
-    return run
-
-
 def write_lora(path, rank=4, shape=(8, 6), damage=None, seed=0):
     """A two-layer LoRA file (ComfyUI's keys, alpha 2); `damage(tensors)` edits it first."""
     generator = torch.Generator().manual_seed(seed)

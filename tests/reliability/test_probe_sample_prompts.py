@@ -19,6 +19,13 @@ from eridiffusion.training.run.samples import SamplerSettings
 LINE = "SampleDuringTraining: prompts line 1"
 
 
+def refusal(prompts):
+    """The message SampleDuringTraining's settings refuse `prompts` with."""
+    with pytest.raises(EriDiffusionError) as raised:
+        SamplerSettings(prompts=prompts)
+    return str(raised.value)
+
+
 @pytest.mark.parametrize(
     "line, message",
     [
@@ -29,9 +36,7 @@ LINE = "SampleDuringTraining: prompts line 1"
     ],
 )
 def test_a_setting_given_twice_on_a_line_is_refused_naming_both_flags(line, message):
-    with pytest.raises(EriDiffusionError) as raised:
-        SamplerSettings(prompts=line)
-    assert str(raised.value) == f"{LINE} {message}"
+    assert refusal(line) == f"{LINE} {message}"
 
 
 @pytest.mark.parametrize(
@@ -44,9 +49,7 @@ def test_a_setting_given_twice_on_a_line_is_refused_naming_both_flags(line, mess
     ],
 )
 def test_a_flag_word_that_is_no_flag_is_refused_not_read_as_prompt_or_negative_text(line, message):
-    with pytest.raises(EriDiffusionError) as raised:
-        SamplerSettings(prompts=line)
-    assert str(raised.value).startswith(f"{LINE}{message}"), str(raised.value)
+    assert refusal(line).startswith(f"{LINE}{message}"), refusal(line)
 
 
 def test_two_dashes_alone_stay_prompt_text_and_the_flags_after_them_are_read():
@@ -195,18 +198,16 @@ def test_an_ai_toolkit_sample_prompt_holding_a_line_break_is_refused(tmp_path):
 
 
 def test_a_sample_guidance_the_model_ignores_is_refused_headless_before_any_image_is_encoded(tmp_path, datasets_dir):
-    from devkit.headless import run_cli
+    from devkit.headless import refused_train
 
     path = write_yaml(
         tmp_path / "run.yaml",
         f"model: tiny-sd15\ndataset: {{folder: {datasets_dir}/dreambooth_dog}}\n"
         "sample: {prompts: ['a dog --g 3'], width: 64, height: 64}\n",
     )
-    done = run_cli("train", path, "--output", tmp_path / "out", cwd=tmp_path)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.splitlines()[-1] == (
-        "eridiffusion: error: SampleDuringTraining: prompt 'a dog' sets --g 3, but BaseModel has no guidance "
-        "embedding; use --cfg for classifier-free guidance."
+    error, left = refused_train(path, tmp_path / "out", cwd=tmp_path)
+    assert error == (
+        "SampleDuringTraining: prompt 'a dog' sets --g 3, but BaseModel has no guidance embedding; use --cfg for "
+        "classifier-free guidance."
     )
-    out = tmp_path / "out"
-    assert (sorted(os.listdir(out)) if out.is_dir() else []) == []  # no latent cache, no run folder
+    assert left == []  # no latent cache, no run folder
