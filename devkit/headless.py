@@ -29,6 +29,16 @@ def run_cli(*args, cwd, timeout=600):
     )
 
 
+def refused_train(config, output, *args, cwd):
+    """`train config --output output *args`, which must be refused: (its one error line without the
+    `eridiffusion: error: ` prefix, the names it left in the output folder)."""
+    done = run_cli("train", config, *args, "--output", output, cwd=cwd)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("eridiffusion: error: ")]
+    assert len(errors) == 1, done.stderr
+    return errors[0][len("eridiffusion: error: ") :], sorted(os.listdir(output)) if os.path.isdir(output) else []
+
+
 def start_cli(*args, cwd):
     """The same, started in the background, its output going to stdout.txt and stderr.txt in `cwd`;
     the Popen."""

@@ -21,6 +21,21 @@ start_host_in_temp_dir(f"eridiffusion-tests-{os.getpid()}-", parent=os.environ.g
 from devkit.stock_comfyui import ProbeInput  # noqa: E402  (imports ComfyUI)
 
 
+@pytest.fixture
+def lora_cli(monkeypatch, capsys):
+    """main(["lora", ...]) in this process (ComfyUI is already started for the tests): (status, stdout, stderr)."""
+    from eridiffusion.headless import cli
+
+    monkeypatch.setattr("eridiffusion.runtime.start_host", lambda folder: folder)
+
+    def run(*args):
+        status = cli.main(["lora", *map(str, args)])
+        out = capsys.readouterr()
+        return status, out.out, out.err
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def comfy_dirs():
     """ComfyUI's output and loras folders for this test session."""

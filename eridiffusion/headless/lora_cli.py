@@ -140,15 +140,16 @@ def run_lora(args: argparse.Namespace) -> list[str]:
 
 def _merge_into(args, weights):
     from ..lora_tools.checkpoint import merge_into_checkpoint
-    from ..lora_tools.lora_layers import check_input, check_output
+    from ..lora_tools.lora_layers import check_output, check_weights, read_lora
     from .models import load_checkpoint
 
     if args.rank is not None or args.dtype is not None:
         raise EriDiffusionError(
             "--into writes a checkpoint at the checkpoint's own precision; leave out --rank and --dtype."
         )
-    for path in args.loras:  # before the checkpoint is loaded
-        check_input(path)
+    check_weights(zip(args.loras, weights), "merge into a checkpoint")
+    for path in args.loras:  # before the checkpoint is loaded: readable, a LoRA, finite
+        read_lora(path, other_trainers=True)
     check_output(args.output, args.force)
     model, clip, vae = load_checkpoint(args.into, {}, required=False)
     loras = [(path, weight, weight) for path, weight in zip(args.loras, weights)]

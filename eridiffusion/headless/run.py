@@ -20,9 +20,13 @@ from ..training.formats.atomic_file import writable_folder
 from ..training.model.families import Family
 from ..training.run.distributed import SINGLE_PROCESS, TrainingProcesses
 from ..training.run.preflight import (
+    check_flux_input_layout,
+    check_inpaint_fits,
     check_masks,
+    check_references_read,
     check_resume_point,
     check_run,
+    check_samples_read,
     check_settings_fit_data,
     masks_of_records,
 )
@@ -60,8 +64,8 @@ class Inputs:
 
 
 def load_inputs(config: RunConfig) -> Inputs:
-    """The datasets (LoadDataset), checked against the run's settings, then the model: a mistake in
-    the data or the settings is named before any model file is read."""
+    """The datasets (LoadDataset), checked against the run's settings, and the sample prompts' images,
+    then the model: a mistake in the data or the settings is named before any model file is read."""
     from ..nodes.dataset_node import LoadDataset
 
     with torch.inference_mode():  # as ComfyUI's executor runs every node
@@ -72,6 +76,8 @@ def load_inputs(config: RunConfig) -> Inputs:
         training = LoadDataset.execute(**config.dataset).result[0]
         validation, regularization = dataset(config.validation_dataset), dataset(config.regularization_dataset)
         check_datasets(config, training, validation, regularization)
+        if config.sample is not None:  # the prompt lines' images, relative to the config file
+            SamplerSettings(**config.sample).prompt_specs(os.path.dirname(config.path))
         model, clip, vae = load_models(config.model)
         family = model_family(model, config.model)
         extra = [load(config.model) for load in (load_low_noise_model, load_audio_vae, load_clip_vision)]
@@ -182,12 +188,16 @@ def checked_inputs(config, resume, output, processes=SINGLE_PROCESS):
     """(the ResumePoint or None, the Inputs) of a run, with every check that needs no image encoded
     made: what `train` and `--dry-run` both ask first. The resume point and the save target are
     checked before any model loads, the datasets before the model, the resume point's fit and the
-    sample size against the loaded model."""
+    sample size, the input layout, CacheLatents' inpaint and the edit references against the loaded model."""
     settings = train_config(config)
     point = resume_point(resume, output, settings, processes)
     check_save_target(config)
     inputs = load_inputs(config)
     check_resume_fits(point, inputs.model, inputs.clip, settings)
+    for model in [inputs.model] + ([inputs.low_noise_model] if inputs.low_noise_model is not None else []):
+        check_flux_input_layout(model.model)  # (the graph's trainer checks these after CacheLatents)
+        check_inpaint_fits(model.model, config.cache["inpaint"])
+        check_references_read(model.model, any(record.references for record in inputs.dataset.records))
     if config.sample is not None:
         SamplerSettings(**config.sample).check_sizes(inputs.vae, os.path.dirname(config.path))
     return point, inputs
@@ -257,6 +267,8 @@ def train_from_config(
     settings = train_config(config)
     point, inputs = checked_inputs(config, resume, output, processes)
     samples = sample_settings(config, inputs)
+    for model in [inputs.model] + ([inputs.low_noise_model] if inputs.low_noise_model is not None else []):
+        check_samples_read(model.model, samples)  # before any image is encoded
     device = comfy.model_management.get_torch_device()
     where = f"in {processes.world_size} processes (rank 0 on {device})" if processes.distributed else f"on {device}"
     say(f"model {config.model.describe()}: {inputs.family.name} {where}")

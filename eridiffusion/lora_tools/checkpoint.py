@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..errors import EriDiffusionError
 from ..training.formats.atomic_file import write_atomic
 from ..training.formats.lora_conventions import split_key
-from .lora_layers import check_input, check_output, read_safetensors
+from .lora_layers import check_output, check_weights, read_lora, read_safetensors
 
 
 @dataclass
@@ -45,9 +45,10 @@ def merge_into_checkpoint(model, clip, vae, loras, output, overwrite=False):
 
     if not loras:
         raise EriDiffusionError("merge into a checkpoint: give at least one LoRA file.")
+    check_weights(loras, "merge into a checkpoint")
     check_output(output, overwrite)
     for path, _, _ in loras:
-        check_input(path)
+        read_lora(path, other_trainers=True)  # readable, a LoRA, finite, before any is applied
     patched_model, patched_clip, done = model, clip, []
     for path, strength_model, strength_clip in loras:
         tensors, _ = read_safetensors(path, "LoRA")

@@ -3,6 +3,7 @@ kohya, musubi-tuner, OneTrainer, SimpleTuner) to ComfyUI's keys for a given mode
 diffusers/PEFT's. Every key lands in the output or is named in an error; none is dropped."""
 
 import json
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,7 +29,15 @@ from ..training.formats.lora_conventions import (
     split_key,
 )
 from ..training.formats.lora_file import loadable_weight_keys
-from .lora_layers import check_output, dtype_name, layer_algorithm, rank_and_alpha, read_safetensors, write_lora
+from .lora_layers import (
+    check_layers,
+    check_output,
+    dtype_name,
+    layer_algorithm,
+    rank_and_alpha,
+    read_safetensors,
+    write_lora,
+)
 from .peft_dora import is_peft_dora, weight_change
 
 TARGETS = ("comfyui", "peft")
@@ -100,6 +109,9 @@ def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False,
     without = sum(1 for g in layers.values() if "lora_down.weight" in g and "alpha" not in g)
     alphas = f"{without} layers without one: {scales.source}" if without else "every layer has its alpha"
     result = Result("", to, len(placed), Counter(_spelling(n, g) for n, g in layers.items()), alphas)
+    for weight, parts in placed.items():  # before any layer is rewritten
+        for name, target, group in parts:
+            _check_fits(path, name, target, group, shapes[weight], type(model).__name__)
     native = {}
     base_weight = weights or _weights_of(model)
     for weight, parts in placed.items():
@@ -127,6 +139,25 @@ def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False,
     return result
 
 
+def _check_fits(path, name, target, group, shape, model_name):
+    """A LoRA (or full-change) layer whose weight change is not of the shape of the weight it names (an
+    SD1.5 LoRA given an SD2 model: the same names, other widths) would load and then fail or be skipped."""
+    rows, columns = target.rows[1] if target.rows else shape[0], math.prod(shape[1:])
+    up, down, diff = group.get("lora_up.weight"), group.get("lora_down.weight"), group.get("diff")
+    if up is not None and down is not None:
+        changes = (up.shape[0], down[0].numel())
+    elif diff is not None and target.rows is None:
+        changes, rows = (diff.shape[0], math.prod(diff.shape[1:])), shape[0]
+    else:
+        return
+    if changes != (rows, columns):
+        raise EriDiffusionError(
+            f"{path}: layer {name} changes a {changes[0]}x{changes[1]} weight, but the {model_name} weight it names "
+            f"is {rows}x{columns}{' (its rows for this part)' if target.rows else ''}; the LoRA was made for "
+            "another model (one with the same layer names, other widths): convert it with the model it was trained for."
+        )
+
+
 def _weights_of(model):
     """weight key -> the model's weight (None for a layout on the meta device)."""
     state = model.state_dict()
@@ -148,6 +179,7 @@ def _grouped(tensors, path):
             f"{', '.join(sorted(unknown)[:3])}); nothing was written. Remove them, or report the trainer that "
             "wrote them."
         )
+    check_layers(path, layers)
     return layers
 
 

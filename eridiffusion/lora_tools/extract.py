@@ -10,7 +10,7 @@ import torch
 
 from ..errors import EriDiffusionError
 from .inspection import diffusion_model_names
-from .lora_layers import check_input, check_output, lora_tensors, write_lora
+from .lora_layers import check_output, lora_tensors, safetensors_keys, write_lora
 from .low_rank import check_rank_and_energy, spectrum_of_matrix
 from .resize import LayerResult
 
@@ -26,10 +26,15 @@ class Result:
     def lines(self):
         kept = [layer.kept_energy for layer in self.layers]
         ranks = [layer.rank_after for layer in self.layers]
+        as_lora = (
+            f"{len(self.layers)} layers as LoRA (rank {min(ranks)}-{max(ranks)}, kept energy (‖ΔW_r‖/‖ΔW‖) min "
+            f"{min(kept):.4f} mean {sum(kept) / len(kept):.4f})"
+            if self.layers
+            else "no layer as LoRA"
+        )
         out = [
-            f"wrote {self.path}: {len(self.layers)} layers as LoRA (rank {min(ranks)}-{max(ranks)}, kept energy "
-            f"(‖ΔW_r‖/‖ΔW‖) min {min(kept):.4f} mean {sum(kept) / len(kept):.4f}), {len(self.full_diffs)} "
-            f"saved whole (norms, biases), {self.unchanged} unchanged"
+            f"wrote {self.path}: {as_lora}, {len(self.full_diffs)} saved whole (norms, biases), "
+            f"{self.unchanged} unchanged"
         ]
         out += [f"  {layer.prefix}: rank {layer.rank_after}, keeps {layer.kept_energy:.4f}" for layer in self.layers]
         if self.skipped:
@@ -47,14 +52,16 @@ def extract_from_files(
     import safetensors
 
     check_rank_and_energy(rank, energy, "extract")
+    check_device(device)
     check_output(output, overwrite)
     for path in (base_path, tuned_path):
-        check_input(path)
+        safetensors_keys(path, "model")
     with safetensors.safe_open(base_path, "pt") as base, safetensors.safe_open(tuned_path, "pt") as tuned:
         base_names, tuned_names = diffusion_model_names(list(base.keys())), diffusion_model_names(list(tuned.keys()))
         _check_same_names(base_path, tuned_path, base_names, tuned_names)
         pairs = ((name, base.get_tensor(base_names[name]), tuned.get_tensor(tuned_names[name])) for name in base_names)
-        result = _extract(pairs, lambda name: "diffusion_model." + name[: -len(".weight")], rank, energy, device)
+        prefix_of = lambda name: "diffusion_model." + name[: -len(".weight")]  # noqa: E731
+        result = _extract(pairs, prefix_of, rank, energy, device, (base_path, tuned_path))
     return _write(
         result,
         output,
@@ -75,6 +82,7 @@ def extract_from_models(base, tuned, output, rank=None, energy=None, dtype="fp16
     from ..training.formats.lora_file import loadable_weight_keys
 
     check_rank_and_energy(rank, energy, "extract")
+    check_device(device)
     check_output(output, overwrite)
     base_weights = patched_diffusion_weights(base)
     tuned_weights = patched_diffusion_weights(tuned)
@@ -89,8 +97,20 @@ def extract_from_models(base, tuned, output, rank=None, energy=None, dtype="fp16
         return key if key in key_map else None
 
     pairs = ((name, base_weights[name], tuned_weights[name]) for name in base_weights)
-    result = _extract(pairs, prefix_of, rank, energy, device)
+    result = _extract(pairs, prefix_of, rank, energy, device, ("the base MODEL", "the fine-tuned MODEL"))
     return _write(result, output, {"base": "MODEL", "tuned": "MODEL"}, rank, energy, dtype, overwrite)
+
+
+def check_device(device):
+    """Before any work: a device PyTorch knows and this machine has."""
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise EriDiffusionError(f"extract: device {device!r} is no device PyTorch knows; give cpu or cuda.") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise EriDiffusionError(f"extract: device {device!r}, but this machine has no CUDA GPU; give cpu.")
+    if kind not in ("cpu", "cuda"):
+        raise EriDiffusionError(f"extract: device {device!r}; the SVDs run on cpu or cuda.")
 
 
 def _check_same_names(base_what, tuned_what, base_names, tuned_names):
@@ -102,7 +122,7 @@ def _check_same_names(base_what, tuned_what, base_names, tuned_names):
         )
 
 
-def _extract(pairs, prefix_of, rank, energy, device):
+def _extract(pairs, prefix_of, rank, energy, device, sources):
     tensors, layers, full, skipped, unchanged = {}, [], [], [], 0
     for name, base_weight, tuned_weight in pairs:
         if base_weight.shape != tuned_weight.shape:
@@ -111,6 +131,12 @@ def _extract(pairs, prefix_of, rank, energy, device):
                 f"{tuple(tuned_weight.shape)} in the fine-tuned model; give the base it was tuned from."
             )
         delta = tuned_weight.to(device, torch.float32) - base_weight.to(device, torch.float32)
+        if not bool(torch.isfinite(delta).all()):
+            source = sources[0] if not bool(torch.isfinite(base_weight.to(device, torch.float32)).all()) else sources[1]
+            raise EriDiffusionError(
+                f"extract: {name} holds NaN or infinite values in {source}; nothing was written. Give a model "
+                "whose weights are finite (a diverged fine-tune has no LoRA to extract)."
+            )
         if not bool(delta.any()):
             unchanged += 1
             continue
@@ -127,6 +153,11 @@ def _extract(pairs, prefix_of, rank, energy, device):
             low_rank = spectrum.truncated(kept_rank, 1.0)
             tensors.update({k: v.cpu() for k, v in lora_tensors(prefix, low_rank, 1.0).items()})
             layers.append(LayerResult(prefix, len(spectrum.s), kept_rank, spectrum.kept_energy(kept_rank)))
+    if not layers and not full and skipped:
+        raise EriDiffusionError(
+            f"extract: {len(skipped)} weight(s) differ (e.g. {skipped[0]}), but no LoRA key addresses them, so "
+            "there is nothing to write; a LoRA of this model cannot carry that change."
+        )
     if not layers and not full:
         raise EriDiffusionError(
             "extract: the two models have the same weights; give the fine-tuned model and its base."

@@ -1,6 +1,7 @@
 """A LoRA file as the toolbox reads it: its layers grouped by key prefix, each layer's algorithm,
 rank and alpha, a LoRA layer's weight change as a LowRank, and the checks every verb makes first."""
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -56,11 +57,31 @@ def check_input(path):
 
 
 def check_output(path, overwrite):
-    """Before any work: an existing output is refused unless `overwrite`."""
-    if os.path.exists(path) and not overwrite:
-        raise EriDiffusionError(f"{path} already exists; choose another name or pass --force to overwrite it.")
+    """Before any work: a folder or a name ComfyUI would not read as .safetensors is refused, an existing
+    output unless `overwrite`."""
     if os.path.isdir(path):
         raise EriDiffusionError(f"{path} is a folder; give the output file's name.")
+    if not path.lower().endswith(".safetensors"):
+        raise EriDiffusionError(
+            f"{path}: the output is written as .safetensors, which ComfyUI tells by the file's extension; "
+            f"give a name ending in .safetensors (e.g. {os.path.splitext(path)[0]}.safetensors)."
+        )
+    if os.path.exists(path) and not overwrite:
+        raise EriDiffusionError(f"{path} already exists; choose another name or pass --force to overwrite it.")
+
+
+def safetensors_keys(path, what="file"):
+    """The keys of a .safetensors file (its header alone), or an EriDiffusionError naming it."""
+    import safetensors
+
+    check_input(path)
+    try:
+        with safetensors.safe_open(path, "pt") as f:
+            return list(f.keys())
+    except (safetensors.SafetensorError, OSError) as error:
+        raise EriDiffusionError(
+            f"{path} cannot be read as a .safetensors {what} ({error}); give a .safetensors file."
+        ) from None
 
 
 def read_safetensors(path, what="file"):
@@ -99,6 +120,7 @@ def read_lora(path, other_trainers=False):
             f"{path} is not a LoRA: none of its {len(tensors)} keys is a LoRA tensor (e.g. {example}); "
             "give a LoRA file (keys like <layer>.lora_up.weight / .lora_down.weight / .alpha)."
         )
+    check_layers(path, layers)
     foreign = [k for k in tensors if k not in used and split_key(k)]
     if foreign:
         raise EriDiffusionError(
@@ -106,6 +128,39 @@ def read_lora(path, other_trainers=False):
             "to ComfyUI's keys first (eridiffusion lora convert, or the Convert LoRA node)."
         )
     return LoRAFile(path, layers, metadata, sorted(set(tensors) - used))
+
+
+def check_layers(path, layers):
+    """Before any work: every tensor finite, each LoRA layer's lora_up and lora_down of one rank, and its
+    alpha one number above 0 (what ComfyUI's loader and the SVDs assume of a LoRA file)."""
+    damaged = "the file is damaged or was edited; re-save it from its trainer (or use an earlier save of the run)."
+    for prefix, group in layers.items():
+        for name, tensor in group.items():
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise EriDiffusionError(f"{path}: layer {prefix}'s {name} holds NaN or infinite values; {damaged}")
+        up, down = group.get("lora_up.weight"), group.get("lora_down.weight")
+        if up is not None and down is not None and (up.dim() < 2 or down.dim() < 2 or up.shape[1] != down.shape[0]):
+            raise EriDiffusionError(
+                f"{path}: layer {prefix} has lora_up {tuple(up.shape)} and lora_down {tuple(down.shape)}, whose "
+                f"ranks (lora_up's second size, lora_down's first) differ; {damaged}"
+            )
+        alpha = group.get("alpha")
+        if alpha is not None and (alpha.numel() != 1 or not float(alpha.flatten()[0]) > 0):
+            shown = tuple(alpha.shape) if alpha.numel() != 1 else f"{float(alpha):g}"
+            raise EriDiffusionError(
+                f"{path}: layer {prefix}'s alpha is {shown}, not one number above 0 (ComfyUI scales the layer by "
+                f"alpha / rank); {damaged}"
+            )
+
+
+def check_weights(weighted, what):
+    """Before any work: each (path, weight...) of `weighted` with finite weights."""
+    for path, *weights in weighted:
+        if not all(math.isfinite(float(w)) for w in weights):
+            shown = ", ".join(f"{float(w):g}" for w in weights)
+            raise EriDiffusionError(
+                f"{what}: {path} has weight {shown}, which is no finite number; give a number such as 0.8."
+            )
 
 
 def rank_and_alpha(group):

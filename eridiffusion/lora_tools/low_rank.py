@@ -35,6 +35,11 @@ class Spectrum:
     vh: torch.Tensor
     shape: tuple
 
+    @property
+    def size(self):
+        """How many singular values: the most rank ΔW can have (a LoRA's rank may exceed its layer's)."""
+        return len(self.s)
+
     def kept_energy(self, rank):
         """‖ΔW_rank‖_F / ‖ΔW‖_F; a zero ΔW keeps all of it."""
         total = self.s.square().sum()
@@ -62,7 +67,7 @@ def spectrum_of_product(low_rank):
     up, down = low_rank.up.double(), low_rank.down.double()
     q_up, r_up = torch.linalg.qr(up)
     q_down, r_down = torch.linalg.qr(down.T)
-    u, s, vh = torch.linalg.svd(r_up @ r_down.T)
+    u, s, vh = torch.linalg.svd(r_up @ r_down.T, full_matrices=False)
     return Spectrum((q_up @ u).float(), s.float(), (vh @ q_down.T).float(), low_rank.shape)
 
 

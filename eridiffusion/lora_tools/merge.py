@@ -8,9 +8,11 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import EriDiffusionError
+from .inspection import family_of
 from .lora_layers import (
     LOW_RANK,
     check_output,
+    check_weights,
     dtype_name,
     layer_algorithm,
     lora_tensors,
@@ -29,6 +31,8 @@ class Result:
     layers: list  # [LayerResult], rank_before: the concatenated rank
 
     def lines(self):
+        if not self.layers:
+            return [f"wrote {self.path}: {self.mode} merge of full weight changes (diff) only, no low-rank layer"]
         ranks = [layer.rank_after for layer in self.layers]
         kept = [layer.kept_energy for layer in self.layers]
         out = [
@@ -48,7 +52,28 @@ def _kind(lora):
     return ", ".join(sorted(kinds)) or "diff"
 
 
+# Key-guessed families (inspection.family_of) that one model's LoRAs may each show: a Flux.2 LoRA of its
+# attention alone reads as Flux, an SDXL LoRA without text-encoder layers as SD1.x/SDXL UNet.
+_SAME_MODEL = ({"Flux", "Flux.2"}, {"SDXL", "SD1.x/SDXL UNet"})
+
+
+def _check_one_family(loras):
+    """LoRAs whose layer names tell different model families apart (a Flux and an SDXL LoRA share no
+    layer, so no shape check would stop their union) are refused."""
+    families = {lora.path: family_of({}, lora.layers)[0] for lora in loras}
+    known = {path: family for path, family in families.items() if family != "unknown"}
+    groups = {
+        next((frozenset(g) for g in _SAME_MODEL if family in g), frozenset({family})) for family in known.values()
+    }
+    if len(groups) > 1:
+        listed = "; ".join(f"{path}: {family}" for path, family in known.items())
+        raise EriDiffusionError(
+            f"merge: the LoRAs are of different models by their layer names ({listed}); merge LoRAs of one model."
+        )
+
+
 def check_mergeable(loras):
+    _check_one_family(loras)
     kinds = {lora.path: _kind(lora) for lora in loras}
     if len(set(kinds.values())) > 1:
         listed = "; ".join(f"{path}: {kind}" for path, kind in kinds.items())
@@ -75,6 +100,7 @@ def merge_loras(inputs, output, rank=None, dtype=None, overwrite=False):
         raise EriDiffusionError("merge: give at least one LoRA file.")
     if rank is not None and rank < 1:
         raise EriDiffusionError(f"merge: rank {rank} is out of range; give a rank of 1 or more (or none for exact).")
+    check_weights(inputs, "merge")
     check_output(output, overwrite)
     loras = [read_lora(path) for path, _ in inputs]
     check_mergeable(loras)
@@ -99,7 +125,7 @@ def merge_loras(inputs, output, rank=None, dtype=None, overwrite=False):
             results.append(LayerResult(prefix, joined.rank, joined.rank, 1.0))
             continue
         spectrum = spectrum_of_product(joined)
-        kept_rank = min(rank, joined.rank)
+        kept_rank = min(rank, joined.rank, spectrum.size)
         tensors.update(lora_tensors(prefix, spectrum.truncated(kept_rank, 1.0), 1.0))
         results.append(LayerResult(prefix, joined.rank, kept_rank, spectrum.kept_energy(kept_rank)))
     metadata = {

@@ -58,6 +58,10 @@ def check_resizable(lora):
         raise EriDiffusionError(
             f"{lora.path} holds {listed}; {SUPPORTED}. LoKr, LoHa, OFT and GLoRA layers have no rank to cut by SVD."
         )
+    if not any(layer_algorithm(group) in RESIZABLE for group in lora.layers.values()):
+        raise EriDiffusionError(
+            f"{lora.path} holds no low-rank layer to resize, only full weight changes (diff); {SUPPORTED}."
+        )
     if lora.other_keys:
         raise EriDiffusionError(
             f"{lora.path}: {len(lora.other_keys)} key(s) are no LoRA tensor (e.g. "
@@ -85,7 +89,7 @@ def resize_lora(path, output, rank=None, energy=None, dtype=None, overwrite=Fals
             continue
         old_rank, alpha = rank_and_alpha(group)
         spectrum = spectrum_of_product(low_rank_of(group, prefix, path))
-        new_rank = min(rank, old_rank) if rank is not None else spectrum.rank_for(energy)
+        new_rank = min(rank, old_rank, spectrum.size) if rank is not None else spectrum.rank_for(energy)
         scale = alpha / old_rank
         tensors.update(lora_tensors(prefix, spectrum.truncated(new_rank, scale), scale))
         tensors.update(

@@ -4,6 +4,7 @@ from typing import Any
 
 from comfy_api.latest import io
 
+from ..errors import EriDiffusionError
 from ..training.run.sample_config import sample_config
 from ..training.run.samples import SamplerSettings
 from ..training.settings import settings_of
@@ -45,6 +46,20 @@ class SampleDuringTraining(io.ComfyNode):
             ],
             outputs=[sockets.SampleConfig.Output(display_name="sample_config", tooltip="Connect to LoRATrainer.")],
         )
+
+    @classmethod
+    def validate_inputs(cls, prompts: str | None = None) -> bool | str:
+        """ComfyUI asks this when the prompt is queued, before any node runs: a prompt line with a bad
+        flag, number or image is refused before any image is encoded for training."""
+        import folder_paths
+
+        if prompts is None:  # (linked from another node: its value comes at run time)
+            return True
+        try:
+            SamplerSettings(prompts=prompts).prompt_specs(folder_paths.get_input_directory())
+        except EriDiffusionError as error:
+            return str(error)
+        return True
 
     @classmethod
     def execute(

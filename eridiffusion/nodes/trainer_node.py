@@ -17,7 +17,7 @@ from ..training.formats.atomic_file import write_json_atomic
 from ..training.run.config import train_config_from, training_settings
 from ..training.run.distributed import SINGLE_PROCESS
 from ..training.run.loss_plot import LossHistory
-from ..training.run.preflight import check_run
+from ..training.run.preflight import check_model_fits, check_run
 from ..training.run.resume import ResumePoint, check_resume_fits
 from ..training.run.run_folder import unique_run_dir
 from ..training.run.samples import SampleSettings
@@ -167,6 +167,8 @@ class LoRATrainer(io.ComfyNode):
         config = train_config(inputs, [settings for settings in connected if settings is not None])
         check_run(training_data, config, clip, resume, SINGLE_PROCESS)  # before the run's folder is made
         check_resume_fits(resume, model, clip, config)
+        for each in [model] + ([low_noise_model] if low_noise_model is not None else []):
+            check_model_fits(each.model, training_data, sample_config)
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)
         save_workflow(cls.hidden.extra_pnginfo, cls.hidden.unique_id, run_dir)
         # ComfyUI runs nodes under inference_mode; training needs autograd.

@@ -121,6 +121,9 @@ def parsed_value(s: Setting, value: Any, where: str) -> Any:
     """A value read from a config file as setting `s` takes it: a list of prompts for multi-line
     text, one path for a list of paths, a whole float for an int; then check_value."""
     if s.info.multiline and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        broken = next((k for k, v in enumerate(value) if "\n" in v.strip() or "\r" in v.strip()), None)
+        if broken is not None:  # it would silently become two lines
+            raise EriDiffusionError(f"{where}[{broken}] holds a line break; a list item is one line: split it in two.")
         value = "\n".join(value)
     if s.type is tuple and isinstance(value, (str, list)):
         value = (value,) if isinstance(value, str) else tuple(value)

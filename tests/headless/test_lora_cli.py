@@ -1,24 +1,10 @@
 """`eridiffusion lora <verb>` as a user types it: what each verb prints, --force, and the errors'
 exit status and message."""
 
-import pytest
 import safetensors.torch
 
 from devkit.headless import run_cli
 from eridiffusion.headless import cli
-
-
-@pytest.fixture
-def lora_cli(monkeypatch, capsys):
-    """main(["lora", ...]) in this process (ComfyUI is already started for the tests): (status, stdout, stderr)."""
-    monkeypatch.setattr("eridiffusion.runtime.start_host", lambda folder: folder)
-
-    def run(*args):
-        status = cli.main(["lora", *map(str, args)])
-        out = capsys.readouterr()
-        return status, out.out, out.err
-
-    return run
 
 
 def test_each_verb_prints_what_it_did(locon_files, tmp_path, lora_cli):

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from devkit.headless import CONFIGS, run_cli, write_yaml
+from devkit.headless import CONFIGS, refused_train, run_cli, write_yaml
 from devkit.workflow import training_prompt
 
 TINY = os.path.join(CONFIGS, "tiny_demo.yaml")
@@ -21,14 +21,9 @@ def config(tmp_path, text, name="run.yaml"):
     return write_yaml(tmp_path / name, f"_base_: {TINY}\n{text}")
 
 
-def cli_error(tmp_path, *args):
+def cli_error(tmp_path, config, *args):
     """(the error line the command printed, the files it left in the output folder)."""
-    done = run_cli("train", *args, "--output", tmp_path / "out", cwd=tmp_path)
-    assert done.returncode == 2, done.stdout + done.stderr
-    errors = [line for line in done.stderr.splitlines() if line.startswith("eridiffusion: error: ")]
-    assert len(errors) == 1, done.stderr
-    out = tmp_path / "out"
-    return errors[0][len("eridiffusion: error: ") :], sorted(os.listdir(out)) if out.is_dir() else []
+    return refused_train(config, tmp_path / "out", *args, cwd=tmp_path)
 
 
 ESCAPING = "SaveLoRA filename_prefix '../x' must be a relative name inside models/loras"

@@ -334,11 +334,21 @@ def _prompt_line(t, item, at, distilled):
     """`prompt --flag value ...` of one ai-toolkit sample item; a setting the prompt already sets
     with its own flag (ai-toolkit reads them too) keeps that value."""
     line = str(item["prompt"]).strip()
+    if "\n" in line or "\r" in line:
+        raise EriDiffusionError(
+            f"{t.text.origin(at)}: {label(at + ('prompt',))} holds a line break; write the prompt on one line."
+        )
     inline = {FLAGS.get(flag.lower()) for flag in re.findall(r"(?:^|\s)--([A-Za-z]+)(?=\s|$)", line)}
     flags = {**SAMPLE_ITEM_FLAGS, "guidance_scale": "--g" if distilled else "--cfg"}
     for key, flag in flags.items():
         if item.get(key) not in (None, "") and (FLAGS[flag[2:]] not in inline or FLAGS[flag[2:]] == "references"):
-            line += f" {flag} {item[key]}"
+            value = str(item[key]).strip()
+            if re.search(r"(?:^|\s)--\S|[\r\n]", value):  # it would end the flag's value and start another
+                raise EriDiffusionError(
+                    f"{t.text.origin(at)}: {label(at + (key,))} is {value!r}, which holds a line break or a --flag; "
+                    "give the value alone (flags go in the prompt)."
+                )
+            line += f" {flag} {value}"
     for key, reason in (
         ("num_frames", "every sample renders the sample section's frames"),
         ("fps", "video samples play at 16 fps"),

@@ -4,6 +4,7 @@ anything the user may have meant to train on and that cannot be read is an error
 
 import json
 import os
+import re
 
 from ...errors import EriDiffusionError
 from .audio import AUDIO_EXTENSIONS, SUPPORTED_AUDIO, is_audio_file
@@ -25,6 +26,10 @@ MORE_REFERENCE_FOLDERS = ("control_2", "control_3")
 # A subfolder of this name holds loss masks: for an image, a greyscale image of the same stem (white:
 # learn, black: ignore, grey: in between), fitted to the image's bucket exactly as the image is.
 MASK_FOLDER = "masks"
+# Side folders named almost as these (a fourth reference, a singular or plural off): read as they are
+# named they would turn into a clip; the one they were likely meant as is named instead.
+NEAR_SIDE_FOLDERS = {"mask": "masks", "controls": "control", "references": "reference", "ctrl": "control"}
+_NUMBERED_REFERENCES = re.compile(r"(control|reference|ctrl)_?\d+")
 
 
 SUPPORTED_IMAGES = ", ".join(ext[1:] for ext in IMAGE_EXTENSIONS)
@@ -110,6 +115,17 @@ def check_sidecars(folder, scan):
             )
 
 
+def near_side_folder_error(path, name):
+    meant = NEAR_SIDE_FOLDERS.get(name.lower())
+    if meant == MASK_FOLDER:
+        return EriDiffusionError(f"{path} is not read: loss masks go in {MASK_FOLDER}/; rename it to {MASK_FOLDER}.")
+    return EriDiffusionError(
+        f"{path} is not read: a target's edit references go in control/ (or reference/), then control_2/ and "
+        "control_3/ (three at most, as the edit models take them); rename it to one of those, or move it out of "
+        "the dataset folder."
+    )
+
+
 def _is_dir(entry):
     """Whether a folder entry is a folder; a symbolic link that loops is an error naming it."""
     try:
@@ -144,6 +160,8 @@ class FolderScan:
             self.more_reference_folders[name.lower()] = name
         elif name.lower() == MASK_FOLDER:
             self.mask_folder = name
+        elif name.lower() in NEAR_SIDE_FOLDERS or _NUMBERED_REFERENCES.fullmatch(name.lower()):
+            raise near_side_folder_error(entry.path, name)
         else:
             frames, others = frame_folder_files(entry.path)
             if frames and not others:

@@ -8,6 +8,7 @@ import os
 import re
 from dataclasses import dataclass
 
+import numpy as np
 from PIL import Image, ImageOps
 
 from ...errors import EriDiffusionError
@@ -283,8 +284,24 @@ def open_mask(path):
         return _eight_bit_gray(image)
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         black = Image.new("RGBA", image.size, (0, 0, 0, 255))
-        return Image.alpha_composite(black, image.convert("RGBA")).convert("L")
+        image = Image.alpha_composite(black, image.convert("RGBA"))
+    if image.mode not in ("L", "1"):
+        _check_grey(image.convert("RGB"), path)
     return image.convert("L")
+
+
+def _check_grey(rgb, path):
+    """A mask painted in colour (red on black ...) would count by its brightness alone (pure red: 30% weight);
+    refuse one whose pixels are visibly coloured (JPEG's slight tints pass)."""
+    pixels = np.asarray(rgb, dtype=np.int16)
+    spread = pixels.max(axis=2) - pixels.min(axis=2)
+    coloured = float((spread > 32).mean())
+    if coloured > 0.01:
+        raise EriDiffusionError(
+            f"mask {path} is in colour ({coloured:.0%} of its pixels), but a mask is read as greyscale (white: "
+            "learn or repaint, black: ignore, grey: in between), so a colour counts by its brightness alone; "
+            "re-export it in greyscale."
+        )
 
 
 def check_mask_fits(mask_path, image_path, size):

@@ -4,12 +4,15 @@ subfolders."""
 
 import json
 import os
+import re
 
 from ...errors import EriDiffusionError
 from .folder_scan import METADATA_FILE, SUPPORTED_IMAGES
 from .media import IMAGE_EXTENSIONS, open_image_rgb
 
 COLUMNS = ("control", "control_2", "control_3")
+# other columns that name a reference (control_4, ctrl_img, reference ...), which would be ignored
+_LIKE_REFERENCE = re.compile(r"(control|ctrl|reference)s?(_?(img|image))?(_?\d+)?")
 
 
 def metadata_references(folder, images):
@@ -19,6 +22,13 @@ def metadata_references(folder, images):
     path = os.path.join(folder, METADATA_FILE)
     with open(path, encoding="utf-8-sig") as file:  # (read_metadata has checked every line)
         entries = [(n, json.loads(line)) for n, line in enumerate(file.read().splitlines(), start=1) if line.strip()]
+    for number, entry in entries:
+        unread = sorted(key for key in entry if _LIKE_REFERENCE.fullmatch(key.lower()) and key not in COLUMNS)
+        if unread:
+            raise EriDiffusionError(
+                f"{path} line {number} names {unread[0]}, which is not read: a target's references go in the "
+                f"columns {', '.join(COLUMNS)} (three at most, as the edit models take them); rename or remove it."
+            )
     named = [(n, e) for n, e in entries if any(column in e for column in COLUMNS)]
     if not named:
         return {}

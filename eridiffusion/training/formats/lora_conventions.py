@@ -32,12 +32,26 @@ PEFT_ADAPTER_METADATA = "lora_adapter_metadata"  # diffusers' key for the LoraCo
 
 
 PEFT_WEIGHTS = "adapter_model.safetensors"  # what PEFT's save_pretrained writes into its folder
+PEFT_CONFIG = "adapter_config.json"  # ... beside its LoraConfig
 
 
 def peft_weights_file(path):
-    """The weights file of a PEFT save_pretrained folder given as `path`, else `path` itself."""
+    """The weights file of a PEFT save_pretrained folder given as `path`, else `path` itself. A folder must
+    hold both files save_pretrained writes: the weights and adapter_config.json (their alphas)."""
+    if not os.path.isdir(path):
+        return path
     inside = os.path.join(path, PEFT_WEIGHTS)
-    return inside if os.path.isdir(path) and os.path.isfile(inside) else path
+    if not os.path.isfile(inside):
+        raise EriDiffusionError(
+            f"{path} is a folder without {PEFT_WEIGHTS}; give a LoRA .safetensors file, or a PEFT save_pretrained "
+            f"folder (it holds {PEFT_WEIGHTS} and adapter_config.json)."
+        )
+    if not os.path.isfile(os.path.join(path, PEFT_CONFIG)):
+        raise EriDiffusionError(
+            f"{path} holds {PEFT_WEIGHTS} but no {PEFT_CONFIG}, which holds its lora_alpha (PEFT's save_pretrained "
+            f"writes both): put the config back beside it, or give {inside} itself to read it at scale 1."
+        )
+    return inside
 
 
 def split_key(key):
@@ -74,7 +88,7 @@ class PeftScales:
 def peft_scales(path, metadata):
     """The PeftScales of a LoRA file: from adapter_config.json beside it (PEFT's save_pretrained), else
     from diffusers' `lora_adapter_metadata` in its metadata, else none found (scale 1)."""
-    beside = os.path.join(os.path.dirname(os.path.abspath(path)), "adapter_config.json")
+    beside = os.path.join(os.path.dirname(os.path.abspath(path)), PEFT_CONFIG)
     if os.path.isfile(beside):
         try:
             with open(beside, encoding="utf-8") as f:

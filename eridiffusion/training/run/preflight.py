@@ -7,7 +7,7 @@ import os
 
 from ...errors import EriDiffusionError
 from .run_state import check_resumable
-from .sample_inputs import takes_inpaint_channels
+from .sample_inputs import reads_condition, takes_inpaint_channels
 
 # Below this share of the loss weight (masked pixels at their mask's value, the rest at mask_min)
 # over all the images, a run trains on almost nothing.
@@ -44,6 +44,22 @@ def check_run(data, config, clip, resume, processes):
     check_resume_point(resume, config, processes.world_size)
 
 
+def check_model_fits(model, data, sample_settings=None):
+    """What the loaded `model` (a BaseModel) cannot do with TrainingData `data` and SampleSettings
+    `sample_settings`: an input layout ComfyUI's class cannot fill, inpaint data or edit references it
+    would not read, a sample prompt setting it ignores. Before the run's folder is made."""
+    check_flux_input_layout(model)
+    check_inpaint_fits(model, any(sample.inpaint is not None for sample in data.samples))
+    check_references_read(model, any(sample.reference_latents for sample in data.samples))
+    check_samples_read(model, sample_settings)
+
+
+def check_samples_read(model, sample_settings):
+    """Each sample prompt's own settings (--g, --ref, --image) are ones `model` reads."""
+    for prompt in sample_settings.renders() if sample_settings is not None else ():
+        prompt.checked_for(model)
+
+
 def check_flux_input_layout(model):
     """A Flux-family model whose input channels ComfyUI's Flux cannot fill (Flex.2 stacks the noise, an
     inpainting image, its mask and a control image: 49 channels) fails in its first forward; name it
@@ -65,12 +81,11 @@ def check_flux_input_layout(model):
     )
 
 
-def check_inpaint_fits(model, data):
+def check_inpaint_fits(model, given):
     """An inpainting model (input channels for a masked image and its mask) trains on data cached with
-    CacheLatents' inpaint, and only such a model does: either way round the inputs would be silently
-    wrong (the host's empty image and full mask) or unused."""
+    CacheLatents' inpaint (`given`), and only such a model does: either way round the inputs would be
+    silently wrong (the host's empty image and full mask) or unused."""
     takes = takes_inpaint_channels(model)
-    given = any(sample.inpaint is not None for sample in data.samples)
     name = type(model.model_config).__name__
     if takes and not given:
         raise EriDiffusionError(
@@ -79,8 +94,19 @@ def check_inpaint_fits(model, data):
         )
     if given and not takes:
         raise EriDiffusionError(
-            f"CacheLatents' inpaint encoded masked images, but {name} has no inpainting inputs to read them; "
+            f"CacheLatents' inpaint is on (masked images), but {name} has no inpainting inputs to read them; "
             "turn inpaint off (masks/ then weigh the loss), or train an inpainting model (Flux Fill)."
+        )
+
+
+def check_references_read(model, given):
+    """Edit references (`given`: the data has some) reach only a model whose ComfyUI class reads reference
+    latents; any other would train on the targets alone, the references encoded and silently unused."""
+    if given and not reads_condition(model, "reference_latents"):
+        raise EriDiffusionError(
+            f"the dataset pairs its images with edit references (control/ folders or metadata.jsonl's control "
+            f"columns), but ComfyUI loaded this model as {type(model.model_config).__name__}, which reads none; "
+            "train an edit model (Flux Kontext, Flux.2, Qwen-Image-Edit), or move the references out of the dataset."
         )
 
 

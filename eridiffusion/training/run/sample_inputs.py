@@ -11,7 +11,7 @@ import torch
 
 from ...errors import EriDiffusionError
 from ..data.buckets import fit_to_bucket
-from ..data.media import check_mask_fits, open_image_rgb, open_mask
+from ..data.media import open_image_rgb, open_mask
 from ..data.picture_prompts import reads_images
 from ..model.edit_conditioning import encode_with_references
 
@@ -99,7 +99,6 @@ def with_inpainting(sample, vae, spec):
     import nodes  # ComfyUI's
 
     size = (sample.width, sample.height)
-    check_mask_fits(spec.mask, spec.image, open_image_rgb(spec.image).size)  # (one aspect: one crop)
     pixels, mask = image_tensor(spec.image, size), mask_tensor(spec.mask, size)
     positive, negative, latent = nodes.InpaintModelConditioning().encode(
         sample.positive, sample.negative, pixels, vae, mask, True

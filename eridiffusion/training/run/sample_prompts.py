@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from ...errors import EriDiffusionError
+from ..data.media import check_mask_fits, open_image_rgb
 from ..settings import Setting, SettingInfo, check_value, nearest_hint
 
 # flag (with kohya's and musubi-tuner's short names) -> the PromptSpec field it sets
@@ -39,7 +40,8 @@ SWITCHES = ("edit",)  # flags that take no value
 MAX_REFERENCES = 3  # as TextEncodeQwenImageEditPlus's image1..image3
 # the guidance a guidance-distilled model embeds (FluxGuidance's value), not a node input
 GUIDANCE = Setting("guidance", float, 3.5, SettingInfo("The guidance the model embeds.", minimum=0.0, maximum=100.0))
-_FLAG = re.compile(r"(?:^|\s)--([A-Za-z]+)(?=\s|$)")
+# any word starting with -- is a flag (an unknown or misspelt one is named, not read as prompt text)
+_FLAG = re.compile(r"(?:^|\s)--(\S+)(?=\s|$)")
 
 
 @dataclass(frozen=True)
@@ -66,19 +68,18 @@ class PromptSpec:
 
 def parse_prompt_line(line, number, declared, image_folder):
     """The PromptSpec of prompt line `number` (1-based); `declared` SampleDuringTraining's {name:
-    Setting} bounds the numbers; relative image paths are taken from `image_folder`."""
+    Setting} bounds the numbers; relative image paths are taken from `image_folder` and each image is
+    opened (None: the line's syntax and numbers alone are checked, its paths kept as written)."""
     where = f"SampleDuringTraining: prompts line {number}"
     parts = _FLAG.split(line)
-    text, values, references = parts[0].strip(), {}, []
+    text, values, references, given = parts[0].strip(), {}, [], {}
     if not text:
         raise EriDiffusionError(f"{where} has flags but no prompt text; write the prompt before its --flags.")
     for flag, value in zip(parts[1::2], parts[2::2]):
-        name, value = FLAGS.get(flag.lower()), value.strip()
-        if name is None:
-            raise EriDiffusionError(
-                f"{where}: unknown flag --{flag}{nearest_hint(flag, FLAGS)} "
-                f"(flags: {', '.join('--' + f for f in FLAGS)})."
-            )
+        name, value = _flag_name(flag, where), value.strip()
+        if name in given and name != "references":
+            raise EriDiffusionError(f"{where} sets {name} twice (--{given[name]} and --{flag}); keep one of them.")
+        given[name] = flag
         if name in SWITCHES:
             if value:
                 raise EriDiffusionError(f"{where}: --{flag} takes no value (got {value!r}); write it alone.")
@@ -98,7 +99,25 @@ def parse_prompt_line(line, number, declared, image_folder):
         raise EriDiffusionError(f"{where} names {len(references)} references; edit models take up to {MAX_REFERENCES}.")
     if bool(values.get("image")) != bool(values.get("mask")):
         raise EriDiffusionError(f"{where}: inpainting takes both --image (the picture) and --mask (white: repaint).")
+    if image_folder is not None:  # each image readable now, before any prompt is encoded
+        for path in references:
+            open_image_rgb(path)
+        if values.get("image"):  # the mask of the image's aspect, so one crop fits both
+            check_mask_fits(values["mask"], values["image"], open_image_rgb(values["image"]).size)
     return PromptSpec(text, references=tuple(references), **values)
+
+
+def _flag_name(flag, where):
+    """The PromptSpec field flag `flag` (the word after --) sets, or an error naming it."""
+    name = FLAGS.get(flag.lower())
+    if name is not None:
+        return name
+    written, equals, value = flag.partition("=")
+    if equals and written.lower() in FLAGS:
+        raise EriDiffusionError(f"{where}: --{flag}: write the value after a space (--{written} {value}).")
+    raise EriDiffusionError(
+        f"{where}: unknown flag --{flag}{nearest_hint(flag, FLAGS)} (flags: {', '.join('--' + f for f in FLAGS)})."
+    )
 
 
 def _number(text, setting, where):
@@ -114,6 +133,8 @@ def _number(text, setting, where):
 
 def _image(path, folder, where):
     path = os.path.expanduser(path)
+    if folder is None:
+        return path
     full = path if os.path.isabs(path) else os.path.join(folder, path)
     if not os.path.isfile(full):
         raise EriDiffusionError(f"{where}: no image file {full}; give a path relative to {folder} or an absolute one.")

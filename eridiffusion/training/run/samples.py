@@ -65,13 +65,14 @@ class SamplerSettings:
         check_settings(self, "SampleDuringTraining")
         if not self.prompt_lines():
             raise EriDiffusionError("SampleDuringTraining: prompts is empty; write one prompt per line.")
+        self.prompt_specs(None)  # every line's flags and numbers, before anything is encoded
 
     def prompt_lines(self):
         return tuple(line.strip() for line in self.prompts.splitlines() if line.strip())
 
     def prompt_specs(self, image_folder):
         """The PromptSpec of each line (its text and own settings); relative image paths are taken
-        from `image_folder`."""
+        from `image_folder`, and each image opened (None: paths kept as written, not opened)."""
         declared = settings_of(self)
         return tuple(
             parse_prompt_line(line, k + 1, declared, image_folder) for k, line in enumerate(self.prompt_lines())

@@ -33,7 +33,7 @@ from .experts import ExpertPick, ExpertSteps, check_one_model, expert_runs, expe
 from .micro_batches import MicroBatches, loss_function, prepared
 from .non_finite import MAX_SKIPS_IN_A_ROW, StepHealth, diverged_error
 from .optimizer_step import OptimizerStep
-from .preflight import check_flux_input_layout, check_inpaint_fits
+from .preflight import check_model_fits
 from .resume import ResumePoint
 from .samples import SampleSettings, render_samples
 from .summary import run_summary
@@ -313,10 +313,7 @@ def train_lora(
     `low_noise_model`: a two-expert run (experts.py), `model_patcher` the high-noise expert; the
     result's `low_noise` holds the low-noise one's."""
     for model in (model_patcher, low_noise_model) if low_noise_model is not None else (model_patcher,):
-        check_flux_input_layout(model.model)  # before the run is built
-        check_inpaint_fits(model.model, data)
-        for prompt in sample_settings.renders() if sample_settings is not None else ():
-            prompt.checked_for(model.model)
+        check_model_fits(model.model, data, sample_settings)  # before the run is built
     if low_noise_model is None:
         check_one_model(config)
         runs, pick = (TrainingRun(model_patcher, data, config, run_dir, clip, resume, processes),), None

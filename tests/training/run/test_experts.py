@@ -5,7 +5,6 @@ workflow draws them, and the inputs are untouched. Tiny Wan stacks of ComfyUI's 
 made from the real photos."""
 
 import os
-
 from dataclasses import replace
 
 import pytest
