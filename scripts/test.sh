@@ -23,4 +23,5 @@ fi
 cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 workers=${ERIDIFFUSION_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-cd "$root" && exec "$venv/bin/python" -m pytest -q -n "$workers" --dist worksteal "$@"
+# The slowest tests are listed at the end, so a suite growing past CI's time shows where.
+cd "$root" && exec "$venv/bin/python" -m pytest -q -n "$workers" --dist worksteal --durations=25 "$@"
