@@ -19,6 +19,7 @@ from ..training.data.dataset import Dataset
 from ..training.formats.atomic_file import writable_folder
 from ..training.model.families import Family
 from ..training.run.distributed import SINGLE_PROCESS, TrainingProcesses
+from ..training.run.experts import check_expert_pair
 from ..training.run.preflight import (
     check_flux_input_layout,
     check_inpaint_fits,
@@ -194,6 +195,8 @@ def checked_inputs(config, resume, output, processes=SINGLE_PROCESS):
     check_save_target(config)
     inputs = load_inputs(config)
     check_resume_fits(point, inputs.model, inputs.clip, settings)
+    if inputs.low_noise_model is not None:
+        check_expert_pair(inputs.model, inputs.low_noise_model)
     for model in [inputs.model] + ([inputs.low_noise_model] if inputs.low_noise_model is not None else []):
         check_flux_input_layout(model.model)  # (the graph's trainer checks these after CacheLatents)
         check_inpaint_fits(model.model, config.cache["inpaint"])

@@ -16,6 +16,7 @@ from ..training.data.training_data import TrainingData
 from ..training.formats.atomic_file import write_json_atomic
 from ..training.run.config import train_config_from, training_settings
 from ..training.run.distributed import SINGLE_PROCESS
+from ..training.run.experts import check_expert_pair
 from ..training.run.loss_plot import LossHistory
 from ..training.run.preflight import check_model_fits, check_run
 from ..training.run.resume import ResumePoint, check_resume_fits
@@ -167,6 +168,8 @@ class LoRATrainer(io.ComfyNode):
         config = train_config(inputs, [settings for settings in connected if settings is not None])
         check_run(training_data, config, clip, resume, SINGLE_PROCESS)  # before the run's folder is made
         check_resume_fits(resume, model, clip, config)
+        if low_noise_model is not None:
+            check_expert_pair(model, low_noise_model)
         for each in [model] + ([low_noise_model] if low_noise_model is not None else []):
             check_model_fits(each.model, training_data, sample_config)
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)

@@ -39,6 +39,32 @@ def check_experts(config, data, clip, resume, processes):
             raise EriDiffusionError(f"LoRATrainer's low_noise_model (two experts in one run) does not take {what}.")
 
 
+def check_expert_pair(high_model, low_model):
+    """The two MODELs of a two-expert run are two experts of one architecture (Wan 2.2 14B's high- and
+    low-noise files): the same MODEL twice, or models of other classes or shapes, are refused by name."""
+    if low_model.model is high_model.model:
+        raise EriDiffusionError(
+            "the same MODEL is connected to LoRATrainer's model and low_noise_model: load the low-noise expert's "
+            "own file (…_low_noise_14B…) with a second loader and connect that to low_noise_model."
+        )
+    (high_class, high), (low_class, low) = (_layout(model) for model in (high_model, low_model))
+    if (high_class, high) != (low_class, low):
+        differ = ", ".join(sorted(key for key in high.keys() | low.keys() if high.get(key) != low.get(key)))
+        what = f"{high_class} and {low_class}" if high_class != low_class else f"{high_class}s differing in {differ}"
+        raise EriDiffusionError(
+            f"model and low_noise_model are two experts of one architecture (Wan 2.2 14B's high- and low-noise files), "
+            f"but ComfyUI loaded {what}: connect the high-noise expert to model and the low-noise one of the same "
+            "release to low_noise_model."
+        )
+
+
+def _layout(patcher):
+    """(the model config's class name, its unet_config's numbers and names: not its dtype or operations)."""
+    config = patcher.model.model_config
+    plain = (bool, int, float, str, tuple, list)
+    return type(config).__name__, {key: value for key, value in config.unet_config.items() if isinstance(value, plain)}
+
+
 def expert_boundary(config, family):
     """The σ where the high-noise expert hands over: the config's, else the family's."""
     boundary = config.expert_boundary or family.expert_boundary
@@ -91,6 +117,7 @@ class ExpertPick:
 def expert_runs(high_model, low_model, data, config, run_dir, clip=None, resume=None, processes=None):
     """(the two experts' TrainingRuns, high-noise first; their ExpertPick)."""
     check_experts(config, data, clip, resume, processes)
+    check_expert_pair(high_model, low_model)
     family = family_of(high_model.model)
     boundary = expert_boundary(config, family)
     runs = tuple(

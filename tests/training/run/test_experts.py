@@ -16,7 +16,7 @@ from devkit.tiny_models import TINY_FAMILIES, build_tiny
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model.family_row import WAN22_EXPERT_BOUNDARY
-from eridiffusion.training.run.experts import ExpertPick
+from eridiffusion.training.run.experts import ExpertPick, check_expert_pair
 from eridiffusion.training.run.samples import denoised
 from eridiffusion.training.run.trainer import train_lora
 
@@ -147,3 +147,25 @@ def test_switch_boundary_every_without_a_low_noise_model_is_refused(dog_clips, t
         data = build_training_data(dog_clips, vae, clip, 64, str(tmp_path / "cache"))
     with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="connect LoRATrainer's low_noise_model"):
         train_lora(high, data, _config(steps=1, switch_boundary_every=5), str(tmp_path / "run"))
+
+
+def test_the_same_model_as_both_experts_is_refused_before_training(dog_clips, tmp_path):
+    high, clip, vae = build_tiny(FAMILY, seed=0)
+    with torch.inference_mode():
+        data = build_training_data(dog_clips, vae, clip, 64, str(tmp_path / "cache"))
+    with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="the same MODEL is connected"):
+        train_lora(high, data, _config(steps=1), str(tmp_path / "run"), low_noise_model=high.clone())
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize("other", ["wan21_i2v", "sdxl"])
+def test_a_low_noise_model_of_another_architecture_is_refused_naming_both(other):
+    high = build_tiny(FAMILY, seed=0)[0]
+    low = build_tiny(other, seed=1)[0]
+    with pytest.raises(EriDiffusionError, match="two experts of one architecture") as refused:
+        check_expert_pair(high, low)
+    assert type(high.model.model_config).__name__ in str(refused.value)
+
+
+def test_two_experts_of_one_architecture_pass():
+    check_expert_pair(build_tiny(FAMILY, seed=0)[0], build_tiny(FAMILY, seed=1)[0])
