@@ -146,17 +146,22 @@ def check_takes_start_image(base_model, data):
     if sample is None:
         return
     latent = base_model.process_latent_in(sample.latent[None].float())[0]
-    conditioning = sample.conditionings[0]
-    with_image = model_inputs(base_model, conditioning, latent, "cpu", sample.bucket, values=sample.conditioning_values)
-    without = model_inputs(base_model, conditioning, latent, "cpu", sample.bucket)
-    changed = set(with_image) != set(without) or any(
-        isinstance(c.cond, torch.Tensor) and not torch.equal(c.cond, without[name].cond)
-        for name, c in with_image.items()
-    )
-    if not changed:
+    if not takes_start_image(base_model, sample.conditionings[0], latent, sample.bucket, sample.conditioning_values):
         name = type(base_model.model_config).__name__
         raise EriDiffusionError(
             f"CacheLatents' start_image is on, but this model (ComfyUI's {name}) takes no start image: it is a "
             "text-to-video model. Load the image-to-video model (Wan 2.1 I2V, Wan 2.2 I2V 14B, HunyuanVideo 1.5 "
             "I2V), or turn start_image off."
         )
+
+
+def takes_start_image(base_model, conditioning, latent, pixel_size, values):
+    """Whether `base_model` reads an image-to-video start image's `values` (concat_latent_image,
+    concat_mask, clip_vision_output): its inputs for `conditioning` and the model-space `latent`
+    (C, t, h, w) differ with and without them."""
+    with_image = model_inputs(base_model, conditioning, latent, "cpu", pixel_size, values=values)
+    without = model_inputs(base_model, conditioning, latent, "cpu", pixel_size)
+    return set(with_image) != set(without) or any(
+        isinstance(c.cond, torch.Tensor) and not torch.equal(c.cond, without[name].cond)
+        for name, c in with_image.items()
+    )

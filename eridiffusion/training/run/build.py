@@ -25,7 +25,6 @@ from ..formats.lora_file import loadable_weight_keys
 from ..model import loading as model_loading
 from ..model.autograd_weights import frozen_weights_injection
 from ..model.families import family_of, resolve_objective, resolve_targets
-from ..model.inputs import check_takes_start_image
 from ..model.objective import Objective
 from ..model.text_encoder import TextEncoderTraining
 from ..speed.checkpointing import checkpointing_injection
@@ -79,7 +78,6 @@ class TrainingRun:
             with model_loading.as_comfyui_loads():  # the graph's own CLIP, loaded as ComfyUI loads it
                 self.preservation = clip.encode_from_tokens_scheduled(clip.tokenize(config.preservation_prompt))
         self.family = family_of(self.base)
-        check_takes_start_image(self.base, data)
         self.objective = Objective(self.base.model_sampling, resolve_objective(config.objective, self.family))
         self.adapters, self.text_encoder = self._adapters(clip, resume)
         # every trained tensor, listed once: walking the ~2,000 adapter modules each step took 0.044 s

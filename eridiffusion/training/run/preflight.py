@@ -6,6 +6,7 @@ mistake is named the same way wherever it is made."""
 import os
 
 from ...errors import EriDiffusionError
+from ..model.inputs import check_takes_start_image
 from .run_state import check_resumable
 from .sample_inputs import reads_condition, takes_inpaint_channels
 
@@ -46,11 +47,12 @@ def check_run(data, config, clip, resume, processes):
 
 def check_model_fits(model, data, sample_settings=None):
     """What the loaded `model` (a BaseModel) cannot do with TrainingData `data` and SampleSettings
-    `sample_settings`: an input layout ComfyUI's class cannot fill, inpaint data or edit references it
-    would not read, a sample prompt setting it ignores. Before the run's folder is made."""
+    `sample_settings`: an input layout ComfyUI's class cannot fill, inpaint data, edit references or start images
+    it would not read, a sample prompt setting it ignores. Before the run's folder is made."""
     check_flux_input_layout(model)
     check_inpaint_fits(model, any(sample.inpaint is not None for sample in data.samples))
     check_references_read(model, any(sample.reference_latents for sample in data.samples))
+    check_takes_start_image(model, data)
     check_samples_read(model, sample_settings)
 
 

@@ -53,7 +53,8 @@ def sample_config(clip, vae, settings, image_folder, start_image=None, audio_vae
                     vae, start_image, p.width, p.height, settings.frames, clip_vision
                 )
         per_prompt = tuple(
-            _conditioned(p, lambda c, p=p: with_start_values(c, starts[p.width, p.height])) for p in per_prompt
+            replace(_conditioned(p, lambda c, p=p: with_start_values(c, starts[p.width, p.height])), starts=True)
+            for p in per_prompt
         )
     if audio_vae is not None:  # audio-video: as LTXVConditioning sets the frame rate on both prompts
         per_prompt = tuple(_conditioned(p, with_frame_rate) for p in per_prompt)

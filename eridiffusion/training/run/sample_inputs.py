@@ -14,6 +14,10 @@ from ..data.buckets import fit_to_bucket
 from ..data.media import open_image_rgb, open_mask
 from ..data.picture_prompts import reads_images
 from ..model.edit_conditioning import encode_with_references
+from ..model.inputs import takes_start_image
+
+# what an image-to-video node sets on the conditioning (WanImageToVideo, HunyuanVideo15ImageToVideo)
+START_KEYS = ("concat_latent_image", "concat_mask", "clip_vision_output")
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class PromptSample:
     latent: torch.Tensor | None = None  # inpainting: the source image's latent, sampled from ...
     noise_mask: torch.Tensor | None = None  # ... only where this mask is white
     source: torch.Tensor | None = None  # inpainting: the source IMAGE, pasted back where the mask is black
+    starts: bool = False  # image-to-video: the conditionings carry SampleDuringTraining's start image
 
     def pasted(self, frames):
         """Decoded `frames` (n, H, W, 3) with the source image kept outside the mask, as inpainting
@@ -60,7 +65,22 @@ class PromptSample:
                 f"{where} names an --image and --mask to fill, but {type(model).__name__} has no inpainting "
                 "input channels; remove them (inpainting is for Flux Fill and other inpaint models)."
             )
+        if self.starts and not self._start_read_by(model):
+            raise EriDiffusionError(
+                f"SampleDuringTraining's start_image is connected, but this model (ComfyUI's "
+                f"{type(model.model_config).__name__}) takes no start image: it is a text-to-video model. Disconnect "
+                "start_image, or train the image-to-video model (Wan 2.1 I2V, Wan 2.2 I2V 14B, HunyuanVideo 1.5 I2V)."
+            )
         return self
+
+    def _start_read_by(self, model):
+        """Whether `model` reads the start image set on the positive conditioning."""
+        options = self.positive[0][1]
+        start = {key: options[key] for key in START_KEYS if key in options}
+        plain = [[cond, {k: v for k, v in each.items() if k not in START_KEYS}] for cond, each in self.positive]
+        concat = start["concat_latent_image"]
+        latent = torch.zeros(model.latent_format.latent_channels, *concat.shape[2:])
+        return takes_start_image(model, plain, latent, (self.width, self.height), start)
 
 
 def prompt_sample(clip, vae, spec, settings, index, encode):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from devkit.photo_clips import CLIP_FRAMES
-from devkit.short_runs import family_run
+from devkit.photo_clips import CLIP_FRAMES, start_photo
+from devkit.short_runs import family_run, quick_samples
 from devkit.stock_comfyui import relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny
 from devkit.tiny_video_i2v import tiny_clip_vision
@@ -120,7 +120,19 @@ def test_a_start_image_for_a_text_to_video_model_is_refused_before_training(dog_
     model, _, data = _data("wan21_t2v", dog_clips, tmp_path / "cache")
     with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="takes no start image"):
         train_lora(model, data, TrainConfig(steps=1, dtype="fp32", run_name="t2v"), str(tmp_path / "run"))
-    assert not os.path.exists(tmp_path / "run" / "checkpoints")
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_sample_start_image_for_a_text_to_video_model_is_refused_before_training(dog_clips, tmp_path):
+    model, vae, data = _data("wan21_t2v", dog_clips, tmp_path / "cache", start_image=False)
+    clip = build_tiny("wan21_t2v", seed=0)[1]
+    with torch.inference_mode():
+        samples = quick_samples(clip, vae, "a photo of sks dog", 64, 64, frames=5, start_image=start_photo(64, 64))
+    config = TrainConfig(steps=1, dtype="fp32", run_name="t2v")
+    with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="start_image is connected") as refused:
+        train_lora(model, data, config, str(tmp_path / "run"), sample_settings=samples)
+    assert "WAN21" in str(refused.value)
+    assert not os.path.exists(tmp_path / "run")
 
 
 def test_a_start_image_with_an_image_model_vae_is_refused_before_encoding(dog_dataset, tmp_path):
