@@ -47,13 +47,36 @@ def check_run(data, config, clip, resume, processes):
 
 def check_model_fits(model, data, sample_settings=None):
     """What the loaded `model` (a BaseModel) cannot do with TrainingData `data` and SampleSettings
-    `sample_settings`: an input layout ComfyUI's class cannot fill, inpaint data, edit references or start images
-    it would not read, a sample prompt setting it ignores. Before the run's folder is made."""
+    `sample_settings`: an input layout ComfyUI's class cannot fill, inpaint data, edit references, start images or
+    sound it would not read, a sample prompt setting it ignores. Before the run's folder is made."""
     check_flux_input_layout(model)
     check_inpaint_fits(model, any(sample.inpaint is not None for sample in data.samples))
     check_references_read(model, any(sample.reference_latents for sample in data.samples))
     check_takes_start_image(model, data)
+    check_audio_read(
+        model,
+        any(sample.audio_latent is not None for sample in data.samples),
+        sample_settings is not None and sample_settings.audio_vae is not None,
+    )
     check_samples_read(model, sample_settings)
+
+
+def check_audio_read(model, trained, sampled):
+    """Clips' sound (CacheLatents' audio_vae: `trained`) and samples drawn with it (SampleDuringTraining's
+    audio_vae: `sampled`) need an audio-video model (LTX-2, ComfyUI's LTXAV); any other has no audio stream."""
+    import comfy.model_base
+
+    if isinstance(model, getattr(comfy.model_base, "LTXAV", ())) or not (trained or sampled):
+        return
+    node = (
+        "CacheLatents' audio_vae encoded each clip's sound"
+        if trained
+        else "SampleDuringTraining's audio_vae draws the samples with their sound"
+    )
+    raise EriDiffusionError(
+        f"{node}, but ComfyUI loaded this model as {type(model.model_config).__name__}, which has no audio stream; "
+        "train LTX-2 (its audio-video model) with its audio VAE, or leave audio_vae unconnected."
+    )
 
 
 def check_samples_read(model, sample_settings):

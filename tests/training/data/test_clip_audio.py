@@ -125,3 +125,32 @@ def test_a_video_vae_given_as_the_audio_vae_is_refused(clips_with_sound, family,
         build_training_data(
             load_dataset(clips_with_sound, frames=CLIP_FRAMES, fps=FPS), vae, clip, 64, str(tmp_path), audio_vae=vae
         )
+
+
+@LTX2
+def test_clips_sound_for_a_model_without_an_audio_stream_is_refused_before_training(clips_with_sound, family, tmp_path):
+    _, clip, vae = build_tiny("ltx2", seed=0)
+    dataset = load_dataset(clips_with_sound, frames=CLIP_FRAMES, fps=FPS)
+    with torch.inference_mode():
+        data = build_training_data(
+            dataset, vae, clip, 64, str(tmp_path / "cache"), audio_vae=tiny_ltx2_audio_vae(seed=0)
+        )
+    video_only = build_tiny("ltxv", seed=0)[0]  # LTX-Video: the same latent space, no audio stream
+    with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="no audio stream") as refused:
+        train_lora(video_only, data, family_run("av", 1), str(tmp_path / "run"))
+    assert "CacheLatents' audio_vae" in str(refused.value)
+    assert not os.path.exists(tmp_path / "run")
+
+
+@LTX2
+def test_samples_with_sound_for_a_model_without_an_audio_stream_are_refused_before_training(
+    dog_clips, family, tmp_path
+):
+    model, clip, vae = build_tiny("wan21_t2v", seed=0)
+    with torch.inference_mode():
+        data = build_training_data(dog_clips, vae, clip, 64, str(tmp_path / "cache"))
+        sample = quick_samples(clip, vae, "a photo of sks dog", 64, 64, 5, audio_vae=tiny_ltx2_audio_vae(seed=0))
+    with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="no audio stream") as refused:
+        train_lora(model, data, family_run("av", 1), str(tmp_path / "run"), sample_settings=sample)
+    assert "SampleDuringTraining's audio_vae" in str(refused.value)
+    assert not os.path.exists(tmp_path / "run")
