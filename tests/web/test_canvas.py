@@ -159,6 +159,8 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
           set(byType("EriDiffusion_SampleDuringTraining"), "steps", 1);
           set(byType("EriDiffusion_SaveLoRA"), "filename_prefix", `eridiffusion/migrated_${renderer}`);
           for (const type of ["KSampler", "VAEDecode", "SaveImage"]) byType(type).mode = 2;
+          window.eriRunDone = false;  // set when the page has had every message of the run
+          window.comfyAPI.api.api.addEventListener("execution_success", () => { window.eriRunDone = true; });
           return window.app.queuePrompt(0);
         }""",
         [TRAINER, page.renderer],
@@ -179,6 +181,9 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
         8.0,
     )
     assert page.our_errors() == []
+    # the run goes on after its summary (SaveLoRA, the loss graph, the preview): its last messages reach
+    # the page before the next test loads another workflow, whose node of the same id would show them
+    page.page.wait_for_function("() => window.eriRunDone === true", timeout=120_000)
 
 
 def test_old_trainer_settings_that_cannot_move_are_named_in_a_message(page):
