@@ -69,3 +69,26 @@ def test_two_experts_train_through_the_executor_into_two_loras_that_stock_comfyu
             )
         probe = ProbeInput.of(model, data)
         assert relative_error(probe.output(patched), probe.output(model)) > 1e-2
+
+
+def test_the_same_model_as_both_experts_is_refused_through_the_executor_before_the_run_folder(registered, dog_clips):
+    import folder_paths
+
+    from devkit.workflow import execution_error
+
+    tiny = TINY_FAMILIES[FAMILY]
+    settings = {**QUICK, "steps": 5, "run_name": "node_experts_same_model"}
+    prompt = training_prompt(
+        dog_clips.folder,
+        settings,
+        resolution=tiny.resolution,
+        save={"filename_prefix": "node_experts/same_model"},
+        stack={"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": FAMILY, "seed": 0}},
+        dataset_options={"frames": CLIP_FRAMES, "fps": 16.0},
+    )
+    prompt["4"]["inputs"]["low_noise_model"] = ["1", 0]  # the high-noise expert's MODEL again
+    executor, _ = run_prompt(prompt)
+    assert not executor.success
+    message = execution_error(executor)
+    assert message.startswith("EriDiffusion_LoRATrainer") and "the same MODEL is connected" in message, message
+    assert not os.path.exists(os.path.join(folder_paths.get_output_directory(), "node_experts_same_model"))
