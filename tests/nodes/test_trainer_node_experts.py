@@ -25,6 +25,18 @@ def registered():
     return mappings
 
 
+def _prompt(dog_clips, settings, filename_prefix):
+    """The training prompt of the tiny Wan stack (seed 0: the high-noise expert) on the photo clips."""
+    return training_prompt(
+        dog_clips.folder,
+        settings,
+        resolution=TINY_FAMILIES[FAMILY].resolution,
+        save={"filename_prefix": filename_prefix},
+        stack={"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": FAMILY, "seed": 0}},
+        dataset_options={"frames": CLIP_FRAMES, "fps": 16.0},
+    )
+
+
 def test_two_experts_train_through_the_executor_into_two_loras_that_stock_comfyui_loads(registered, dog_clips, caplog):
     import folder_paths
     import nodes
@@ -33,14 +45,7 @@ def test_two_experts_train_through_the_executor_into_two_loras_that_stock_comfyu
 
     tiny = TINY_FAMILIES[FAMILY]
     settings = {**QUICK, "steps": 300, "rank": 8, "alpha": 8.0, "targets": "all-linear", "run_name": "node_experts"}
-    prompt = training_prompt(
-        dog_clips.folder,
-        settings,
-        resolution=tiny.resolution,
-        save={"filename_prefix": "node_experts/lora_high_noise"},
-        stack={"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": FAMILY, "seed": 0}},
-        dataset_options={"frames": CLIP_FRAMES, "fps": 16.0},
-    )
+    prompt = _prompt(dog_clips, settings, "node_experts/lora_high_noise")
     prompt["30"] = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": FAMILY, "seed": 1}}
     prompt["4"]["inputs"]["low_noise_model"] = ["30", 0]
     prompt["31"] = {**prompt["5"], "inputs": {**prompt["5"]["inputs"], "lora": ["4", 6]}}
@@ -76,16 +81,7 @@ def test_the_same_model_as_both_experts_is_refused_through_the_executor_before_t
 
     from devkit.workflow import execution_error
 
-    tiny = TINY_FAMILIES[FAMILY]
-    settings = {**QUICK, "steps": 5, "run_name": "node_experts_same_model"}
-    prompt = training_prompt(
-        dog_clips.folder,
-        settings,
-        resolution=tiny.resolution,
-        save={"filename_prefix": "node_experts/same_model"},
-        stack={"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": FAMILY, "seed": 0}},
-        dataset_options={"frames": CLIP_FRAMES, "fps": 16.0},
-    )
+    prompt = _prompt(dog_clips, {**QUICK, "steps": 5, "run_name": "node_experts_same_model"}, "node_experts/same")
     prompt["4"]["inputs"]["low_noise_model"] = ["1", 0]  # the high-noise expert's MODEL again
     executor, _ = run_prompt(prompt)
     assert not executor.success
