@@ -18,8 +18,8 @@ def main():
     import comfy.supported_models
     import torch
 
+    from eridiffusion.formats.lora_file import loadable_weight_keys
     from eridiffusion.training.adapters import AdapterSpec, attach_adapters
-    from eridiffusion.training.formats.lora_file import loadable_weight_keys
 
     config = comfy.supported_models.SDXL(dict(SDXL_UNET))
     config.set_inference_dtype(torch.bfloat16, None)

@@ -81,9 +81,9 @@ def tiny_inputs():
     """The tiny SDXL stack and the DreamBooth photos at 64 px, encoded (the CPU smoke run)."""
     import torch
 
+    from eridiffusion.tiny_models import build_tiny_demo
     from eridiffusion.training.data.dataset import load_dataset
     from eridiffusion.training.data.training_data import build_training_data
-    from eridiffusion.training.model.tiny_models import build_tiny_demo
 
     model, clip, vae = build_tiny_demo("sdxl", seed=0)
     dataset = load_dataset(os.path.join(ROOT, "demo", "data", "dreambooth_dog"))

@@ -28,10 +28,10 @@ def main():
 
     from devkit.paths import shared_datasets
     from eridiffusion.errors import EriDiffusionError
+    from eridiffusion.tiny_models import tiny_sd15
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.data.dataset import load_dataset
     from eridiffusion.training.data.training_data import build_training_data
-    from eridiffusion.training.model.tiny_models import tiny_sd15
     from eridiffusion.training.run.build import TrainingRun
     from eridiffusion.training.run.config import TrainConfig
     from eridiffusion.training.run.trainer import TrainingHooks, train

@@ -100,7 +100,7 @@ def stack():
     from eridiffusion.training.data.training_data import TrainingData, TrainingSample
 
     if TINY:
-        from eridiffusion.training.model.tiny_models import tiny_sdxl
+        from eridiffusion.tiny_models import tiny_sdxl
 
         model, clip, _ = tiny_sdxl(seed=0)
         conditioning = clip.encode_from_tokens_scheduled(clip.tokenize("a photo of sks dog"))

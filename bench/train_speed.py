@@ -149,7 +149,7 @@ def clip_files(model_name):
         for name in names
     ]
     if not all(os.path.exists(path) for path in paths):
-        from eridiffusion.training.model.tiny_models import text_encoder
+        from eridiffusion.tiny_models import text_encoder
 
         clip = text_encoder(model_config(model_name).clip_target(), torch.Generator().manual_seed(2), {})
         for path, name in zip(paths, names):

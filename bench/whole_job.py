@@ -208,7 +208,7 @@ def vae_file(model_name):
         return path
     from comfy.ldm.models.autoencoder import AutoencoderKL, AutoencodingEngine
 
-    from eridiffusion.training.model.tiny_models import init_weights
+    from eridiffusion.tiny_models import init_weights
 
     channels = 16 if model_name == "flux" else 4
     ddconfig = {"double_z": True, "z_channels": channels, "resolution": 256, "in_channels": 3, "out_ch": 3}
@@ -246,7 +246,7 @@ def checkpoint_file():
 
 
 def tiny_model(seed, disable_dynamic=False):
-    from eridiffusion.training.model.tiny_models import build_tiny_demo
+    from eridiffusion.tiny_models import build_tiny_demo
 
     return build_tiny_demo("sdxl", seed)[0]
 
@@ -266,7 +266,7 @@ class TinyStack:
         return {"required": {"seed": ("INT", {"default": 0, "min": 0, "max": 2**32 - 1})}}
 
     def load(self, seed):
-        from eridiffusion.training.model.tiny_models import build_tiny_demo
+        from eridiffusion.tiny_models import build_tiny_demo
 
         model, clip, vae = build_tiny_demo("sdxl", seed)
         model.cached_patcher_init = (tiny_model, (seed,))

@@ -5,7 +5,7 @@ weights), beside a TAESD; a random LoRA of it, and a probe of its output."""
 
 import torch
 
-from eridiffusion.training.model.tiny_models import SD15_UNET, diffusion_model, taesd_vae
+from eridiffusion.tiny_models import SD15_UNET, diffusion_model, taesd_vae
 
 CONTEXT = 768
 LOADABLE_SD15 = {
@@ -33,7 +33,7 @@ def random_lora(patcher, path, rank=4, seed=1):
     """A LoRA file in ComfyUI's keys with random factors for every linear weight of `patcher`'s model."""
     import safetensors.torch
 
-    from eridiffusion.training.formats.lora_file import loadable_weight_keys
+    from eridiffusion.formats.lora_file import loadable_weight_keys
 
     generator = torch.Generator().manual_seed(seed)
     weights = patcher.model.state_dict()

@@ -54,9 +54,9 @@ def text_encoder_training_check():
     import safetensors.torch
     import torch
 
+    from eridiffusion.tiny_models import text_encoder
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.model.text_encoder import TextEncoderTraining
-    from eridiffusion.training.model.tiny_models import text_encoder
 
     dynamic = enable_dynamic_vram()
     clip_target = comfy.supported_models.SD15({}).clip_target()
@@ -91,7 +91,7 @@ def fp16_tiny_sdxl(seed, disable_dynamic=False):
     import comfy.supported_models
     import torch
 
-    from eridiffusion.training.model.tiny_models import HEADS, SDXL_UNET, init_weights
+    from eridiffusion.tiny_models import HEADS, SDXL_UNET, init_weights
 
     config = comfy.supported_models.SDXL({**SDXL_UNET, **HEADS})
     config.set_inference_dtype(torch.float16, None)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import safetensors.torch
 import torch
 
-from eridiffusion.training.formats.layer_names import diffusers_layers, weight_shapes
+from eridiffusion.formats.layer_names import diffusers_layers, weight_shapes
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,7 @@ def foreign_layers(model, path, names):
     """{layer name (dotted, no prefix): {tensor name: tensor}} of our ComfyUI-keyed LoRA file `path` for
     ComfyUI model `model`, named "comfyui" or "diffusers"; a fused weight's LoRA becomes one per part
     (the same down, its rows of up)."""
-    from eridiffusion.training.adapters.from_tensors import tensor_groups
-    from eridiffusion.training.formats.lora_file import loadable_weight_keys
+    from eridiffusion.formats.lora_file import loadable_weight_keys, tensor_groups
 
     by_prefix = {prefix: weight for weight, prefix in loadable_weight_keys(model).items()}
     groups = {by_prefix[prefix]: group for prefix, group in tensor_groups(safetensors.torch.load_file(path)).items()}

@@ -13,7 +13,7 @@ from devkit.detected_configs import blocks, detected_model_config
 from devkit.music_clips import STYLES, synthesize
 from devkit.tiny_models import TinyFamily
 from devkit.tiny_video import LLAMA_TINY, _vae_of_layout
-from eridiffusion.training.model.tiny_models import diffusion_model, init_weights, text_encoder
+from eridiffusion.tiny_models import diffusion_model, init_weights, text_encoder
 
 # model_detection's ACE-Step 1.5 branch reads the DiT and lyric-encoder widths, feed-forward widths
 # and head counts (q_proj rows / 128) from these keys and counts decoder.layers. The real 2B DiT is

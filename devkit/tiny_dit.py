@@ -19,7 +19,7 @@ import torch
 
 from devkit.detected_configs import blocks, detected_model_config
 from devkit.tiny_models import TinyFamily
-from eridiffusion.training.model.tiny_models import (
+from eridiffusion.tiny_models import (
     CLIP_G,
     CLIP_L,
     diffusion_model,

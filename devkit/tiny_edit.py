@@ -13,7 +13,7 @@ from devkit.detected_configs import detected_model_config
 from devkit.tiny_dit import LLAMA_TINY, tiny_qwen_image
 from devkit.tiny_flux import FLUX_DEV_LAYOUT, FLUX_SHRINK, FLUX_WIDTH, _flux1
 from devkit.tiny_models import TinyFamily
-from eridiffusion.training.model.tiny_models import init_weights
+from eridiffusion.tiny_models import init_weights
 
 # Qwen2.5-VL's vision tower (real: 1280 wide, 32 blocks of 16 heads) at two blocks of two heads; its
 # patching (14 px, 2x2 merge, 112 px windows) and its merger onto the language model's width as real.

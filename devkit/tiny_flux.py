@@ -17,7 +17,7 @@ from devkit.detected_configs import blocks, detected_model_config
 from devkit.paths import taef2_weights
 from devkit.tiny_models import TinyFamily
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.training.model.tiny_models import CLIP_G, CLIP_L, diffusion_model, taesd_vae, text_encoder
+from eridiffusion.tiny_models import CLIP_G, CLIP_L, diffusion_model, taesd_vae, text_encoder
 
 # T5-XXL keeps its real vocabulary (ComfyUI's T5 tokenizer feeds it) and shrinks the rest.
 T5XXL = {"d_model": 32, "d_ff": 64, "num_heads": 2, "d_kv": 16, "num_layers": 2}

@@ -14,7 +14,7 @@ import torch
 from devkit.detected_configs import detected_model_config
 from devkit.tiny_image_variants import pixel_space_vae
 from devkit.tiny_models import TinyFamily
-from eridiffusion.training.model.tiny_models import diffusion_model, text_encoder
+from eridiffusion.tiny_models import diffusion_model, text_encoder
 
 HIDREAM_O1_LAYOUT = {"t_embedder1.mlp.0.weight": (1,), "x_embedder.proj1.weight": (1,)}
 # The decoder: 2 layers, 64 wide, two query heads of 32 sharing one key/value head (grouped, as the

@@ -15,7 +15,7 @@ from devkit.detected_configs import blocks, detected_model_config
 from devkit.tiny_dit import LLAMA_TINY, T5_TINY, wan21_vae
 from devkit.tiny_flux import taef2_vae
 from devkit.tiny_models import TinyFamily
-from eridiffusion.training.model.tiny_models import diffusion_model, init_weights, taesd_vae, text_encoder
+from eridiffusion.tiny_models import diffusion_model, init_weights, taesd_vae, text_encoder
 
 
 def vision_free_text_encoder(clip_target, generator, te_options):

@@ -17,7 +17,7 @@ from devkit.tiny_dit import LLAMA_TINY, Z_IMAGE_SHRINK, _gemma_tokenizer_data
 from devkit.tiny_flux import CHROMA_SHRINK, FLUX_WIDTH, LLAMA_TOKENIZER_DIR, T5XXL, taef2_vae
 from devkit.tiny_image_2026 import vision_free_text_encoder
 from devkit.tiny_models import TinyFamily
-from eridiffusion.training.model.tiny_models import diffusion_model, init_weights, taesd_vae, text_encoder
+from eridiffusion.tiny_models import diffusion_model, init_weights, taesd_vae, text_encoder
 
 
 def pixel_space_vae():

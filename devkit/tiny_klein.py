@@ -9,7 +9,7 @@ import torch
 from devkit.detected_configs import detected_model_config
 from devkit.tiny_flux import FLUX2_LAYOUT, FLUX2_SHRINK, FLUX_WIDTH, taef2_vae
 from devkit.tiny_models import TinyFamily
-from eridiffusion.training.model.tiny_models import diffusion_model, text_encoder
+from eridiffusion.tiny_models import diffusion_model, text_encoder
 
 # Qwen3 as klein_te reads it: the hidden states after layers 9, 18 and 27 are stacked (Qwen3_4BModel's
 # layer=[9, 18, 27]), so 28 layers are kept, each 32 wide; the real 151936-token vocabulary. (Its

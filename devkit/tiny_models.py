@@ -1,4 +1,4 @@
-"""The tiny stacks of every family the tests train (SD1.5 and SDXL from eridiffusion.training.model.tiny_models,
+"""The tiny stacks of every family the tests train (SD1.5 and SDXL from eridiffusion.tiny_models,
 the others from tiny_flux, tiny_dit and tiny_video), each with the short run that shows it learns.
 Import once ComfyUI is on sys.path."""
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.training.model.tiny_models import tiny_sd15, tiny_sdxl
+from eridiffusion.tiny_models import tiny_sd15, tiny_sdxl
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from devkit.detected_configs import blocks, detected_model_config
 from devkit.tiny_dit import LLAMA_TINY, qwen_vl_text_encoder, wan21_vae
 from devkit.tiny_flux import FLUX_SHRINK, FLUX_WIDTH, LLAMA_TOKENIZER_DIR, taef2_vae
 from devkit.tiny_models import TinyFamily
-from eridiffusion.training.model.tiny_models import CLIP_L, diffusion_model, taesd_vae, text_encoder
+from eridiffusion.tiny_models import CLIP_L, diffusion_model, taesd_vae, text_encoder
 
 # Kandinsky 5.0 Image Lite (model_detection "visual_transformer_blocks.0.cross_attention.key_norm"):
 # supported_models tells the image model from the video Kandinsky5 by model_dim 2560 with a 64-wide

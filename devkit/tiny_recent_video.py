@@ -20,7 +20,7 @@ from devkit.detected_configs import blocks, detected_model_config
 from devkit.tiny_dit import qwen_vl_text_encoder
 from devkit.tiny_models import TinyFamily
 from devkit.tiny_video import LLAMA_TINY, VIDEO_FRAMES, tiny_hunyuan_video_vae
-from eridiffusion.training.model.tiny_models import CLIP_L, diffusion_model, init_weights
+from eridiffusion.tiny_models import CLIP_L, diffusion_model, init_weights
 
 # Kandinsky 5 Video Lite (model_detection "visual_transformer_blocks.0.cross_attention.key_norm"):
 # 2 text + 2 visual blocks 64 wide (real: 2 + 32 of 1792). The visual embedding reads 132 = 4 x 33

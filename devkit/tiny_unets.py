@@ -7,7 +7,7 @@ sys.path."""
 import comfy.supported_models
 
 from devkit.tiny_models import TinyFamily
-from eridiffusion.training.model.tiny_models import (
+from eridiffusion.tiny_models import (
     CLIP_G,
     CLIP_L,
     SD15_UNET,

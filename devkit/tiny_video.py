@@ -27,7 +27,7 @@ from comfy.ldm.models.autoencoder import AutoencoderKL, AutoencodingEngine
 from devkit.detected_configs import blocks, detected_model_config
 from devkit.tiny_models import TinyFamily
 from devkit.tiny_video_vae import tiny_wan_vae
-from eridiffusion.training.model.tiny_models import CLIP_L, diffusion_model, init_weights, text_encoder
+from eridiffusion.tiny_models import CLIP_L, diffusion_model, init_weights, text_encoder
 
 VIDEO_FRAMES = 9  # 4k+1 and 8k+1: one clip length every family's VAE accepts
 

@@ -15,7 +15,7 @@ from devkit.detected_configs import blocks, detected_model_config
 from devkit.tiny_models import TinyFamily
 from devkit.tiny_video import T5_TINY, VIDEO_FRAMES, WAN_SHRINK, WAN_WIDTH, _vae_of_layout, _wan_layout, _wan_stack
 from devkit.tiny_video_vae import tiny_wan_vae
-from eridiffusion.training.model.tiny_models import diffusion_model, init_weights, text_encoder
+from eridiffusion.tiny_models import diffusion_model, init_weights, text_encoder
 
 # Wan 2.1 Fun Control (model_detection: model_type "i2v", which the CLIP-vision projection
 # img_emb.proj.0 marks, on 48 input channels): the 16-channel latent plus 32 channels of control

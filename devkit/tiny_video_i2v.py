@@ -61,7 +61,7 @@ def tiny_clip_vision(kind, seed=0):
     import comfy.clip_vision
     import torch
 
-    from eridiffusion.training.model.tiny_models import init_weights
+    from eridiffusion.tiny_models import init_weights
 
     config = {"num_channels": 3, "image_size": 28, "patch_size": 14, "intermediate_size": 64, "layer_norm_eps": 1e-5}
     config.update(num_attention_heads=2, num_hidden_layers=2, **CLIP_VISION_TINY[kind])

@@ -5,7 +5,7 @@ import comfy.ldm.wan.vae
 import comfy.sd
 import torch
 
-from eridiffusion.training.model.tiny_models import init_weights
+from eridiffusion.tiny_models import init_weights
 
 # comfy.sd.VAE recognises a Wan 2.1 VAE by "decoder.middle.0.residual.0.gamma" and reads its width
 # from "decoder.head.0.gamma"; the rest of the layout (dim_mult [1, 2, 4, 4], 2 res blocks,

@@ -13,8 +13,8 @@ import torch
 from PIL import Image
 
 from eridiffusion.errors import EriDiffusionError
+from eridiffusion.tiny_models import TINY_BUILDERS
 from eridiffusion.training.model import tiny_models
-from eridiffusion.training.model.tiny_models import TINY_BUILDERS
 
 PROMPT = "a photo of sks dog"
 

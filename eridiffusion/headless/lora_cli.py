@@ -104,10 +104,10 @@ def run_lora(args: argparse.Namespace) -> list[str]:
         report = inspect_lora(args.lora, *_layouts(args.model)) if args.model else inspect_lora(args.lora)
         return [report_json(report)] if args.json else report.lines()
     if args.verb == "convert":
+        from ..formats.lora_conventions import peft_weights_file
         from ..lora_tools.convert import convert_lora
         from ..lora_tools.lora_layers import check_input, check_output
         from ..lora_tools.model_layout import model_layout, weight_reader
-        from ..training.formats.lora_conventions import peft_weights_file
 
         check_input(peft_weights_file(args.lora))  # before the model's layout is built
         check_output(args.output, args.force)
@@ -160,8 +160,8 @@ def _layouts(model_path):
     """(ComfyUI's LoRA key map, convert's layer table) of the model in `model_path` (its header alone)."""
     import comfy.lora
 
+    from ..formats.layer_names import layer_table
     from ..lora_tools.model_layout import model_layout
-    from ..training.formats.layer_names import layer_table
 
     model = model_layout(model_path)
     return comfy.lora.model_lora_keys_unet(model, {}), layer_table(model)

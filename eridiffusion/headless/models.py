@@ -9,7 +9,7 @@ import pickle
 from dataclasses import dataclass
 
 from ..errors import EriDiffusionError, first_line
-from ..training.settings import check_settings, setting
+from ..settings import check_settings, setting
 
 TINY_MODELS = {"tiny-sdxl": "sdxl", "tiny-sd15": "sd15"}
 
@@ -253,7 +253,7 @@ def _undetected(error, path, key):
 def load_models(source):
     """(MODEL, CLIP, VAE) for `source`, each loaded as ComfyUI's loader node for it does."""
     if source.tiny:
-        from ..training.model.tiny_models import build_tiny_demo
+        from ..tiny_models import build_tiny_demo
 
         return build_tiny_demo(source.tiny, seed=0)
     check_model_files(source)

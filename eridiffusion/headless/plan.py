@@ -51,9 +51,9 @@ def latent_bytes_of(record, dataset, resolution, model, vae):
 
 def adapter_parameters(model, settings, family):
     """(layers, parameters) of the adapters the trainer would attach to `model`."""
+    from ..formats.lora_file import loadable_weight_keys
     from ..training.adapters.attach import target_layers
     from ..training.adapters.layer_selection import block_multipliers
-    from ..training.formats.lora_file import loadable_weight_keys
     from ..training.model.families import resolve_targets
     from ..training.run.preflight import check_block_multipliers
 

@@ -14,9 +14,9 @@ from typing import Any
 import torch
 
 from ..errors import EriDiffusionError
+from ..formats.atomic_file import writable_folder
 from ..training.data.cache_checks import check_datasets_apart
 from ..training.data.dataset import Dataset
-from ..training.formats.atomic_file import writable_folder
 from ..training.model.families import Family
 from ..training.run.distributed import SINGLE_PROCESS, TrainingProcesses
 from ..training.run.experts import check_expert_pair
@@ -32,8 +32,8 @@ from ..training.run.preflight import (
     masks_of_records,
 )
 from ..training.run.resume import check_resume_fits
-from ..training.run.sample_config import sample_config
-from ..training.run.samples import SamplerSettings
+from ..training.samples.config import sample_config
+from ..training.samples.render import SamplerSettings
 from . import terminal
 from .models import load_audio_vae, load_clip_vision, load_low_noise_model, load_models, model_family
 from .run_config import RunConfig, config_yaml

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 import yaml
 
 from ..errors import EriDiffusionError
-from ..training.settings import nearest_hint, parsed_value
+from ..settings import nearest_hint, parsed_value
 from . import ai_toolkit
 from .config_file import read_config
 from .models import TINY_MODELS, ModelSource

@@ -1,15 +1,15 @@
 """What each section of a config file may hold, read from the same setting declarations the nodes
-are built from (training/settings.py): a node's section holds that node's settings, so the file and
+are built from (eridiffusion/settings.py): a node's section holds that node's settings, so the file and
 the graph cannot drift apart; `model` and `logging` hold what no node does."""
 
 from dataclasses import dataclass
 
+from ..formats.lora_file import SaveSettings
+from ..settings import Setting, setting, settings_of
 from ..training.data.dataset import DatasetSettings
 from ..training.data.training_data import CacheSettings
-from ..training.formats.lora_file import SaveSettings
 from ..training.run.config import training_settings
-from ..training.run.samples import SamplerSettings
-from ..training.settings import Setting, setting, settings_of
+from ..training.samples.render import SamplerSettings
 from .models import ModelSource
 
 # Sections named after the node whose inputs they hold. `objective` and `sample` are the

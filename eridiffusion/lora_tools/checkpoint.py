@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass
 
 from ..errors import EriDiffusionError
-from ..training.formats.atomic_file import write_atomic
-from ..training.formats.lora_conventions import split_key
+from ..formats.atomic_file import write_atomic
+from ..formats.lora_conventions import split_key
 from .lora_layers import check_output, check_weights, read_lora, read_safetensors
 
 

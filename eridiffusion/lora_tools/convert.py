@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import EriDiffusionError
-from ..training.formats.layer_names import (
+from ..formats.layer_names import (
     DOTTED_PREFIXES,
     UNDERSCORED_PREFIXES,
     LayerTarget,
@@ -20,7 +20,7 @@ from ..training.formats.layer_names import (
     layer_table,
     weight_shapes,
 )
-from ..training.formats.lora_conventions import (
+from ..formats.lora_conventions import (
     PEFT_ADAPTER_METADATA,
     TEXT_ENCODER_PREFIXES,
     peft_metadata,
@@ -28,7 +28,7 @@ from ..training.formats.lora_conventions import (
     peft_weights_file,
     split_key,
 )
-from ..training.formats.lora_file import loadable_weight_keys
+from ..formats.lora_file import loadable_weight_keys
 from .lora_layers import (
     check_layers,
     check_output,

@@ -79,7 +79,7 @@ def extract_from_models(base, tuned, output, rank=None, energy=None, dtype="fp16
     import comfy.lora
 
     from ..comfy_compat import patched_diffusion_weights
-    from ..training.formats.lora_file import loadable_weight_keys
+    from ..formats.lora_file import loadable_weight_keys
 
     check_rank_and_energy(rank, energy, "extract")
     check_device(device)

@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..training.formats.lora_conventions import peft_weights_file, split_key
+from ..formats.lora_conventions import peft_weights_file, split_key
 from .lora_layers import layer_algorithm, rank_and_alpha, read_lora
 
 # Metadata keys by who wrote them: ours, kohya's sd-scripts (and tools that copy its keys), modelspec.

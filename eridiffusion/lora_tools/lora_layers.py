@@ -8,9 +8,8 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import EriDiffusionError
-from ..training.adapters.from_tensors import tensor_groups
-from ..training.formats.lora_conventions import split_key
-from ..training.formats.lora_file import SAVE_DTYPES, TrainedLoRA
+from ..formats.lora_conventions import split_key
+from ..formats.lora_file import SAVE_DTYPES, TrainedLoRA, tensor_groups
 from .low_rank import LowRank
 
 # A layer's algorithm, told by the tensor names it has (ComfyUI's weight adapters), first match wins.

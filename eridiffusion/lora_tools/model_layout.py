@@ -16,7 +16,7 @@ def model_layout(path):
     """The ComfyUI model (a BaseModel, on the meta device) of the diffusion model or checkpoint file `path`,
     or of a built-in tiny stack (tiny-sdxl, tiny-sd15)."""
     if path in TINY_LAYOUTS:
-        from ..training.model.tiny_models import build_tiny_demo
+        from ..tiny_models import build_tiny_demo
 
         return build_tiny_demo(TINY_LAYOUTS[path], seed=0)[0].model
     import safetensors

@@ -4,7 +4,7 @@ energy share, and the LoRAs (with weights) merge takes."""
 from dataclasses import dataclass
 
 from ..errors import EriDiffusionError
-from ..training.settings import check_settings, setting
+from ..settings import check_settings, setting
 
 _LORA_HELP = "The LoRA file: a name inside models/loras (as LoraLoader lists it) or a full path."
 _OUTPUT_HELP = "Name of the file to write inside models/{} (subfolders allowed); an existing name gets a number."

@@ -7,9 +7,9 @@ import folder_paths
 from comfy.utils import ProgressBar
 from comfy_api.latest import io
 
+from ..settings import settings_of
 from ..training.data.dataset import Dataset
 from ..training.data.training_data import CacheSettings, build_training_data
-from ..training.settings import settings_of
 from . import sockets
 from .setting_inputs import inputs_for
 from .sockets import CATEGORY

@@ -6,8 +6,8 @@ from typing import Any
 import folder_paths
 from comfy_api.latest import io
 
+from ..settings import settings_of
 from ..training.data.dataset import DatasetSettings
-from ..training.settings import settings_of
 from . import sockets
 from .setting_inputs import inputs_for
 from .sockets import CATEGORY

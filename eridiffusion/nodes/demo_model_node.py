@@ -4,8 +4,8 @@ from typing import Any
 
 from comfy_api.latest import io
 
-from ..training.model.tiny_models import TinyDemoSettings, build_tiny_demo
-from ..training.settings import settings_of
+from ..settings import settings_of
+from ..tiny_models import TinyDemoSettings, build_tiny_demo
 from .setting_inputs import inputs_for
 from .sockets import CATEGORY
 

@@ -10,7 +10,7 @@ from comfy_api.latest import io
 
 from ..errors import EriDiffusionError
 from ..lora_tools import settings as tool_settings
-from ..training.settings import settings_of
+from ..settings import settings_of
 from .save_node import lora_path_for
 from .setting_inputs import inputs_for
 from .sockets import CATEGORY
@@ -89,8 +89,8 @@ class InspectLoRA(io.ComfyNode):
 
     @classmethod
     def execute(cls, lora: str, model: Any = None) -> io.NodeOutput:
+        from ..formats.layer_names import layer_table
         from ..lora_tools.inspection import inspect_lora, model_key_map
-        from ..training.formats.layer_names import layer_table
 
         path = lora_file(lora, "Inspect LoRA lora")
         report = inspect_lora(path, model_key_map(model), layer_table(model.model)) if model else inspect_lora(path)

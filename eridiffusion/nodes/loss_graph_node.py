@@ -4,7 +4,7 @@ import os
 
 from comfy_api.latest import io, ui
 
-from ..training.formats.atomic_file import write_atomic
+from ..formats.atomic_file import write_atomic
 from ..training.run.loss_plot import LossHistory, as_image_tensor, draw_loss_plot
 from . import sockets
 from .sockets import CATEGORY

@@ -10,7 +10,7 @@ import time
 import folder_paths
 
 from ..errors import EriDiffusionError
-from ..training.formats.atomic_file import json_safe
+from ..formats.atomic_file import json_safe
 
 EVENT = "eridiffusion.progress"
 MIN_INTERVAL_S = 0.25  # at most four events a second, whatever the step rate

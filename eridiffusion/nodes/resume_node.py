@@ -6,9 +6,9 @@ from typing import Any
 import folder_paths
 from comfy_api.latest import io
 
-from ..training.formats.state_file import state_path
+from ..formats.state_file import state_path
+from ..settings import settings_of
 from ..training.run.resume import ResumeSettings, load_resume_point
-from ..training.settings import settings_of
 from . import sockets
 from .setting_inputs import inputs_for
 from .sockets import CATEGORY

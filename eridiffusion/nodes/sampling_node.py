@@ -5,9 +5,9 @@ from typing import Any
 from comfy_api.latest import io
 
 from ..errors import EriDiffusionError
-from ..training.run.sample_config import sample_config
-from ..training.run.samples import SamplerSettings
-from ..training.settings import settings_of
+from ..settings import settings_of
+from ..training.samples.config import sample_config
+from ..training.samples.render import SamplerSettings
 from . import sockets
 from .setting_inputs import inputs_for
 from .sockets import CATEGORY

@@ -7,9 +7,9 @@ import folder_paths
 from comfy_api.latest import io
 
 from ..errors import EriDiffusionError
-from ..training.formats.atomic_file import sweep_stale_temp_files
-from ..training.formats.lora_file import SaveSettings, TrainedLoRA
-from ..training.settings import settings_of
+from ..formats.atomic_file import sweep_stale_temp_files
+from ..formats.lora_file import SaveSettings, TrainedLoRA
+from ..settings import settings_of
 from . import sockets
 from .setting_inputs import inputs_for
 from .sockets import CATEGORY

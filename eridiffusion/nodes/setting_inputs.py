@@ -1,4 +1,4 @@
-"""Node inputs made from the settings dataclasses (training/settings.py): a widget per setting
+"""Node inputs made from the settings dataclasses (eridiffusion/settings.py): a widget per setting
 with its default, bounds, choices and help text as the tooltip. Nodes hand settings on to
 LoRATrainer as SettingValues."""
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from comfy_api.latest import io
 
-from ..training.settings import Setting
+from ..settings import Setting
 
 
 def input_for(s: Setting):

@@ -12,8 +12,8 @@ from comfy.utils import ProgressBar
 from comfy_api.latest import io
 from comfy_execution.utils import get_executing_context
 
+from ..formats.atomic_file import write_json_atomic
 from ..training.data.training_data import TrainingData
-from ..training.formats.atomic_file import write_json_atomic
 from ..training.run.config import train_config_from, training_settings
 from ..training.run.distributed import SINGLE_PROCESS
 from ..training.run.experts import check_expert_pair
@@ -21,9 +21,9 @@ from ..training.run.loss_plot import LossHistory
 from ..training.run.preflight import check_model_fits, check_run
 from ..training.run.resume import ResumePoint, check_resume_fits
 from ..training.run.run_folder import unique_run_dir
-from ..training.run.samples import SampleSettings
 from ..training.run.summary import validation_summary
 from ..training.run.trainer import TrainingHooks, train_lora
+from ..training.samples.render import SampleSettings
 from . import sockets
 from .options_nodes import OPTIONS_NODES
 from .progress import ProgressReporter, begin_run, end_run, server_sender, stop_requested

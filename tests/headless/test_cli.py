@@ -24,7 +24,7 @@ def unmatched_lora_keys(path, caplog):
     import comfy.sd
     import comfy.utils
 
-    from eridiffusion.training.model.tiny_models import build_tiny_demo
+    from eridiffusion.tiny_models import build_tiny_demo
 
     model, clip, _ = build_tiny_demo("sdxl", seed=0)
     caplog.clear()

@@ -54,7 +54,7 @@ def test_train_command_lora_loads_in_stock_comfyui_with_every_key_matched(quick_
     import comfy.sd
     import comfy.utils
 
-    from eridiffusion.training.model.tiny_models import build_tiny_demo
+    from eridiffusion.tiny_models import build_tiny_demo
 
     path = quick_demo["output"] / "loras" / "eridiffusion" / "sks_dog.safetensors"
     lora = comfy.utils.load_torch_file(str(path), safe_load=True)

@@ -117,8 +117,8 @@ def test_a_lokr_of_one_part_of_a_fused_weight_is_refused_naming_it(family_lora, 
 def test_peft_itself_reads_the_peft_file_as_the_same_weight_changes(arch, family_lora, tmp_path):
     from devkit.foreign_loras import peft_deltas
     from devkit.stock_comfyui import layer_deltas
-    from eridiffusion.training.formats.layer_names import diffusers_layers
-    from eridiffusion.training.formats.lora_file import loadable_weight_keys
+    from eridiffusion.formats.layer_names import diffusers_layers
+    from eridiffusion.formats.lora_file import loadable_weight_keys
 
     lora = family_lora(arch)
     model = lora["model"].model
@@ -177,7 +177,7 @@ def test_a_locons_convolutions_convert_with_the_same_output(fmt, locon_files, tm
 @pytest.mark.parametrize("arch", family_params(["qwen_image", "flux_dev"]))
 def test_a_peft_dora_converts_to_its_whole_weight_change_as_peft_merges_it(arch, family_lora, tmp_path, caplog):
     from devkit.foreign_loras import write_peft_dora
-    from eridiffusion.training.formats.layer_names import diffusers_layers
+    from eridiffusion.formats.layer_names import diffusers_layers
 
     lora = family_lora(arch)
     model = lora["model"].model

@@ -40,7 +40,7 @@ def test_keys_a_model_would_not_load_are_listed(locon_files, tmp_path):
 
 def test_a_musubi_z_image_file_is_read_and_its_unloaded_keys_are_the_ones_convert_places(family_lora, tmp_path):
     from devkit.foreign_loras import write_convention
-    from eridiffusion.training.formats.layer_names import layer_table
+    from eridiffusion.formats.layer_names import layer_table
 
     lora = family_lora("z_image")
     model = lora["model"].model

@@ -14,7 +14,7 @@ from devkit import tiny_family_node
 from devkit.photo_masks import copy_photos, half_black_masks
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from devkit.workflow import family_prompt, load_extension, run_named, with_sampler
-from eridiffusion.training.run.sample_inputs import image_tensor
+from eridiffusion.training.samples.inputs import image_tensor
 
 PHOTOS = ("00", "01", "02", "03")
 SIZE = (96, 64)  # the sample's width, height

@@ -6,8 +6,8 @@ import folder_paths
 import pytest
 
 from eridiffusion.errors import EriDiffusionError
+from eridiffusion.formats.lora_file import TrainedLoRA
 from eridiffusion.nodes.save_node import SaveLoRA
-from eridiffusion.training.formats.lora_file import TrainedLoRA
 
 
 def small_lora():

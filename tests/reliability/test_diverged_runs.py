@@ -146,7 +146,7 @@ def test_stop_mode_names_the_data_when_the_first_step_fails(one_nan_latent, tmp_
 
 
 def lora_with(value):
-    from eridiffusion.training.formats.lora_file import TrainedLoRA
+    from eridiffusion.formats.lora_file import TrainedLoRA
 
     up = torch.ones(4, 2)
     up[0, 0] = value

@@ -13,9 +13,9 @@ import torch
 
 from devkit.workflow import run_training
 from eridiffusion.errors import EriDiffusionError
+from eridiffusion.formats.atomic_file import FILE_MODE
+from eridiffusion.formats.lora_file import TrainedLoRA
 from eridiffusion.nodes.save_node import SaveLoRA
-from eridiffusion.training.formats.atomic_file import FILE_MODE
-from eridiffusion.training.formats.lora_file import TrainedLoRA
 
 
 def small_lora():

@@ -13,8 +13,8 @@ import time
 import safetensors.torch
 
 from devkit.paths import ROOT
-from eridiffusion.training.formats.atomic_file import TEMP_SUFFIX
-from eridiffusion.training.formats.state_file import load_state
+from eridiffusion.formats.atomic_file import TEMP_SUFFIX
+from eridiffusion.formats.state_file import load_state
 
 TRIALS = 10
 

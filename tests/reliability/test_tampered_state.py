@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from devkit.workflow import run_training
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.training.formats.state_file import load_state, save_state
+from eridiffusion.formats.state_file import load_state, save_state
 from eridiffusion.training.run.resume import load_resume_point
 from eridiffusion.training.run.run_state import check_state
 

@@ -4,7 +4,7 @@ import re
 
 from ...errors import EriDiffusionError
 from ...training.run.optimizers import OPTIMIZERS
-from ...training.run.sample_prompts import FLAGS
+from ...training.samples.prompts import FLAGS
 from ..schema import section_settings
 from .translation import DTYPES, TIMESTEP_TYPES, label
 

@@ -4,7 +4,7 @@ EriDiffusion's sections from an ai-toolkit file, naming each value's ai-toolkit 
 from dataclasses import dataclass, field
 
 from ...errors import EriDiffusionError
-from ...training.settings import nearest_hint
+from ...settings import nearest_hint
 
 TRAINER_TYPES = ("sd_trainer", "ui_trainer", "diffusion_trainer")
 

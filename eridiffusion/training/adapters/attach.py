@@ -19,7 +19,7 @@ import torch
 
 from ...comfy_compat import prefix_cache_dropped
 from ...errors import EriDiffusionError
-from ..settings import check_settings, setting
+from ...settings import check_settings, setting
 from .base import Adapter, layer_kind
 from .dora import DoRA
 from .forward_swap import SwappedForward, swap_in, swap_out

@@ -2,19 +2,8 @@
 the layers the file addresses get adapters of the file's algorithm and rank, set to its values."""
 
 from ...errors import EriDiffusionError
-from ..formats.lora_file import TENSOR_NAMES
+from ...formats.lora_file import tensor_groups
 from .attach import AdapterSet
-
-
-def tensor_groups(tensors):
-    """{layer prefix: {tensor name: tensor}} of a LoRA file's tensors (`<prefix>.lora_down.weight`
-    ...); keys that are no adapter tensor are left out."""
-    groups = {}
-    for key, tensor in tensors.items():
-        name = next((n for n in TENSOR_NAMES if key.endswith("." + n)), None)
-        if name:
-            groups.setdefault(key[: -len(name) - 1], {})[name] = tensor
-    return groups
 
 
 def adapters_from_tensors(root, tensors, spec, prefixes, path):

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 
 from ...errors import EriDiffusionError
-from ..settings import check_settings, setting
+from ...settings import check_settings, setting
 from .audio import SUPPORTED_AUDIO, AudioOptions, is_audio_file, read_audio
 from .audio_captions import AudioPrompt, audio_caption
 from .captions import CaptionOptions, with_trigger

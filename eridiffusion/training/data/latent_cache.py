@@ -15,7 +15,7 @@ import safetensors
 import torch
 
 from ...errors import EriDiffusionError
-from ..formats.atomic_file import sweep_stale_temp_files, write_safetensors_atomic
+from ...formats.atomic_file import sweep_stale_temp_files, write_safetensors_atomic
 from .audio import audio_latent_frames, waveform_for_vae
 from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
 from .clip_audio import clip_audio, encoded_audio

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...errors import EriDiffusionError
-from ..settings import check_settings, setting
+from ...settings import check_settings, setting
 from .audio_captions import AudioPrompt
 from .cache_checks import check_inputs
 from .captions import caption_variants

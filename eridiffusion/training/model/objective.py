@@ -14,7 +14,7 @@ import comfy.model_sampling
 import torch
 
 from ...errors import EriDiffusionError
-from ..settings import check_settings, setting
+from ...settings import check_settings, setting
 
 TIMESTEP_SAMPLINGS = ("auto", "uniform", "logit_normal", "sigmoid", "shift")
 LOSS_WEIGHTINGS = ("none", "min_snr")

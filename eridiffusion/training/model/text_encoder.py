@@ -10,9 +10,9 @@ import contextlib
 import dataclasses
 
 from ...comfy_compat import encodings_kept_on, trainable_clip_clone
+from ...formats.lora_file import loadable_clip_keys
 from ..adapters import attach_adapters
 from ..adapters.from_tensors import adapters_from_tensors
-from ..formats.lora_file import loadable_clip_keys
 from . import loading as model_loading
 from .autograd_inplace import OutOfPlaceAugmentedAssignments
 from .autograd_weights import frozen_weights_injection

@@ -16,12 +16,12 @@ import torch
 
 from ...comfy_compat import trainable_model_clone
 from ...errors import EriDiffusionError
+from ...formats.lora_file import loadable_weight_keys
 from ..adapters import attach_adapters, narrow_layers, warn_narrow_layers
 from ..adapters.from_tensors import adapters_from_tensors
 from ..adapters.layer_selection import block_multipliers
 from ..data.batches import BatchSampler
 from ..data.training_data import TrainingData
-from ..formats.lora_file import loadable_weight_keys
 from ..model import loading as model_loading
 from ..model.autograd_weights import frozen_weights_injection
 from ..model.families import family_of, resolve_objective, resolve_targets

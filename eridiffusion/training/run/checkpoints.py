@@ -6,9 +6,9 @@ Rank 0 writes; the other processes wait for it."""
 import contextlib
 import os
 
-from ..formats.atomic_file import write_json_atomic
-from ..formats.lora_file import check_finite, export_lora, raw_path, run_metadata
-from ..formats.state_file import save_state, state_path
+from ...formats.atomic_file import write_json_atomic
+from ...formats.lora_file import check_finite, export_lora, raw_path, run_metadata
+from ...formats.state_file import save_state, state_path
 from . import run_state
 
 BEST = "best.safetensors"

@@ -6,10 +6,10 @@ from dataclasses import dataclass, fields
 import torch
 
 from ...errors import EriDiffusionError
+from ...settings import check_settings, setting, settings_of
 from ..adapters import AdapterSpec
 from ..adapters.layer_selection import parse_block_lr
 from ..model.objective import ObjectiveSpec
-from ..settings import check_settings, setting, settings_of
 from ..speed.paths import SpeedPaths
 from .non_finite import MAX_SKIPS_IN_A_ROW, ON_NAN
 from .optimizers import OPTIMIZERS

@@ -7,8 +7,8 @@ import os
 
 from ...errors import EriDiffusionError
 from ..model.inputs import check_takes_start_image
+from ..samples.inputs import reads_condition, takes_inpaint_channels
 from .run_state import check_resumable
-from .sample_inputs import reads_condition, takes_inpaint_channels
 
 # Below this share of the loss weight (masked pixels at their mask's value, the rest at mask_min)
 # over all the images, a run trains on almost nothing.

@@ -10,11 +10,10 @@ import safetensors
 import torch
 
 from ...errors import EriDiffusionError, first_line
+from ...formats.lora_file import loadable_clip_keys, loadable_weight_keys, tensor_groups
+from ...formats.state_file import STATE_SUFFIX, load_state, pickled_state_path, state_path
+from ...settings import check_settings, setting
 from ..adapters import AdapterSpec
-from ..adapters.from_tensors import tensor_groups
-from ..formats.lora_file import loadable_clip_keys, loadable_weight_keys
-from ..formats.state_file import STATE_SUFFIX, load_state, pickled_state_path, state_path
-from ..settings import check_settings, setting
 from .run_state import check_state
 
 

@@ -3,7 +3,7 @@
 import os
 import re
 
-from ..formats.atomic_file import sweep_stale_temp_files, writable_folder
+from ...formats.atomic_file import sweep_stale_temp_files, writable_folder
 
 
 def unique_run_dir(parent, name):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...errors import EriDiffusionError
-from ..formats.state_file import damaged_state_fix, state_path
+from ...formats.state_file import damaged_state_fix, state_path
 from .config import NESTED, TrainConfig
 
 

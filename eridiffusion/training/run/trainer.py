@@ -17,11 +17,12 @@ from typing import Any
 
 import torch
 
+from ...formats.atomic_file import write_json_atomic
 from ..data.training_data import TrainingData
-from ..formats.atomic_file import write_json_atomic
 from ..model import loading as model_loading
 from ..model.forward import transformer_options_of
 from ..model.prepared_data import conditioning_options
+from ..samples.render import SampleSettings, render_samples
 from ..speed.step_path import step_path
 from . import checkpoints
 from .build import TrainingRun
@@ -35,7 +36,6 @@ from .non_finite import MAX_SKIPS_IN_A_ROW, StepHealth, diverged_error
 from .optimizer_step import OptimizerStep
 from .preflight import check_model_fits
 from .resume import ResumePoint
-from .samples import SampleSettings, render_samples
 from .summary import run_summary
 from .validation import ValidationLoss
 

@@ -11,10 +11,10 @@ import torch
 
 from devkit.tiny_models import build_tiny
 from eridiffusion.errors import EriDiffusionError
+from eridiffusion.formats.lora_file import export_lora, loadable_weight_keys
 from eridiffusion.training.adapters import ALGORITHMS, AdapterSpec, attach_adapters
 from eridiffusion.training.adapters.attach import _BypassForward
 from eridiffusion.training.adapters.lora import LoRA
-from eridiffusion.training.formats.lora_file import export_lora, loadable_weight_keys
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from eridiffusion.training.data.inpaint import fitted_mask
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model.prepared_data import sample_values
 from eridiffusion.training.run.config import TrainConfig
-from eridiffusion.training.run.sample_inputs import image_tensor
 from eridiffusion.training.run.trainer import train_lora
+from eridiffusion.training.samples.inputs import image_tensor
 
 NAME = "flux_fill"
 PHOTOS = ("00", "01", "02", "03")
@@ -170,8 +170,8 @@ def test_a_flux_model_whose_input_layout_comfyui_cannot_fill_is_refused_before_t
 def test_a_sample_mask_of_another_aspect_than_its_image_is_an_error_naming_both(datasets_dir, tmp_path):
     from PIL import Image
 
-    from eridiffusion.training.run.sample_config import sample_config
-    from eridiffusion.training.run.samples import SamplerSettings
+    from eridiffusion.training.samples.config import sample_config
+    from eridiffusion.training.samples.render import SamplerSettings
 
     Image.new("L", (40, 10), 255).save(tmp_path / "wide.png")
     image = os.path.join(datasets_dir, "dreambooth_dog", "00.jpg")

@@ -126,7 +126,7 @@ def _host_edit_conditioning(name, clip, vae, folder, stem):
     from comfy_extras.nodes_edit_model import ReferenceLatent
     from comfy_extras.nodes_qwen import TextEncodeQwenImageEditPlus
 
-    from eridiffusion.training.run.sample_inputs import image_tensor
+    from eridiffusion.training.samples.inputs import image_tensor
 
     record = next(r for r in load_dataset(folder).records if os.path.basename(r.path).startswith(stem))
     images = [image_tensor(path, (128, 128)) for path in record.references]
@@ -256,8 +256,8 @@ def test_references_in_metadata_and_in_a_control_folder_together_are_refused(dat
 
 
 def test_a_sample_line_with_edit_is_encoded_as_qwen_image_edits_instruction():
-    from eridiffusion.training.run.sample_config import sample_config
-    from eridiffusion.training.run.samples import SamplerSettings
+    from eridiffusion.training.samples.config import sample_config
+    from eridiffusion.training.samples.render import SamplerSettings
 
     _, clip, vae = build_tiny("qwen_image_edit", seed=0)
     settings = SamplerSettings(prompts="make it snow --edit\nmake it snow", width=64, height=64)

@@ -90,7 +90,7 @@ def test_a_run_leaves_the_graphs_models_usable_by_its_stock_nodes(dog_dataset, t
     every weight is still usable, and the graph's own encode and decode (under inference mode, as
     CLIPTextEncode and VAEDecode run them) work."""
     from eridiffusion.training.data.training_data import build_training_data
-    from eridiffusion.training.run.samples import SampleSettings
+    from eridiffusion.training.samples.render import SampleSettings
 
     with torch.inference_mode():
         model, clip, vae = build_tiny("sd15", seed=0)

@@ -17,8 +17,8 @@ from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.model.family_row import WAN22_EXPERT_BOUNDARY
 from eridiffusion.training.run.experts import ExpertPick, check_expert_pair
-from eridiffusion.training.run.samples import denoised
 from eridiffusion.training.run.trainer import train_lora
+from eridiffusion.training.samples.render import denoised
 
 FAMILY = "wan21_t2v"  # Wan 2.2 T2V A14B loads as this class: each expert a WanModel
 

@@ -7,9 +7,9 @@ import torch
 
 from devkit.tiny_models import build_tiny
 from eridiffusion.errors import EriDiffusionError
+from eridiffusion.formats.state_file import state_path
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.training_data import build_training_data
-from eridiffusion.training.formats.state_file import state_path
 from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.evaluation import evaluation_loss
 from eridiffusion.training.run.resume import load_resume_point

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from devkit.short_runs import short_run as config
-from eridiffusion.training.run.samples import SampleSettings, render_samples
 from eridiffusion.training.run.trainer import train_lora
+from eridiffusion.training.samples.render import SampleSettings, render_samples
 from eridiffusion.training.speed import cuda_graphs, graphed_sampling, step_path
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")

@@ -12,8 +12,8 @@ import comfy.supported_models
 import comfy.taesd.taesd
 import torch
 
-from ...errors import EriDiffusionError
-from ..settings import check_settings, setting
+from .errors import EriDiffusionError
+from .settings import check_settings, setting
 
 # Text encoders keep the real vocabulary (ComfyUI's real tokenizers feed them) and shrink the rest.
 # Three layers, not two: SDXL reads the penultimate layer (layer_idx=-2) and SDClipModel asserts

@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ...errors import EriDiffusionError
+from ..errors import EriDiffusionError
 from .lora_file import TENSOR_NAMES
 
 # Tensor names after the layer name, in other trainers' spellings -> ComfyUI's name.

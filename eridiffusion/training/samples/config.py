@@ -8,9 +8,9 @@ from ..data.audio import is_audio_vae
 from ..data.audio_captions import AudioPrompt
 from ..data.clip_audio import is_clip_audio_vae
 from ..data.start_image import start_values, with_start_values
-from .av_samples import with_frame_rate
-from .sample_inputs import prompt_sample
-from .samples import SampleSettings
+from .audio_video import with_frame_rate
+from .inputs import prompt_sample
+from .render import SampleSettings
 
 
 def encode(clip, text, keywords=None):

@@ -4,8 +4,8 @@ writes it, and a spectrogram picture of it for the trainer's sample preview."""
 
 import torch
 
+from ...formats.audio_file import write_flac
 from ..data.audio import audio_latent_frames
-from ..formats.audio_file import write_flac
 
 PREVIEW_SIZE = (256, 128)  # width, height of the spectrogram preview in pixels
 

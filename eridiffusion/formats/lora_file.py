@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import comfy.lora
 import torch
 
-from ... import __version__
-from ...errors import EriDiffusionError
+from .. import __version__
+from ..errors import EriDiffusionError
 from ..settings import check_settings, setting
 from .atomic_file import write_safetensors_atomic
 
@@ -195,3 +195,14 @@ TENSOR_NAMES = (
     "diff",
     "diff_b",
 )
+
+
+def tensor_groups(tensors):
+    """{layer prefix: {tensor name: tensor}} of a LoRA file's tensors (`<prefix>.lora_down.weight`
+    ...); keys that are no adapter tensor are left out."""
+    groups = {}
+    for key, tensor in tensors.items():
+        name = next((n for n in TENSOR_NAMES if key.endswith("." + n)), None)
+        if name:
+            groups.setdefault(key[: -len(name) - 1], {})[name] = tensor
+    return groups

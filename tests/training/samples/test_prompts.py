@@ -5,7 +5,7 @@ import os
 import pytest
 
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.training.run.samples import SamplerSettings
+from eridiffusion.training.samples.render import SamplerSettings
 
 
 def specs(text, folder="/nowhere"):

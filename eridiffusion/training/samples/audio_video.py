@@ -5,7 +5,7 @@ writes one."""
 
 from fractions import Fraction
 
-from ..formats.atomic_file import write_atomic
+from ...formats.atomic_file import write_atomic
 
 AV_FRAME_RATE = 25  # LTX-2's frame rate (LTXVConditioning's and LTXVEmptyLatentAudio's default)
 

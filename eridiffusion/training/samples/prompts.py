@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 
 from ...errors import EriDiffusionError
+from ...settings import Setting, SettingInfo, check_value, nearest_hint
 from ..data.media import check_mask_fits, open_image_rgb
-from ..settings import Setting, SettingInfo, check_value, nearest_hint
 
 # flag (with kohya's and musubi-tuner's short names) -> the PromptSpec field it sets
 FLAGS = {

@@ -9,7 +9,7 @@ import re
 import tempfile
 import time
 
-from ...errors import EriDiffusionError
+from ..errors import EriDiffusionError
 
 TEMP_SUFFIX = ".eridiffusion.tmp"
 # `.<start of the target's name>.<mkstemp's 8 random characters>.eridiffusion.tmp`

@@ -11,14 +11,14 @@ import torch
 from PIL import Image
 
 from ...errors import EriDiffusionError
+from ...formats.atomic_file import write_atomic
+from ...settings import check_settings, setting, settings_of
 from ..data.audio import is_audio_vae
-from ..formats.atomic_file import write_atomic
 from ..model import loading as model_loading
-from ..settings import check_settings, setting, settings_of
-from .audio_samples import decoded_audio, empty_audio_latent, save_audio_sample
-from .av_samples import av_latent, decoded_av, save_av_sample
-from .sample_inputs import PromptSample
-from .sample_prompts import parse_prompt_line
+from .audio import decoded_audio, empty_audio_latent, save_audio_sample
+from .audio_video import av_latent, decoded_av, save_av_sample
+from .inputs import PromptSample
+from .prompts import parse_prompt_line
 
 
 @dataclass(frozen=True)

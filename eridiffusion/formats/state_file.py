@@ -9,7 +9,7 @@ import os
 import safetensors
 import torch
 
-from ...errors import EriDiffusionError
+from ..errors import EriDiffusionError
 from .atomic_file import write_safetensors_atomic
 
 STATE_SUFFIX = ".training_state"

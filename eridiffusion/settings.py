@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import EriDiffusionError
+from .errors import EriDiffusionError
 
 # The types a setting may have: what a node widget or a config value can hold (a tuple: a list of
 # file paths).
