@@ -99,15 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         return _lora(args)
     name = "eridiffusion"
     try:
-        if args.gpus and not (args.print_config or args.dry_run):
-            from .launch import become_torchrun, check_gpus
+        from ..training.run.distributed import join_processes, under_torchrun
 
-            if args.gpus > 1:
-                become_torchrun(args)  # this process becomes torchrun: nothing below runs
+        if args.gpus and not (args.print_config or args.dry_run):
             import torch
 
-            check_gpus(args.gpus, torch.cuda.device_count(), started_by_torchrun=False)
-        from ..training.run.distributed import join_processes
+            from .launch import become_torchrun, check_gpus
+
+            check_gpus(args.gpus, torch.cuda.device_count(), under_torchrun())
+            if args.gpus > 1:
+                become_torchrun(args)  # this process becomes torchrun: nothing below runs
 
         processes = join_processes()  # before ComfyUI is imported: it takes the current GPU as its device
     except EriDiffusionError as error:
@@ -175,8 +176,8 @@ def _train(args, host_folders, processes):
         from .plan import plan_lines
 
         if processes.is_main:
-            _, inputs = run.checked_inputs(config, args.resume, output)
+            request, inputs = run.requested_run(config, args.resume, output)
             count = max(args.gpus or 1, processes.world_size)
-            print("\n".join(plan_lines(config, inputs, run.train_config(config), output, processes=count)))
+            print("\n".join(plan_lines(config, inputs, request.config, output, processes=count)))
         return 0
     return EXIT_INTERRUPTED if run.train_from_config(config, args.resume, processes) else 0

@@ -52,12 +52,8 @@ def check_gpus(gpus, cuda_devices, started_by_torchrun):
 
 
 def become_torchrun(args):
-    """Replace this process with torchrun running this command on args.gpus GPUs (never returns)."""
-    import torch
-
-    from ..training.run.distributed import under_torchrun
-
-    check_gpus(args.gpus, torch.cuda.device_count(), under_torchrun())
+    """Replace this process with torchrun running this command on args.gpus GPUs, check_gpus passed
+    (never returns)."""
     command = torchrun_command(args.config, args.gpus, args.output, args.resume)
     # the processes import this very checkout, wherever the command was started from
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (CHECKOUT_DIR, os.environ.get("PYTHONPATH")) if p)}

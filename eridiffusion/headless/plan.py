@@ -53,15 +53,10 @@ def adapter_parameters(model, settings, family):
     """(layers, parameters) of the adapters the trainer would attach to `model`."""
     from ..formats.lora_file import loadable_weight_keys
     from ..training.adapters.attach import target_layers
-    from ..training.adapters.layer_selection import block_multipliers
     from ..training.model.families import resolve_targets
-    from ..training.run.preflight import check_block_multipliers
 
     spec = dataclasses.replace(settings.adapter, targets=resolve_targets(settings.adapter.targets, family))
     layers = target_layers(model.model, spec, loadable_weight_keys(model.model).keys())
-    if settings.block_lr.strip():  # (as the trainer checks it)
-        names = [name for name, _ in layers]
-        check_block_multipliers(block_multipliers(names, settings.block_lr), settings.block_lr)
     count = sum(p.numel() for index, (_, layer) in enumerate(layers) for p in spec.build(layer, index).parameters())
     return len(layers), count
 

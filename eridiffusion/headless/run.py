@@ -15,23 +15,11 @@ import torch
 
 from ..errors import EriDiffusionError
 from ..formats.atomic_file import writable_folder
-from ..training.data.cache_checks import check_datasets_apart
 from ..training.data.dataset import Dataset
 from ..training.model.families import Family
 from ..training.run.distributed import SINGLE_PROCESS, TrainingProcesses
-from ..training.run.experts import check_expert_pair
-from ..training.run.preflight import (
-    check_flux_input_layout,
-    check_inpaint_fits,
-    check_masks,
-    check_references_read,
-    check_resume_point,
-    check_run,
-    check_samples_read,
-    check_settings_fit_data,
-    masks_of_records,
-)
-from ..training.run.resume import check_resume_fits
+from ..training.run.preflight import preflight
+from ..training.run.request import RunRequest
 from ..training.samples.config import sample_config
 from ..training.samples.render import SamplerSettings
 from . import terminal
@@ -65,8 +53,8 @@ class Inputs:
 
 
 def load_inputs(config: RunConfig) -> Inputs:
-    """The datasets (LoadDataset), checked against the run's settings, and the sample prompts' images,
-    then the model: a mistake in the data or the settings is named before any model file is read."""
+    """The datasets (LoadDataset) and the sample prompts' images, then the model: a dataset or a prompt
+    line LoadDataset or SampleDuringTraining would refuse is named before any model file is read."""
     from ..nodes.dataset_node import LoadDataset
 
     with torch.inference_mode():  # as ComfyUI's executor runs every node
@@ -76,7 +64,6 @@ def load_inputs(config: RunConfig) -> Inputs:
 
         training = LoadDataset.execute(**config.dataset).result[0]
         validation, regularization = dataset(config.validation_dataset), dataset(config.regularization_dataset)
-        check_datasets(config, training, validation, regularization)
         if config.sample is not None:  # the prompt lines' images, relative to the config file
             SamplerSettings(**config.sample).prompt_specs(os.path.dirname(config.path))
         model, clip, vae = load_models(config.model)
@@ -85,40 +72,35 @@ def load_inputs(config: RunConfig) -> Inputs:
     return Inputs(model, clip, vae, family, training, validation, regularization, *extra)
 
 
-def check_datasets(config, training, validation, regularization):
-    """What the datasets tell of the run before anything is encoded (and what --dry-run reports)."""
-    settings = train_config(config)
-    check_datasets_apart(training, validation, regularization)
-    has_validation = bool(training.held_out) or validation is not None
-    check_settings_fit_data(settings, has_validation, regularization is not None)
-    check_masks(*masks_of_records(training), settings.mask_min)
+def cache_arguments(config, inputs):
+    """build_training_data's arguments, as CacheLatents passes them (its node adds only the progress bar)."""
+    from ..nodes.cache_node import default_cache_folder
+    from ..training.data.training_data import CacheSettings
+
+    return dict(
+        dataset=inputs.dataset,
+        vae=inputs.vae,
+        clip=inputs.clip,
+        resolution=config.cache["resolution"],
+        cache_folder=config.cache["cache_folder"].strip() or default_cache_folder(),
+        shuffle_variants=config.cache["shuffle_variants"],
+        validation_dataset=inputs.validation_dataset,
+        regularization_dataset=inputs.regularization_dataset,
+        start_image=config.cache["start_image"],
+        audio_vae=inputs.audio_vae,
+        clip_vision=inputs.clip_vision,
+        extra_resolutions=CacheSettings(**config.cache).extras(),
+        edit_instructions=config.cache["edit_instructions"],
+        inpaint=config.cache["inpaint"],
+    )
 
 
 def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
-    """CacheLatents' work (its node adds only ComfyUI's progress bar), shared among the processes."""
-    from ..nodes.cache_node import default_cache_folder
-    from ..training.data.training_data import CacheSettings, build_training_data
+    """CacheLatents' work, shared among the processes."""
+    from ..training.data.training_data import build_training_data
 
-    folder = config.cache["cache_folder"].strip() or default_cache_folder()
     with torch.inference_mode():
-        return build_training_data(
-            inputs.dataset,
-            inputs.vae,
-            inputs.clip,
-            config.cache["resolution"],
-            folder,
-            shuffle_variants=config.cache["shuffle_variants"],
-            progress=progress,
-            processes=processes,
-            validation_dataset=inputs.validation_dataset,
-            regularization_dataset=inputs.regularization_dataset,
-            start_image=config.cache["start_image"],
-            audio_vae=inputs.audio_vae,
-            clip_vision=inputs.clip_vision,
-            extra_resolutions=CacheSettings(**config.cache).extras(),
-            edit_instructions=config.cache["edit_instructions"],
-            inpaint=config.cache["inpaint"],
-        )
+        return build_training_data(**cache_arguments(config, inputs), progress=progress, processes=processes)
 
 
 def sample_settings(config, inputs):
@@ -171,7 +153,7 @@ def newest_checkpoint(output, run_name):
 
 def resume_point(resume, output, settings, processes=SINGLE_PROCESS):
     """LoadLoRAForTraining's RESUME for --resume auto (the run's newest checkpoint, as rank 0 finds
-    it) or a path, checked against the run's TrainConfig `settings` before anything loads."""
+    it) or a path, read before anything loads (the preflight checks it with the run)."""
     if not resume:
         return None
     from ..nodes.resume_node import LoadLoRAForTraining
@@ -180,30 +162,25 @@ def resume_point(resume, output, settings, processes=SINGLE_PROCESS):
         path = processes.decided_by_main(lambda: newest_checkpoint(output, settings.run_name))
     else:
         path = resume
-    point = LoadLoRAForTraining.execute(path=path).result[0]
-    check_resume_point(point, settings, processes.world_size)
-    return point
+    return LoadLoRAForTraining.execute(path=path).result[0]
 
 
-def checked_inputs(config, resume, output, processes=SINGLE_PROCESS):
-    """(the ResumePoint or None, the Inputs) of a run, with every check that needs no image encoded
-    made: what `train` and `--dry-run` both ask first. The resume point and the save target are
-    checked before any model loads, the datasets before the model, the resume point's fit and the
-    sample size, the input layout, CacheLatents' inpaint and the edit references against the loaded model."""
+def requested_run(config: RunConfig, resume, output, processes=SINGLE_PROCESS) -> tuple[RunRequest, Inputs]:
+    """(the RunRequest LoRATrainer would get from this config's graph, its data described and not yet
+    encoded, the Inputs), checked by the preflight: what `train` and `--dry-run` both ask first. The
+    resume point and the save target are read before any model loads, the datasets before the model."""
+    from ..training.data.training_data import training_data_facts
+
     settings = train_config(config)
     point = resume_point(resume, output, settings, processes)
     check_save_target(config)
     inputs = load_inputs(config)
-    check_resume_fits(point, inputs.model, inputs.clip, settings)
-    if inputs.low_noise_model is not None:
-        check_expert_pair(inputs.model, inputs.low_noise_model)
-    for model in [inputs.model] + ([inputs.low_noise_model] if inputs.low_noise_model is not None else []):
-        check_flux_input_layout(model.model)  # (the graph's trainer checks these after CacheLatents)
-        check_inpaint_fits(model.model, config.cache["inpaint"])
-        check_references_read(model.model, any(record.references for record in inputs.dataset.records))
-    if config.sample is not None:
-        SamplerSettings(**config.sample).check_sizes(inputs.vae, os.path.dirname(config.path))
-    return point, inputs
+    samples = sample_settings(config, inputs)
+    with torch.inference_mode():
+        facts = training_data_facts(**cache_arguments(config, inputs))
+    request = RunRequest(inputs.model, facts, settings, inputs.clip, point, samples, processes, inputs.low_noise_model)
+    preflight(request)
+    return request, inputs
 
 
 def check_save_target(config):
@@ -267,26 +244,22 @@ def train_from_config(
         terminal.tensorboard_writer_class()  # missing: fail before any work
     output = folder_paths.get_output_directory()
     started = time.monotonic()
-    settings = train_config(config)
-    point, inputs = checked_inputs(config, resume, output, processes)
-    samples = sample_settings(config, inputs)
-    for model in [inputs.model] + ([inputs.low_noise_model] if inputs.low_noise_model is not None else []):
-        check_samples_read(model.model, samples)  # before any image is encoded
+    request, inputs = requested_run(config, resume, output, processes)
+    settings, point = request.config, request.resume
     device = comfy.model_management.get_torch_device()
     where = f"in {processes.world_size} processes (rank 0 on {device})" if processes.distributed else f"on {device}"
     say(f"model {config.model.describe()}: {inputs.family.name} {where}")
     progress, bar = terminal.caching_progress(len(inputs.dataset.records)) if main else (None, None)
-    data = cache_latents(config, inputs, progress, processes)
+    request = request.with_data(cache_latents(config, inputs, progress, processes))
     if bar is not None:
         bar.close()
-    check_run(data, settings, inputs.clip, point, processes)  # before the run's folder is made
     if point is not None:
         say(_resuming_line(point))
     run_dir = processes.decided_by_main(lambda: unique_run_dir(output, settings.run_name))
     if main:
         with open(os.path.join(run_dir, "config.yaml"), "w", encoding="utf-8") as f:
             f.write(config_yaml(config))
-    result, stop = _trained(config, inputs, data, settings, point, samples, run_dir, processes)
+    result, stop = _trained(config, request, run_dir)
     if not main:
         return len(result.losses) < settings.steps and stop.requested
     lora_path = save_outputs(config, result)
@@ -300,11 +273,11 @@ def train_from_config(
     return stopped and stop.requested
 
 
-def _trained(config, inputs, data, settings, point, samples, run_dir, processes):
+def _trained(config, request, run_dir):
     """(LoRATrainer's TrainResult, the Ctrl-C handler): the training itself, with the terminal's progress."""
-    from ..training.run.trainer import TrainingHooks, train_lora
+    from ..training.run.trainer import TrainingHooks, train_run
 
-    main = processes.is_main
+    main, settings, point = request.processes.is_main, request.config, request.resume
     start = point.state["step"] if point is not None and point.state else 0
     with terminal.CtrlC(announce=main) as stop:
         progress = None
@@ -314,18 +287,7 @@ def _trained(config, inputs, data, settings, point, samples, run_dir, processes)
         result = None
         try:
             with torch.inference_mode(False), torch.enable_grad():  # as LoRATrainer's execute
-                result = train_lora(
-                    inputs.model,
-                    data,
-                    settings,
-                    run_dir,
-                    sample_settings=samples,
-                    hooks=hooks,
-                    clip=inputs.clip,
-                    resume=point,
-                    processes=processes,
-                    low_noise_model=inputs.low_noise_model,
-                )
+                result = train_run(request, run_dir, hooks)
         finally:
             if progress is not None:
                 progress.close(result)

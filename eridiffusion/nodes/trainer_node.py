@@ -15,14 +15,13 @@ from comfy_execution.utils import get_executing_context
 from ..formats.atomic_file import write_json_atomic
 from ..training.data.training_data import TrainingData
 from ..training.run.config import train_config_from, training_settings
-from ..training.run.distributed import SINGLE_PROCESS
-from ..training.run.experts import check_expert_pair
 from ..training.run.loss_plot import LossHistory
-from ..training.run.preflight import check_model_fits, check_run
-from ..training.run.resume import ResumePoint, check_resume_fits
+from ..training.run.preflight import preflight
+from ..training.run.request import RunRequest
+from ..training.run.resume import ResumePoint
 from ..training.run.run_folder import unique_run_dir
 from ..training.run.summary import validation_summary
-from ..training.run.trainer import TrainingHooks, train_lora
+from ..training.run.trainer import TrainingHooks, train_run
 from ..training.samples.render import SampleSettings
 from . import sockets
 from .options_nodes import OPTIONS_NODES
@@ -166,12 +165,8 @@ class LoRATrainer(io.ComfyNode):
     ) -> io.NodeOutput:
         connected = [inputs.pop(name, None) for name in SETTING_SOCKETS]
         config = train_config(inputs, [settings for settings in connected if settings is not None])
-        check_run(training_data, config, clip, resume, SINGLE_PROCESS)  # before the run's folder is made
-        check_resume_fits(resume, model, clip, config)
-        if low_noise_model is not None:
-            check_expert_pair(model, low_noise_model)
-        for each in [model] + ([low_noise_model] if low_noise_model is not None else []):
-            check_model_fits(each.model, training_data, sample_config)
+        request = RunRequest(model, training_data, config, clip, resume, sample_config, low_noise_model=low_noise_model)
+        preflight(request)  # before the run's folder is made
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)
         save_workflow(cls.hidden.extra_pnginfo, cls.hidden.unique_id, run_dir)
         # ComfyUI runs nodes under inference_mode; training needs autograd.
@@ -180,17 +175,7 @@ class LoRATrainer(io.ComfyNode):
             torch.inference_mode(False),
             torch.enable_grad(),
         ):
-            result = train_lora(
-                model,
-                training_data,
-                config,
-                run_dir,
-                sample_settings=sample_config,
-                hooks=hooks,
-                clip=clip,
-                resume=resume,
-                low_noise_model=low_noise_model,
-            )
+            result = train_run(request, run_dir, hooks)
         history = LossHistory.of(result)
         samples = result.samples if result.samples is not None else torch.zeros(1, 64, 64, 3)
         memory = f", peak VRAM {result.peak_memory_gib:.1f} GiB" if result.peak_memory_gib else ""

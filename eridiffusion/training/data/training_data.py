@@ -2,6 +2,7 @@
 dataset encoded (or read back from the latent cache) into TrainingData, with its validation and
 regularization parts."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -125,6 +126,47 @@ class TrainingData:
         return groups
 
 
+@dataclass(frozen=True)
+class DataFacts:
+    """What a run's data holds, as its checks need it: read from CacheLatents' TrainingData (the graph),
+    or from the datasets and the cache settings before anything is encoded (the command line)."""
+
+    samples: int
+    masked: tuple[tuple[str, float], ...]  # (image, mean of its mask in [0, 1]) of each masked image
+    validation: bool  # held-out or validation images
+    class_samples: int  # regularization (class) images; 0: none
+    references: bool  # edit references beside the targets
+    inpaint: bool  # masked images for an inpainting model (CacheLatents' inpaint)
+    audio: bool  # clips' sound encoded beside their frames
+    picture_prompts: bool  # captions encoded shown the reference images (Qwen-Image-Edit)
+    # image-to-video: a sample conditioned on its start image (the command line encodes one on demand)
+    start_image_sample: Callable[[], TrainingSample | None] = lambda: None
+
+    @property
+    def regularization(self) -> bool:
+        return self.class_samples > 0
+
+    @property
+    def unmasked(self) -> int:
+        return self.samples - len(self.masked)
+
+    @classmethod
+    def of(cls, data: TrainingData) -> "DataFacts":
+        samples = data.samples
+        start = next((s for s in samples if "concat_latent_image" in s.conditioning_values), None)
+        return cls(
+            samples=len(samples),
+            masked=tuple((s.source, float(s.mask.float().mean())) for s in samples if s.mask is not None),
+            validation=data.validation is not None,
+            class_samples=len(data.regularization.samples) if data.regularization is not None else 0,
+            references=any(s.reference_latents for s in samples),
+            inpaint=any(s.inpaint is not None for s in samples),
+            audio=any(s.audio_latent is not None for s in samples),
+            picture_prompts=any(s.picture_prompt for s in samples),
+            start_image_sample=lambda: start,
+        )
+
+
 def build_training_data(
     dataset,
     vae,
@@ -152,14 +194,12 @@ def build_training_data(
     its image features too); `audio_vae` (LTX-2's): each clip's audio track encoded beside its frames.
     `processes` of a run of several: each encodes its share (rank, rank + N, ...) into the shared
     cache, then all read every entry back (keyed by content); `progress` counts this process's share."""
-    media = {"start_image": start_image, "audio_vae": audio_vae, "clip_vision": clip_vision}  # what encodes them
-    others = (validation_dataset, regularization_dataset)
-    check_inputs(dataset, vae, clip, others, extra_resolutions, edit_instructions, media)
     distributed = processes is not None and processes.distributed
-    sweep = not distributed or processes.is_main
-    cache = LatentCache(cache_folder, vae, clip, sweep, edit_instructions, inpaint)
-    sizes = (resolution, *extra_resolutions)
-    entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes)
+    options = {"shuffle_variants": shuffle_variants, "seed": seed, "extra_resolutions": extra_resolutions}
+    options.update(validation_dataset=validation_dataset, regularization_dataset=regularization_dataset)
+    options.update(edit_instructions=edit_instructions, inpaint=inpaint, start_image=start_image)
+    options.update(audio_vae=audio_vae, clip_vision=clip_vision, sweep=not distributed or processes.is_main)
+    cache, entries, media = _cache_entries(dataset, vae, clip, resolution, cache_folder, **options)
     every = [entry for group in entries for entry in group]
     if distributed:
         _encode_share(every, cache, progress, processes, dataset, media)
@@ -183,6 +223,54 @@ def build_training_data(
     training = _training_data(samples, empty, dataset, resolution, cache.stats)
     training.validation, training.regularization = validation_data, regularization
     return training
+
+
+def training_data_facts(dataset, vae, clip, resolution, cache_folder, **options) -> "DataFacts":
+    """The DataFacts of what build_training_data (the same arguments, less `progress` and `processes`)
+    would encode, its inputs checked, nothing encoded: a start image's sample is encoded when asked for."""
+    cache, entries, media = _cache_entries(dataset, vae, clip, resolution, cache_folder, **options)
+    records = dataset.records
+    references = any(record.references for record in records)
+    start = entries[0][0] if media["start_image"] and entries[0] else None
+    return DataFacts(
+        samples=len(entries[0]),
+        masked=tuple((r.path, r.mask_coverage) for r in records if r.mask),
+        validation=bool(entries[1]),
+        class_samples=len(entries[2]),
+        references=references,
+        inpaint=cache.inpaint,
+        audio=media["audio_vae"] is not None,
+        picture_prompts=cache.shows_pictures(references),
+        start_image_sample=lambda: _sample_of(*start[:2], cache, *start[2:], **media) if start else None,
+    )
+
+
+def _cache_entries(
+    dataset,
+    vae,
+    clip,
+    resolution,
+    cache_folder,
+    shuffle_variants=4,
+    seed=0,
+    validation_dataset=None,
+    regularization_dataset=None,
+    extra_resolutions=(),
+    edit_instructions=False,
+    inpaint=False,
+    start_image=False,
+    audio_vae=None,
+    clip_vision=None,
+    sweep=True,
+):
+    """build_training_data's inputs checked: (its LatentCache, the entries to encode, the media options)."""
+    media = {"start_image": start_image, "audio_vae": audio_vae, "clip_vision": clip_vision}  # what encodes them
+    others = (validation_dataset, regularization_dataset)
+    check_inputs(dataset, vae, clip, others, extra_resolutions, edit_instructions, media)
+    cache = LatentCache(cache_folder, vae, clip, sweep, edit_instructions, inpaint)
+    sizes = (resolution, *extra_resolutions)
+    entries = _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes)
+    return cache, entries, media
 
 
 def _training_data(samples, empty, source, resolution, stats):

@@ -139,10 +139,9 @@ def _pooled_leads(zero, probed, probe):
     return rows.shape[-1] >= width and torch.equal(rows[:, :width], expected) and not rows[:, width:].any()
 
 
-def check_takes_start_image(base_model, data):
-    """Refuse start images (image-to-video samples of TrainingData `data`) that the model would ignore:
-    a text-to-video model, whose inputs are the same with and without them."""
-    sample = next((s for s in data.samples if "concat_latent_image" in s.conditioning_values), None)
+def check_takes_start_image(base_model, sample):
+    """Refuse start images (TrainingSample `sample`, conditioned on one; None: no start image) that the
+    model would ignore: a text-to-video model, whose inputs are the same with and without them."""
     if sample is None:
         return
     latent = base_model.process_latent_in(sample.latent[None].float())[0]

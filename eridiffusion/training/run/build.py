@@ -30,15 +30,14 @@ from ..model.text_encoder import TextEncoderTraining
 from ..speed.checkpointing import checkpointing_injection
 from ..speed.compile_blocks import compile_blocks_injection
 from ..speed.cuda_graphs import release_graph_memory
-from ..speed.fp8_products import Fp8Products, check_fp8_compute
+from ..speed.fp8_products import Fp8Products
 from . import run_state
 from .config import TrainConfig
 from .distributed import SINGLE_PROCESS, TrainingProcesses
 from .ema import AdapterEMA
 from .lr_schedule import lr_factor
-from .optimizers import check_optimizer_runs, make_optimizer, parameter_groups
-from .preflight import check_block_multipliers, check_run
-from .resume import ResumePoint, check_resume_fits
+from .optimizers import make_optimizer, parameter_groups
+from .resume import ResumePoint
 
 
 class TrainingRun:
@@ -57,8 +56,6 @@ class TrainingRun:
         processes: TrainingProcesses = SINGLE_PROCESS,
     ) -> None:
         self.started = time.perf_counter()
-        check_run(data, config, clip, resume, processes)
-        check_resume_fits(resume, model_patcher, clip, config)
         self.data, self.config, self.run_dir, self.processes = data, config, run_dir, processes
         self.source = trainable_model_clone(model_patcher)
         # dynamic VRAM's reload for training: a model of the run's own, whose weights it may cast
@@ -68,9 +65,6 @@ class TrainingRun:
             self.patcher.load_device = torch.device(config.device)
         self.base, self.device = self.patcher.model, self.patcher.load_device
         self.prefixes = loadable_weight_keys(self.base)
-        check_optimizer_runs(config.optimizer, self.device)  # before any heavy work
-        if config.fp8_compute:
-            check_fp8_compute(self.device)
         # fp8_compute: the fp8 weights of the adapted layers, made in the first step and kept for the run
         self.fp8_products = Fp8Products(config.speed.fp8_min_macs) if config.fp8_compute else None
         self.preservation = None  # differential output preservation: the class phrase's conditioning
@@ -137,7 +131,6 @@ class TrainingRun:
         """(optimizer, LR scheduler, loss scaler, EMA or None) of the trained parameters."""
         config = self.config
         multipliers = block_multipliers(self.adapters.layer_names, config.block_lr) if config.block_lr.strip() else None
-        check_block_multipliers(multipliers, config.block_lr)
         groups = parameter_groups(
             self.adapters, config.learning_rate, self.text_encoder, config.text_encoder_lr, multipliers
         )

@@ -26,12 +26,12 @@ def check_one_model(config):
         )
 
 
-def check_experts(config, data, clip, resume, processes):
-    """What a two-expert run refuses, before anything is built."""
+def check_experts(config, validating, clip, resume, processes):
+    """What a two-expert run refuses, before anything is built (`validating`: the data has validation images)."""
     refused = (
         (resume is not None, "continuing from a RESUME (start it afresh, or train one expert with its file)"),
         (config.text_encoder_lr > 0 and clip is not None, "text-encoder training (set text_encoder_lr to 0)"),
-        (data.validation is not None, "validation images (drop LoadDataset's validation fraction and folder)"),
+        (validating, "validation images (drop LoadDataset's validation fraction and folder)"),
         (processes.distributed, "several GPUs (run it on one)"),
     )
     for refused_here, what in refused:
@@ -66,8 +66,13 @@ def _layout(patcher):
 
 
 def expert_boundary(config, family):
-    """The σ where the high-noise expert hands over: the config's, else the family's."""
-    boundary = config.expert_boundary or family.expert_boundary
+    """The σ where the high-noise expert hands over: the config's, else the family's (check_expert_boundary passed)."""
+    return config.expert_boundary or family.expert_boundary
+
+
+def check_expert_boundary(config, family):
+    """A boundary to hand over at, inside the trained noise range."""
+    boundary = expert_boundary(config, family)
     if not boundary:
         raise EriDiffusionError(
             f"{family.name} has no expert boundary of its own: set TrainingObjective's expert_boundary (the noise "
@@ -79,7 +84,6 @@ def expert_boundary(config, family):
             f"expert_boundary {boundary:g} is outside the trained noise range {objective.timestep_min:g}-"
             f"{objective.timestep_max:g} (timestep_min, timestep_max): each expert needs a part of it."
         )
-    return boundary
 
 
 def expert_config(config, index, boundary):
@@ -114,10 +118,8 @@ class ExpertPick:
         return index
 
 
-def expert_runs(high_model, low_model, data, config, run_dir, clip=None, resume=None, processes=None):
+def expert_runs(high_model, low_model, data, config, run_dir, clip=None, processes=None):
     """(the two experts' TrainingRuns, high-noise first; their ExpertPick)."""
-    check_experts(config, data, clip, resume, processes)
-    check_expert_pair(high_model, low_model)
     family = family_of(high_model.model)
     boundary = expert_boundary(config, family)
     runs = tuple(

@@ -1,31 +1,49 @@
-"""What can be told wrong about a run before it makes its folder, loads a model or encodes an image:
-settings that contradict the data, masks that leave nothing to learn, a resume point the run cannot
-continue. LoRATrainer, the command line's `train` and its `--dry-run` ask the same checks, so a
-mistake is named the same way wherever it is made."""
+"""Every refusal of a run, asked once: `preflight(request)` runs CHECKS in order on a RunRequest before
+the run makes its folder, loads anything more or encodes an image, and the run trusts it afterwards.
+LoRATrainer, the command line's `train` and its `--dry-run` each call it, so a mistake is named the
+same way wherever it is made, and a new refusal is one more entry in CHECKS."""
 
+import dataclasses
 import os
 
 from ...errors import EriDiffusionError
+from ...formats.lora_file import loadable_weight_keys
+from ..adapters.attach import target_layers
+from ..adapters.layer_selection import block_multipliers
+from ..model.families import family_of, resolve_targets
 from ..model.inputs import check_takes_start_image
 from ..samples.inputs import reads_condition, takes_inpaint_channels
-from .run_state import check_resumable
+from ..speed.fp8_products import check_fp8_compute
+from ..speed.step_path import check_graphs_can_run
+from .experts import check_expert_boundary, check_expert_pair, check_experts, check_one_model
+from .optimizers import check_optimizer_runs
+from .request import RunRequest
+from .resume import check_resume_fits
+from .run_state import check_resumable, check_state_fits_data
 
 # Below this share of the loss weight (masked pixels at their mask's value, the rest at mask_min)
 # over all the images, a run trains on almost nothing.
 MIN_TRAINED_SHARE = 0.01
 
 
-def check_run(data, config, clip, resume, processes):
-    """Every check of a run of TrainConfig `config` on TrainingData `data` (with `clip` and the
-    ResumePoint `resume`, or None, on `processes`) that needs no model moved and no folder made."""
-    if not data.samples:
+def preflight(request: RunRequest) -> None:
+    """Raise the EriDiffusionError of the first thing the run `request` cannot do (CHECKS, in order)."""
+    for check in CHECKS:
+        check(request)
+
+
+def check_data_and_inputs(request: RunRequest) -> None:
+    """Data to train on, and the inputs the settings need: a CLIP to train or to encode with, one
+    device per process."""
+    config, clip, facts, processes = request.config, request.clip, request.facts, request.processes
+    if not facts.samples:
         raise EriDiffusionError("TRAINING_DATA holds no samples; check the LoadDataset folder.")
     if config.text_encoder_lr > 0 and clip is None:
         raise EriDiffusionError(
             "text_encoder_lr > 0 trains the text encoder: connect the graph's CLIP to "
             "LoRATrainer's clip input (or set text_encoder_lr to 0)."
         )
-    if config.text_encoder_lr > 0 and any(sample.picture_prompt for sample in data.samples):
+    if config.text_encoder_lr > 0 and facts.picture_prompts:
         raise EriDiffusionError(
             "text_encoder_lr > 0 trains the text encoder, but these captions are encoded shown their reference "
             "images (Qwen-Image-Edit), which a trained text encoder does not re-encode; set text_encoder_lr to 0."
@@ -40,25 +58,70 @@ def check_run(data, config, clip, resume, processes):
             "preservation_prompt needs the text encoder to encode the class phrase: connect the graph's "
             "CLIP to LoRATrainer's clip input (or clear preservation_prompt)."
         )
-    check_settings_fit_data(config, data.validation is not None, data.regularization is not None)
-    check_masks(*masks_of_samples(data), config.mask_min)
-    check_resume_point(resume, config, processes.world_size)
 
 
-def check_model_fits(model, data, sample_settings=None):
-    """What the loaded `model` (a BaseModel) cannot do with TrainingData `data` and SampleSettings
-    `sample_settings`: an input layout ComfyUI's class cannot fill, inpaint data, edit references, start images or
-    sound it would not read, a sample prompt setting it ignores. Before the run's folder is made."""
-    check_flux_input_layout(model)
-    check_inpaint_fits(model, any(sample.inpaint is not None for sample in data.samples))
-    check_references_read(model, any(sample.reference_latents for sample in data.samples))
-    check_takes_start_image(model, data)
-    check_audio_read(
-        model,
-        any(sample.audio_latent is not None for sample in data.samples),
-        sample_settings is not None and sample_settings.audio_vae is not None,
-    )
-    check_samples_read(model, sample_settings)
+def check_data_fits_settings(request: RunRequest) -> None:
+    """Settings that mean nothing with this data, and masks that leave nothing to learn."""
+    facts = request.facts
+    check_settings_fit_data(request.config, facts.validation, facts.regularization)
+    check_masks(list(facts.masked), facts.unmasked, request.config.mask_min)
+
+
+def check_resume(request: RunRequest) -> None:
+    """A resume point the run cannot continue (other settings, a step past the last), or whose weights
+    do not fit the MODEL."""
+    check_resume_point(request.resume, request.config, request.processes.world_size)
+    check_resume_fits(request.resume, request.model, request.clip, request.config)
+    if request.resume is not None and request.resume.state is not None:
+        facts = request.facts
+        check_state_fits_data(request.resume.state, request.resume.path, facts.samples, facts.class_samples)
+
+
+def check_models(request: RunRequest) -> None:
+    """Models EriDiffusion trains; two experts of one architecture, with settings two experts take."""
+    for model in request.models:
+        family_of(model.model)  # (an error naming what it is, for a model no LoRA of ours trains)
+    config = request.config
+    if request.low_noise_model is None:
+        check_one_model(config)
+        return
+    check_experts(config, request.facts.validation, request.clip, request.resume, request.processes)
+    check_expert_pair(request.model, request.low_noise_model)
+    check_expert_boundary(config, family_of(request.model.model))
+
+
+def check_models_read_data(request: RunRequest) -> None:
+    """What each loaded model cannot do with the data and the samples: an input layout ComfyUI's class
+    cannot fill, inpaint data, edit references, start images or sound it would not read, a sample prompt
+    setting it ignores."""
+    facts, samples = request.facts, request.samples
+    for model in (each.model for each in request.models):
+        check_flux_input_layout(model)
+        check_inpaint_fits(model, facts.inpaint)
+        check_references_read(model, facts.references)
+        check_takes_start_image(model, facts.start_image_sample())
+        check_audio_read(model, facts.audio, samples is not None and samples.audio_vae is not None)
+        check_samples_read(model, samples)
+
+
+def check_adapters_attach(request: RunRequest) -> None:
+    """The adapter's targets match layers of each model, and block_lr leaves some of them training."""
+    config = request.config
+    spec = request.resume.spec if request.resume is not None else config.adapter
+    for model in (each.model for each in request.models):
+        targets = resolve_targets(spec.targets, family_of(model))
+        layers = target_layers(model, dataclasses.replace(spec, targets=targets), loadable_weight_keys(model).keys())
+        if config.block_lr.strip():
+            check_block_multipliers(block_multipliers([name for name, _ in layers], config.block_lr), config.block_lr)
+
+
+def check_device_runs(request: RunRequest) -> None:
+    """The optimizer, fp8 products and CUDA graphs the settings ask for run on the training device."""
+    config, device = request.config, request.device
+    check_optimizer_runs(config.optimizer, device)
+    if config.fp8_compute:
+        check_fp8_compute(device)
+    check_graphs_can_run(config, device)
 
 
 def check_audio_read(model, trained, sampled):
@@ -166,12 +229,6 @@ def check_masks(masked, unmasked, mask_min):
         )
 
 
-def masks_of_samples(data):
-    """check_masks' `masked` of TrainingData `data`: each masked sample's mean mask on its latent grid."""
-    masked = [(sample.source, float(sample.mask.float().mean())) for sample in data.samples if sample.mask is not None]
-    return masked, len(data.samples) - len(masked)
-
-
 def masks_of_records(dataset):
     """check_masks' `masked` of a Dataset, from the masks' coverage read when it was loaded."""
     masked = [(record.path, record.mask_coverage) for record in dataset.records if record.mask]
@@ -196,3 +253,16 @@ def check_block_multipliers(multipliers, block_lr):
             f"block_lr '{block_lr}' sets the learning rate of every adapted block to 0, so nothing would train; "
             "give some block a multiplier above 0, or clear block_lr."
         )
+
+
+# In the order a user meets them: the data and inputs, the settings against the data, the resume point,
+# the models, what they read, the adapters, the device.
+CHECKS = (
+    check_data_and_inputs,
+    check_data_fits_settings,
+    check_resume,
+    check_models,
+    check_models_read_data,
+    check_adapters_attach,
+    check_device_runs,
+)

@@ -220,20 +220,24 @@ def check_resumable(state, config, world_size, path):
         )
 
 
-def restore(run, state, path):
-    """Put TrainingRun `run` back where `state` (read beside the adapter at `path`) left it."""
-    check_resumable(state, run.config, run.processes.world_size, path)
-    run.optimizer.load_state_dict(state["optimizer"])
-    run.scheduler.load_state_dict(state["scheduler"])
-    run.scaler.load_state_dict(state["scaler"])
-    samples = len(run.data.samples)
-    for name, data in (("batches", run.data), ("prior_batches", run.data.regularization)):
+def check_state_fits_data(state, path, samples, class_samples):
+    """Refuse a `state` (read beside the adapter at `path`) whose pending batches draw images beyond this
+    run's `samples` training and `class_samples` regularization samples: it was written for other data."""
+    for name, count in (("batches", samples), ("prior_batches", class_samples)):
         order = state.get(name)
-        if order is not None and data is not None and any(i >= len(data.samples) for b in order["pending"] for i in b):
+        if order is not None and count and any(i >= count for b in order["pending"] for i in b):
             raise EriDiffusionError(
                 f"{state_path(path)} draws from more images than this run's {samples}: it was written for "
                 "other training data; resume with that data, or start a new run."
             )
+
+
+def restore(run, state, path):
+    """Put TrainingRun `run` back where `state` (read beside the adapter at `path`) left it (its settings
+    and data checked by the preflight)."""
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.scaler.load_state_dict(state["scaler"])
     run.batches.load_state(state["batches"])
     if run.prior_batches is not None and state.get("prior_batches") is not None:
         run.prior_batches.load_state(state["prior_batches"])

@@ -30,11 +30,12 @@ from .cadence import Cadence
 from .config import TrainConfig
 from .distributed import SINGLE_PROCESS, TrainingProcesses
 from .evaluation import evaluation_loss
-from .experts import ExpertPick, ExpertSteps, check_one_model, expert_runs, expert_summary
+from .experts import ExpertPick, ExpertSteps, expert_runs, expert_summary
 from .micro_batches import MicroBatches, loss_function, prepared
 from .non_finite import MAX_SKIPS_IN_A_ROW, StepHealth, diverged_error
 from .optimizer_step import OptimizerStep
-from .preflight import check_model_fits
+from .preflight import preflight
+from .request import RunRequest
 from .resume import ResumePoint
 from .summary import run_summary
 from .validation import ValidationLoss
@@ -308,19 +309,24 @@ def train_lora(
     processes: TrainingProcesses = SINGLE_PROCESS,
     low_noise_model: Any = None,
 ) -> TrainResult:
-    """Train, save checkpoints to run_dir, and return the trained MODEL (and CLIP) clones and LoRA.
-    `processes`: this process's place in a run of several (distributed.join_processes).
+    """Check (preflight.py), train, save checkpoints to run_dir, and return the trained MODEL (and CLIP)
+    clones and LoRA. `processes`: this process's place in a run of several (distributed.join_processes).
     `low_noise_model`: a two-expert run (experts.py), `model_patcher` the high-noise expert; the
     result's `low_noise` holds the low-noise one's."""
-    for model in (model_patcher, low_noise_model) if low_noise_model is not None else (model_patcher,):
-        check_model_fits(model.model, data, sample_settings)  # before the run is built
-    if low_noise_model is None:
-        check_one_model(config)
-        runs, pick = (TrainingRun(model_patcher, data, config, run_dir, clip, resume, processes),), None
+    request = RunRequest(model_patcher, data, config, clip, resume, sample_settings, processes, low_noise_model)
+    preflight(request)
+    return train_run(request, run_dir, hooks)
+
+
+def train_run(request: RunRequest, run_dir: str, hooks: TrainingHooks | None = None) -> TrainResult:
+    """Train the RunRequest `request`, which preflight.py has checked, writing its files to `run_dir`."""
+    data, config, clip, processes = request.training_data, request.config, request.clip, request.processes
+    if request.low_noise_model is None:
+        runs, pick = (TrainingRun(request.model, data, config, run_dir, clip, request.resume, processes),), None
     else:
-        runs, pick = expert_runs(model_patcher, low_noise_model, data, config, run_dir, clip, resume, processes)
+        runs, pick = expert_runs(request.model, request.low_noise_model, data, config, run_dir, clip, processes)
     try:
-        result = train(runs, sample_settings, hooks, pick)
+        result = train(runs, request.samples, hooks, pick)
     finally:
         for run in runs:
             run.release()

@@ -74,12 +74,16 @@ class StepPath:
 
 
 def graphs_wanted(config, device):
-    """Whether the steps replay from CUDA graphs (config.cuda_graphs); raises where `on` cannot."""
+    """Whether the steps replay from CUDA graphs (config.cuda_graphs; check_graphs_can_run passed)."""
     setting = config.cuda_graphs
-    streamed = config.weights_vram_gib > 0
-    if setting == "off" or (setting == "auto" and (device.type != "cuda" or streamed)):
-        return False
-    if streamed:
+    return setting == "on" or (setting == "auto" and device.type == "cuda" and config.weights_vram_gib == 0)
+
+
+def check_graphs_can_run(config, device):
+    """cuda_graphs on where they cannot replay: weights streamed from CPU memory, or no CUDA device."""
+    if config.cuda_graphs != "on":
+        return
+    if config.weights_vram_gib > 0:
         raise EriDiffusionError(
             "cuda_graphs cannot replay weights streamed from CPU memory (weights_vram_gib > 0): "
             "set cuda_graphs to auto or off, or weights_vram_gib to 0."
@@ -88,7 +92,6 @@ def graphs_wanted(config, device):
         raise EriDiffusionError(
             f"cuda_graphs needs a CUDA device; this model trains on {device}. Turn cuda_graphs off."
         )
-    return True
 
 
 def compute_copies(adapters, config, graphed):

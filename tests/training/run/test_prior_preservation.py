@@ -16,6 +16,8 @@ from eridiffusion.training.model.inputs import batch_inputs, model_inputs
 from eridiffusion.training.run.build import TrainingRun
 from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.micro_batches import MicroBatches
+from eridiffusion.training.run.preflight import preflight
+from eridiffusion.training.run.request import RunRequest
 from eridiffusion.training.run.trainer import TrainingHooks, train, train_lora
 from eridiffusion.training.speed.step_path import StepPath
 
@@ -154,8 +156,8 @@ def test_regularization_images_come_one_micro_batch_beside_each_training_one_wei
 def test_preservation_without_a_clip_and_regularization_at_weight_zero_are_refused(stack, tmp_path):
     model, _, _, data = stack
     with pytest.raises(EriDiffusionError, match="connect the graph's CLIP to LoRATrainer's clip input"):
-        TrainingRun(model, data, config(preservation_prompt=CLASS_PHRASE), str(tmp_path))
+        preflight(RunRequest(model, data, config(preservation_prompt=CLASS_PHRASE)))
     with pytest.raises(EriDiffusionError, match="prior_weight is 0"):
-        TrainingRun(model, dataclasses.replace(data, regularization=data), config(prior_weight=0.0), str(tmp_path))
+        preflight(RunRequest(model, dataclasses.replace(data, regularization=data), config(prior_weight=0.0)))
     with pytest.raises(EriDiffusionError, match="set text_encoder_lr to 0"):
         config(preservation_prompt=CLASS_PHRASE, text_encoder_lr=1e-4)
