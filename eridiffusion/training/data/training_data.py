@@ -231,7 +231,13 @@ def training_data_facts(dataset, vae, clip, resolution, cache_folder, **options)
     cache, entries, media = _cache_entries(dataset, vae, clip, resolution, cache_folder, **options)
     records = dataset.records
     references = any(record.references for record in records)
-    start = entries[0][0] if media["start_image"] and entries[0] else None
+
+    def start_image_sample():
+        if not (media["start_image"] and entries[0]):
+            return None
+        entry = entries[0][0]
+        return _sample_of(*entry[:2], cache, *entry[2:], **media)
+
     return DataFacts(
         samples=len(entries[0]),
         masked=tuple((r.path, r.mask_coverage) for r in records if r.mask),
@@ -241,7 +247,7 @@ def training_data_facts(dataset, vae, clip, resolution, cache_folder, **options)
         inpaint=cache.inpaint,
         audio=media["audio_vae"] is not None,
         picture_prompts=cache.shows_pictures(references),
-        start_image_sample=lambda: _sample_of(*start[:2], cache, *start[2:], **media) if start else None,
+        start_image_sample=start_image_sample,
     )
 
 
