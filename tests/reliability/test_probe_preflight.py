@@ -1,0 +1,37 @@
+"""Issue 41's probe: settings the trainer refused only once its run had started (after the model
+loaded, its images were encoded and its run folder was made) are refused by the one preflight, by
+`--dry-run` as by `train`, with no run folder left behind."""
+
+import os
+
+import pytest
+
+from devkit.headless import CONFIGS, refused_train, write_yaml
+
+TINY = os.path.join(CONFIGS, "tiny_demo.yaml")
+MODES = pytest.mark.parametrize("mode", [["--dry-run"], []], ids=["dry run", "train"])
+
+
+def refused(tmp_path, text, mode):
+    config = write_yaml(tmp_path / "run.yaml", f"_base_: {TINY}\n{text}")
+    error, left = refused_train(config, tmp_path / "out", *mode, cwd=tmp_path)
+    assert [name for name in left if name != "loras"] == []  # no run folder
+    return error
+
+
+@MODES
+def test_the_two_expert_settings_with_one_model_are_refused_before_the_run_starts(mode, tmp_path):
+    error = refused(tmp_path, "objective: {expert_boundary: 0.9}\n", mode)
+    assert error.startswith("expert_boundary and switch_boundary_every are for two experts in one run")
+
+
+@MODES
+def test_cuda_graphs_on_where_no_gpu_trains_is_refused_before_the_run_starts(mode, tmp_path):
+    error = refused(tmp_path, "train: {cuda_graphs: 'on'}\n", mode)
+    assert error == "cuda_graphs needs a CUDA device; this model trains on cpu. Turn cuda_graphs off."
+
+
+@MODES
+def test_cuda_graphs_on_with_streamed_weights_is_refused_before_the_run_starts(mode, tmp_path):
+    error = refused(tmp_path, "train: {cuda_graphs: 'on', weights_vram_gib: 1.0, gradient_checkpointing: true}\n", mode)
+    assert error.startswith("cuda_graphs cannot replay weights streamed from CPU memory (weights_vram_gib > 0)")
