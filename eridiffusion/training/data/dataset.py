@@ -24,7 +24,6 @@ from .folder_scan import (
     no_caption_error,
     normalize_caption_ext,
     read_caption_files,
-    read_metadata,
     scan_folder,
 )
 from .held_out import held_out_indices
@@ -38,7 +37,7 @@ from .media import (
     open_image_rgb,
     read_clip,
 )
-from .metadata_references import metadata_references
+from .metadata_jsonl import metadata_references, read_metadata
 
 MISSING_CAPTION_MODES = tuple(MISSING_CAPTION_CHOICES.values())
 MISSING_MASK_MODES = tuple(MISSING_MASK_CHOICES.values())
