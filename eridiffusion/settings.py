@@ -25,7 +25,8 @@ class SettingInfo:
     help: str
     minimum: float | None = None
     maximum: float | None = None
-    step: float | None = None
+    step: float | None = None  # the widget's increment
+    multiple: int | None = None  # a whole number must be a multiple of this (the widget steps by it)
     # the allowed values; a function where the host decides them (its samplers, its loaders' dtypes)
     choices: tuple | Callable[[], tuple] | None = None
     multiline: bool = False
@@ -114,7 +115,21 @@ def check_value(s: Setting, value: Any, where: str) -> Any:
     low, high = s.info.minimum, s.info.maximum
     if (low is not None and value < low) or (high is not None and value > high):
         raise EriDiffusionError(f"{where} must be {_bounds(low, high)} (got {_shown(value)}). {s.info.help}")
+    multiple = s.info.multiple
+    if multiple and value % multiple:
+        below, above = value - value % multiple, value - value % multiple + multiple
+        inside = [v for v in (below, above) if (low is None or v >= low) and (high is None or v <= high)]
+        nearest = " or ".join(map(str, inside))
+        raise EriDiffusionError(f"{where} must be a multiple of {multiple} (got {value}): use {nearest}. {s.info.help}")
     return value
+
+
+def check_declared(cls: Any, owner: str, **values: Any) -> dict[str, Any]:
+    """`values` ({setting name: value}) checked against the settings of dataclass `cls` as its own
+    fields are (check_value, "owner: name"): where another object carries a setting's value, it is
+    checked by the one declaration. Returns the values as the settings hold them."""
+    declared = settings_of(cls)
+    return {name: check_value(declared[name], value, f"{owner}: {name}") for name, value in values.items()}
 
 
 def parsed_value(s: Setting, value: Any, where: str) -> Any:

@@ -120,6 +120,7 @@ def _complete(path, raw, labels, output, unsupported, schema):
                 DECLARED[section](**resolved[section])
             except EriDiffusionError as error:
                 raise EriDiffusionError(f"{origin}: {where}: {error}") from None
+    _check_training(resolved, labels, path)
     for section in ("dataset", "validation_dataset", "regularization_dataset"):
         if (section == "dataset" or raw.get(section) is not None) and "folder" not in (raw.get(section) or {}):
             raise EriDiffusionError(
@@ -137,6 +138,20 @@ def _complete(path, raw, labels, output, unsupported, schema):
     except EriDiffusionError as error:
         raise EriDiffusionError(f"{path}: {error}") from None
     return RunConfig(path=path, model=model, output=output or "", unsupported=unsupported, schema=schema, **resolved)
+
+
+def _check_training(resolved, labels, path):
+    """The TrainConfig LoRATrainer builds from the `train` section (and TrainingObjective's, when
+    connected): the rules that tie settings together (a learning rate the optimizer takes, ...) are
+    checked when the config is read, as the node and `train` check them."""
+    from ..nodes.setting_inputs import SettingValues
+    from ..nodes.trainer_node import train_config
+
+    connected = [SettingValues(resolved["objective"])] if resolved["objective"] is not None else []
+    try:
+        train_config(resolved["train"], connected)
+    except EriDiffusionError as error:
+        raise EriDiffusionError(f"{labels.get(('train', None), ('train', path))[1]}: {error}") from None
 
 
 def _complete_section(section, given, labels, path):

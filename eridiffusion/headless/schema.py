@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..formats.lora_file import SaveSettings
 from ..settings import Setting, setting, settings_of
-from ..training.data.dataset import DatasetSettings
+from ..training.data.dataset_settings import DatasetSettings
 from ..training.data.training_data import CacheSettings
 from ..training.run.config import training_settings
 from ..training.samples.render import SamplerSettings
@@ -50,8 +50,10 @@ def section_settings(section: str) -> dict[str, Setting]:
     return settings_of(DECLARED[section])
 
 
-# Sections whose keys are one declaration's fields: building it checks the values together.
+# Sections whose keys are one declaration's fields: building it checks the values together, as the
+# node does (`train` and `objective` together build LoRATrainer's TrainConfig).
 DECLARED = {
+    **{section: DatasetSettings for section in DATASET_SECTIONS},
     "model": ModelSource,
     "cache": CacheSettings,
     "sample": SamplerSettings,

@@ -10,7 +10,9 @@ import torch
 from ..errors import EriDiffusionError
 from ..formats.lora_conventions import split_key
 from ..formats.lora_file import SAVE_DTYPES, TrainedLoRA, tensor_groups
+from ..settings import check_value
 from .low_rank import LowRank
+from .settings import WEIGHT
 
 # A layer's algorithm, told by the tensor names it has (ComfyUI's weight adapters), first match wins.
 _ALGORITHMS = (
@@ -153,13 +155,15 @@ def check_layers(path, layers):
 
 
 def check_weights(weighted, what):
-    """Before any work: each (path, weight...) of `weighted` with finite weights."""
+    """Before any work: each (path, weight...) of `weighted` with finite weights within WEIGHT's bounds."""
     for path, *weights in weighted:
         if not all(math.isfinite(float(w)) for w in weights):
             shown = ", ".join(f"{float(w):g}" for w in weights)
             raise EriDiffusionError(
                 f"{what}: {path} has weight {shown}, which is no finite number; give a number such as 0.8."
             )
+        for weight in weights:
+            check_value(WEIGHT, float(weight), f"{what}: the weight of {path}")
 
 
 def rank_and_alpha(group):

@@ -4,13 +4,28 @@ energy share, and the LoRAs (with weights) merge takes."""
 from dataclasses import dataclass
 
 from ..errors import EriDiffusionError
-from ..settings import check_settings, setting
+from ..settings import Setting, SettingInfo, check_settings, setting
 
 _LORA_HELP = "The LoRA file: a name inside models/loras (as LoraLoader lists it) or a full path."
 _OUTPUT_HELP = "Name of the file to write inside models/{} (subfolders allowed); an existing name gets a number."
 _OVERWRITE_HELP = "Replace an existing file of that name (otherwise a number is appended)."
 _RANK_HELP = "Every layer at this rank at most; 0: by energy instead."
 _ENERGY_HELP = "Each layer at the smallest rank keeping this share of its weight change, ‖ΔW_r‖/‖ΔW‖; 0: by rank."
+
+
+# A LoRA's weight in a merge, or its strength merged into a checkpoint (every `name: weight` line of the
+# nodes, --weights on the command line): LoraLoader's strength range, beyond which a LoRA only breaks a model.
+WEIGHT = Setting(
+    "weight",
+    float,
+    1.0,
+    SettingInfo(
+        "Its weight change is scaled by this (1: as trained; LoraLoader's strengths go from -100 to 100): "
+        "give a number such as 0.8.",
+        minimum=-100.0,
+        maximum=100.0,
+    ),
+)
 
 
 def rank_or_energy(settings):

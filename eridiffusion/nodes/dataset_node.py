@@ -7,7 +7,8 @@ import folder_paths
 from comfy_api.latest import io
 
 from ..settings import settings_of
-from ..training.data.dataset import DatasetSettings
+from ..training.data.dataset import dataset_of
+from ..training.data.dataset_settings import DatasetSettings
 from . import sockets
 from .setting_inputs import inputs_for
 from .sockets import CATEGORY
@@ -36,4 +37,4 @@ class LoadDataset(io.ComfyNode):
     @classmethod
     def execute(cls, **values: Any) -> io.NodeOutput:
         settings = DatasetSettings(**values)
-        return io.NodeOutput(settings.load(resolve_dataset_folder(settings.folder)))
+        return io.NodeOutput(dataset_of(settings, resolve_dataset_folder(settings.folder)))

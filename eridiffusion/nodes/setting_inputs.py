@@ -21,7 +21,8 @@ def input_for(s: Setting):
         return io.Combo.Input(s.name, options=list(choices), **common)
     if s.type is bool:
         return io.Boolean.Input(s.name, **common)
-    bounds = {k: v for k, v in (("min", info.minimum), ("max", info.maximum), ("step", info.step)) if v is not None}
+    step = info.step or info.multiple
+    bounds = {k: v for k, v in (("min", info.minimum), ("max", info.maximum), ("step", step)) if v is not None}
     if s.type is int:
         extra = {"control_after_generate": False} if info.seed else {}
         return io.Int.Input(s.name, **bounds, **extra, **common)

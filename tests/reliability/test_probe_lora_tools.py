@@ -11,6 +11,7 @@ import torch
 
 from devkit.workflow import execution_error, run_prompt, widget_defaults
 from eridiffusion.headless import cli
+from eridiffusion.lora_tools.settings import WEIGHT
 
 LAYER = "lora_unet_down_blocks_0_proj"
 DAMAGED = "the file is damaged or was edited; re-save it from its trainer (or use an earlier save of the run)."
@@ -329,3 +330,32 @@ def test_extract_of_models_differing_only_where_no_lora_key_reaches_says_so_not_
         "eridiffusion lora extract: error: extract: 1 weight(s) differ (e.g. a.scale), but no LoRA key addresses "
         "them, so there is nothing to write; a LoRA of this model cannot carry that change.\n",
     )
+
+
+@pytest.mark.parametrize("weight", ["1e38", "-100.5"])
+def test_a_merge_weight_past_loraloaders_strength_range_is_refused_and_nothing_is_written(weight, lora_cli, tmp_path):
+    # (was: 1e38 exited 0 and wrote a LoRA scaled by 1e38)
+    first, second = write_lora(tmp_path / "a.safetensors"), write_lora(tmp_path / "b.safetensors", seed=1)
+    bound = f"must be between -100 and 100 (got {float(weight)!r}). {WEIGHT.info.help}"
+    status, out, err = lora_cli("merge", second, first, "--weights", 1, weight, "-o", tmp_path / "m.safetensors")
+    assert (status, out, err) == (
+        cli.EXIT_ERROR,
+        "",
+        f"eridiffusion lora merge: error: merge: the weight of {first} {bound}\n",
+    )
+    status, _, err = lora_cli(
+        "merge", first, "--weights", weight, "--into", tmp_path / "missing.safetensors", "-o", tmp_path / "c.ckpt"
+    )  # refused before the checkpoint is looked at
+    assert (status, err) == (
+        cli.EXIT_ERROR,
+        f"eridiffusion lora merge: error: merge into a checkpoint: the weight of {first} {bound}\n",
+    )
+    assert not (tmp_path / "m.safetensors").exists() and not (tmp_path / "c.ckpt").exists()
+
+
+def test_the_merge_node_refuses_a_weight_past_loraloaders_strength_range(registered, tmp_path):
+    path = write_lora(tmp_path / "a.safetensors")
+    error = _node_error("EriDiffusion_MergeLoRAs", {"loras": f"{path}: 1e38", "output": "probe/m", "overwrite": True})
+    bound = f"must be between -100 and 100 (got 1e+38). {WEIGHT.info.help}"
+    assert error == f"EriDiffusion_MergeLoRAs: merge: the weight of {path} {bound}"
+    assert not os.path.exists(os.path.join(folder_paths.get_folder_paths("loras")[0], "probe", "m.safetensors"))

@@ -9,6 +9,8 @@ import torch
 
 from ...comfy_compat import host_audio_io
 from ...errors import EriDiffusionError
+from ...settings import check_declared
+from .dataset_settings import DatasetSettings
 
 # What LoadAudio reads (PyAV): the formats ACE-Step's own trainer takes.
 AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a")
@@ -23,11 +25,7 @@ class AudioOptions:
     seconds: float = 120.0
 
     def __post_init__(self):
-        if isinstance(self.seconds, bool) or not isinstance(self.seconds, (int, float)) or not 1 <= self.seconds <= 600:
-            raise EriDiffusionError(
-                f"seconds {self.seconds!r} must be between 1 and 600: the length audio files are trained at "
-                "(longer ones are cut, shorter ones padded with silence)."
-            )
+        check_declared(DatasetSettings, "LoadDataset", seconds=self.seconds)
 
 
 def is_audio_file(name):

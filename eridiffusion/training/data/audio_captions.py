@@ -15,6 +15,20 @@ SIDECAR_SUFFIXES = (LYRICS_SUFFIX, CAPTION_SUFFIX, METADATA_SUFFIX)
 INSTRUMENTAL = "[Instrumental]"  # ACE-Step's lyrics for a track without vocals
 TIME_SIGNATURES = ("2", "3", "4", "6")  # TextEncodeAceStepAudio1.5's choices
 KEY_ROOTS = ("C", "C#", "Db", "D", "D#", "Eb", "E", "F", "F#", "Gb", "G", "G#", "Ab", "A", "A#", "Bb", "B")
+# Other names for the fields read (other tools' annotation files): under them a field would not be read.
+FIELD_ALIASES = {
+    "tags": "caption",
+    "prompt": "caption",
+    "lyric": "lyrics",
+    "tempo": "bpm",
+    "key": "keyscale",
+    "key_scale": "keyscale",
+    "scale": "keyscale",
+    "time_signature": "timesignature",
+    "timesig": "timesignature",
+    "vocal_language": "language",
+    "lang": "language",
+}
 EXAMPLE = '{"caption": "lofi hip hop, mellow piano", "bpm": 84, "keyscale": "A minor", "timesignature": "4"}'
 
 
@@ -94,6 +108,12 @@ def _metadata(path):
         ) from None
     if not isinstance(entry, dict):
         raise EriDiffusionError(f"{path} is not a JSON object; write one such as {EXAMPLE}.")
+    misnamed = sorted(key for key in entry if key in FIELD_ALIASES)
+    if misnamed:
+        key = misnamed[0]
+        raise EriDiffusionError(
+            f'{path}: "{key}" is not read; ACE-Step 1.5\'s annotation calls it "{FIELD_ALIASES[key]}": rename it.'
+        )
     out = {}
     for key in ("caption", "lyrics", "language"):
         if key in entry:

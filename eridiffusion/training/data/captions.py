@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 
 from ...errors import EriDiffusionError
+from ...settings import check_declared
+from .dataset_settings import DatasetSettings
 
 
 @dataclass(frozen=True)
@@ -22,15 +24,7 @@ class CaptionOptions:
             )
         if self.trigger_word != self.trigger_word.strip():
             raise EriDiffusionError(f"trigger_word {self.trigger_word!r} has surrounding spaces; remove them.")
-        if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate <= 1.0:
-            raise EriDiffusionError(
-                f"caption dropout {self.dropout_rate} is outside 0..1; set a probability such as 0.05 (0 turns it off)."
-            )
-        if isinstance(self.keep_tags, bool) or not isinstance(self.keep_tags, int) or self.keep_tags < 0:
-            raise EriDiffusionError(
-                f"keep_tags {self.keep_tags!r} must be a whole number >= 0; "
-                "set how many leading tags stay in place when shuffling (usually 1)."
-            )
+        check_declared(DatasetSettings, "LoadDataset", caption_dropout=self.dropout_rate, keep_tags=self.keep_tags)
 
 
 def caption_variants(caption, options, count, seed):

@@ -9,10 +9,11 @@ import os
 from dataclasses import dataclass
 
 from ...errors import EriDiffusionError
-from ...settings import check_settings, setting
+from ...settings import check_declared
 from .audio import SUPPORTED_AUDIO, AudioOptions, is_audio_file, read_audio
 from .audio_captions import AudioPrompt, audio_caption
 from .captions import CaptionOptions, with_trigger
+from .dataset_settings import MISSING_CAPTION_CHOICES, MISSING_MASK_CHOICES, DatasetSettings, check_caption_fallback
 from .folder_scan import (
     METADATA_FILE,
     SUPPORTED_CLIPS,
@@ -23,10 +24,9 @@ from .folder_scan import (
     no_caption_error,
     normalize_caption_ext,
     read_caption_files,
-    read_metadata,
     scan_folder,
 )
-from .held_out import MAX_VALIDATION_FRACTION, held_out_indices
+from .held_out import held_out_indices
 from .media import (
     VideoOptions,
     check_mask_fits,
@@ -37,13 +37,10 @@ from .media import (
     open_image_rgb,
     read_clip,
 )
-from .metadata_references import metadata_references
+from .metadata_jsonl import metadata_references, read_metadata
 
-MISSING_CAPTION_MODES = ("error", "trigger_word")
-MISSING_MASK_MODES = ("error", "weight_1")  # an image without a mask: an error, or it weighs 1 everywhere
-# LoadDataset's choices as the node shows them, and the modes load_dataset takes for them
-MISSING_CAPTION_CHOICES = {"error": "error", "use trigger word": "trigger_word"}
-MISSING_MASK_CHOICES = {"error": "error", "weight 1": "weight_1"}
+MISSING_CAPTION_MODES = tuple(MISSING_CAPTION_CHOICES.values())
+MISSING_MASK_MODES = tuple(MISSING_MASK_CHOICES.values())
 
 
 @dataclass(frozen=True)
@@ -85,11 +82,7 @@ class Dataset:
         return any(record.audio is not None for record in self.records + self.held_out)
 
     def __post_init__(self):
-        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise EriDiffusionError(
-                f"repeats {self.repeats!r} must be a whole number >= 1; "
-                "set how many times each image is seen per epoch (1 for once)."
-            )
+        check_declared(DatasetSettings, "LoadDataset", repeats=self.repeats)
 
     def fingerprint(self):
         """sha256 hex over every image's (clip's) relative path, bytes, caption and reference image,
@@ -127,111 +120,24 @@ class Dataset:
         return digest.hexdigest()
 
 
-@dataclass(frozen=True)
-class DatasetSettings:
-    """LoadDataset's inputs (and a config file's `dataset:` section)."""
-
-    folder: str = setting(
-        "my_dataset",
-        "Folder of jpg/jpeg/png/webp images, mp4/webm/mov/gif clips and frame folders "
-        "(a subfolder of numbered images = one clip), each with a caption file beside "
-        "it (02.mp4 → 02.txt, frames folder 03/ → 03.txt). Edit pairs (Flux Kontext, Flux.2, "
-        "Qwen-Image-Edit): put each target's reference image, same stem, in a control/ (or "
-        "reference/) subfolder: 00.jpg ↔ control/00.png; control_2/ and control_3/ hold more "
-        "references. Relative paths are inside ComfyUI's input folder.",
-        path=True,
+def dataset_of(settings: DatasetSettings, folder) -> "Dataset":
+    """The Dataset of LoadDataset's `settings`, read from `folder` (the `folder` setting resolved)."""
+    return load_dataset(
+        folder,
+        caption_ext=settings.caption_ext,
+        trigger_word=settings.trigger_word.strip(),
+        missing_caption=MISSING_CAPTION_CHOICES[settings.missing_caption],
+        caption_dropout=settings.caption_dropout,
+        shuffle_tags=settings.shuffle_tags,
+        keep_tags=settings.keep_tags,
+        repeats=settings.repeats,
+        frames=settings.frames,
+        fps=settings.fps,
+        validation=settings.validation,
+        missing_mask=MISSING_MASK_CHOICES[settings.missing_mask],
+        flip=settings.flip,
+        seconds=settings.seconds,
     )
-    caption_ext: str = setting(".txt", "Extension of the caption file beside each image.")
-    trigger_word: str = setting("", "Prepended to every caption that lacks it (empty: none).")
-    missing_caption: str = setting(
-        "error",
-        "An image whose caption is missing or empty: stop with an error naming "
-        "it, or use the trigger word as its caption.",
-        choices=tuple(MISSING_CAPTION_CHOICES),
-    )
-    caption_dropout: float = setting(
-        0.0,
-        "Fraction of steps that train on an empty caption (helps prompt-free use).",
-        minimum=0.0,
-        maximum=1.0,
-        step=0.01,
-    )
-    shuffle_tags: bool = setting(False, "Shuffle comma-separated tags of each caption.")
-    keep_tags: int = setting(1, "Tags at the start that never move when shuffling.", minimum=0, maximum=64)
-    repeats: int = setting(1, "How often each image counts per epoch.", minimum=1, maximum=1000)
-    frames: int = setting(
-        17,
-        "Clips only: frames per training clip. Video VAEs take 4k+1 frames (Wan, "
-        "HunyuanVideo: 5, 9, 17, 33, 81…) or 8k+1 (LTX-Video: 9, 17, 25…); a shorter "
-        "clip is an error.",
-        minimum=1,
-        maximum=1025,
-        step=4,
-    )
-    fps: float = setting(
-        16.0,
-        "Clips only: the rate frames are taken at (Wan 16, HunyuanVideo and LTX-Video "
-        "24); 0 takes every stored frame. Frame folders are read frame by frame.",
-        minimum=0.0,
-        maximum=240.0,
-        step=1.0,
-    )
-    validation: float = setting(
-        0.0,
-        "Fraction of the images held out of training (evenly spread over the names) to "
-        "measure a validation loss on: LoRATrainer tracks it, keeps the best checkpoint and can "
-        "stop early (ValidationOptions). 0: off.",
-        minimum=0.0,
-        maximum=MAX_VALIDATION_FRACTION,
-        step=0.05,
-        optional=True,
-    )
-    missing_mask: str = setting(
-        "error",
-        "With a masks/ subfolder (a greyscale mask per image, same stem: white = learn, "
-        "black = ignore, grey = in between; TrainingExtras' mask_min sets the floor): an image "
-        "without a mask stops with an error naming it, or trains with weight 1 everywhere.",
-        choices=tuple(MISSING_MASK_CHOICES),
-        optional=True,
-    )
-    flip: bool = setting(
-        False,
-        "Also train on every image mirrored left to right (twice the images; masks and "
-        "reference images are mirrored with them). Leave off for asymmetric subjects (text, logos).",
-        optional=True,
-    )
-    # last: a saved workflow lists its widgets in order, so a new one goes after the others
-    seconds: float = setting(
-        120.0,
-        "Audio files only (ACE-Step 1.5): seconds trained from each file's start; a shorter file is "
-        "padded with silence to it. Captions: tags in 00.txt, lyrics in 00.lyrics.txt, bpm/key in 00.json.",
-        minimum=1.0,
-        maximum=600.0,
-        step=1.0,
-        optional=True,
-    )
-
-    def __post_init__(self):
-        check_settings(self, "LoadDataset")
-
-    def load(self, folder):
-        """The Dataset of these settings, read from `folder` (the `folder` setting resolved)."""
-        return load_dataset(
-            folder,
-            caption_ext=self.caption_ext,
-            trigger_word=self.trigger_word.strip(),
-            missing_caption=MISSING_CAPTION_CHOICES[self.missing_caption],
-            caption_dropout=self.caption_dropout,
-            shuffle_tags=self.shuffle_tags,
-            keep_tags=self.keep_tags,
-            repeats=self.repeats,
-            frames=self.frames,
-            fps=self.fps,
-            validation=self.validation,
-            missing_mask=MISSING_MASK_CHOICES[self.missing_mask],
-            flip=self.flip,
-            seconds=self.seconds,
-        )
 
 
 def load_dataset(
@@ -264,6 +170,7 @@ def load_dataset(
         trigger_word=trigger_word, dropout_rate=caption_dropout, shuffle_tags=shuffle_tags, keep_tags=keep_tags
     )
     video = VideoOptions(frames=frames, fps=fps)
+    check_declared(DatasetSettings, "LoadDataset", repeats=repeats, validation=validation, seconds=seconds)
     _check_modes(missing_caption, missing_mask, trigger_word, min_side)
     caption_ext = normalize_caption_ext(caption_ext)
     folder = _existing_folder(folder)
@@ -290,12 +197,7 @@ def _check_modes(missing_caption, missing_mask, trigger_word, min_side):
         raise EriDiffusionError(
             f"missing_caption {missing_caption!r} is not one of {', '.join(MISSING_CAPTION_MODES)}; pick one of those."
         )
-    if missing_caption == "trigger_word" and not trigger_word:
-        raise EriDiffusionError(
-            "missing_caption='trigger_word' captions uncaptioned images with the "
-            "trigger word, but trigger_word is empty; set a trigger word or use "
-            "missing_caption='error'."
-        )
+    check_caption_fallback(missing_caption, trigger_word)
     if isinstance(min_side, bool) or not isinstance(min_side, int) or min_side < 1:
         raise EriDiffusionError(
             f"min_side {min_side!r} must be a whole number >= 1; "

@@ -1,8 +1,7 @@
-"""Scanning a dataset folder: which files are images, clips and frame folders, the caption of each
-(caption files or metadata.jsonl), and the edit references and loss masks in its side folders;
+"""Scanning a dataset folder: which files are images, clips and frame folders, their caption files
+(metadata.jsonl is read in metadata_jsonl.py), and the edit references and loss masks in its side folders;
 anything the user may have meant to train on and that cannot be read is an error naming it."""
 
-import json
 import os
 import re
 
@@ -233,63 +232,6 @@ def read_caption_files(folder, images, caption_files, caption_ext):
                 captions[by_stem[stem]] = file.read().strip()
         except UnicodeDecodeError:
             raise EriDiffusionError(f"{path} is not UTF-8 text; re-save it as UTF-8.") from None
-    return captions
-
-
-def read_metadata(folder, images):
-    """{relative image path: caption} from metadata.jsonl (Hugging Face imagefolder style: one
-    object per line with file_name and text or caption). Listed files in subfolders are allowed,
-    and added to `images`, since naming them there is explicit."""
-    path = os.path.join(folder, METADATA_FILE)
-    captions, first_line = {}, {}
-    try:
-        with open(path, encoding="utf-8-sig") as file:
-            lines = file.read().splitlines()
-    except UnicodeDecodeError:
-        raise EriDiffusionError(f"{path} is not UTF-8 text; re-save it as UTF-8.") from None
-    example = '{"file_name": "00.jpg", "text": "a photo of sks dog"}'
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path} line {number}"
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise EriDiffusionError(
-                f"{where} is not valid JSON ({error.msg}); write one object per line such as {example}."
-            ) from None
-        if not isinstance(entry, dict) or not isinstance(entry.get("file_name"), str):
-            raise EriDiffusionError(
-                f'{where} has no "file_name" text field; write one object per line such as {example}.'
-            )
-        caption = entry.get("text", entry.get("caption", ""))
-        if not isinstance(caption, str):
-            raise EriDiffusionError(f"{where}: the caption must be text, got {caption!r}; write it as a JSON string.")
-        name = os.path.normpath(entry["file_name"]).replace(os.sep, "/")
-        if os.path.isabs(name) or name.startswith("../") or name == "..":
-            raise EriDiffusionError(
-                f"{where} names {entry['file_name']}, outside the dataset folder; "
-                "give a path relative to the folder holding metadata.jsonl."
-            )
-        is_frame_folder = os.path.isdir(os.path.join(folder, name))
-        if os.path.splitext(name.lower())[1] not in IMAGE_EXTENSIONS + VIDEO_EXTENSIONS and not is_frame_folder:
-            raise EriDiffusionError(
-                f"{where} names {entry['file_name']}, which is not a {SUPPORTED_IMAGES} "
-                f"image, a {SUPPORTED_CLIPS} clip or a frame folder; convert it or "
-                "remove the line."
-            )
-        if not is_frame_folder and not os.path.isfile(os.path.join(folder, name)):
-            raise EriDiffusionError(
-                f"{where} names {entry['file_name']}, which is not in {folder}; add the image or remove the line."
-            )
-        if name in first_line:
-            raise EriDiffusionError(
-                f"{where} names {entry['file_name']} again (first on line {first_line[name]}); keep one line per image."
-            )
-        first_line[name] = number
-        captions[name] = caption.strip()
-        if name not in images:
-            images.append(name)
     return captions
 
 

@@ -12,6 +12,8 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from ...errors import EriDiffusionError
+from ...settings import check_declared
+from .dataset_settings import DatasetSettings
 
 VIDEO_EXTENSIONS = (".mp4", ".webm", ".mov", ".gif")
 FRAME_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")  # the image kinds a frame folder may hold
@@ -30,16 +32,7 @@ class VideoOptions:
     fps: float = 16.0
 
     def __post_init__(self):
-        if isinstance(self.frames, bool) or not isinstance(self.frames, int) or self.frames < 1:
-            raise EriDiffusionError(
-                f"frames {self.frames!r} must be a whole number >= 1; video VAEs take "
-                "4k+1 frames for Wan/HunyuanVideo (e.g. 17) and 8k+1 for LTX-Video (e.g. 25)."
-            )
-        if isinstance(self.fps, bool) or not isinstance(self.fps, (int, float)) or not 0 <= self.fps <= 240:
-            raise EriDiffusionError(
-                f"fps {self.fps!r} must be between 0 and 240; use the rate the model was "
-                "trained at (Wan 16, HunyuanVideo 24, LTX-Video 24) or 0 for every stored frame."
-            )
+        check_declared(DatasetSettings, "LoadDataset", frames=self.frames, fps=self.fps)
 
 
 def check_frames_for_vae(frames, temporal_compression, where):

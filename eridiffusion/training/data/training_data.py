@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...errors import EriDiffusionError
-from ...settings import check_settings, setting
+from ...settings import check_settings, check_value, setting, settings_of
 from .audio_captions import AudioPrompt
 from .cache_checks import check_inputs
 from .captions import caption_variants
@@ -26,7 +26,7 @@ class CacheSettings:
         "go to aspect-ratio buckets, reference images to their target's.",
         minimum=64,
         maximum=4096,
-        step=64,
+        multiple=64,  # the bucket step: every bucket side is a multiple of it
     )
     shuffle_variants: int = setting(
         4, "With tag shuffling: how many shuffled captions to encode per image.", minimum=1, maximum=32
@@ -68,13 +68,15 @@ class CacheSettings:
 
     def extras(self):
         """The extra resolutions as whole numbers, checked as resolution is."""
-        extras = []
+        extras, resolution = [], settings_of(self)["resolution"]
         for word in self.extra_resolutions.replace(",", " ").split():
-            if not word.isdigit() or not 64 <= int(word) <= 4096 or int(word) % 64:
+            if not word.isdigit():
+                info = resolution.info
                 raise EriDiffusionError(
-                    f"CacheLatents: extra_resolutions holds {word!r}; write sizes of 64..4096 in steps of 64, "
-                    "comma-separated (e.g. 512, 768)."
+                    f"CacheLatents: extra_resolutions holds {word!r}; write sizes of {info.minimum:g}.."
+                    f"{info.maximum:g} in steps of {info.multiple}, comma-separated (e.g. 512, 768)."
                 )
+            check_value(resolution, int(word), f"CacheLatents: extra_resolutions holds {word}, which")
             if int(word) == self.resolution or int(word) in extras:
                 raise EriDiffusionError(
                     f"CacheLatents: extra_resolutions lists {word} twice (resolution is {self.resolution}); "

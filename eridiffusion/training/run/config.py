@@ -29,6 +29,9 @@ DEVICES = device_choices(torch.cuda.device_count())  # counts without starting C
 # 255 bytes (the usual file-name limit) less the longest name a run writes after it:
 # "<run_name>_step1000000.training_state".
 MAX_RUN_NAME_BYTES = 255 - len("_step1000000.training_state")
+# learning_rate's declared maximum is Prodigy's (its rate multiplies its own step estimate); every other
+# optimizer steps by the rate itself, and a LoRA diverges far below this.
+MAX_STEP_RATE = 1.0
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class TrainConfig:
     steps: int = setting(500, "Optimizer steps.", minimum=1, maximum=1000000, group="trainer")
     learning_rate: float = setting(
         1e-4,
-        "Peak learning rate of the adapter (Prodigy: 1.0, it sets its own step).",
+        "Peak learning rate of the adapter: about 1e-4, at most 1 (Prodigy, which sets its own step: 1.0, at most 10).",
         minimum=1e-7,
         maximum=10.0,
         step=1e-6,
@@ -302,10 +305,11 @@ class TrainConfig:
         for name in ("log_every", "eval_timesteps", "eval_images"):
             if getattr(self, name) < 1:
                 raise EriDiffusionError(f"{name} must be at least 1 (got {getattr(self, name)}).")
-        top = 10.0 if self.optimizer == "Prodigy" else 1.0  # Prodigy's lr multiplies its own estimate
-        if not 0 < self.learning_rate <= top:
+        if self.optimizer != "Prodigy" and self.learning_rate > MAX_STEP_RATE:
             raise EriDiffusionError(
-                f"learning_rate {self.learning_rate} is outside (0, {top:g}]; LoRA uses ~1e-4 (Prodigy: 1.0)."
+                f"learning_rate {self.learning_rate:g} is above {MAX_STEP_RATE:g}, the most {self.optimizer} takes "
+                "(it steps by the rate itself; LoRA trains at about 1e-4); only Prodigy, whose rate multiplies its "
+                f"own step estimate, takes up to {settings_of(self)['learning_rate'].info.maximum:g} (at 1.0 usually)."
             )
         parse_block_lr(self.block_lr)  # the syntax now; the model's blocks when training starts
         if self.optimizer == "Prodigy" and self.block_lr.strip():

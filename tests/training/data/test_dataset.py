@@ -235,9 +235,9 @@ def test_folder_without_images_lists_supported_formats(tmp_path):
 @pytest.mark.parametrize(
     "option, value, message",
     [
-        ("repeats", 0, "repeats 0 must be"),
-        ("caption_dropout", 1.5, "caption dropout 1.5 is outside 0..1"),
-        ("keep_tags", -1, "keep_tags -1 must be"),
+        ("repeats", 0, r"LoadDataset: repeats must be between 1 and 1000 \(got 0\)"),
+        ("caption_dropout", 1.5, r"LoadDataset: caption_dropout must be between 0 and 1 \(got 1.5\)"),
+        ("keep_tags", -1, r"LoadDataset: keep_tags must be between 0 and 64 \(got -1\)"),
         ("min_side", 0, "min_side 0 must be"),
         ("caption_ext", ".png", "is an image extension"),
         ("caption_ext", "", "is not a file extension"),

@@ -60,7 +60,8 @@ def test_batches_of_each_size_train(two_sizes, tmp_path):
     "extra, message",
     [
         ("512, big", r"extra_resolutions holds 'big'; write sizes of 64..4096 in steps of 64"),
-        ("500", r"extra_resolutions holds '500'"),
+        ("500", r"extra_resolutions holds 500, which must be a multiple of 64 \(got 500\): use 448 or 512"),
+        ("8192", r"extra_resolutions holds 8192, which must be between 64 and 4096 \(got 8192\)"),
         ("1024", r"extra_resolutions lists 1024 twice \(resolution is 1024\)"),
         ("512 512", r"extra_resolutions lists 512 twice"),
     ],
