@@ -18,7 +18,7 @@ from ..formats.atomic_file import writable_folder
 from ..training.data.dataset import Dataset
 from ..training.model.families import Family
 from ..training.run.distributed import SINGLE_PROCESS, TrainingProcesses
-from ..training.run.preflight import preflight
+from ..training.run.preflight import SETTINGS_CHECKS, preflight
 from ..training.run.request import RunRequest
 from ..training.samples.config import sample_config
 from ..training.samples.render import SamplerSettings
@@ -173,6 +173,7 @@ def requested_run(config: RunConfig, resume, output, processes=SINGLE_PROCESS) -
 
     settings = train_config(config)
     point = resume_point(resume, output, settings, processes)
+    preflight(RunRequest(None, None, settings, resume=point, processes=processes), SETTINGS_CHECKS)  # no model yet
     check_save_target(config)
     inputs = load_inputs(config)
     samples = sample_settings(config, inputs)

@@ -131,7 +131,7 @@ def test_a_checkpoint_of_two_processes_resumed_at_another_global_batch_is_refuse
     folder = runs["folder"]
     config = load_run_config(str(folder / "two.yaml"))  # batch_size 1, in this one process
     with pytest.raises(EriDiffusionError) as refused:  # before any model loads
-        run.resume_point(str(checkpoint(folder / "pair", 2)), str(folder), run.train_config(config))
+        run.requested_run(config, str(checkpoint(folder / "pair", 2)), str(folder))
     assert "the global batch (batch_size x processes) was 2 x 1 = 2 and is 1 x 1 = 1 here" in str(refused.value)
     assert "set batch_size to 2 for 1 process(es)" in str(refused.value)
 

@@ -26,16 +26,32 @@ from .run_state import check_resumable, check_state_fits_data
 MIN_TRAINED_SHARE = 0.01
 
 
-def preflight(request: RunRequest) -> None:
-    """Raise the EriDiffusionError of the first thing the run `request` cannot do (CHECKS, in order)."""
-    for check in CHECKS:
+def preflight(request: RunRequest, checks: tuple | None = None) -> None:
+    """Raise the EriDiffusionError of the first thing the run `request` cannot do: CHECKS in order, or
+    `checks` of them (SETTINGS_CHECKS: those that need neither the models nor the data, which the command
+    line asks before it loads any model)."""
+    for check in CHECKS if checks is None else checks:
         check(request)
 
 
+def check_processes(request: RunRequest) -> None:
+    """A device named for a run of several processes, each of which trains on its own GPU."""
+    config, processes = request.config, request.processes
+    if processes.distributed and config.device != "auto":
+        raise EriDiffusionError(
+            f"device {config.device}: a run of {processes.world_size} processes trains each on its own GPU "
+            "(torchrun's LOCAL_RANK); set device to auto."
+        )
+
+
+def check_resume_settings(request: RunRequest) -> None:
+    """A resume point the run cannot continue: other settings, or a step at or past `steps`."""
+    check_resume_point(request.resume, request.config, request.processes.world_size)
+
+
 def check_data_and_inputs(request: RunRequest) -> None:
-    """Data to train on, and the inputs the settings need: a CLIP to train or to encode with, one
-    device per process."""
-    config, clip, facts, processes = request.config, request.clip, request.facts, request.processes
+    """Data to train on, and the inputs the settings need: a CLIP to train or to encode with."""
+    config, clip, facts = request.config, request.clip, request.facts
     if not facts.samples:
         raise EriDiffusionError("TRAINING_DATA holds no samples; check the LoadDataset folder.")
     if config.text_encoder_lr > 0 and clip is None:
@@ -47,11 +63,6 @@ def check_data_and_inputs(request: RunRequest) -> None:
         raise EriDiffusionError(
             "text_encoder_lr > 0 trains the text encoder, but these captions are encoded shown their reference "
             "images (Qwen-Image-Edit), which a trained text encoder does not re-encode; set text_encoder_lr to 0."
-        )
-    if processes.distributed and config.device != "auto":
-        raise EriDiffusionError(
-            f"device {config.device}: a run of {processes.world_size} processes trains each on its own GPU "
-            "(torchrun's LOCAL_RANK); set device to auto."
         )
     if config.preservation_prompt.strip() and clip is None:
         raise EriDiffusionError(
@@ -67,10 +78,8 @@ def check_data_fits_settings(request: RunRequest) -> None:
     check_masks(list(facts.masked), facts.unmasked, request.config.mask_min)
 
 
-def check_resume(request: RunRequest) -> None:
-    """A resume point the run cannot continue (other settings, a step past the last), or whose weights
-    do not fit the MODEL."""
-    check_resume_point(request.resume, request.config, request.processes.world_size)
+def check_resume_fits_run(request: RunRequest) -> None:
+    """A resume point whose weights do not fit the MODEL, or whose state draws images this data lacks."""
     check_resume_fits(request.resume, request.model, request.clip, request.config)
     if request.resume is not None and request.resume.state is not None:
         facts = request.facts
@@ -255,12 +264,13 @@ def check_block_multipliers(multipliers, block_lr):
         )
 
 
-# In the order a user meets them: the data and inputs, the settings against the data, the resume point,
-# the models, what they read, the adapters, the device.
-CHECKS = (
+# In the order a user meets them: the settings alone, the data and inputs, the settings against the data, the
+# resume point against the model and data, the models, what they read, the adapters, the device.
+SETTINGS_CHECKS = (check_processes, check_resume_settings)
+CHECKS = SETTINGS_CHECKS + (
     check_data_and_inputs,
     check_data_fits_settings,
-    check_resume,
+    check_resume_fits_run,
     check_models,
     check_models_read_data,
     check_adapters_attach,

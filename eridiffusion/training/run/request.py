@@ -21,8 +21,8 @@ class RunRequest:
     """Everything a run is asked to train on and with. `data` is CacheLatents' TrainingData, or, on the
     command line before its images are encoded, the DataFacts of what it will encode."""
 
-    model: Any  # ComfyUI's MODEL (a ModelPatcher); two experts: the high-noise one
-    data: TrainingData | DataFacts
+    model: Any  # ComfyUI's MODEL (a ModelPatcher); two experts: the high-noise one (None: not loaded yet)
+    data: TrainingData | DataFacts | None  # (None: not read yet; preflight's SETTINGS_CHECKS need neither)
     config: TrainConfig
     clip: Any = None  # the graph's CLIP: text-encoder training, preservation_prompt
     resume: ResumePoint | None = None
@@ -37,7 +37,9 @@ class RunRequest:
 
     @cached_property
     def facts(self) -> DataFacts:
-        return self.data if isinstance(self.data, DataFacts) else DataFacts.of(self.data)
+        if isinstance(self.data, DataFacts):
+            return self.data
+        return DataFacts.of(self.training_data)
 
     @property
     def training_data(self) -> TrainingData:
