@@ -208,7 +208,7 @@ CAPTION_LIKE = (".txt", ".caption", ".md", ".cap", ".tags")
 
 
 def read_caption_files(folder, images, caption_files, caption_ext):
-    by_stem = {}
+    by_stem: dict[str, str] = {}  # {caption stem: image name}
     for name in images:
         stem = caption_stem(folder, name)
         if stem in by_stem:
@@ -241,7 +241,8 @@ def read_metadata(folder, images):
     object per line with file_name and text or caption). Listed files in subfolders are allowed,
     and added to `images`, since naming them there is explicit."""
     path = os.path.join(folder, METADATA_FILE)
-    captions, first_line = {}, {}
+    captions: dict[str, str] = {}
+    first_line: dict[str, int] = {}  # {image name: the line that named it}
     try:
         with open(path, encoding="utf-8-sig") as file:
             lines = file.read().splitlines()
@@ -297,7 +298,7 @@ def _images_by_stem(where, what, both):
     """{stem relative to `where`: image path} of the images in the side folder `where` (references,
     masks); a file that is no image or a second image of one stem is an error naming it ("is not
     {what} EriDiffusion reads", "are both {both} '<stem>'")."""
-    by_stem = {}
+    by_stem: dict[str, str] = {}
     for root, _, files in os.walk(where):
         for file in sorted(files):
             if file.startswith("."):
