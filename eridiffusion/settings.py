@@ -7,7 +7,7 @@ import dataclasses
 import difflib
 import math
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +68,7 @@ def settings_of(cls: Any) -> dict[str, Setting]:
     return found
 
 
-def nearest_hint(word: str, known) -> str:
+def nearest_hint(word: str, known: Iterable[object]) -> str:
     """'; did you mean X?' for the known word closest to `word`, or '' when none is close."""
     close = difflib.get_close_matches(word, [str(k) for k in known], n=1, cutoff=0.5)
     return f"; did you mean {close[0]}?" if close else ""

@@ -166,7 +166,7 @@ class TinyDemoSettings:
     architecture: str = setting("sdxl", "Which ComfyUI model class to shrink.", choices=tuple(TINY_BUILDERS))
     seed: int = setting(0, "Seed of the random weights.", minimum=0, maximum=0xFFFFFFFF, seed=True)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_settings(self, "TinyDemoModel")
 
 

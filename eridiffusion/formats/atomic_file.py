@@ -8,8 +8,13 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EriDiffusionError
+
+if TYPE_CHECKING:
+    import torch
 
 TEMP_SUFFIX = ".eridiffusion.tmp"
 # `.<start of the target's name>.<mkstemp's 8 random characters>.eridiffusion.tmp`
@@ -21,7 +26,7 @@ _NAME_KEPT = 40
 PROCESS_START = time.time()
 
 
-def _process_umask():
+def _process_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -31,7 +36,8 @@ def _process_umask():
 # ComfyUI, its web server under another user).
 FILE_MODE = 0o666 & ~_process_umask()
 
-_FIXES = {
+# keyed by OSError.errno, which is None for an OSError raised without one
+_FIXES: dict[int | None, str] = {
     errno.EACCES: "make the folder writable for the user running ComfyUI",
     errno.EPERM: "the folder or file is protected (read-only or immutable): make it writable for the user "
     "running ComfyUI",
@@ -44,7 +50,7 @@ _FIXES = {
 }
 
 
-def write_error(path, error, what=""):
+def write_error(path: str, error: OSError | ValueError, what: str = "") -> EriDiffusionError:
     """An EriDiffusionError naming `path` (`what` it is, if given), what the operating system said
     and the fix."""
     if isinstance(error, ValueError):  # Python refuses a NUL character in a path before the OS sees it
@@ -54,7 +60,7 @@ def write_error(path, error, what=""):
     return EriDiffusionError(f"{named}: {error.strerror or error}; {fix}.")
 
 
-def writable_folder(path, what):
+def writable_folder(path: str, what: str) -> str:
     """`path`, made if missing, once a file can be written in it; else an EriDiffusionError naming it
     (`what`: "output folder", ...) and the fix: a file in its place, no permission, a read-only disk."""
     if os.path.exists(path) and not os.path.isdir(path):
@@ -69,7 +75,7 @@ def writable_folder(path, what):
     return path
 
 
-def write_atomic(path, write, overwrite=False, durable=True):
+def write_atomic(path: str, write: Callable[[str], object], overwrite: bool = False, durable: bool = True) -> str:
     """Call write(temp_path) and move the result to `path` in one step. Without `overwrite`,
     an existing `path` is an error and stays untouched (checked atomically with a hard link).
     `durable`: the data reaches the disk before the move (fsync); a file rewritten every few steps
@@ -103,10 +109,10 @@ def write_atomic(path, write, overwrite=False, durable=True):
     return path
 
 
-def sweep_stale_temp_files(folder):
+def sweep_stale_temp_files(folder: str) -> list[str]:
     """Remove the temp files of write_atomic in `folder` (not below) that were last written before
     this process started: a process killed mid-write leaves them. Returns the paths removed."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(folder))
     except (FileNotFoundError, NotADirectoryError):
@@ -123,7 +129,9 @@ def sweep_stale_temp_files(folder):
     return removed
 
 
-def write_safetensors_atomic(path, tensors, metadata=None, overwrite=False):
+def write_safetensors_atomic(
+    path: str, tensors: dict[str, "torch.Tensor"], metadata: dict[str, str] | None = None, overwrite: bool = False
+) -> str:
     """A .safetensors file through write_atomic. The bytes are made in memory and written to our
     temp file: safetensors' own save_file writes through a temp file of its own (`.tmpXXXXXX`),
     which a killed process would leave behind where no sweep looks."""
@@ -131,14 +139,14 @@ def write_safetensors_atomic(path, tensors, metadata=None, overwrite=False):
 
     data = safetensors.torch.save(tensors, metadata=metadata)
 
-    def write(tmp):
+    def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
             f.write(data)
 
     return write_atomic(path, write, overwrite=overwrite)
 
 
-def json_safe(value):
+def json_safe(value: Any) -> Any:
     """`value` with every non-finite float as None: JSON has no NaN or Infinity, and a browser's
     JSON.parse rejects the tokens Python writes for them."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -150,8 +158,8 @@ def json_safe(value):
     return value
 
 
-def write_json_atomic(path, value, durable=True):
-    def write(tmp):
+def write_json_atomic(path: str, value: Any, durable: bool = True) -> str:
+    def write(tmp: str) -> None:
         with open(tmp, "w") as f:
             json.dump(json_safe(value), f, indent=1, allow_nan=False)
 

@@ -6,6 +6,7 @@ Where ComfyUI fuses layers diffusers keeps apart (Flux's and Z-Image's qkv), a n
 the fused weight."""
 
 from dataclasses import dataclass
+from typing import Any
 
 # Prefixes LoRA files put before a dotted layer name: none (DiffSynth, Qwen, musubi's diffusers output),
 # ComfyUI's and ai-toolkit's, diffusers' pipeline components, PEFT's save_pretrained.
@@ -21,7 +22,7 @@ class LayerTarget:
     with its two halves swapped (diffusers' (scale, shift) modulation order against ComfyUI's (shift, scale))."""
 
     weight: str  # "diffusion_model.<name>.weight"
-    rows: tuple | None = None
+    rows: tuple[int, int] | None = None
     swap_halves: bool = False
 
 
@@ -79,15 +80,15 @@ WAN_NAMES = {
 }
 
 
-def weight_shapes(model):
+def weight_shapes(model: Any) -> dict[str, tuple[int, ...]]:
     """{"diffusion_model.<name>.weight": shape} of a ComfyUI model (BaseModel), parameters only."""
     return {k: tuple(v.shape) for k, v in model.state_dict().items() if k.startswith("diffusion_model.")}
 
 
-def _from_table(table, shapes):
+def _from_table(table: dict[str, str], shapes: dict[str, tuple[int, ...]]) -> dict[str, LayerTarget]:
     """{diffusers name: LayerTarget} of a name table, for the blocks the model has."""
     blocks = {int(part) for key in shapes for part in key.split(".") if part.isdigit()}
-    out = {}
+    out: dict[str, LayerTarget] = {}
     for theirs, ours in table.items():
         for i in sorted(blocks) if "{i}" in theirs else [None]:
             name, _, how = ours.format(i=i).partition(" ")
@@ -102,7 +103,7 @@ def _from_table(table, shapes):
     return out
 
 
-def _comfy_target(value):
+def _comfy_target(value: Any) -> LayerTarget | None:
     """A value of ComfyUI's LoRA key map as a LayerTarget (None: a bias, or a transform not handled here)."""
     import comfy.utils
 
@@ -117,7 +118,7 @@ def _comfy_target(value):
     return None
 
 
-def diffusers_layers(model):
+def diffusers_layers(model: Any) -> dict[str, LayerTarget]:
     """{diffusers module name: LayerTarget} of a ComfyUI model (BaseModel); {} for a family diffusers
     names as ComfyUI does (Qwen-Image) or that has no diffusers map here."""
     import comfy.model_base
@@ -145,7 +146,7 @@ def diffusers_layers(model):
         # ComfyUI maps label_emb to both; diffusers' SDXL (sequential class input) names it add_embedding
         unused = "class_embedding." if config.get("num_classes") == "sequential" else "add_embedding."
         named = {k: v for k, v in named.items() if not k.startswith(unused)}
-    out = {}
+    out: dict[str, LayerTarget] = {}
     for key, value in named.items():
         target = _comfy_target(value) if key.endswith(".weight") else None
         if target is not None and target.weight in shapes:
@@ -155,7 +156,7 @@ def diffusers_layers(model):
     return out
 
 
-def _grouped_query_rows(named, config):
+def _grouped_query_rows(named: dict[str, LayerTarget], config: dict[str, Any]) -> dict[str, LayerTarget]:
     """Lumina 2's q, k and v rows of its fused qkv: k and v have n_kv_heads heads, fewer than q's n_heads
     (ComfyUI's Z-Image map cuts the weight in equal thirds, which holds for Z-Image alone)."""
     head = config["dim"] // config["n_heads"]
@@ -168,19 +169,19 @@ def _grouped_query_rows(named, config):
     }
 
 
-def spellings(name):
+def spellings(name: str) -> list[str]:
     """Every way a LoRA file may write layer `name` (dotted, without prefix)."""
     underscored = name.replace(".", "_")
     return [p + name for p in DOTTED_PREFIXES] + [p + underscored for p in UNDERSCORED_PREFIXES]
 
 
-def layer_table(model):
+def layer_table(model: Any) -> dict[str, LayerTarget]:
     """{layer name as a LoRA file may write it: LayerTarget} for ComfyUI model `model`: ComfyUI's own LoRA
     key map first (what stock ComfyUI loads), then every spelling of its weights' names and of their
     diffusers names. A spelling two different layers would share is left out."""
     import comfy.lora
 
-    own = {}
+    own: dict[str, LayerTarget] = {}
     for key, value in comfy.lora.model_lora_keys_unet(model, {}).items():
         target = _comfy_target(value)
         if target is not None:
@@ -191,7 +192,8 @@ def layer_table(model):
         if k.endswith(".weight")
     }
     diffusers = diffusers_layers(model)
-    table, clashes = {}, set()
+    table: dict[str, LayerTarget] = {}
+    clashes: set[str] = set()
     for name, target in [*names.items(), *diffusers.items()]:
         for spelled in spellings(name):
             if spelled in own or spelled in clashes:
@@ -209,5 +211,5 @@ def layer_table(model):
     return {**table, **own, **corrected}
 
 
-def is_unet(model):
+def is_unet(model: Any) -> bool:
     return "num_res_blocks" in model.model_config.unet_config

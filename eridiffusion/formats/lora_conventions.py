@@ -6,7 +6,9 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import EriDiffusionError
 from .lora_file import TENSOR_NAMES
@@ -35,7 +37,7 @@ PEFT_WEIGHTS = "adapter_model.safetensors"  # what PEFT's save_pretrained writes
 PEFT_CONFIG = "adapter_config.json"  # ... beside its LoraConfig
 
 
-def peft_weights_file(path):
+def peft_weights_file(path: str) -> str:
     """The weights file of a PEFT save_pretrained folder given as `path`, else `path` itself. A folder must
     hold both files save_pretrained writes: the weights and adapter_config.json (their alphas)."""
     if not os.path.isdir(path):
@@ -54,7 +56,7 @@ def peft_weights_file(path):
     return inside
 
 
-def split_key(key):
+def split_key(key: str) -> tuple[str, str] | None:
     """(layer name, ComfyUI tensor name) of a LoRA file's key, or None when no known tensor name ends it."""
     spelled = next((s for s in _BY_LENGTH if key.endswith("." + s)), None)
     if spelled is None:
@@ -69,10 +71,10 @@ class PeftScales:
 
     source: str  # where they were read, for the report
     lora_alpha: float | None = None
-    alpha_pattern: dict = field(default_factory=dict)
+    alpha_pattern: dict[str, float] = field(default_factory=dict)
     use_rslora: bool = False
 
-    def alpha_for(self, module, rank):
+    def alpha_for(self, module: str, rank: int) -> float:
         """ComfyUI's alpha (scale · rank) of PEFT module `module` with `rank`; rank itself (scale 1, what
         diffusers assumes) when no config was found."""
         if self.lora_alpha is None:
@@ -85,7 +87,7 @@ class PeftScales:
         return alpha * math.sqrt(rank) if self.use_rslora else alpha
 
 
-def peft_scales(path, metadata):
+def peft_scales(path: str, metadata: dict[str, str]) -> PeftScales:
     """The PeftScales of a LoRA file: from adapter_config.json beside it (PEFT's save_pretrained), else
     from diffusers' `lora_adapter_metadata` in its metadata, else none found (scale 1)."""
     beside = os.path.join(os.path.dirname(os.path.abspath(path)), PEFT_CONFIG)
@@ -113,7 +115,7 @@ def peft_scales(path, metadata):
     return PeftScales("none in the file: scale 1 (alpha = rank), as diffusers assumes")
 
 
-def _scales(config, source):
+def _scales(config: Any, source: str) -> PeftScales:
     if not isinstance(config, dict) or "lora_alpha" not in config:
         return PeftScales(f"{source} names no lora_alpha: scale 1 (alpha = rank)")
     return PeftScales(
@@ -121,7 +123,9 @@ def _scales(config, source):
     )
 
 
-def peft_metadata(component, ranks, alphas, target_modules):
+def peft_metadata(
+    component: str, ranks: dict[str, int], alphas: dict[str, float], target_modules: Iterable[str]
+) -> str:
     """diffusers' `lora_adapter_metadata` for one component ("transformer", "unet"): the most common rank
     and alpha, the others as rank_pattern / alpha_pattern keyed by full module names."""
     rank = max(set(ranks.values()), key=list(ranks.values()).count)

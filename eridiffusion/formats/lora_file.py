@@ -4,6 +4,7 @@ metadata of a saved adapter, and writing the .safetensors file."""
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import comfy.lora
 import torch
@@ -24,16 +25,16 @@ class SaveSettings:
     dtype: str = setting("fp16", "Precision of the saved weights.", choices=tuple(SAVE_DTYPES))
     overwrite: bool = setting(False, "Replace an existing file of that name (otherwise a number is appended).")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_settings(self, "SaveLoRA")
 
 
-def loadable_weight_keys(base_model):
+def loadable_weight_keys(base_model: Any) -> dict[str, str]:
     """{model weight key: key prefix in a LoRA file} for every weight ComfyUI's LoraLoader can
     address, read from ComfyUI's own key map. Prefers kohya's `lora_unet_…` naming (what
     sd-scripts writes for SDXL), else the generic `diffusion_model.…` one."""
     key_map = comfy.lora.model_lora_keys_unet(base_model, {})
-    prefixes = {}
+    prefixes: dict[str, str] = {}
     for lora_key, weight_key in key_map.items():
         if not isinstance(weight_key, str) or not weight_key.endswith(".weight"):
             continue
@@ -48,14 +49,14 @@ def loadable_weight_keys(base_model):
     return prefixes
 
 
-def loadable_clip_keys(cond_stage_model):
+def loadable_clip_keys(cond_stage_model: Any) -> dict[str, str]:
     """{CLIP weight key: key prefix in a LoRA file} for the text-encoder weights ComfyUI's
     LoraLoader addresses: kohya's `lora_te_…` (SD1.x), `lora_te1_…`/`lora_te2_…` (SDXL), else the
     generic `text_encoders.…`."""
     key_map = comfy.lora.model_lora_keys_clip(cond_stage_model, {})
     two_encoders = any(k.startswith("clip_g.") for k in cond_stage_model.state_dict())
     preferred = ("lora_te1_", "lora_te2_") if two_encoders else ("lora_te_",)
-    prefixes = {}
+    prefixes: dict[str, str] = {}
     for lora_key, weight_key in key_map.items():
         if lora_key.startswith(preferred) or (lora_key.startswith("text_encoders.") and weight_key not in prefixes):
             if weight_key not in prefixes or not prefixes[weight_key].startswith(preferred):
@@ -67,11 +68,11 @@ def loadable_clip_keys(cond_stage_model):
 class TrainedLoRA:
     """What SaveLoRA writes: tensors under ComfyUI's names (fp32, CPU) and the metadata."""
 
-    tensors: dict
-    metadata: dict = field(default_factory=dict)
+    tensors: dict[str, torch.Tensor]
+    metadata: dict[str, Any] = field(default_factory=dict)  # a value that is no str is saved as JSON
     raw: "TrainedLoRA | None" = None  # with EMA (these tensors): the trained weights, saved beside as *_raw
 
-    def save(self, path, dtype="fp16", overwrite=False):
+    def save(self, path: str, dtype: str = "fp16", overwrite: bool = False) -> str:
         """Write the file (and, with `raw`, <name>_raw.safetensors beside it); returns its path."""
         converted = self._converted(path, dtype)
         raw = self.raw._converted(raw_path(path), dtype) if self.raw is not None else None  # both checked first
@@ -79,7 +80,7 @@ class TrainedLoRA:
             write_safetensors_atomic(raw_path(path), *raw, overwrite=overwrite)
         return write_safetensors_atomic(path, *converted, overwrite=overwrite)
 
-    def _converted(self, path, dtype):
+    def _converted(self, path: str, dtype: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         target = SAVE_DTYPES[dtype]
         tensors = {k: (v if k.endswith(".alpha") else v.to(target)).contiguous() for k, v in self.tensors.items()}
         check_finite(self.tensors, tensors, dtype, path)
@@ -88,13 +89,13 @@ class TrainedLoRA:
         return tensors, metadata
 
 
-def raw_path(path):
+def raw_path(path: str) -> str:
     """Where the trained (not averaged) weights of an EMA LoRA file at `path` go."""
     stem = path[: -len(".safetensors")] if path.endswith(".safetensors") else path
     return stem + "_raw.safetensors"
 
 
-def check_finite(tensors, converted, dtype, path):
+def check_finite(tensors: dict[str, torch.Tensor], converted: dict[str, torch.Tensor], dtype: str, path: str) -> None:
     """Refuse to write a LoRA with NaN or infinite values (`converted`: `tensors` in the saved dtype)."""
     bad = sorted(k for k, v in converted.items() if not bool(torch.isfinite(v).all()))
     if not bad:
@@ -112,8 +113,9 @@ def check_finite(tensors, converted, dtype, path):
     )
 
 
-def run_metadata(base_model, config, data, steps):
-    """The metadata a run adds to its files: version, architecture, steps, dataset and settings."""
+def run_metadata(base_model: Any, config: Any, data: Any, steps: int) -> dict[str, str]:
+    """The metadata a run adds to its files: version, architecture, steps, dataset and settings (`base_model`: a
+    BaseModel, `config`: a TrainConfig, `data`: a TrainingData)."""
     return {
         "eridiffusion_version": __version__,
         "architecture": type(base_model.model_config).__name__,
@@ -128,10 +130,15 @@ def run_metadata(base_model, config, data, steps):
 LYCORIS_ALGO = {"oft": "diag-oft"}
 
 
-def export_lora(adapter_set, prefixes, metadata, text_encoder=None):
+def export_lora(
+    adapter_set: Any,
+    prefixes: dict[str, str],
+    metadata: dict[str, str],
+    text_encoder: tuple[Any, dict[str, str]] | None = None,
+) -> TrainedLoRA:
     """Collect an AdapterSet's tensors under the file prefixes of its layers; `text_encoder` is
     an optional (AdapterSet, prefixes) pair of text-encoder adapters saved in the same file."""
-    tensors = {}
+    tensors: dict[str, torch.Tensor] = {}
     for adapters, names in [(adapter_set, prefixes)] + ([text_encoder] if text_encoder else []):
         for layer, adapter in adapters.items():
             prefix = names[f"{layer}.weight"]
@@ -197,10 +204,10 @@ TENSOR_NAMES = (
 )
 
 
-def tensor_groups(tensors):
+def tensor_groups(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
     """{layer prefix: {tensor name: tensor}} of a LoRA file's tensors (`<prefix>.lora_down.weight`
     ...); keys that are no adapter tensor are left out."""
-    groups = {}
+    groups: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in tensors.items():
         name = next((n for n in TENSOR_NAMES if key.endswith("." + n)), None)
         if name:

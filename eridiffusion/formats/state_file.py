@@ -5,6 +5,7 @@ the pickled `.state.pt` of earlier versions, which is refused."""
 
 import json
 import os
+from typing import Any
 
 import safetensors
 import torch
@@ -21,20 +22,20 @@ PICKLED_STATE_SUFFIX = ".state.pt"  # written by EriDiffusion before the safeten
 STATE_FORMAT = "eridiffusion-training-state-1"
 
 
-def _beside(adapter_path, suffix):
+def _beside(adapter_path: str, suffix: str) -> str:
     stem = adapter_path[: -len(".safetensors")] if adapter_path.endswith(".safetensors") else adapter_path
     return stem + suffix
 
 
-def state_path(adapter_path):
+def state_path(adapter_path: str) -> str:
     return _beside(adapter_path, STATE_SUFFIX)
 
 
-def pickled_state_path(adapter_path):
+def pickled_state_path(adapter_path: str) -> str:
     return _beside(adapter_path, PICKLED_STATE_SUFFIX)
 
 
-def _encode(value, tensors):
+def _encode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     """`value` as JSON, its tensors moved into `tensors` under numbered names. Dicts (whose keys
     may be ints), tuples and tensors become tagged objects, so decoding gives back the same types."""
     if isinstance(value, torch.Tensor):
@@ -55,7 +56,7 @@ def _encode(value, tensors):
     )
 
 
-def _decode(value, tensors):
+def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if isinstance(value, list):
         return [_decode(v, tensors) for v in value]
     if not isinstance(value, dict):
@@ -70,14 +71,14 @@ def _decode(value, tensors):
     raise ValueError(f"unknown entry {tag!r}")
 
 
-def save_state(adapter_path, state):
+def save_state(adapter_path: str, state: dict[str, Any]) -> None:
     """Write `state` (nested dicts, lists, tuples, numbers, strings and tensors) beside the adapter."""
-    tensors = {}
+    tensors: dict[str, torch.Tensor] = {}
     metadata = {"format": STATE_FORMAT, "state": json.dumps(_encode(state, tensors))}
     write_safetensors_atomic(state_path(adapter_path), tensors, metadata, overwrite=True)
 
 
-def damaged_state_fix(path, adapter_path):
+def damaged_state_fix(path: str, adapter_path: str) -> str:
     """What to do about a training state at `path` that cannot be used."""
     return (
         f"resume from another checkpoint, or move {os.path.basename(path)} away to continue from "
@@ -85,7 +86,7 @@ def damaged_state_fix(path, adapter_path):
     )
 
 
-def load_state(path, adapter_path):
+def load_state(path: str, adapter_path: str) -> Any:
     """The state save_state wrote to `path`; a file that is not one is refused by name."""
     fix = damaged_state_fix(path, adapter_path)
     try:

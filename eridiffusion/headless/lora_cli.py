@@ -112,13 +112,12 @@ def run_lora(args: argparse.Namespace) -> list[str]:
         check_input(peft_weights_file(args.lora))  # before the model's layout is built
         check_output(args.output, args.force)
         model = model_layout(args.model)
-        weights = weight_reader(args.model)
-        return convert_lora(args.lora, args.output, model, args.to, args.dtype, args.force, weights).lines()
+        model_weights = weight_reader(args.model)
+        return convert_lora(args.lora, args.output, model, args.to, args.dtype, args.force, model_weights).lines()
     if args.verb == "resize":
         from ..lora_tools.resize import resize_lora
 
-        result = resize_lora(args.lora, args.output, args.rank, args.energy, args.dtype, args.force)
-        return result.lines()
+        return resize_lora(args.lora, args.output, args.rank, args.energy, args.dtype, args.force).lines()
     if args.verb == "merge":
         from ..lora_tools.merge import merge_loras
 
@@ -132,10 +131,9 @@ def run_lora(args: argparse.Namespace) -> list[str]:
         return merge_loras(list(zip(args.loras, weights)), args.output, args.rank, args.dtype, args.force).lines()
     from ..lora_tools.extract import extract_from_files
 
-    result = extract_from_files(
+    return extract_from_files(
         args.base, args.tuned, args.output, args.rank, args.energy, args.dtype, args.device, args.force
-    )
-    return result.lines()
+    ).lines()
 
 
 def _merge_into(args, weights):

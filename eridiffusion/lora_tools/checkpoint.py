@@ -3,7 +3,9 @@ checkpoint through ComfyUI's own checkpoint save (what its CheckpointSave node w
 
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import EriDiffusionError
 from ..formats.atomic_file import write_atomic
@@ -14,15 +16,15 @@ from .lora_layers import check_output, check_weights, read_lora, read_safetensor
 @dataclass
 class Result:
     path: str
-    loras: list  # [(file name, model strength, clip strength, keys)]
+    loras: list[tuple[str, float, float, int]]  # [(file name, model strength, clip strength, keys)]
 
-    def lines(self):
+    def lines(self) -> list[str]:
         out = [f"wrote {self.path}: a checkpoint with {len(self.loras)} LoRA(s) merged into its weights"]
         out += [f"  {name}: model {m:g}, clip {c:g}, {keys} keys" for name, m, c, keys in self.loras]
         return out
 
 
-def unloaded_keys(tensors, model, clip):
+def unloaded_keys(tensors: Iterable[str], model: Any, clip: Any) -> list[str]:
     """The keys of LoRA `tensors` ComfyUI's loader would not apply to `model` (a ModelPatcher) and `clip`."""
     import comfy.lora
 
@@ -37,7 +39,9 @@ def unloaded_keys(tensors, model, clip):
     return unloaded
 
 
-def merge_into_checkpoint(model, clip, vae, loras, output, overwrite=False):
+def merge_into_checkpoint(
+    model: Any, clip: Any, vae: Any, loras: Sequence[tuple[str, float, float]], output: str, overwrite: bool = False
+) -> Result:
     """Write checkpoint `output`: ModelPatcher `model` (and CLIP `clip`, VAE `vae`, either may be None) with
     each of `loras` [(path, model strength, clip strength)] applied as LoraLoader applies it. A LoRA with
     keys the loader would leave out is refused (convert it first); the inputs are not changed."""

@@ -6,7 +6,9 @@ import json
 import math
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -23,6 +25,7 @@ from ..formats.layer_names import (
 from ..formats.lora_conventions import (
     PEFT_ADAPTER_METADATA,
     TEXT_ENCODER_PREFIXES,
+    PeftScales,
     peft_metadata,
     peft_scales,
     peft_weights_file,
@@ -30,6 +33,8 @@ from ..formats.lora_conventions import (
 )
 from ..formats.lora_file import loadable_weight_keys
 from .lora_layers import (
+    LayerPart,
+    LayerTensors,
     check_layers,
     check_output,
     dtype_name,
@@ -38,6 +43,7 @@ from .lora_layers import (
     read_safetensors,
     write_lora,
 )
+from .model_layout import WeightReader
 from .peft_dora import is_peft_dora, weight_change
 
 TARGETS = ("comfyui", "peft")
@@ -49,14 +55,14 @@ class Result:
     path: str
     to: str
     layers: int
-    spellings: Counter  # how the input named its layers: {"transformer.<name> lora_A/lora_B": count}
+    spellings: Counter[str]  # how the input named its layers: {"transformer.<name> lora_A/lora_B": count}
     alphas: str  # where the alphas of layers without `.alpha` came from
-    fused: list = field(default_factory=list)  # [(layer in the output, parts it joins)]
-    split: list = field(default_factory=list)  # [(ComfyUI weight, parts it became)]
-    whole: list = field(default_factory=list)  # ComfyUI weights a PEFT DoRA changes, written as `diff`
+    fused: list[tuple[str, int]] = field(default_factory=list)  # [(layer in the output, parts it joins)]
+    split: list[tuple[str, int]] = field(default_factory=list)  # [(ComfyUI weight, parts it became)]
+    whole: list[str] = field(default_factory=list)  # ComfyUI weights a PEFT DoRA changes, written as `diff`
     text_encoder: int = 0
 
-    def lines(self):
+    def lines(self) -> list[str]:
         what = "ComfyUI's keys" if self.to == "comfyui" else "diffusers/PEFT's keys"
         out = [f"wrote {self.path}: {self.layers} layers in {what}"]
         out += [f"  read {count} layers named {spelling}" for spelling, count in self.spellings.most_common()]
@@ -80,7 +86,15 @@ class Result:
         return out
 
 
-def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False, weights=None):
+def convert_lora(
+    path: str,
+    output: str,
+    model: Any,
+    to: str = "comfyui",
+    dtype: str | None = None,
+    overwrite: bool = False,
+    weights: WeightReader | None = None,
+) -> Result:
     """Write `output`: LoRA file `path` in ComfyUI's keys for ComfyUI model `model` (a BaseModel: the
     MODEL's .model, or a key layout from model_layout), or, with to="peft", in diffusers/PEFT's.
     `weights` (weight key -> tensor) gives the model's weights where `model` holds none (a layout):
@@ -92,20 +106,8 @@ def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False,
     tensors, metadata = read_safetensors(path, "LoRA")
     layers = _grouped(tensors, path)
     scales = peft_scales(path, metadata)
-    table, shapes = layer_table(model), weight_shapes(model)
-    text, placed, unplaced = {}, {}, []
-    for name, group in layers.items():
-        if name.startswith(TEXT_ENCODER_PREFIXES):
-            text[name] = _with_alpha(group, name, scales)
-        elif name in table:
-            placed.setdefault(table[name].weight, []).append((name, table[name], _with_alpha(group, name, scales)))
-        else:
-            unplaced.append(name)
-    if unplaced:
-        raise EriDiffusionError(
-            f"{path}: {len(unplaced)} of its {len(layers)} layers name no weight of this {type(model).__name__} "
-            f"model (e.g. {', '.join(sorted(unplaced)[:3])}); convert it with the model it was trained for."
-        )
+    text, placed = _placed(path, model, layers, scales)
+    shapes = weight_shapes(model)
     without = sum(1 for g in layers.values() if "lora_down.weight" in g and "alpha" not in g)
     alphas = f"{without} layers without one: {scales.source}" if without else "every layer has its alpha"
     result = Result("", to, len(placed), Counter(_spelling(n, g) for n, g in layers.items()), alphas)
@@ -139,7 +141,33 @@ def convert_lora(path, output, model, to="comfyui", dtype=None, overwrite=False,
     return result
 
 
-def _check_fits(path, name, target, group, shape, model_name):
+def _placed(
+    path: str, model: Any, layers: dict[str, LayerTensors], scales: PeftScales
+) -> tuple[dict[str, LayerTensors], dict[str, list[LayerPart]]]:
+    """(text-encoder layers, {ComfyUI weight: [(name, LayerTarget, tensors)] of the layers that change it}) of
+    the file's `layers`, each with its alpha; layers that name no weight of `model` are an error naming them."""
+    table = layer_table(model)
+    text: dict[str, LayerTensors] = {}
+    placed: dict[str, list[LayerPart]] = {}
+    unplaced: list[str] = []
+    for name, group in layers.items():
+        if name.startswith(TEXT_ENCODER_PREFIXES):
+            text[name] = _with_alpha(group, name, scales)
+        elif name in table:
+            placed.setdefault(table[name].weight, []).append((name, table[name], _with_alpha(group, name, scales)))
+        else:
+            unplaced.append(name)
+    if unplaced:
+        raise EriDiffusionError(
+            f"{path}: {len(unplaced)} of its {len(layers)} layers name no weight of this {type(model).__name__} "
+            f"model (e.g. {', '.join(sorted(unplaced)[:3])}); convert it with the model it was trained for."
+        )
+    return text, placed
+
+
+def _check_fits(
+    path: str, name: str, target: LayerTarget, group: LayerTensors, shape: tuple[int, ...], model_name: str
+) -> None:
     """A LoRA (or full-change) layer whose weight change is not of the shape of the weight it names (an
     SD1.5 LoRA given an SD2 model: the same names, other widths) would load and then fail or be skipped."""
     rows, columns = target.rows[1] if target.rows else shape[0], math.prod(shape[1:])
@@ -158,15 +186,16 @@ def _check_fits(path, name, target, group, shape, model_name):
         )
 
 
-def _weights_of(model):
+def _weights_of(model: Any) -> WeightReader:
     """weight key -> the model's weight (None for a layout on the meta device)."""
     state = model.state_dict()
     return lambda key: state[key] if state[key].device.type != "meta" else None
 
 
-def _grouped(tensors, path):
+def _grouped(tensors: dict[str, torch.Tensor], path: str) -> dict[str, LayerTensors]:
     """{layer name: {ComfyUI tensor name: tensor}}; keys no known tensor name ends are named in an error."""
-    layers, unknown = {}, []
+    layers: dict[str, LayerTensors] = {}
+    unknown: list[str] = []
     for key, tensor in tensors.items():
         split = split_key(key)
         if split is None:
@@ -183,14 +212,14 @@ def _grouped(tensors, path):
     return layers
 
 
-def _module_name(layer):
+def _module_name(layer: str) -> str:
     for prefix in _MODULE_PREFIXES:
         if layer.startswith(prefix):
             return layer[len(prefix) :]
     return layer
 
 
-def _with_alpha(group, name, scales):
+def _with_alpha(group: LayerTensors, name: str, scales: PeftScales) -> LayerTensors:
     """A LoRA layer's tensors with an `alpha` (from the PEFT config, or the rank) where the file has none."""
     if "lora_down.weight" not in group or "alpha" in group:
         return group
@@ -198,7 +227,7 @@ def _with_alpha(group, name, scales):
     return {**group, "alpha": torch.tensor(scales.alpha_for(_module_name(name), rank))}
 
 
-def _spelling(name, group):
+def _spelling(name: str, group: LayerTensors) -> str:
     prefix = next((p for p in UNDERSCORED_PREFIXES if name.startswith(p)), None)
     if prefix is None:
         prefix = next((p for p in DOTTED_PREFIXES if p and name.startswith(p)), "")
@@ -209,7 +238,9 @@ def _spelling(name, group):
     return f"{prefix} ({kind})"
 
 
-def _native_layer(weight, parts, shape, path, base_weight):
+def _native_layer(
+    weight: str, parts: list[LayerPart], shape: tuple[int, ...], path: str, base_weight: WeightReader
+) -> LayerTensors:
     """The tensors of ComfyUI weight `weight` from the file's layers `parts` [(name, LayerTarget, tensors)]
     that change it: renamed when one layer changes all of it, else LoRAs joined into one; PEFT DoRAs as
     the whole weight change (`base_weight(weight)`: the model's weight)."""
@@ -218,7 +249,7 @@ def _native_layer(weight, parts, shape, path, base_weight):
     name, target, group = parts[0]
     if len(parts) == 1 and target == LayerTarget(weight):
         return group
-    full = [n for n, t, _ in parts if t.rows is None and not t.swap_halves]
+    full = [n for n, t, _ in parts if t.rows is None]  # (its halves swapped or not)
     if full and len(parts) > 1:
         names = ", ".join(n for n, _, _ in parts)
         raise EriDiffusionError(f"{path}: layers {names} all change {weight}; keep one of them.")
@@ -235,7 +266,7 @@ def _native_layer(weight, parts, shape, path, base_weight):
     return _joined(parts, shape[0])
 
 
-def _joined(parts, rows):
+def _joined(parts: Sequence[LayerPart], rows: int) -> LayerTensors:
     """One LoRA for a fused weight of `rows` rows from LoRAs of row slices of it: sharing their down
     matrix when they all have the same one and the same alpha (as a split of a fused LoRA does: exact
     round trip), else their ranks concatenated with each scale folded into its up."""
@@ -248,6 +279,7 @@ def _joined(parts, rows):
     up = torch.zeros(rows, total, dtype=dtype)
     column = 0
     for (_, target, group), rank in zip(parts, ranks):
+        assert target.rows is not None  # _native_layer refuses a whole-weight layer beside others
         offset, size = target.rows
         scale = 1.0 if shared else float(group["alpha"]) / rank
         part_up = group["lora_up.weight"].reshape(size, rank)
@@ -258,26 +290,34 @@ def _joined(parts, rows):
     return {"lora_up.weight": up, "lora_down.weight": down, "alpha": torch.tensor(alpha)}
 
 
-def _peft_parts(weight, names, shape):
+def _peft_parts(
+    weight: str, names: list[tuple[str, LayerTarget]], shape: tuple[int, ...]
+) -> list[tuple[str, LayerTarget]]:
     """[(diffusers name, LayerTarget)] a ComfyUI weight becomes in diffusers' names: one name for all of
     it, or names whose row slices cover it exactly; else ComfyUI's own name."""
     full = [(n, t) for n, t in names if t.rows is None]
     if full:
         return full[:1]
-    covered = sorted(t.rows for _, t in names)
-    if names and covered[0][0] == 0 and all(a[0] + a[1] == b[0] for a, b in zip(covered, covered[1:])):
+    sliced = sorted(((t.rows, n, t) for n, t in names if t.rows is not None), key=lambda item: item[0])
+    covered = [rows for rows, _, _ in sliced]  # (every name's: none is full)
+    if sliced and covered[0][0] == 0 and all(a[0] + a[1] == b[0] for a, b in zip(covered, covered[1:])):
         if covered[-1][0] + covered[-1][1] == shape[0]:
-            return sorted(names, key=lambda item: item[1].rows)
+            return [(n, t) for _, n, t in sliced]
     return [(weight[len("diffusion_model.") : -len(".weight")], LayerTarget(weight))]
 
 
-def _peft_tensors(native, model, shapes, path):
+def _peft_tensors(
+    native: dict[str, LayerTensors], model: Any, shapes: dict[str, tuple[int, ...]], path: str
+) -> tuple[dict[str, torch.Tensor], str, list[tuple[str, int]]]:
     """(tensors, lora_adapter_metadata, split weights) of ComfyUI-keyed LoRA layers in diffusers' keys."""
-    by_weight = {}
+    by_weight: dict[str, list[tuple[str, LayerTarget]]] = {}
     for name, target in diffusers_layers(model).items():
         by_weight.setdefault(target.weight, []).append((name, target))
     component = "unet" if is_unet(model) else "transformer"
-    tensors, ranks, alphas, split = {}, {}, {}, []
+    tensors: dict[str, torch.Tensor] = {}
+    ranks: dict[str, int] = {}
+    alphas: dict[str, float] = {}
+    split: list[tuple[str, int]] = []
     for weight, group in native.items():
         if layer_algorithm(group) != "lora" or set(group) - {"lora_up.weight", "lora_down.weight", "alpha"}:
             extra = sorted(set(group) - {"lora_up.weight", "lora_down.weight", "alpha"}) or [layer_algorithm(group)]
@@ -287,6 +327,7 @@ def _peft_tensors(native, model, shapes, path):
                 "and its LoKr/LoHa configs do not carry per-layer factors). Convert a LoRA file."
             )
         rank, alpha = rank_and_alpha(group)
+        assert rank is not None and alpha is not None  # a LoRA layer has lora_down (check_layers)
         parts = _peft_parts(weight, by_weight.get(weight, []), shapes[weight])
         if len(parts) > 1:
             split.append((weight, len(parts)))

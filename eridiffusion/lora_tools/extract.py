@@ -4,7 +4,9 @@ diffusion-model weights or from two ComfyUI MODELs."""
 
 import json
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -18,12 +20,12 @@ from .resize import LayerResult
 @dataclass
 class Result:
     path: str
-    layers: list  # [LayerResult]: rank_before is the layer's full rank bound min(out, in)
-    full_diffs: list  # keys of 1-D weights and biases saved whole (`diff`, `diff_b`)
-    skipped: list  # names that differ but no LoRA key addresses
+    layers: list[LayerResult]  # rank_before is the layer's full rank bound min(out, in)
+    full_diffs: list[str]  # keys of 1-D weights and biases saved whole (`diff`, `diff_b`)
+    skipped: list[str]  # names that differ but no LoRA key addresses
     unchanged: int
 
-    def lines(self):
+    def lines(self) -> list[str]:
         kept = [layer.kept_energy for layer in self.layers]
         ranks = [layer.rank_after for layer in self.layers]
         as_lora = (
@@ -45,8 +47,15 @@ class Result:
 
 
 def extract_from_files(
-    base_path, tuned_path, output, rank=None, energy=None, dtype="fp16", device="cpu", overwrite=False
-):
+    base_path: str,
+    tuned_path: str,
+    output: str,
+    rank: int | None = None,
+    energy: float | None = None,
+    dtype: str = "fp16",
+    device: str = "cpu",
+    overwrite: bool = False,
+) -> Result:
     """A LoRA of `tuned_path` - `base_path` (diffusion-model weights in ComfyUI's names, bare or under a
     checkpoint's `model.diffusion_model.`), keyed `diffusion_model.<layer>` (ComfyUI's generic form)."""
     import safetensors
@@ -73,7 +82,16 @@ def extract_from_files(
     )
 
 
-def extract_from_models(base, tuned, output, rank=None, energy=None, dtype="fp16", device="cpu", overwrite=False):
+def extract_from_models(
+    base: Any,
+    tuned: Any,
+    output: str,
+    rank: int | None = None,
+    energy: float | None = None,
+    dtype: str = "fp16",
+    device: str = "cpu",
+    overwrite: bool = False,
+) -> Result:
     """A LoRA of MODEL `tuned` - MODEL `base` (ComfyUI patchers; LoRAs loaded on either count), in the
     keys SaveLoRA writes for that model."""
     import comfy.lora
@@ -90,7 +108,7 @@ def extract_from_models(base, tuned, output, rank=None, energy=None, dtype="fp16
     prefixes = loadable_weight_keys(base.model)
     key_map = comfy.lora.model_lora_keys_unet(base.model, {})
 
-    def prefix_of(name):
+    def prefix_of(name: str) -> str | None:
         key = "diffusion_model." + name
         if key in prefixes:
             return prefixes[key][: -len(".weight")] if prefixes[key].endswith(".weight") else prefixes[key]
@@ -101,7 +119,7 @@ def extract_from_models(base, tuned, output, rank=None, energy=None, dtype="fp16
     return _write(result, output, {"base": "MODEL", "tuned": "MODEL"}, rank, energy, dtype, overwrite)
 
 
-def check_device(device):
+def check_device(device: str) -> None:
     """Before any work: a device PyTorch knows and this machine has."""
     try:
         kind = torch.device(device).type
@@ -113,7 +131,7 @@ def check_device(device):
         raise EriDiffusionError(f"extract: device {device!r}; the SVDs run on cpu or cuda.")
 
 
-def _check_same_names(base_what, tuned_what, base_names, tuned_names):
+def _check_same_names(base_what: str, tuned_what: str, base_names: Iterable[str], tuned_names: Iterable[str]) -> None:
     missing = sorted(set(base_names) ^ set(tuned_names))
     if missing:
         raise EriDiffusionError(
@@ -122,8 +140,21 @@ def _check_same_names(base_what, tuned_what, base_names, tuned_names):
         )
 
 
-def _extract(pairs, prefix_of, rank, energy, device, sources):
-    tensors, layers, full, skipped, unchanged = {}, [], [], [], 0
+def _extract(
+    pairs: Iterable[tuple[str, torch.Tensor, torch.Tensor]],
+    prefix_of: Callable[[str], str | None],
+    rank: int | None,
+    energy: float | None,
+    device: str,
+    sources: tuple[str, str],
+) -> tuple[dict[str, torch.Tensor], Result]:
+    """(LoRA tensors, Result) of the (name, base weight, tuned weight) `pairs`; `prefix_of(layer weight name)` is
+    the layer's key prefix in the file, None where no LoRA key addresses it."""
+    tensors: dict[str, torch.Tensor] = {}
+    layers: list[LayerResult] = []
+    full: list[str] = []
+    skipped: list[str] = []
+    unchanged = 0
     for name, base_weight, tuned_weight in pairs:
         if base_weight.shape != tuned_weight.shape:
             raise EriDiffusionError(
@@ -149,7 +180,11 @@ def _extract(pairs, prefix_of, rank, energy, device, sources):
             full.append(name)
         else:
             spectrum = spectrum_of_matrix(delta)
-            kept_rank = min(rank, len(spectrum.s)) if rank is not None else spectrum.rank_for(energy)
+            if rank is not None:
+                kept_rank = min(rank, len(spectrum.s))
+            else:
+                assert energy is not None  # check_rank_and_energy: one of them
+                kept_rank = spectrum.rank_for(energy)
             low_rank = spectrum.truncated(kept_rank, 1.0)
             tensors.update({k: v.cpu() for k, v in lora_tensors(prefix, low_rank, 1.0).items()})
             layers.append(LayerResult(prefix, len(spectrum.s), kept_rank, spectrum.kept_energy(kept_rank)))
@@ -165,7 +200,15 @@ def _extract(pairs, prefix_of, rank, energy, device, sources):
     return tensors, Result("", layers, full, skipped, unchanged)
 
 
-def _write(extracted, output, sources, rank, energy, dtype, overwrite):
+def _write(
+    extracted: tuple[dict[str, torch.Tensor], Result],
+    output: str,
+    sources: dict[str, str],
+    rank: int | None,
+    energy: float | None,
+    dtype: str,
+    overwrite: bool,
+) -> Result:
     tensors, result = extracted
     metadata = {
         "eridiffusion_extracted": json.dumps({**sources, "rank": rank, "energy": energy}),

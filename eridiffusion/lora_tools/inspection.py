@@ -4,7 +4,9 @@ metadata of EriDiffusion and other trainers) and which of its keys a model would
 import json
 import re
 from collections import Counter
+from collections.abc import Collection, Container, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..formats.lora_conventions import peft_weights_file, split_key
 from .lora_layers import layer_algorithm, rank_and_alpha, read_lora
@@ -35,9 +37,9 @@ _TEXT_ENCODER = ("lora_te", "text_encoders.", "text_model.")
 @dataclass
 class Block:
     layers: int = 0
-    ranks: Counter = field(default_factory=Counter)
-    alphas: Counter = field(default_factory=Counter)
-    algorithms: Counter = field(default_factory=Counter)
+    ranks: Counter[int] = field(default_factory=Counter)
+    alphas: Counter[float] = field(default_factory=Counter)
+    algorithms: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -46,14 +48,14 @@ class LoRAReport:
     keys: int
     family: str
     family_source: str
-    algorithms: dict
-    blocks: dict  # {block name: Block}
-    metadata: dict  # {writer: {key: value}}
-    other_keys: list
-    not_loaded: list | None = None  # with a model: file keys whose layer the model does not address
+    algorithms: dict[str, int]  # {algorithm: layer count}
+    blocks: dict[str, Block]  # {block name: Block}
+    metadata: dict[str, dict[str, str]]  # {writer: {key: value}}
+    other_keys: list[str]
+    not_loaded: list[str] | None = None  # with a model: file keys whose layer the model does not address
     convertible: int | None = None  # of those, how many `lora convert` places for that model
 
-    def lines(self):
+    def lines(self) -> list[str]:
         out = [
             f"file       {self.path}",
             f"keys       {self.keys} in {sum(b.layers for b in self.blocks.values())} layers",
@@ -79,11 +81,11 @@ class LoRAReport:
         return out
 
 
-def _short(value, limit=100):
+def _short(value: str, limit: int = 100) -> str:
     return value if len(value) <= limit else value[:limit] + f"... ({len(value)} characters)"
 
 
-def block_of(prefix):
+def block_of(prefix: str) -> str:
     """The block a layer belongs to: its name up to the first index (`input_blocks.4`, `double_blocks.3`)."""
     if prefix.startswith(_TEXT_ENCODER):
         return "text encoder"
@@ -92,7 +94,7 @@ def block_of(prefix):
     return f"{match.group(1).strip('._')}.{match.group(2)}" if match else name.split(".")[0].split("_")[0]
 
 
-def family_of(metadata, prefixes):
+def family_of(metadata: dict[str, str], prefixes: Iterable[str]) -> tuple[str, str]:
     for key in ("architecture", "ss_base_model_version", "modelspec.architecture"):
         if metadata.get(key):
             return metadata[key], f"metadata {key}"
@@ -102,22 +104,24 @@ def family_of(metadata, prefixes):
     return "unknown", "no metadata names it and the key names do not tell"
 
 
-def inspect_lora(path, key_map=None, convertible=None):
+def inspect_lora(
+    path: str, key_map: dict[str, Any] | None = None, convertible: Container[str] | None = None
+) -> LoRAReport:
     """The report of LoRA file `path` (ComfyUI's or another trainer's names); with `key_map` (a model's
     {LoRA key prefix: weight key}, see model_key_map / weights_file_key_map) also the keys it would not
     load, and with `convertible` (layer_table of that model) how many of those `lora convert` places."""
     path = peft_weights_file(path)
     lora = read_lora(path, other_trainers=True)
-    blocks = {}
+    blocks: dict[str, Block] = {}
     for prefix, group in lora.layers.items():
         block = blocks.setdefault(block_of(prefix), Block())
         block.layers += 1
         block.algorithms[layer_algorithm(group)] += 1
         rank, alpha = rank_and_alpha(group)
-        if rank is not None:
+        if rank is not None and alpha is not None:
             block.ranks[rank] += 1
             block.alphas[alpha] += 1
-    metadata = {}
+    metadata: dict[str, dict[str, str]] = {}
     for key, value in sorted(lora.metadata.items()):
         writer = next((w for w, marks in _WRITERS if key.startswith(marks)), "other")
         metadata.setdefault(writer, {})[key] = value
@@ -139,7 +143,7 @@ def inspect_lora(path, key_map=None, convertible=None):
     return report
 
 
-def _not_loaded(path, key_map):
+def _not_loaded(path: str, key_map: Container[str]) -> list[str]:
     """The keys of `path` stock ComfyUI would leave out for a model of `key_map` (text encoders aside)."""
     import safetensors
 
@@ -155,14 +159,14 @@ def _not_loaded(path, key_map):
     return sorted(out)
 
 
-def model_key_map(patcher):
+def model_key_map(patcher: Any) -> dict[str, Any]:
     """{LoRA key prefix: weight key} ComfyUI's LoraLoader uses for this MODEL."""
     import comfy.lora
 
     return comfy.lora.model_lora_keys_unet(patcher.model, {})
 
 
-def weights_file_key_map(path):
+def weights_file_key_map(path: str) -> dict[str, str]:
     """The key map ComfyUI makes for any model from a diffusion model's weight names, read from a
     .safetensors file's header alone (no weights loaded): the generic `diffusion_model.<name>` and
     kohya's `lora_unet_<name>` forms. A family's other namings (diffusers') are not included."""
@@ -184,7 +188,7 @@ def weights_file_key_map(path):
     return key_map
 
 
-def diffusion_model_names(names):
+def diffusion_model_names(names: Collection[str]) -> dict[str, str]:
     """{name inside the diffusion model: key in the file} of a diffusion model's file (bare names as
     ComfyUI saves a diffusion model) or a checkpoint's (`model.diffusion_model.` keys)."""
     for prefix in ("model.diffusion_model.", "diffusion_model."):
@@ -194,7 +198,7 @@ def diffusion_model_names(names):
     return {n: n for n in names}
 
 
-def report_json(report):
+def report_json(report: LoRAReport) -> str:
     return json.dumps(
         {
             **report.__dict__,

@@ -16,13 +16,13 @@ class LowRank:
 
     up: torch.Tensor
     down: torch.Tensor
-    shape: tuple
+    shape: tuple[int, ...]
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return self.down.shape[0]
 
-    def delta(self):
+    def delta(self) -> torch.Tensor:
         return (self.up @ self.down).reshape(self.shape)
 
 
@@ -33,21 +33,21 @@ class Spectrum:
     u: torch.Tensor
     s: torch.Tensor
     vh: torch.Tensor
-    shape: tuple
+    shape: tuple[int, ...]
 
     @property
-    def size(self):
+    def size(self) -> int:
         """How many singular values: the most rank ΔW can have (a LoRA's rank may exceed its layer's)."""
         return len(self.s)
 
-    def kept_energy(self, rank):
+    def kept_energy(self, rank: int) -> float:
         """‖ΔW_rank‖_F / ‖ΔW‖_F; a zero ΔW keeps all of it."""
         total = self.s.square().sum()
         if total == 0:
             return 1.0
         return float((self.s[:rank].square().sum() / total).sqrt())
 
-    def rank_for(self, energy):
+    def rank_for(self, energy: float) -> int:
         """The smallest rank whose kept energy reaches `energy`."""
         total = self.s.square().sum()
         if total == 0:
@@ -55,14 +55,14 @@ class Spectrum:
         shares = (self.s.square().cumsum(0) / total).sqrt()
         return min(int((shares < energy - 1e-7).sum()) + 1, len(self.s))
 
-    def truncated(self, rank, scale):
+    def truncated(self, rank: int, scale: float) -> LowRank:
         """The rank-`rank` part as LoRA factors (up, down) for a layer whose file scale alpha/rank is
         `scale`: the singular values split evenly between them, so fp16 holds both."""
         root = (self.s[:rank] / scale).sqrt()
         return LowRank(self.u[:, :rank] * root, root[:, None] * self.vh[:rank], self.shape)
 
 
-def spectrum_of_product(low_rank):
+def spectrum_of_product(low_rank: LowRank) -> Spectrum:
     """The SVD of up @ down through QR of each factor: an r x r SVD instead of one of out x in."""
     up, down = low_rank.up.double(), low_rank.down.double()
     q_up, r_up = torch.linalg.qr(up)
@@ -71,14 +71,14 @@ def spectrum_of_product(low_rank):
     return Spectrum((q_up @ u).float(), s.float(), (vh @ q_down.T).float(), low_rank.shape)
 
 
-def spectrum_of_matrix(delta):
+def spectrum_of_matrix(delta: torch.Tensor) -> Spectrum:
     """The SVD of a full weight change, a conv's kernel flattened into the columns (in fp32: a model's
     large layers take seconds each in fp64)."""
     u, s, vh = torch.linalg.svd(delta.reshape(delta.shape[0], -1).float(), full_matrices=False)
     return Spectrum(u.float(), s.float(), vh.float(), tuple(delta.shape))
 
 
-def check_rank_and_energy(rank, energy, what):
+def check_rank_and_energy(rank: int | None, energy: float | None, what: str) -> None:
     """Exactly one of a rank (1 or more) and an energy share in (0, 1]."""
     if (rank is None) == (energy is None):
         raise EriDiffusionError(f"{what}: give either a rank or an energy share, not {'both' if rank else 'neither'}.")

@@ -3,6 +3,7 @@ compressed by SVD to a target rank (reporting what each layer keeps)."""
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -11,6 +12,7 @@ from ..errors import EriDiffusionError
 from .inspection import family_of
 from .lora_layers import (
     LOW_RANK,
+    LoRAFile,
     check_output,
     check_weights,
     dtype_name,
@@ -28,9 +30,9 @@ from .resize import LayerResult
 class Result:
     path: str
     mode: str
-    layers: list  # [LayerResult], rank_before: the concatenated rank
+    layers: list[LayerResult]  # rank_before: the concatenated rank
 
-    def lines(self):
+    def lines(self) -> list[str]:
         if not self.layers:
             return [f"wrote {self.path}: {self.mode} merge of full weight changes (diff) only, no low-rank layer"]
         ranks = [layer.rank_after for layer in self.layers]
@@ -47,7 +49,7 @@ class Result:
         return out
 
 
-def _kind(lora):
+def _kind(lora: LoRAFile) -> str:
     kinds = set(lora.algorithms()) - {"diff"}
     return ", ".join(sorted(kinds)) or "diff"
 
@@ -57,7 +59,7 @@ def _kind(lora):
 _SAME_MODEL = ({"Flux", "Flux.2"}, {"SDXL", "SD1.x/SDXL UNet"})
 
 
-def _check_one_family(loras):
+def _check_one_family(loras: list[LoRAFile]) -> None:
     """LoRAs whose layer names tell different model families apart (a Flux and an SDXL LoRA share no
     layer, so no shape check would stop their union) are refused."""
     families = {lora.path: family_of({}, lora.layers)[0] for lora in loras}
@@ -72,7 +74,7 @@ def _check_one_family(loras):
         )
 
 
-def check_mergeable(loras):
+def check_mergeable(loras: list[LoRAFile]) -> None:
     _check_one_family(loras)
     kinds = {lora.path: _kind(lora) for lora in loras}
     if len(set(kinds.values())) > 1:
@@ -93,7 +95,13 @@ def check_mergeable(loras):
             )
 
 
-def merge_loras(inputs, output, rank=None, dtype=None, overwrite=False):
+def merge_loras(
+    inputs: Sequence[tuple[str, float]],
+    output: str,
+    rank: int | None = None,
+    dtype: str | None = None,
+    overwrite: bool = False,
+) -> Result:
     """Write `output`: the sum of weight · ΔW of each (path, weight) in `inputs`. Exact without `rank`
     (ranks concatenated, scale 1); with `rank`, each layer's sum cut to it by SVD."""
     if not inputs:
@@ -105,7 +113,8 @@ def merge_loras(inputs, output, rank=None, dtype=None, overwrite=False):
     loras = [read_lora(path) for path, _ in inputs]
     check_mergeable(loras)
     weights = [float(weight) for _, weight in inputs]
-    tensors, results = {}, []
+    tensors: dict[str, torch.Tensor] = {}
+    results: list[LayerResult] = []
     for prefix in dict.fromkeys(p for lora in loras for p in lora.layers):
         present = [(lora, w) for lora, w in zip(loras, weights) if prefix in lora.layers]
         tensors.update(_merged_diffs(prefix, present))
@@ -142,9 +151,9 @@ def merge_loras(inputs, output, rank=None, dtype=None, overwrite=False):
     return Result(output, "exact" if rank is None else f"rank {rank}", results)
 
 
-def _merged_diffs(prefix, present):
+def _merged_diffs(prefix: str, present: list[tuple[LoRAFile, float]]) -> dict[str, torch.Tensor]:
     """The weighted sum of full-weight changes (`diff`, `diff_b`) the layer has in any input."""
-    sums = {}
+    sums: dict[str, torch.Tensor] = {}
     for lora, weight in present:
         for name in ("diff", "diff_b"):
             if name in lora.layers[prefix]:
@@ -153,7 +162,7 @@ def _merged_diffs(prefix, present):
     return {f"{prefix}.{name}": value for name, value in sums.items()}
 
 
-def _check_shapes(prefix, parts, present):
+def _check_shapes(prefix: str, parts: list[tuple[LowRank, float]], present: list[tuple[LoRAFile, float]]) -> None:
     shapes = {p.shape for p, _ in parts}
     if len(shapes) > 1:
         paths = ", ".join(lora.path for lora, _ in present)

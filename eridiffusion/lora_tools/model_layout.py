@@ -3,16 +3,24 @@ layers (convert): ComfyUI's own model class, as its detection picks it from a di
 checkpoint's .safetensors header, built on the meta device (no weight is read or allocated); or one of
 the built-in tiny demo stacks."""
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 from ..errors import EriDiffusionError
 from .inspection import diffusion_model_names
 from .lora_layers import check_input
 
+if TYPE_CHECKING:
+    import torch
+
 TINY_LAYOUTS = {"tiny-sdxl": "sdxl", "tiny-sd15": "sd15"}
 # safetensors' dtype names -> torch's (detection reads a few dtypes, e.g. of scaled fp8 files)
+# weight key ("diffusion_model.<name>.weight") -> the model's weight, None where it is not at hand
+WeightReader = Callable[[str], "torch.Tensor | None"]
 _DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
-def model_layout(path):
+def model_layout(path: str) -> Any:
     """The ComfyUI model (a BaseModel, on the meta device) of the diffusion model or checkpoint file `path`,
     or of a built-in tiny stack (tiny-sdxl, tiny-sd15)."""
     if path in TINY_LAYOUTS:
@@ -32,7 +40,7 @@ def model_layout(path):
     return layout_from_shapes(shapes, path)
 
 
-def layout_from_shapes(shapes, what):
+def layout_from_shapes(shapes: dict[str, tuple[tuple[int, ...], str]], what: str) -> Any:
     """The ComfyUI model of a state dict given as {key: (shape, safetensors dtype name)}, on the meta device."""
     import comfy.model_detection
     import torch
@@ -55,14 +63,14 @@ def layout_from_shapes(shapes, what):
         ) from None
 
 
-def weight_reader(path):
+def weight_reader(path: str) -> WeightReader | None:
     """weight key ("diffusion_model.<name>.weight") -> that weight, read from the file `path` on demand
     (None for a built-in tiny stack, whose layout holds its weights)."""
     if path in TINY_LAYOUTS:
         return None
     import safetensors
 
-    def read(key):
+    def read(key: str) -> "torch.Tensor | None":
         with safetensors.safe_open(path, "pt") as f:
             names = diffusion_model_names(list(f.keys()))
             inside = key[len("diffusion_model.") :]

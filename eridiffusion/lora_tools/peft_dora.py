@@ -3,18 +3,27 @@ ComfyUI applies an output-axis `dora_scale` differently from version to version 
 one is another operation), so the exact form ComfyUI loads everywhere is the layer's whole weight
 change W' − W (a `diff`), computed from the model's weights."""
 
+from collections.abc import Sequence
+
 import torch
 
 from ..errors import EriDiffusionError
+from .lora_layers import LayerPart, LayerTensors
 
 MAGNITUDE = "lora_magnitude_vector"
 
 
-def is_peft_dora(group):
+def is_peft_dora(group: LayerTensors) -> bool:
     return MAGNITUDE in group
 
 
-def weight_change(weight_key, parts, shape, base_weight, path):
+def weight_change(
+    weight_key: str,
+    parts: Sequence[LayerPart],
+    shape: tuple[int, ...],
+    base_weight: torch.Tensor | None,
+    path: str,
+) -> LayerTensors:
     """{"diff": W' − W} of ComfyUI weight `weight_key` (of `shape`) from the file's layers `parts`
     [(name, LayerTarget, tensors)]: PEFT DoRA parts (and plain LoRA parts beside them), each on the rows
     its target names. `base_weight` is the model's weight (None: the model's weights are not at hand)."""
@@ -44,7 +53,7 @@ def weight_change(weight_key, parts, shape, base_weight, path):
     return {"diff": delta}
 
 
-def _part_change(base, group):
+def _part_change(base: torch.Tensor, group: LayerTensors) -> torch.Tensor:
     """W' − W of one layer whose own weight (rows of ComfyUI's) is `base`."""
     up, down = group["lora_up.weight"].float(), group["lora_down.weight"].float()
     rank = down.shape[0]

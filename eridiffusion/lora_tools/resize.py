@@ -6,9 +6,12 @@ import json
 import os
 from dataclasses import dataclass
 
+import torch
+
 from ..errors import EriDiffusionError
 from .lora_layers import (
     LOW_RANK,
+    LoRAFile,
     check_output,
     dtype_name,
     layer_algorithm,
@@ -35,9 +38,9 @@ class LayerResult:
 @dataclass
 class Result:
     path: str
-    layers: list  # [LayerResult]
+    layers: list[LayerResult]
 
-    def lines(self):
+    def lines(self) -> list[str]:
         kept = [layer.kept_energy for layer in self.layers]
         ranks = [layer.rank_after for layer in self.layers]
         out = [
@@ -51,7 +54,7 @@ class Result:
         return out
 
 
-def check_resizable(lora):
+def check_resizable(lora: LoRAFile) -> None:
     others = {name: n for name, n in lora.algorithms().items() if name not in (*RESIZABLE, "diff")}
     if others:
         listed = ", ".join(f"{name} ({n} layers)" for name, n in others.items())
@@ -69,7 +72,14 @@ def check_resizable(lora):
         )
 
 
-def resize_lora(path, output, rank=None, energy=None, dtype=None, overwrite=False):
+def resize_lora(
+    path: str,
+    output: str,
+    rank: int | None = None,
+    energy: float | None = None,
+    dtype: str | None = None,
+    overwrite: bool = False,
+) -> Result:
     """Write `output`: `path`'s LoRA layers at `rank` (layers already smaller keep theirs) or at the
     smallest rank keeping `energy` of each layer's ‖ΔW‖_F. `diff` tensors are copied."""
     check_rank_and_energy(rank, energy, f"resize {path}")
@@ -82,14 +92,20 @@ def resize_lora(path, output, rank=None, energy=None, dtype=None, overwrite=Fals
             f"resize {path}: rank {rank} is out of range; its layers have rank {largest} at most, "
             f"so give a rank from 1 to {largest}."
         )
-    tensors, results = {}, []
+    tensors: dict[str, torch.Tensor] = {}
+    results: list[LayerResult] = []
     for prefix, group in lora.layers.items():
         if layer_algorithm(group) not in RESIZABLE:
             tensors.update({f"{prefix}.{name}": t for name, t in group.items()})
             continue
-        old_rank, alpha = rank_and_alpha(group)
         spectrum = spectrum_of_product(low_rank_of(group, prefix, path))
-        new_rank = min(rank, old_rank, spectrum.size) if rank is not None else spectrum.rank_for(energy)
+        old_rank, alpha = rank_and_alpha(group)
+        assert old_rank is not None and alpha is not None  # low_rank_of read its lora_down
+        if rank is not None:
+            new_rank = min(rank, old_rank, spectrum.size)
+        else:
+            assert energy is not None  # check_rank_and_energy: one of them
+            new_rank = spectrum.rank_for(energy)
         scale = alpha / old_rank
         tensors.update(lora_tensors(prefix, spectrum.truncated(new_rank, scale), scale))
         tensors.update(

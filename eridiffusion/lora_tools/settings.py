@@ -28,7 +28,7 @@ WEIGHT = Setting(
 )
 
 
-def rank_or_energy(settings):
+def rank_or_energy(settings: "ResizeSettings | ExtractSettings") -> tuple[int | None, float | None]:
     """(rank, energy) with 0 read as 'not given'."""
     return settings.rank or None, settings.energy or None
 
@@ -47,7 +47,7 @@ class ConvertSettings:
     output: str = setting("converted/my_lora", _OUTPUT_HELP.format("loras"))
     overwrite: bool = setting(False, _OVERWRITE_HELP)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_settings(self, "ConvertLoRA")
 
 
@@ -59,7 +59,7 @@ class ResizeSettings:
     output: str = setting("resized/my_lora", _OUTPUT_HELP.format("loras"))
     overwrite: bool = setting(False, _OVERWRITE_HELP)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_settings(self, "ResizeLoRA")
 
 
@@ -76,7 +76,7 @@ class MergeSettings:
     output: str = setting("merged/my_lora", _OUTPUT_HELP.format("loras"))
     overwrite: bool = setting(False, _OVERWRITE_HELP)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_settings(self, "MergeLoRAs")
 
 
@@ -91,7 +91,7 @@ class MergeIntoCheckpointSettings:
     output: str = setting("merged/my_checkpoint", _OUTPUT_HELP.format("checkpoints"))
     overwrite: bool = setting(False, _OVERWRITE_HELP)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_settings(self, "MergeLoRAIntoCheckpoint")
 
 
@@ -103,14 +103,14 @@ class ExtractSettings:
     output: str = setting("extracted/my_lora", _OUTPUT_HELP.format("loras"))
     overwrite: bool = setting(False, _OVERWRITE_HELP)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_settings(self, "ExtractLoRA")
 
 
-def weighted_lines(text, what):
+def weighted_lines(text: str, what: str) -> list[tuple[str, float]]:
     """[(name, weight)] of `name: weight` lines (blank lines skipped; weight 1 when the line ends in no
     `: weight`, so a Windows path's drive colon stays part of its name); a weight that is no number is named."""
-    out = []
+    out: list[tuple[str, float]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue

@@ -113,6 +113,27 @@ def test_a_lokr_of_one_part_of_a_fused_weight_is_refused_naming_it(family_lora, 
         convert_lora(part, str(tmp_path / "out.safetensors"), flux["model"].model)
 
 
+def test_two_layers_of_one_weight_with_swapped_halves_are_refused_naming_both(family_lora, tmp_path):
+    from eridiffusion.formats.layer_names import weight_shapes
+
+    flux = family_lora("flux_dev")
+    weight = "diffusion_model.final_layer.adaLN_modulation.1.weight"  # diffusers' norm_out.linear, halves swapped
+    rows, columns = weight_shapes(flux["model"].model)[weight]
+    twice = str(tmp_path / "twice.safetensors")
+    tensors = {}
+    for layer in ("norm_out.linear", "transformer.norm_out.linear"):  # one layer, spelled two ways
+        tensors[f"{layer}.lora_A.weight"] = torch.ones(2, columns)
+        tensors[f"{layer}.lora_B.weight"] = torch.ones(rows, 2)
+    safetensors.torch.save_file(tensors, twice)
+    with pytest.raises(
+        EriDiffusionError,
+        match=r"layers norm_out\.linear, transformer\.norm_out\.linear all change "
+        r"diffusion_model\.final_layer\.adaLN_modulation\.1\.weight; keep one of them",
+    ):
+        convert_lora(twice, str(tmp_path / "out.safetensors"), flux["model"].model)
+    assert not (tmp_path / "out.safetensors").exists()
+
+
 @pytest.mark.parametrize("arch", family_params(["sdxl", "flux_dev", "wan21_t2v"]))
 def test_peft_itself_reads_the_peft_file_as_the_same_weight_changes(arch, family_lora, tmp_path):
     from devkit.foreign_loras import peft_deltas

@@ -40,6 +40,15 @@ def _inf_in_up(tensors):
     tensors[f"{LAYER}.lora_up.weight"][0, 0] = float("inf")
 
 
+def _without(*names, **added):
+    def damage(tensors):
+        for name in names:
+            del tensors[f"{LAYER}.{name}"]
+        tensors.update({f"{LAYER}.{name}": value for name, value in added.items()})
+
+    return damage
+
+
 DAMAGES = {
     "ranks_differ": (
         _set("lora_down.weight", torch.ones(3, 6)),
@@ -51,6 +60,15 @@ DAMAGES = {
     "alpha_negative": (_set("alpha", torch.tensor(-4.0)), f"layer {LAYER}'s alpha is -4, not one number above 0"),
     "alpha_vector": (_set("alpha", torch.tensor([1.0, 2.0])), f"layer {LAYER}'s alpha is (2,), not one number"),
     "weight_inf": (_inf_in_up, f"layer {LAYER}'s lora_up.weight holds NaN or infinite values; {DAMAGED}"),
+    "down_missing": (_without("lora_down.weight"), f"layer {LAYER} has lora_up without lora_down; {DAMAGED}"),
+    "dora_without_up": (
+        _without("lora_up.weight", dora_scale=torch.ones(1, 6)),
+        f"layer {LAYER} has dora_scale without lora_up; {DAMAGED}",
+    ),
+    "dora_scale_alone": (
+        _without("lora_up.weight", "lora_down.weight", dora_scale=torch.ones(1, 6)),
+        f"layer {LAYER} has dora_scale without lora_up and lora_down; {DAMAGED}",
+    ),
 }
 
 

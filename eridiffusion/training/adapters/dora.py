@@ -35,7 +35,8 @@ class DoRA(Adapter):
             norms = _column_sq_norms(layer.weight.detach().float().flatten(1), self.in_channels).sqrt()
         shape = (1, self.in_channels) + (1,) * (layer.weight.dim() - 2)
         self.magnitude = torch.nn.Parameter(norms.reshape(shape).to(layer.weight.device))
-        self._base_sq = (None, None)  # (weight storage, ‖W‖² per column): W is frozen, so computed once
+        # ((weight storage, device), ‖W‖² per column): W is frozen, so computed once
+        self._base_sq: tuple[tuple[int, torch.device] | None, torch.Tensor | None] = (None, None)
 
     def _base_column_sq_norms(self, weight):
         key, value = self._base_sq

@@ -8,6 +8,7 @@ list, by its name or its name less `_blocks`/`_block`/`_layers`, optionally with
 range."""
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ...errors import EriDiffusionError
@@ -100,7 +101,7 @@ def parse_block_lr(text):
     return rates
 
 
-def block_of(layer_name):
+def block_of(layer_name: str) -> tuple[str, int | None] | None:
     """(block list name, index or None) of a diffusion-model layer name, or None outside the blocks."""
     parts = layer_name[len(PREFIX) :].split(".") if layer_name.startswith(PREFIX) else layer_name.split(".")
     if len(parts) < 2:
@@ -111,9 +112,9 @@ def block_of(layer_name):
     return parts[0], index
 
 
-def block_lists(layer_names):
+def block_lists(layer_names: Iterable[str]) -> dict[str, tuple[int, int] | None]:
     """{block list name: (lowest index, highest index) or None} of the blocks holding `layer_names`."""
-    found = {}
+    found: dict[str, tuple[int, int] | None] = {}
     for name in layer_names:
         block = block_of(name)
         if block is None:

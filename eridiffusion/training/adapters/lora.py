@@ -4,6 +4,10 @@ On a linear layer the adapted layer runs as one autograd node (lora_linear.py): 
 an adapted model runs thousands of them, and without CUDA graphs the step is paced by the CPU's
 work per layer, not by arithmetic."""
 
+from typing import Any
+
+import torch
+
 from .base import LycorisAdapter, seeded
 from .lora_linear import lora_linear
 
@@ -20,8 +24,8 @@ class LoRA(LycorisAdapter):
         self.linear = not (self.lycoris.isconv or self.lycoris.tucker)
         # (down, up) in the compute dtype while a training step uses compute_copies.ComputeCopies,
         # and then the shared_input.SharedInputGroup (or CallRecorder) of this layer, if any
-        self.compute_weights = None
-        self.input_group = None
+        self.compute_weights: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.input_group: Any = None
 
     def linear_weights(self):
         """[down, up] of a linear LoRA (what ComputeCopies copies), else None."""

@@ -37,7 +37,8 @@ def check_datasets_apart(dataset, validation_dataset=None, regularization_datase
 
 
 def _files_by_size(records):
-    sizes = {}
+    """{bytes: [paths]} of the records' files."""
+    sizes: dict[int, list[str]] = {}
     for record in records:
         if os.path.isfile(record.path):
             sizes.setdefault(os.path.getsize(record.path), []).append(record.path)

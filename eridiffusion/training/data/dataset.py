@@ -54,7 +54,7 @@ class ImageRecord:
     mask: str = ""  # the loss mask of this image (masks/ folder), if any
     mask_coverage: float = 1.0  # the mask's mean, 0 (black: ignore) to 1 (white: learn)
     audio: AudioPrompt | None = None  # an audio file (width and height 0): its lyrics and metadata
-    more_references: tuple = ()  # multi-reference edits: the control_2/ and control_3/ images
+    more_references: tuple[str, ...] = ()  # multi-reference edits: the control_2/ and control_3/ images
 
     @property
     def references(self):

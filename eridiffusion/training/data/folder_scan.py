@@ -207,7 +207,7 @@ CAPTION_LIKE = (".txt", ".caption", ".md", ".cap", ".tags")
 
 
 def read_caption_files(folder, images, caption_files, caption_ext):
-    by_stem = {}
+    by_stem: dict[str, str] = {}  # {caption stem: image name}
     for name in images:
         stem = caption_stem(folder, name)
         if stem in by_stem:
@@ -239,7 +239,7 @@ def _images_by_stem(where, what, both):
     """{stem relative to `where`: image path} of the images in the side folder `where` (references,
     masks); a file that is no image or a second image of one stem is an error naming it ("is not
     {what} EriDiffusion reads", "are both {both} '<stem>'")."""
-    by_stem = {}
+    by_stem: dict[str, str] = {}
     for root, _, files in os.walk(where):
         for file in sorted(files):
             if file.startswith("."):

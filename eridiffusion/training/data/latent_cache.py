@@ -203,7 +203,7 @@ class LatentCache:
             record.path,
         ), bucket
 
-    def start_values(self, record, video, bucket, mirror=False, clip_vision=None):
+    def start_values(self, record, video, bucket: tuple[int, int], mirror=False, clip_vision=None):
         """The start-image conditioning values (start_image.start_values) of one record in `bucket`:
         its first frame (a still: the image; `mirror`: flipped) opening a clip of the sample's frame
         count, built by the host's image-to-video node (with `clip_vision`, its image features too)

@@ -23,7 +23,8 @@ def read_metadata(folder, images):
     object per line with file_name and text or caption). Listed files in subfolders are allowed,
     and added to `images`, since naming them there is explicit."""
     path = os.path.join(folder, METADATA_FILE)
-    captions, first_line = {}, {}
+    captions: dict[str, str] = {}
+    first_line: dict[str, int] = {}  # {image name: the line that named it}
     try:
         with open(path, encoding="utf-8-sig") as file:
             lines = file.read().splitlines()

@@ -4,6 +4,7 @@ regularization parts."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -91,17 +92,18 @@ class TrainingSample:
     source: str
     latent: torch.Tensor  # (C, h, w), or (C, t, h, w) from a video VAE; VAE space, CPU
     conditionings: list  # ComfyUI conditionings, one per caption variant
-    bucket: tuple  # (width, height) in pixels; audio: (samples at the VAE's rate, 1)
-    captions: tuple = ()  # the caption variants' texts (text-encoder training encodes them live)
+    bucket: tuple[int, int]  # (width, height) in pixels; audio: (samples at the VAE's rate, 1)
+    captions: tuple[str, ...] = ()  # the caption variants' texts (text-encoder training encodes them live)
     frames: int = 1  # pixel frames the latent encodes (clips: the dataset's frame count)
-    reference_latents: tuple = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
+    reference_latents: tuple[torch.Tensor, ...] = ()  # edit pairs: (C, h, w) latents of the reference images, VAE space
     mask: torch.Tensor | None = None  # (1, h, w) loss mask on the latent grid in [0, 1] (white = 1), CPU
     mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
     picture_prompt: bool = False  # captions encoded shown the reference images (Qwen-Image-Edit)
-    inpaint: tuple | None = None  # inpainting models: (masked image latent (C, h, w), mask (1, H, W) pixels)
+    # inpainting models: (masked image latent (C, h, w), mask (1, H, W) pixels)
+    inpaint: tuple[torch.Tensor, torch.Tensor] | None = None
     # what a host node sets on the sample's conditioning: an image-to-video start image's concat_latent_image
     # and concat_mask (start_image.py; VAE space, CPU), an audio-video clip's frame_rate (as LTXVConditioning)
-    conditioning_values: dict = field(default_factory=dict)
+    conditioning_values: dict[str, Any] = field(default_factory=dict)
     audio_latent: torch.Tensor | None = None  # audio-video (LTX-2): its audio track's (C, t, freq) latent, CPU
 
 
@@ -109,7 +111,7 @@ class TrainingSample:
 class TrainingData:
     """What CacheLatents hands to the trainer."""
 
-    samples: list
+    samples: list[TrainingSample]
     empty_conditioning: list  # the "" prompt, used for caption dropout
     caption_dropout: float
     repeats: int
@@ -122,7 +124,7 @@ class TrainingData:
     def buckets(self):
         """{(frames, width, height): [sample indices]}, each index listed `repeats` times: samples
         of one group have latents of one shape, so they batch."""
-        groups = {}
+        groups: dict[tuple[int, ...], list[int]] = {}
         for index, sample in enumerate(self.samples):
             groups.setdefault((sample.frames, *sample.bucket), []).extend([index] * self.repeats)
         return groups
@@ -207,7 +209,7 @@ def build_training_data(
         _encode_share(every, cache, progress, processes, dataset, media)
     done = [0]
 
-    def encoded(entry):
+    def encoded(entry: Entry):
         sample = _sample_of(*entry[:2], cache, *entry[2:], **media)
         done[0] += 1
         if progress is not None and not distributed:
@@ -237,7 +239,7 @@ def training_data_facts(dataset, vae, clip, resolution, cache_folder, **options)
     def start_image_sample():
         if not (media["start_image"] and entries[0]):
             return None
-        entry = entries[0][0]
+        entry: Entry = entries[0][0]
         return _sample_of(*entry[:2], cache, *entry[2:], **media)
 
     return DataFacts(
@@ -287,7 +289,13 @@ def _training_data(samples, empty, source, resolution, stats):
     )
 
 
-def _entries(dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes):
+# One sample to encode: (record, its dataset, resolution, caption options, caption variants wanted, seed, mirror)
+Entry = tuple[Any, Any, int, Any, int, int, bool]
+
+
+def _entries(
+    dataset, validation_dataset, regularization_dataset, shuffle_variants, seed, sizes
+) -> tuple[list[Entry], list[Entry], list[Entry]]:
     """The entries to encode, (record, its dataset, resolution, caption options, variants, seed,
     mirror) each, of the training, validation and regularization data in turn; training and class
     images at every resolution of `sizes`, validation images at the first."""
@@ -312,7 +320,7 @@ def _entries(dataset, validation_dataset, regularization_dataset, shuffle_varian
     )
 
 
-def _encode_share(every, cache, progress, processes, dataset, media):
+def _encode_share(every: list[Entry], cache, progress, processes, dataset, media):
     """A run of several processes: this one encodes its share of the entries into the shared cache."""
     processes.barrier()  # rank 0 swept the temp files before anyone writes
     share = every[processes.rank :: processes.world_size]

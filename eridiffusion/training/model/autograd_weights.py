@@ -6,6 +6,8 @@ the same memory (requires_grad off), and so is each buffer made at load time (AC
 rotary cos/sin tables); the originals come back when ComfyUI unpatches.
 """
 
+from typing import Any
+
 import comfy.patcher_extension
 import torch
 
@@ -46,7 +48,8 @@ def _swap_in_aliases(model, saved):
 
 def frozen_weights_injection(patcher):
     """Register on a training clone: frozen, autograd-safe weights whenever it is patched."""
-    saved = []
+    # (the module's _parameters or _buffers, name, the original tensor) of each swapped tensor
+    saved: list[tuple[dict[str, Any], str, torch.Tensor]] = []
 
     def inject(model_patcher):
         with torch.inference_mode(False):

@@ -17,7 +17,7 @@ DIT_TARGETS = "blocks"
 @dataclass(frozen=True)
 class Family:
     name: str  # as the README names it
-    config_classes: tuple  # comfy.supported_models class names that load as this family
+    config_classes: tuple[str, ...]  # comfy.supported_models class names that load as this family
     targets: str  # default adapter targets preset
     sampling: ObjectiveSpec  # default timestep sampling
     reference: str  # whose trainer the default follows

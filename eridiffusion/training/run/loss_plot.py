@@ -13,12 +13,12 @@ WIDTH, HEIGHT, MARGIN = 640, 360, 48
 class LossHistory:
     """A finished run's losses (LoRATrainer's LOSS output)."""
 
-    losses: tuple
+    losses: tuple[float, ...]
     eval_loss_before: float
     eval_loss_after: float
     seconds_per_step: float
     run_dir: str
-    validation: tuple = ()  # ((step, validation loss), ...)
+    validation: tuple[tuple[int, float], ...] = ()  # ((step, validation loss), ...)
     best_step: int | None = None  # the step of the lowest validation loss
 
     @classmethod

@@ -97,7 +97,7 @@ def _unknown(name):
 def parameter_groups(unet_adapters, learning_rate, text_encoder=None, text_encoder_lr=None, multipliers=None):
     """The optimizer's parameter groups: the diffusion model's adapters at `learning_rate` (one group per
     block_lr multiplier, {layer: multiplier}, in order of first appearance), the text encoder's at its rate."""
-    by_multiplier = {}
+    by_multiplier: dict[float, list[torch.nn.Parameter]] = {}
     for layer, adapter in unet_adapters.items():
         multiplier = (multipliers or {}).get(layer, 1.0)
         by_multiplier.setdefault(multiplier, []).extend(adapter.parameters())

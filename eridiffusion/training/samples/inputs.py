@@ -44,6 +44,7 @@ class PromptSample:
         workflows composite it (ImageCompositeMasked); other samples unchanged."""
         if self.source is None:
             return frames
+        assert self.noise_mask is not None  # an inpainting sample has both
         mask = self.noise_mask.reshape(1, *self.noise_mask.shape[-2:], 1).to(frames)
         return frames * mask + self.source.to(frames) * (1 - mask)
 

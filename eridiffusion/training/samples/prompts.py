@@ -7,6 +7,7 @@ mask an inpainting model fills."""
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ...errors import EriDiffusionError
 from ...settings import Setting, SettingInfo, check_value, nearest_hint
@@ -56,12 +57,12 @@ class PromptSpec:
     cfg: float | None = None
     steps: int | None = None
     guidance: float | None = None  # the guidance a guidance-distilled model embeds (FluxGuidance's)
-    references: tuple = ()  # reference (control) image paths
+    references: tuple[str, ...] = ()  # reference (control) image paths
     image: str = ""  # inpainting: the image to fill ...
     mask: str = ""  # ... and its mask (white: repaint)
     edit: bool = False  # Qwen-Image-Edit: an edit instruction even without references (its edit template)
 
-    def images(self):
+    def images(self) -> tuple[str, ...]:
         """Every image file the line names."""
         return self.references + tuple(p for p in (self.image, self.mask) if p)
 
@@ -72,7 +73,10 @@ def parse_prompt_line(line, number, declared, image_folder):
     opened (None: the line's syntax and numbers alone are checked, its paths kept as written)."""
     where = f"SampleDuringTraining: prompts line {number}"
     parts = _FLAG.split(line)
-    text, values, references, given = parts[0].strip(), {}, [], {}
+    text = parts[0].strip()
+    values: dict[str, Any] = {}  # {PromptSpec field: value} of the flags given
+    references: list[str] = []
+    given: dict[str, str] = {}  # {PromptSpec field: the flag that set it}
     if not text:
         raise EriDiffusionError(f"{where} has flags but no prompt text; write the prompt before its --flags.")
     for flag, value in zip(parts[1::2], parts[2::2]):

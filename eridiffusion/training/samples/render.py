@@ -88,7 +88,7 @@ class SamplerSettings:
 class SampleSettings:
     """What SampleDuringTraining hands to the trainer: prompts already encoded by the graph's CLIP."""
 
-    prompts: tuple  # the prompt texts, for file names and logs
+    prompts: tuple[str, ...]  # the prompt texts, for file names and logs
     positives: tuple  # one ComfyUI conditioning per prompt
     negative: list  # the conditioning of the empty prompt
     vae: object
@@ -102,7 +102,7 @@ class SampleSettings:
     height: int
     frames: int = 1  # video models: frames per sample
     seconds: float = 10.0  # audio models: seconds per sample
-    per_prompt: tuple = ()  # PromptSample of each prompt with its own settings (else the fields above)
+    per_prompt: tuple[PromptSample, ...] = ()  # each prompt with its own settings (else the fields above)
     audio_vae: object = None  # audio-video models (LTX-2): their audio VAE, to sample and write the sound
 
     def renders(self):
@@ -133,7 +133,7 @@ def empty_latent(model, vae, width, height, frames=1):
     `model`: its latent channels, the VAE's spatial (and temporal) compression."""
     fmt = model.latent_format
     ratio = vae.spacial_compression_encode()
-    shape = (1, fmt.latent_channels)
+    shape: tuple[int, ...] = (1, fmt.latent_channels)
     if fmt.latent_dimensions == 3:
         shape += ((frames - 1) // (vae.temporal_compression_decode() or 1) + 1,)
     return torch.zeros(shape + (height // ratio, width // ratio))

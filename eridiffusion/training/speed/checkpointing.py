@@ -23,7 +23,7 @@ def checkpoint_blocks(diffusion_model):
     is itself a Sequential (a UNet level), its layers (ComfyUI calls those one by one). Only
     composite blocks: single layers (the adapted linears among them) are never wrapped, so
     the adapter bypass and the checkpoint wrapper never sit on the same module."""
-    blocks = []
+    blocks: list[torch.nn.Module] = []
     for child in diffusion_model.children():
         entries = (
             child

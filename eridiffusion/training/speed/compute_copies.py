@@ -44,7 +44,7 @@ class ComputeCopies:
             # the masters' gradients live here from step to step (the optimizer's zero_grad lets go of them)
             self.gradients = [torch.empty_like(m) for m in self.masters]
         # SharedInputGroups; None until the first step has shown which layers share an input
-        self.groups = None if share_inputs else []
+        self.groups: list[SharedInputGroup] | None = None if share_inputs else []
 
     def graphed_parameters(self):
         """A module holding the copies as parameters: what a CUDA graph of the step (cuda_graphs.GraphedCall)
@@ -84,6 +84,7 @@ class ComputeCopies:
                 copy.grad = None
             if recorder is not None:
                 self.groups = [self._shared_input_group(members) for members in recorder.groups()]
+            assert self.groups is not None  # (None only until the recorder of a first step has set them)
             for group in self.groups:
                 group.pending = None
             self.groups = [group for group in self.groups if not group.missed]

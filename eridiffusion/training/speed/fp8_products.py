@@ -20,6 +20,8 @@ weights ComfyUI streams from CPU memory) compute as they always do.
 """
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -59,8 +61,10 @@ def quantized(t, fp8_dtype):
     division is exact (a power of two). On a GPU, two Triton kernels (fp8_scaling); elsewhere, or
     where those cannot build, eager kernels with the same values."""
     if t.is_cuda and _FUSED.usable():
+        scaled_cast = _FUSED.scaled_cast
+        assert scaled_cast is not None  # usable() imported it
         try:
-            q, scale = _FUSED.scaled_cast(t.reshape(-1), fp8_dtype)
+            q, scale = scaled_cast(t.reshape(-1), fp8_dtype)
             return q.view(t.shape), scale
         except Exception as error:  # noqa: BLE001 - a kernel that cannot build: the eager ones give the same values
             if isinstance(error, torch.OutOfMemoryError) or torch.cuda.is_current_stream_capturing():
@@ -84,7 +88,8 @@ class _FusedScaling:
     scale for the rest of the process."""
 
     def __init__(self):
-        self.scaled_cast, self.failure = None, None  # failure: why the eager kernels scale instead
+        self.scaled_cast: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.failure: str | None = None  # why the eager kernels scale instead
 
     def usable(self):
         if self.failure is None and self.scaled_cast is None:
@@ -197,10 +202,14 @@ class Fp8Forward:
     __slots__ = ("frozen_layer", "cached")
 
     def __init__(self, layer):
-        self.frozen_layer, self.cached = layer, None
+        self.frozen_layer = layer
+        # (key, its fp8 tensors, or None where the weight cannot be computed so), set by takes()
+        self.cached: tuple[Any, tuple[torch.Tensor, ...] | None] | None = None
 
     def __call__(self, x):
-        return Fp8Linear.apply(x, *self.cached[1])
+        cached = self.cached
+        assert cached is not None and cached[1] is not None  # takes(x) said it can
+        return Fp8Linear.apply(x, *cached[1])
 
     def takes(self, x, min_macs):
         layer = self.frozen_layer

@@ -33,7 +33,7 @@ class SamplingGraphs:
         self.pool = torch.cuda.graph_pool_handle()
         self.failed = None
         self.captures = self.replays = 0
-        self.eager = collections.Counter()  # why calls ran eagerly: {reason: calls}
+        self.eager: collections.Counter[str] = collections.Counter()  # why calls ran eagerly: {reason: calls}
 
     def __call__(self, apply_model, args):
         x, timestep, c = args["input"], args["timestep"], args["c"]

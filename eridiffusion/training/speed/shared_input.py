@@ -16,6 +16,9 @@ computes alone, as without the group, and the group is not used again: the resul
 on the guess.
 """
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
 from ..adapters.lora_linear import plain_weight_of
@@ -48,16 +51,16 @@ class _SharedInputLoRA(torch.autograd.Function):
     def backward(ctx, *grads):
         flat, hidden, downs, *rest = ctx.saved_tensors
         weights, ups = rest[: len(ctx.scales)], rest[len(ctx.scales) :]
-        grads = [g.reshape(-1, g.shape[-1]) for g in grads]
-        grad_hidden = _hidden_gradient(grads, ups, ctx.scales, hidden)
+        flat_grads = [g.reshape(-1, g.shape[-1]) for g in grads]
+        grad_hidden = _hidden_gradient(flat_grads, ups, ctx.scales, hidden)
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = torch.mm(grads[0], weights[0])
-            for grad, weight in zip(grads[1:], weights[1:]):
+            grad_x = torch.mm(flat_grads[0], weights[0])
+            for grad, weight in zip(flat_grads[1:], weights[1:]):
                 grad_x.addmm_(grad, weight)
             grad_x = grad_x.addmm_(grad_hidden, downs).view(ctx.input_shape)
         member_grads = []
-        for down_grad, up_grad in _adapter_gradients(ctx, 3, 4, grads, grad_hidden, flat, hidden, ups):
+        for down_grad, up_grad in _adapter_gradients(ctx, 3, 4, flat_grads, grad_hidden, flat, hidden, ups):
             member_grads += [None, None, down_grad, up_grad]
         return grad_x, None, None, *member_grads
 
@@ -202,7 +205,7 @@ def _layer_forward_of(layer, adapter):
     """The forward of `layer` under its adapter bypass (attach._BypassForward), when `adapter` is its
     only adapter and the layer's own class forward is beneath it; else None."""
     bypass = layer.__dict__.get("forward")
-    adapters = getattr(bypass, "adapters", ())
+    adapters: Sequence[Any] = getattr(bypass, "adapters", ())
     forward = getattr(bypass, "layer_forward", None)
     if len(adapters) != 1 or adapters[0] is not adapter or getattr(forward, "layer", None) is not layer:
         return None
@@ -215,7 +218,8 @@ class CallRecorder:
     are not looked at)."""
 
     def __init__(self):
-        self.runs = []  # [(input, its version, [(adapter, layer)])], in call order
+        # [(input, its version, [(adapter, layer)])], in call order; (None, None, ...) once let go of
+        self.runs: list[tuple[Any, int | None, list[tuple[Any, Any]]]] = []
 
     def output(self, adapter, x, base):
         if _in_backward():
@@ -234,7 +238,7 @@ class CallRecorder:
         """[[(adapter, layer)]]: the runs of two or more layers that every call of their adapters agrees on."""
         runs = [tuple(run) for _, _, run in self.runs]
         self.runs = []
-        seen = {}
+        seen: dict[int, set[tuple[Any, ...]]] = {}  # {id(adapter): the runs it was called in}
         for run in runs:
             for adapter, _ in run:
                 seen.setdefault(id(adapter), set()).add(run)
