@@ -308,19 +308,11 @@ TOOL_EXAMPLES = {"lora_tools.json": lora_tools_graph}
 ALL_EXAMPLES = {**EXAMPLES, **TOOL_EXAMPLES}
 
 
-def _default(spec):
-    options = spec[1] if len(spec) > 1 else {}
-    if "default" in options:
-        return options["default"]
-    choices = spec[0] if isinstance(spec[0], list) else options.get("options", [])
-    return choices[0] if choices else None
-
-
 def to_ui(graph):
     """A UI-format (browser) workflow of `graph`, (nodes, groups) as lay_out returns them."""
     import nodes as comfy_nodes
 
-    from devkit.workflow import _has_control_widget, _is_widget
+    from devkit.workflow import has_control_widget, is_widget, widget_default
 
     graph_nodes, groups = graph
     graph_nodes = sorted(graph_nodes, key=lambda n: n.id)
@@ -356,11 +348,11 @@ def to_ui(graph):
             specs = list(definition.get("required", {}).items()) + list(definition.get("optional", {}).items())
             sockets, values, widget_sockets = [], [], []
             for name, spec in specs:
-                if not _is_widget(spec):
+                if not is_widget(spec):
                     sockets.append({"name": name, "type": spec[0], "link": link_ids.get((node.id, name))})
                     continue
-                values.append(node.widgets.get(name, _default(spec)))
-                if _has_control_widget(name, spec):
+                values.append(node.widgets.get(name, widget_default(spec)))
+                if has_control_widget(name, spec):
                     values.append("fixed")
                 if (node.id, name) in link_ids:  # a widget fed by a link: its socket, as the page saves it
                     link = link_ids[(node.id, name)]

@@ -62,21 +62,21 @@ def _parts(node_type):
     """What a node's height is made of: {"sockets", "outputs", "widgets": [kind, ...]}."""
     import nodes as comfy_nodes
 
-    from devkit.workflow import _has_control_widget, _is_widget
+    from devkit.workflow import has_control_widget, is_widget
 
     cls = comfy_nodes.NODE_CLASS_MAPPINGS[node_type]
     definition = cls.INPUT_TYPES()
     specs = list(definition.get("required", {}).items()) + list(definition.get("optional", {}).items())
     sockets, widgets = 0, []
     for name, spec in specs:
-        if not _is_widget(spec):
+        if not is_widget(spec):
             sockets += 1
         elif spec[0] == "STRING":
             widgets.append("text box" if len(spec) > 1 and spec[1].get("multiline") else "text")
         else:
             kind = spec[0] if isinstance(spec[0], str) else "COMBO"  # (a list of choices: a combo)
             widgets.append({"INT": "number", "FLOAT": "number", "BOOLEAN": "toggle"}.get(kind, "combo"))
-            if _has_control_widget(name, spec):
+            if has_control_widget(name, spec):
                 widgets.append("control")  # classic: a widget of its own; Nodes 2.0: part of the seed's
     if node_type == "EriDiffusion_LoRATrainer":
         widgets.append("panel")

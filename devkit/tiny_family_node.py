@@ -3,6 +3,7 @@ devkit.tiny_models, built from ComfyUI's own classes as the demo node builds SD1
 SDXL. register() adds it to the running host's nodes, so a prompt can train any family the way
 users run training: through ComfyUI's executor."""
 
+from devkit.tiny_ltx import tiny_ltx2_audio_vae
 from devkit.tiny_models import TINY_FAMILIES, build_tiny
 from devkit.tiny_unets import GENERIC_STACKS
 
@@ -28,7 +29,7 @@ AUDIO_VAE_NODE = "EriDiffusionTest_TinyLTX2AudioVAE"
 
 
 class TinyLTX2AudioVAE:
-    """LTX-2's audio VAE, tiny (devkit.tiny_recent_video), as LTXVAudioVAELoader would load it."""
+    """LTX-2's audio VAE, tiny (devkit.tiny_ltx), as LTXVAudioVAELoader would load it."""
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -39,8 +40,6 @@ class TinyLTX2AudioVAE:
     CATEGORY = "EriDiffusion/tests"
 
     def build(self, seed):
-        from devkit.tiny_recent_video import tiny_ltx2_audio_vae
-
         return (tiny_ltx2_audio_vae(seed),)
 
 

@@ -1,5 +1,5 @@
 """The tiny random-init stack of HiDream-O1-Image (ComfyUI 0.28's HiDreamO1), built from ComfyUI's own
-classes; see tiny_models.
+classes; see tiny_stack.
 
 HiDream-O1 is a pixel-space DiT whose backbone is Qwen3-VL-8B's decoder: the prompt's tokens and the
 image's 32x32 pixel patches run through the same decoder layers (the text prefix causal, the image
@@ -12,8 +12,8 @@ import comfy.text_encoders.llama
 import torch
 
 from devkit.detected_configs import detected_model_config
-from devkit.tiny_image_variants import pixel_space_vae
-from devkit.tiny_models import TinyFamily
+from devkit.tiny_stack import TinyFamily
+from devkit.tiny_vaes import pixel_space_vae
 from eridiffusion.tiny_models import diffusion_model, text_encoder
 
 HIDREAM_O1_LAYOUT = {"t_embedder1.mlp.0.weight": (1,), "x_embedder.proj1.weight": (1,)}

@@ -1,46 +1,81 @@
-"""The tiny stacks of every family the tests train (SD1.5 and SDXL from eridiffusion.tiny_models,
-the others from tiny_flux, tiny_dit and tiny_video), each with the short run that shows it learns.
-Import once ComfyUI is on sys.path."""
+"""Every family's tiny stack by name: SD1.5 and SDXL from eridiffusion.tiny_models, the others from the
+devkit.tiny_<family> modules (each on tiny_stack), each with the short run that shows it learns, and
+the ComfyUI hosts they run on. Import once ComfyUI is on sys.path."""
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
+from devkit import (
+    tiny_ace_step,
+    tiny_auraflow,
+    tiny_chroma,
+    tiny_cogvideox,
+    tiny_cosmos_predict2,
+    tiny_ernie_image,
+    tiny_flux,
+    tiny_flux2,
+    tiny_hidream,
+    tiny_hidream_o1,
+    tiny_hunyuan_dit,
+    tiny_hunyuan_image,
+    tiny_hunyuan_video,
+    tiny_ideogram4,
+    tiny_joyimage,
+    tiny_kandinsky5,
+    tiny_krea2,
+    tiny_lens,
+    tiny_ltx,
+    tiny_lumina2,
+    tiny_mochi,
+    tiny_omnigen2,
+    tiny_pixart,
+    tiny_pixeldit,
+    tiny_qwen_image,
+    tiny_sd3,
+    tiny_unets,
+    tiny_wan,
+    tiny_z_image,
+)
+from devkit.tiny_stack import TinyFamily
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.tiny_models import tiny_sd15, tiny_sdxl
 
-
-@dataclass(frozen=True)
-class TinyFamily:
-    """How to build one family's tiny stack, and the short run that shows it learns."""
-
-    build: Callable  # seed -> (ModelPatcher, CLIP, VAE)
-    family: str  # the row of eridiffusion.training.model.families.FAMILIES this stack proves
-    steps: int = 200
-    learning_rate: float = 3e-3
-    resolution: int = 128  # training and sampling size in pixels
-    video_frames: int = 0  # > 0: a video model, trained on clips of this many frames
-    audio_seconds: float = 0.0  # > 0: an audio model, trained on (and sampling) clips of this many seconds
-    start_image: bool = False  # an image-to-video model: trained with CacheLatents' start_image on
-    sample_size: tuple = (96, 64)  # width, height of the test renders: not square, so a swapped axis shows
-    needs: tuple = ()  # comfy.supported_models classes the stack is built from, where older
-    # ComfyUI versions lack them
-    since: str = "0.3.75"  # the first tested ComfyUI host that has them (TESTED_HOSTS)
-    needs_te: tuple = ()  # comfy.text_encoders.flux builders the stack's text encoder needs (klein_te)
-    inpaint: bool = False  # an inpainting model: its data is cached with CacheLatents' inpaint
-
-    def missing_on_host(self):
-        """The classes of `needs` (and text encoders of `needs_te`) this ComfyUI lacks (its tests are
-        skipped there, with that reason)."""
-        import comfy.supported_models
-        import comfy.text_encoders.flux
-
-        missing = [f"{name} model class" for name in self.needs if not hasattr(comfy.supported_models, name)]
-        te = [f"{name} text encoder" for name in self.needs_te if not hasattr(comfy.text_encoders.flux, name)]
-        return missing + te
-
-
 # The ComfyUI versions CI runs the suite on (scripts/hosts/), oldest first.
 TESTED_HOSTS = ("0.3.75", "0.28.0")
+
+# The modules of the families, images first, then video, then audio.
+FAMILY_MODULES = (
+    tiny_unets,
+    tiny_sd3,
+    tiny_flux,
+    tiny_chroma,
+    tiny_flux2,
+    tiny_qwen_image,
+    tiny_hidream,
+    tiny_hidream_o1,
+    tiny_lumina2,
+    tiny_z_image,
+    tiny_omnigen2,
+    tiny_hunyuan_image,
+    tiny_hunyuan_dit,
+    tiny_auraflow,
+    tiny_pixart,
+    tiny_kandinsky5,
+    tiny_ernie_image,
+    tiny_cosmos_predict2,
+    tiny_krea2,
+    tiny_joyimage,
+    tiny_ideogram4,
+    tiny_lens,
+    tiny_pixeldit,
+    tiny_wan,
+    tiny_ltx,
+    tiny_hunyuan_video,
+    tiny_cogvideox,
+    tiny_mochi,
+    tiny_ace_step,
+)
+
+TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15, family="SD 1.5"), "sdxl": TinyFamily(tiny_sdxl, family="SDXL")}
+for _module in FAMILY_MODULES:
+    TINY_FAMILIES.update(_module.FAMILIES)
 
 
 def version_key(version):
@@ -50,44 +85,6 @@ def version_key(version):
 def hosts_running(family):
     """The tested hosts a tiny family runs on: those from its `since` on."""
     return [h for h in TESTED_HOSTS if version_key(h) >= version_key(family.since)]
-
-
-TINY_FAMILIES = {"sd15": TinyFamily(tiny_sd15, family="SD 1.5"), "sdxl": TinyFamily(tiny_sdxl, family="SDXL")}
-
-from devkit import (  # noqa: E402  (they use the helpers above)
-    tiny_audio,
-    tiny_dit,
-    tiny_edit,
-    tiny_flux,
-    tiny_hidream_o1,
-    tiny_image_2026,
-    tiny_image_variants,
-    tiny_klein,
-    tiny_recent_image,
-    tiny_recent_video,
-    tiny_unets,
-    tiny_video,
-    tiny_video_2026,
-    tiny_video_i2v,
-)
-
-for _module in (
-    tiny_unets,
-    tiny_flux,
-    tiny_dit,
-    tiny_video,
-    tiny_recent_image,
-    tiny_recent_video,
-    tiny_image_2026,
-    tiny_image_variants,
-    tiny_video_2026,
-    tiny_video_i2v,
-    tiny_hidream_o1,
-    tiny_audio,
-    tiny_edit,
-    tiny_klein,
-):
-    TINY_FAMILIES.update(_module.FAMILIES)
 
 
 def family_params(names):

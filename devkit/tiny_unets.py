@@ -1,12 +1,12 @@
 """Tiny stacks of the UNet classes beside SD1.5 and SDXL: SD 2.x and the SDXL refiner (rows of the
 support table), and the instruct-pix2pix UNets, which no row names and which the tests train through
-the generic path (eridiffusion.training.model.families.generic_family). Built as tiny_models builds
-SD1.5 and SDXL: ComfyUI's own model classes with the widths cut down. Import once ComfyUI is on
+the generic path (eridiffusion.training.model.families.generic_family). Built as eridiffusion.tiny_models
+builds SD1.5 and SDXL: ComfyUI's own model classes with the widths cut down. Import once ComfyUI is on
 sys.path."""
 
 import comfy.supported_models
 
-from devkit.tiny_models import TinyFamily
+from devkit.tiny_stack import TinyFamily
 from eridiffusion.tiny_models import (
     CLIP_G,
     CLIP_L,

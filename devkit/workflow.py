@@ -27,12 +27,13 @@ def load_extension():
     return nodes.NODE_CLASS_MAPPINGS
 
 
-def _is_widget(spec):
+def is_widget(spec):
+    """Whether an input of spec `spec` (INPUT_TYPES' (type, options)) is a widget, not a socket."""
     kind = spec[0]
     return isinstance(kind, list) or kind in WIDGET_TYPES
 
 
-def _has_control_widget(name, spec):
+def has_control_widget(name, spec):
     """The browser adds a 'control after generate' value after seed-like INT widgets."""
     options = spec[1] if len(spec) > 1 else {}
     return spec[0] == "INT" and options.get("control_after_generate", name in ("seed", "noise_seed"))
@@ -44,7 +45,7 @@ def widget_inputs(class_type):
 
     definition = nodes.NODE_CLASS_MAPPINGS[class_type].INPUT_TYPES()
     ordered = list(definition.get("required", {}).items()) + list(definition.get("optional", {}).items())
-    return [(name, spec) for name, spec in ordered if _is_widget(spec)]
+    return [(name, spec) for name, spec in ordered if is_widget(spec)]
 
 
 def ui_to_api(workflow):
@@ -60,7 +61,7 @@ def ui_to_api(workflow):
             if not values:
                 break
             inputs[name] = values.pop(0)
-            if _has_control_widget(name, spec) and values:
+            if has_control_widget(name, spec) and values:
                 values.pop(0)
         for socket in node.get("inputs", []):
             if socket.get("link") is not None:
@@ -122,11 +123,18 @@ def execution_error(executor):
     return None
 
 
+def widget_default(spec):
+    """The value a widget of spec `spec` starts at in the browser: its default, else its first choice."""
+    options = spec[1] if len(spec) > 1 else {}
+    if "default" in options:
+        return options["default"]
+    choices = spec[0] if isinstance(spec[0], list) else options.get("options", [])
+    return choices[0] if choices else None
+
+
 def widget_defaults(class_type):
     """{widget input: default} of a node."""
-    from devkit.example_workflows import _default
-
-    return {name: _default(spec) for name, spec in widget_inputs(class_type)}
+    return {name: widget_default(spec) for name, spec in widget_inputs(class_type)}
 
 
 def trainer_setting_nodes():

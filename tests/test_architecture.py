@@ -1,7 +1,8 @@
-"""The shape of the code, checked: no import circle in the product, no product function over 60
-lines (node schema declarations aside) or module over 400, and benchmarks that reach the product
-through public names alone, flipping none of its module flags. (The layer contracts themselves
-are pyproject.toml's [tool.importlinter], run by `lint-imports` in CI.)"""
+"""The shape of the code, checked: no import circle in the product or in devkit, no product function
+over 60 lines (node schema declarations aside) or module over 400, benchmarks that reach the product
+through public names alone, flipping none of its module flags, and no private devkit name used
+outside its module. (The layer contracts themselves are pyproject.toml's [tool.importlinter], run
+by `lint-imports` in CI.)"""
 
 import ast
 import os
@@ -51,9 +52,10 @@ def import_circles(graph):
     return circles
 
 
-def test_the_product_has_no_import_circle():
-    graph = grimp.build_graph("eridiffusion", cache_dir=None)
-    assert len(graph.modules) > 80
+@pytest.mark.parametrize("package, least_modules", [("eridiffusion", 80), ("devkit", 30)])
+def test_the_product_and_devkit_have_no_import_circle(package, least_modules):
+    graph = grimp.build_graph(package, cache_dir=None)
+    assert len(graph.modules) > least_modules
     assert import_circles(graph) == []
 
 
@@ -120,3 +122,48 @@ def test_a_private_import_or_a_flipped_flag_in_a_benchmark_is_found(tmp_path):
         "fp8_products.MIN_MACS = 0\n"
     )
     assert product_names_used(str(bench)) == (["fp8_products", "_hidden"], ["fp8_products.MIN_MACS"])
+
+
+def private_devkit_names(path):
+    """The private names of devkit modules (`devkit.module._name`) that the file at `path` reaches:
+    imported by name, or read as an attribute of an imported devkit module."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    found, modules = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "devkit":
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{node.module}.{alias.name}")
+                elif node.module == "devkit":
+                    modules[alias.asname or alias.name] = f"devkit.{alias.name}"
+        elif isinstance(node, ast.Import):
+            modules.update({a.asname: a.name for a in node.names if a.asname and a.name.startswith("devkit.")})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if isinstance(node.value, ast.Name) and node.value.id in modules:
+                found.append(f"{modules[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_private_devkit_name_is_used_outside_its_module():
+    folders = ("devkit", "tests", "bench", "demo", "scripts")
+    files = [path for folder in folders for path in python_files(os.path.join(ROOT, folder))]
+    assert len(files) > 150
+    assert [(os.path.relpath(path, ROOT), name) for path in files for name in private_devkit_names(path)] == []
+
+
+def test_a_private_devkit_name_imported_or_read_from_another_module_is_found(tmp_path):
+    user = tmp_path / "user.py"
+    user.write_text(
+        "from devkit.tiny_flux import _helper, FLUX_WIDTH\n"
+        "from devkit import workflow\n"
+        "import devkit.tiny_models as registry\n"
+        "workflow._is_widget(spec)\n"
+        "registry._module, registry.TINY_FAMILIES, workflow.__doc__\n"
+    )
+    assert private_devkit_names(str(user)) == [
+        "devkit.tiny_flux._helper",
+        "devkit.workflow._is_widget",
+        "devkit.tiny_models._module",
+    ]

@@ -12,9 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
+from eridiffusion import tiny_models
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.tiny_models import TINY_BUILDERS
-from eridiffusion.training.model import tiny_models
 
 PROMPT = "a photo of sks dog"
 

@@ -7,7 +7,7 @@ import comfy.sdxl_clip
 import comfy.supported_models
 import pytest
 
-from devkit import tiny_models, tiny_unets  # tiny_models first: it registers tiny_unets
+from devkit import tiny_models, tiny_unets
 
 EXPECTED = {
     "sd20": (comfy.supported_models.SD20, comfy.model_base.BaseModel, "clip_h"),

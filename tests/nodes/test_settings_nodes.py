@@ -122,7 +122,7 @@ def test_registering_the_nodes_imports_no_test_support_module_and_warns_of_nothi
     support = [
         m
         for m in modules
-        if m.startswith(("tests", "demo")) or ".tests." in m or "tiny_flux" in m or "tiny_dit" in m or "tiny_video" in m
+        if m.startswith(("tests", "demo")) or ".tests." in m or "tiny_flux" in m or "tiny_stack" in m or "tiny_wan" in m
     ]
     assert support == []
     assert not [m for m in modules if m.split(".")[0] in ("lycoris", "bitsandbytes", "prodigyopt")]

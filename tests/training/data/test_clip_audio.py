@@ -13,8 +13,8 @@ import torch
 from devkit.photo_clips import CLIP_FRAMES, write_dog_clips_with_sound
 from devkit.short_runs import family_run, quick_samples
 from devkit.stock_comfyui import ProbeInput, load_with_stock_comfyui, relative_error
+from devkit.tiny_ltx import tiny_ltx2_audio_vae
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
-from devkit.tiny_recent_video import tiny_ltx2_audio_vae
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.data.clip_audio import clip_audio, encoded_audio
 from eridiffusion.training.data.dataset import load_dataset

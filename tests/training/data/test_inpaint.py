@@ -157,10 +157,10 @@ def test_a_flux_model_whose_input_layout_comfyui_cannot_fill_is_refused_before_t
     """Flex.2 stacks the noise, an inpainting image, its mask and a control image (49 channels), which
     ComfyUI's Flux does not build: an error naming the layout, not a failed forward."""
     from devkit.detected_configs import detected_model_config
-    from devkit.tiny_flux import FLUX_DEV_LAYOUT, FLUX_SHRINK, FLUX_WIDTH, _flux1
+    from devkit.tiny_flux import FLUX_DEV_LAYOUT, FLUX_SHRINK, FLUX_WIDTH, flux1_stack
 
     layout = {**FLUX_DEV_LAYOUT, "img_in.weight": (FLUX_WIDTH, 49 * 2 * 2)}
-    model, clip, vae = _flux1(detected_model_config(layout, FLUX_SHRINK, "Flux"), 0)
+    model, clip, vae = flux1_stack(detected_model_config(layout, FLUX_SHRINK, "Flux"), 0)
     with torch.inference_mode():
         data = build_training_data(dog_dataset, vae, clip, 64, str(tmp_path / "cache"))
     with pytest.raises(EriDiffusionError, match=r"as Flux with 49 input channels, but its Flux fills 16 .*\(Flex\.2"):

@@ -1,7 +1,8 @@
 """Image-to-video training (CacheLatents' start_image): each clip's first frame (a still: itself)
 conditions it as ComfyUI's WanImageToVideo / HunyuanVideo15ImageToVideo set it, the model's output
 follows that start image, and training teaches the model to follow it on clips it never saw. Tiny
-stacks of ComfyUI's own classes (devkit/tiny_video_i2v.py), clips made from the real photos."""
+stacks of ComfyUI's own classes (devkit/tiny_wan.py, devkit/tiny_hunyuan_video.py), clips made from
+the real photos."""
 
 import os
 
@@ -13,8 +14,8 @@ import torch
 from devkit.photo_clips import CLIP_FRAMES, start_photo
 from devkit.short_runs import family_run, quick_samples
 from devkit.stock_comfyui import relative_error
+from devkit.tiny_clip_vision import tiny_clip_vision
 from devkit.tiny_models import TINY_FAMILIES, build_tiny
-from devkit.tiny_video_i2v import tiny_clip_vision
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.data.buckets import fit_to_bucket
 from eridiffusion.training.data.dataset import load_dataset

@@ -11,7 +11,7 @@ from PIL import Image
 
 from devkit.photo_clips import CLIP_FRAMES
 from devkit.tiny_models import build_tiny
-from devkit.tiny_video_vae import tiny_wan_vae
+from devkit.tiny_vaes import tiny_wan21_vae
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.data.buckets import fit_to_bucket
 from eridiffusion.training.data.dataset import load_dataset
@@ -24,7 +24,7 @@ LATENT_FRAMES = (CLIP_FRAMES - 1) // 4 + 1  # the first frame alone, then groups
 
 @pytest.fixture(scope="module")
 def wan_vae():
-    return tiny_wan_vae(torch.Generator().manual_seed(0))
+    return tiny_wan21_vae(torch.Generator().manual_seed(0))
 
 
 @pytest.fixture(scope="module")

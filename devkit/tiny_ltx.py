@@ -1,60 +1,73 @@
-"""Tiny random-init stacks of the video families newer ComfyUI versions added (0.2x), built from
-ComfyUI's own classes; see tiny_models. Each TinyFamily names the classes it needs, so on a host
-without them its tests are skipped with that reason.
-
-Kandinsky 5 (video) and LTX-2 (its video stream): each diffusion model is the config the host's own
-model detection reads from a tiny state-dict layout, with the sizes detection hard-codes cut down,
-so block names (and LoRA keys) are the real ones. Text encoders are the family's comfy.text_encoders
-classes shrunk through "<name>_model_config" model options; VAEs are the family's ComfyUI VAE
-classes at small widths."""
+"""The tiny LTX stacks: LTX-Video (ComfyUI's LTXVModel, the T5-XXL encoder, an LTX VAE) and LTX-2
+(ComfyUI's LTXAV audio-video DiT trained on its video stream, its Gemma 3 text encoder, its video VAE
+and, for sound, its audio VAE); see tiny_stack."""
 
 import json
-import os
 
+import comfy.ldm.lightricks.vae.causal_video_autoencoder as ltx_vae
 import comfy.sd
 import comfy.supported_models_base
-import comfy.text_encoders.aura_t5
 import torch
 
 from devkit.detected_configs import blocks, detected_model_config
-from devkit.tiny_dit import qwen_vl_text_encoder
-from devkit.tiny_models import TinyFamily
-from devkit.tiny_video import LLAMA_TINY, VIDEO_FRAMES, tiny_hunyuan_video_vae
-from eridiffusion.tiny_models import CLIP_L, diffusion_model, init_weights
+from devkit.tiny_stack import T5_TINY, VIDEO_FRAMES, TinyFamily, borrowed_spiece_model, zeroed
+from eridiffusion.tiny_models import diffusion_model, init_weights, text_encoder
 
-# Kandinsky 5 Video Lite (model_detection "visual_transformer_blocks.0.cross_attention.key_norm"):
-# 2 text + 2 visual blocks 64 wide (real: 2 + 32 of 1792). The visual embedding reads 132 = 4 x 33
-# values per 1x2x2 patch: 16 latent channels, 16 of (empty) first-frame latent and a mask channel
-# (model_base.Kandinsky5.concat_cond). Detection sets the rope axes only for the real widths, so
-# they are cut to 8:12:12 (real 16:24:24): two heads of 32. The text widths are not detected: the
-# Qwen2.5-VL hidden states and the clip_l pooled vector of the tiny encoders.
-KANDINSKY5_WIDTH = 64
-KANDINSKY5_LAYOUT = {
-    "visual_transformer_blocks.0.cross_attention.key_norm.weight": (32,),
-    "visual_embeddings.in_layer.weight": (KANDINSKY5_WIDTH, 132),
-    "visual_embeddings.in_layer.bias": (KANDINSKY5_WIDTH,),
-    "time_embeddings.in_layer.bias": (32,),
-    "visual_transformer_blocks.0.feed_forward.in_layer.weight": (2 * KANDINSKY5_WIDTH, KANDINSKY5_WIDTH),
-    **blocks("text_transformer_blocks", 2),
-    **blocks("visual_transformer_blocks", 2),
+
+def _neutral_channel_statistics(stats):
+    """Set an LTX VAE's per-channel latent statistics, built empty (a checkpoint carries them), to
+    mean 0 and standard deviation 1."""
+    stats.get_buffer("mean-of-means").zero_()
+    stats.get_buffer("std-of-means").fill_(1.0)
+
+
+# LTX-Video's VAE takes its block list from the checkpoint's metadata, so comfy.sd.VAE builds the tiny
+# one itself: 4x4 patchify then three compress_all (2x in time and space each) = 32x spatial, 8x
+# temporal; the width (128) and the 128 latent channels are fixed by the class.
+LTXV_VAE = {
+    "_class_name": "CausalVideoAutoencoder",
+    "dims": 3,
+    "in_channels": 3,
+    "out_channels": 3,
+    "latent_channels": 128,
+    "blocks": [["compress_all", 1], ["compress_all", 1], ["compress_all", 1], ["res_x", 1]],
+    "scaling_factor": 1.0,
+    "norm_layer": "pixel_norm",
+    "patch_size": 4,
+    "latent_log_var": "uniform",
+    "use_quant_conv": False,
+    "causal_decoder": False,
 }
-KANDINSKY5_SHRINK = {
-    "axes_dims": (8, 12, 12),
-    "in_text_dim": LLAMA_TINY["hidden_size"],
-    "in_text_dim2": CLIP_L["hidden_size"],
+
+
+def tiny_ltxv_vae(generator):
+    """ComfyUI's LTX-Video VAE (128 channels, 32x spatial, 8x temporal), one block per level."""
+    model = ltx_vae.VideoVAE(config=LTXV_VAE)
+    init_weights(model, generator)
+    _neutral_channel_statistics(model.per_channel_statistics)
+    return comfy.sd.VAE(sd=model.state_dict(), metadata={"config": json.dumps({"vae": LTXV_VAE})}, dtype=torch.float32)
+
+
+# LTX-Video (model_detection: "adaln_single..." with no pos_embed.proj): as detected, 2 blocks (real
+# 28) and cross-attention at the inner width 32 (attn2.to_k's input). Detection reads that width as
+# 32 heads (real: 32 of 64): split here as 2 heads of 16. The caption projection reads the T5 width
+# (caption_channels, not read; real 4096); in_channels is the model's default 128, the VAE's.
+LTXV_WIDTH = 32
+LTXV_LAYOUT = {
+    "adaln_single.emb.timestep_embedder.linear_1.bias": (LTXV_WIDTH,),
+    "transformer_blocks.0.attn2.to_k.weight": (LTXV_WIDTH, LTXV_WIDTH),
+    **blocks("transformer_blocks", 2),
 }
+LTXV_SHRINK = {"num_attention_heads": 2, "attention_head_dim": LTXV_WIDTH // 2, "caption_channels": T5_TINY["d_model"]}
 
 
-def tiny_kandinsky5(seed: int = 0):
-    """Kandinsky 5 Video: ComfyUI's Kandinsky5 DiT, its Qwen2.5-VL-7B + clip_l encoders and the
-    HunyuanVideo VAE it decodes with."""
+def tiny_ltxv(seed: int = 0):
+    """LTX-Video: ComfyUI's LTXVModel, the T5-XXL encoder and an LTX VAE."""
     generator = torch.Generator().manual_seed(seed)
-    model_config = detected_model_config(KANDINSKY5_LAYOUT, KANDINSKY5_SHRINK, "Kandinsky5")
+    model_config = detected_model_config(LTXV_LAYOUT, LTXV_SHRINK, "LTXV")
     model = diffusion_model(model_config, generator)
-    clip = qwen_vl_text_encoder(
-        model_config.clip_target(), generator, {"qwen25_7b_model_config": LLAMA_TINY, "clip_l_model_config": CLIP_L}
-    )
-    return model, clip, tiny_hunyuan_video_vae(generator)
+    clip = text_encoder(model_config.clip_target(), generator, {"t5xxl_model_config": T5_TINY})
+    return model, clip, tiny_ltxv_vae(generator)
 
 
 # LTX-2 (model_detection "adaln_single…" plus "audio_adaln_single…": LTXAV): 2 audio-video blocks
@@ -91,27 +104,10 @@ GEMMA3_TINY = {
 }
 
 
-def _borrowed_spiece_model():
-    # Gemma's sentencepiece model travels inside its checkpoint ("spiece_model"), not with ComfyUI:
-    # the tiny encoder borrows the one ComfyUI ships (pile-T5's, 32000 pieces, all valid ids of
-    # Gemma 3's 262208-entry embedding); only the token ids differ.
-    path = os.path.join(os.path.dirname(comfy.text_encoders.aura_t5.__file__), "t5_pile_tokenizer", "tokenizer.model")
-    with open(path, "rb") as f:
-        return {"spiece_model": f.read()}
-
-
-def _zeroed(module):
-    """`module` with every parameter a zero broadcast from one element: no memory, no init time."""
-    for sub in module.modules():
-        for key, p in list(sub.named_parameters(recurse=False)):
-            setattr(sub, key, torch.nn.Parameter(torch.zeros((), dtype=p.dtype).expand(p.shape), requires_grad=False))
-    return module
-
-
 def tiny_gemma3_text_encoder(generator):
     """ComfyUI's LTX-2 text encoder (Gemma 3 12B + its text_embedding_projection), shrunk. Two parts
     keep their full size whatever the model options say: the SigLIP vision tower (it reads image
-    prompts only, so it stays as zeros, like the Qwen2.5-VL towers in tiny_dit) and the projection,
+    prompts only, so it stays as zeros, like the Qwen2.5-VL towers in tiny_stack) and the projection,
     Linear(3840 x 49, 3840), which is rebuilt with the same ops at the tiny encoder's widths."""
     import comfy.text_encoders.lt
 
@@ -123,7 +119,7 @@ def tiny_gemma3_text_encoder(generator):
     clip = comfy.sd.CLIP(
         target=target,
         model_options={"dtype": torch.float32, "_model_config": GEMMA3_TINY},
-        tokenizer_data=_borrowed_spiece_model(),
+        tokenizer_data=borrowed_spiece_model(),
     )
     encoder = clip.cond_stage_model
     gemma = encoder.gemma3_12b.transformer
@@ -134,7 +130,7 @@ def tiny_gemma3_text_encoder(generator):
         GEMMA3_TINY["hidden_size"] * hidden_states, LTX2_WIDTH, bias=False, dtype=torch.float32
     )
     init_weights(encoder, generator)
-    gemma.vision_model = _zeroed(vision)
+    gemma.vision_model = zeroed(vision)
     return clip
 
 
@@ -183,13 +179,9 @@ LTX2_VAE = {
 def tiny_ltx2_vae(generator):
     """ComfyUI's LTX-2 video VAE at 8 base channels, as comfy.sd.VAE builds it from a checkpoint's
     config metadata."""
-    import comfy.ldm.lightricks.vae.causal_video_autoencoder as ltx_vae
-
     model = ltx_vae.VideoVAE(config=LTX2_VAE)
     init_weights(model, generator)
-    stats = model.per_channel_statistics  # built empty; a checkpoint carries them
-    stats.get_buffer("mean-of-means").zero_()
-    stats.get_buffer("std-of-means").fill_(1.0)
+    _neutral_channel_statistics(model.per_channel_statistics)
     return comfy.sd.VAE(sd=model.state_dict(), metadata={"config": json.dumps({"vae": LTX2_VAE})}, dtype=torch.float32)
 
 
@@ -242,9 +234,7 @@ def tiny_ltx2_audio_vae(seed: int = 0):
     metadata = {"config": json.dumps(LTX2_AUDIO_VAE)}
     model = audio_vae.AudioVAE(metadata=metadata)
     init_weights(model, torch.Generator().manual_seed(seed))
-    stats = model.autoencoder.per_channel_statistics  # built empty; a checkpoint carries them
-    stats.get_buffer("mean-of-means").zero_()
-    stats.get_buffer("std-of-means").fill_(1.0)
+    _neutral_channel_statistics(model.autoencoder.per_channel_statistics)
     return comfy.sd.VAE(sd=model.state_dict(), metadata=metadata)
 
 
@@ -258,13 +248,7 @@ def tiny_ltx2(seed: int = 0):
 
 
 FAMILIES = {
-    "kandinsky5": TinyFamily(
-        tiny_kandinsky5,
-        family="Kandinsky 5.0 Video (Lite, Pro)",
-        video_frames=VIDEO_FRAMES,
-        needs=("Kandinsky5",),
-        since="0.28.0",
-    ),
+    "ltxv": TinyFamily(tiny_ltxv, family="LTX-Video", video_frames=VIDEO_FRAMES),
     "ltx2": TinyFamily(
         tiny_ltx2,
         family="LTX-2 (video, and its audio with the audio VAE)",

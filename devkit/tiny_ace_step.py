@@ -1,6 +1,6 @@
 """A tiny random-init ACE-Step 1.5 stack (text-to-music) built from ComfyUI's own classes: the DiT as
 the host's model detection reads it, its Qwen3 text encoders shrunk with the real Qwen3 tokenizer,
-and the host's 48 kHz Oobleck audio VAE at a small width; see tiny_models. Import after
+and the host's 48 kHz Oobleck audio VAE at a small width; see tiny_stack. Import after
 runtime.start_host() (ComfyUI 0.28 or later: the host must have the ACEStep15 class)."""
 
 import comfy.ldm.audio.autoencoder
@@ -11,8 +11,8 @@ import torch
 
 from devkit.detected_configs import blocks, detected_model_config
 from devkit.music_clips import STYLES, synthesize
-from devkit.tiny_models import TinyFamily
-from devkit.tiny_video import LLAMA_TINY, _vae_of_layout
+from devkit.tiny_stack import LLAMA_TINY_4_LAYERS, TinyFamily
+from devkit.tiny_vaes import vae_of_layout
 from eridiffusion.tiny_models import diffusion_model, init_weights, text_encoder
 
 # model_detection's ACE-Step 1.5 branch reads the DiT and lyric-encoder widths, feed-forward widths
@@ -40,7 +40,7 @@ ACE15_SHRINK = {
     "num_timbre_layers": 1,
     "num_tokenizer_layers": 1,
     "fsq_dim": ACE15_WIDTH,
-    "text_hidden_dim": LLAMA_TINY["hidden_size"],
+    "text_hidden_dim": LLAMA_TINY_4_LAYERS["hidden_size"],
 }
 
 # comfy.sd.VAE recognises the ACE-Step 1.5 VAE (an Oobleck VAE at 48 kHz, 1920 samples per latent
@@ -69,7 +69,7 @@ def tiny_ace15_vae(generator, channels=4):
                 g, v = parametrizations.weight.original0, parametrizations.weight.original1
                 g.copy_(torch.linalg.vector_norm(v, dim=tuple(range(1, v.dim())), keepdim=True))
         _calibrate_latents(model)
-    return _vae_of_layout(ACE15_VAE_LAYOUT, model)
+    return vae_of_layout(ACE15_VAE_LAYOUT, model)
 
 
 def _calibrate_latents(model):
@@ -103,7 +103,7 @@ def tiny_ace_step15(seed: int = 0):
     target = comfy.supported_models_base.ClipTarget(
         comfy.text_encoders.ace15.ACE15Tokenizer, comfy.text_encoders.ace15.te(lm_model="qwen3_2b")
     )
-    clip = text_encoder(target, generator, {"_model_config": LLAMA_TINY})
+    clip = text_encoder(target, generator, {"_model_config": LLAMA_TINY_4_LAYERS})
     return model, clip, tiny_ace15_vae(generator)
 
 
