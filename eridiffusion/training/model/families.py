@@ -124,7 +124,7 @@ FAMILIES = (
         "ERNIE-Image", ("ErnieImage",), DIT_TARGETS, flow_shift(3.0), "ERNIE-Image's own flow shift", latent_patch=1
     ),
     Family("Anima", ("Anima",), DIT_TARGETS, LOGIT_NORMAL, "kohya sd-scripts (`sigmoid`)"),
-    # 2026 image DiTs (devkit/tiny_image_2026.py).
+    # 2026 image DiTs (each built by its devkit/tiny_<family>.py).
     # Krea 2 samples with ComfyUI's Flux model sampling at mu 1.15, which is Flux.1's size rule at 1 MP
     # (4096 tokens): trained with that rule, as for Flux.1.
     Family("Krea 2", ("Krea2",), DIT_TARGETS, FLUX_SHIFT, "ComfyUI's Flux sampling (Flux.1's size rule)"),
@@ -156,7 +156,7 @@ FAMILIES = (
     # FLUX.2's 2x2-packed latent.
     Family("Ideogram 4", ("Ideogram4",), DIT_TARGETS, LOGIT_NORMAL, "SD3's rule (flow, no shift)", latent_patch=1),
     # (end of 2026 image DiTs)
-    # 2026 variants of existing rows and pixel-space models (devkit/tiny_image_variants.py).
+    # 2026 variants of existing rows and pixel-space models (devkit/tiny_<family>.py of each).
     # Chroma Radiance is Chroma in pixel space, trained by Chroma's rule (Flux.1's size-dependent
     # shift): the shift counts its 16x16-pixel patches, the model's own patch_size, so 1024 px gives
     # 4096 tokens and the mu 1.15 ComfyUI samples Chroma with.
@@ -212,7 +212,7 @@ FAMILIES = (
         "HiDream-O1's own flow shift",
         latent_patch=32,
     ),
-    # ACE-Step 1.5 (devkit/tiny_audio.py): text-to-music from audio files, conditioned as the host's
+    # ACE-Step 1.5 (devkit/tiny_ace_step.py): text-to-music from audio files, conditioned as the host's
     # TextEncodeAceStepAudio1.5 node conditions it (tags, lyrics, metadata) without LM audio codes, as
     # ACE-Step's own LoRA trainer trains and its LoRAs are used. Noise levels are drawn as that trainer
     # draws them: t = sigmoid(N(-0.4, 1)), the model's own timestep_mu / timestep_sigma, unshifted. One

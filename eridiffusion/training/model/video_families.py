@@ -1,10 +1,10 @@
-"""The video rows tested from 2026 (devkit/tiny_video_2026.py) and the image-to-video rows
-(devkit/tiny_video_i2v.py), in the support table's order."""
+"""The video rows tested from 2026 and the image-to-video rows (built by devkit/tiny_wan.py, tiny_ltx.py,
+tiny_hunyuan_video.py ...), in the support table's order."""
 
 from .family_row import DIT_TARGETS, EPS_V, UNIFORM, WAN22_EXPERT_BOUNDARY, Family, flow_shift
 
 VIDEO_2026_FAMILIES = (
-    # Video classes tested from 2026 (devkit/tiny_video_2026.py).
+    # Video classes tested from 2026.
     # Wan 2.1 Fun Control trains as Wan 2.1 does (musubi-tuner's Fun Control tasks share its shift), from
     # captions: its 32 control-video latent channels stay the zeros model_base.WAN21 gives without a
     # control video, and without a CLIP-vision output its image cross-attention reads the text.
@@ -30,7 +30,7 @@ VIDEO_2026_FAMILIES = (
     # Mochi: a rectified-flow model trained at the shift ComfyUI samples it with (its sampling_settings).
     Family("Genmo Mochi", ("GenmoMochi",), DIT_TARGETS, flow_shift(6.0), "ComfyUI's sampling shift for Mochi"),
     # (end of 2026 video)
-    # Image-to-video (devkit/tiny_video_i2v.py): the first frame conditions the clip (CacheLatents'
+    # Image-to-video (devkit/tiny_wan.py, tiny_hunyuan_video.py): the first frame conditions the clip (CacheLatents'
     # start_image), encoded as ComfyUI's WanImageToVideo / HunyuanVideo15ImageToVideo encode the start image,
     # at the shifts of the text-to-video rows (musubi-tuner's I2V tasks share them). Without a CLIP-vision
     # output, Wan 2.1 I2V's image cross-attention reads the text.
