@@ -38,6 +38,10 @@ def enable_dynamic_vram():
 
     if not comfy_aimdo.control.init_devices([d.index for d in mm.get_all_torch_devices()]):
         return False
+    # the server's default verbosity (INFO); left at the library's own, comfy-aimdo 0.4.10 logs every
+    # allocation and free to stdout, which slowed eager steps several times over (bench/ab_step_times.sh)
+    if hasattr(comfy_aimdo.control, "set_log_info"):
+        comfy_aimdo.control.set_log_info()
     comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
     comfy.memory_management.aimdo_enabled = True
     return True
