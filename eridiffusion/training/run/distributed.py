@@ -18,6 +18,7 @@ with backward: adapter gradients are tens of MB, a few milliseconds over NVLink.
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
@@ -129,7 +130,7 @@ class TrainingProcesses:
             return decide()
         import torch.distributed as dist
 
-        box = [None]
+        box: list[Any] = [None]  # rank 0's ("value" or "error", what), handed to every process
         if self.is_main:
             try:
                 box = [("value", decide())]
@@ -164,7 +165,8 @@ SINGLE_PROCESS = TrainingProcesses()
 def _buckets(tensors, limit):
     """Consecutive runs of `tensors` of one dtype and device, each up to `limit` bytes (a larger
     tensor is a bucket of its own)."""
-    bucket, size = [], 0
+    bucket: list[torch.Tensor] = []
+    size = 0
     for t in tensors:
         nbytes = t.numel() * t.element_size()
         if bucket and (size + nbytes > limit or t.dtype != bucket[0].dtype or t.device != bucket[0].device):

@@ -46,7 +46,7 @@ class StepHealth:
         losses, norms = torch.stack((self.losses[start:end], self.norms[start:end])).tolist()
         return losses, norms
 
-    def bad_steps(self, start, losses, norms):
+    def bad_steps(self, start: int, losses: list[float], norms: list[float]) -> list[tuple[int, float, float]]:
         """(step number, loss, gradient norm) of the non-finite steps among those read back."""
         bad = []
         for offset, (loss, norm) in enumerate(zip(losses, norms)):
@@ -54,7 +54,7 @@ class StepHealth:
                 bad.append((start + offset + 1, loss, norm))
         return bad
 
-    def count(self, start, losses, norms):
+    def count(self, start: int, losses: list[float], norms: list[float]) -> list[tuple[int, float, float]]:
         """Count the skipped steps among those read back; returns the bad ones."""
         bad = self.bad_steps(start, losses, norms)
         bad_numbers = {number for number, _, _ in bad}
