@@ -99,7 +99,7 @@ def main():
     with torch.inference_mode(False), training_forward():
         batch = MicroBatches(run, training).draw(training, run.batches, run.data)
     modules = dict(run.base.named_modules())
-    pairs = [(modules[name], adapter) for name, adapter in run.adapters.items()]
+    pairs = [(modules[name], adapter) for name, adapter in run.trained.adapters.items()]
 
     class PlainOpsLoRA(LoRA):
         """The baseline: LoRA's bypass as the plain ops it was before lora_linear.py."""
@@ -109,16 +109,16 @@ def main():
     # each adapted step starts from no gradients, as the trainer's do (zero_grad(set_to_none=True)):
     # accumulating into the last step's would add a kernel per adapter tensor
     def adapted_step():
-        run.adapters.zero_grad(set_to_none=True)
+        run.trained.adapters.zero_grad(set_to_none=True)
         with torch.inference_mode(False), training_forward():
             loss_of(batch).backward()
 
-    copies = ComputeCopies(run.adapters, torch.bfloat16, share_inputs=False)
-    grouped = ComputeCopies(run.adapters, torch.bfloat16)  # its groups are learned in its first step
+    copies = ComputeCopies(run.trained.adapters, torch.bfloat16, share_inputs=False)
+    grouped = ComputeCopies(run.trained.adapters, torch.bfloat16)  # its groups are learned in its first step
 
     def step_with(compute_copies):
         def step():
-            run.adapters.zero_grad(set_to_none=True)
+            run.trained.adapters.zero_grad(set_to_none=True)
             with torch.inference_mode(False), training_forward(), compute_copies.in_use():
                 loss_of(batch).backward()
                 compute_copies.fold_gradients()
@@ -150,7 +150,7 @@ def main():
 
     def gradients(step):
         step()
-        return [p.grad.clone() for p in run.adapters.parameters()]
+        return [p.grad.clone() for p in run.trained.adapters.parameters()]
 
     default_blas = torch.backends.cuda.preferred_blas_library()
     # the adapters' gradients of one batch, layers grouped or alone (bf16: equal up to rounding)

@@ -374,7 +374,7 @@ def ours(
         "peak_GiB": result.peak_memory_gib,
         "loss_first_last": [result.losses[0], result.losses[-1]],
         "losses": result.losses,
-        "trainable_parameters": sum(p.numel() for p in result.adapters.parameters()),
+        "trainable_parameters": sum(p.numel() for p in result.trained.parameters()),
         "result_model_samples": samples_finite(result.patcher, model_name),
         **(
             {

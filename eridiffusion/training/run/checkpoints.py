@@ -7,21 +7,20 @@ import contextlib
 import os
 
 from ...formats.atomic_file import write_json_atomic
-from ...formats.lora_file import check_finite, export_lora, raw_path, run_metadata
+from ...formats.lora_file import TrainedLoRA, check_finite, raw_path, run_metadata
 from ...formats.state_file import save_state, state_path
 from . import run_state
+from .build import TrainingRun
 
 BEST = "best.safetensors"
 
 
-def lora_of(run, step):
-    """TrainingRun `run`'s adapter after `step` steps as a LoRA file's content: with EMA, the averaged
+def lora_of(run: TrainingRun, step: int) -> TrainedLoRA:
+    """What TrainingRun `run` trained, after `step` steps, as a file's content: with EMA, the averaged
     weights, the trained ones as `raw`."""
-    text_encoder = (run.text_encoder.adapters, run.text_encoder.prefixes) if run.text_encoder else None
 
     def export():
-        metadata = run_metadata(run.base, run.config, run.data, step)
-        return export_lora(run.adapters, run.prefixes, metadata, text_encoder=text_encoder)
+        return run.trained.file_content(run_metadata(run.base, run.config, run.data, step))
 
     if run.ema is None:
         return export()

@@ -1,6 +1,6 @@
-"""An exponential moving average of the trained adapter weights, kept on the device beside them and
-updated after each optimizer step with one fused op over all of them (torch._foreach_lerp_): no
-Python loop over parameters and no read-back in the step."""
+"""An exponential moving average of the trained weights (a Trained's parameters), kept on the device
+beside them and updated after each optimizer step with one fused op over all of them
+(torch._foreach_lerp_): no Python loop over parameters and no read-back in the step."""
 
 import contextlib
 
@@ -42,7 +42,7 @@ class AdapterEMA:
 
     @torch.no_grad()
     def copy_to_parameters(self):
-        """Make the averaged weights the adapters' for good (the run's result)."""
+        """Make the averaged weights the trained ones for good (the run's result)."""
         torch._foreach_copy_(self.parameters, self.shadow)
 
     def state(self):

@@ -12,7 +12,9 @@ from ..model import loading as model_loading
 from ..model.families import family_of, resolve_objective
 from ..model.forward import token_count
 from ..model.objective import sample_fractions
+from ..trained import TrainedBuilder, trained_adapters
 from .build import TrainingRun
+from .distributed import SINGLE_PROCESS
 
 EXPERTS = ("high_noise", "low_noise")  # the order of a two-expert run's TrainingRuns, and their file names
 
@@ -118,12 +120,23 @@ class ExpertPick:
         return index
 
 
-def expert_runs(high_model, low_model, data, config, run_dir, clip=None, processes=None):
-    """(the two experts' TrainingRuns, high-noise first; their ExpertPick)."""
+def expert_runs(
+    high_model,
+    low_model,
+    data,
+    config,
+    run_dir,
+    clip=None,
+    processes=SINGLE_PROCESS,
+    trained: TrainedBuilder = trained_adapters,
+) -> tuple[tuple[TrainingRun, ...], ExpertPick]:
+    """(the two experts' TrainingRuns, high-noise first, each training what `trained` builds; their ExpertPick)."""
     family = family_of(high_model.model)
     boundary = expert_boundary(config, family)
     runs = tuple(
-        TrainingRun(model, data, expert_config(config, index, boundary), run_dir, clip=clip, processes=processes)
+        TrainingRun(
+            model, data, expert_config(config, index, boundary), run_dir, clip, processes=processes, trained=trained
+        )
         for index, model in enumerate((high_model, low_model))
     )
     for run in runs:  # each expert's evaluation loss: on its own noise range

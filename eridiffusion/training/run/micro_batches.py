@@ -86,8 +86,8 @@ class MicroBatches:
 def loss_function(run, transformer_options):
     """loss(batch) of a micro-batch as MicroBatches draws it: the objective's loss of the model's
     prediction (weighted by the batch's mask, if any). With the preservation prompt's inputs, plus
-    preservation_weight times the same loss between the adapted prediction for that prompt and the
-    prediction with the adapters bypassed (under no_grad: the target), times preservation_every
+    preservation_weight times the same loss between the trained prediction for that prompt and the
+    prediction with the trained change bypassed (under no_grad: the target), times preservation_every
     (the steps it stands for)."""
     objective, config, base = run.objective, run.config, run.base
     preservation_weight = config.preservation_weight * config.preservation_every
@@ -100,7 +100,7 @@ def loss_function(run, transformer_options):
     def loss(batch):
         total = objective.loss(predict(batch, INPUT), batch["x0"], batch["sigma"], batch.get("mask")).mean()
         if any(name.startswith(PRESERVED) for name in batch):
-            with torch.no_grad(), run.adapters.bypassed():
+            with torch.no_grad(), run.trained.bypassed():
                 base_prediction = predict(batch, PRESERVED)
             drift = objective.loss(predict(batch, PRESERVED), base_prediction, batch["sigma"]).mean()
             total = total + preservation_weight * drift

@@ -43,9 +43,9 @@ class OptimizerStep:
                     self.path.backward(loss, run.scaler)
                     step_loss += loss.detach()
         # several processes: the gradients summed over the micro-batches, then averaged (DDP with no_sync)
-        step_loss = run.processes.average_gradients(run.trained_parameters, step_loss)
+        step_loss = run.processes.average_gradients(run.trained.parameters(), step_loss)
         run.scaler.unscale_(run.optimizer)
-        norm = gradient_norm(run.trained_parameters, config.max_grad_norm)
+        norm = gradient_norm(run.trained.parameters(), config.max_grad_norm)
         finite = self.health.finite(step_loss, norm) if config.on_nan == "skip" else None
         self.update(finite)
         if run.ema is not None:

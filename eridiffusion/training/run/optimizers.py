@@ -1,6 +1,6 @@
-"""The optimizers a LoRA run can choose, built by name, the parameter groups they train (one per
-block_lr multiplier, and the text encoder's), and a one-step check that the chosen one really runs
-on the training device before any training work starts."""
+"""The optimizers a LoRA run can choose, built by name over the parameter groups of what it trains
+(trained/: one per block_lr multiplier, and the text encoder's), and a one-step check that the chosen
+one really runs on the training device before any training work starts."""
 
 import warnings
 
@@ -92,16 +92,3 @@ def check_optimizer_runs(name, device):
 
 def _unknown(name):
     return EriDiffusionError(f"optimizer '{name}' unknown; choose one of {', '.join(OPTIMIZERS)}.")
-
-
-def parameter_groups(unet_adapters, learning_rate, text_encoder=None, text_encoder_lr=None, multipliers=None):
-    """The optimizer's parameter groups: the diffusion model's adapters at `learning_rate` (one group per
-    block_lr multiplier, {layer: multiplier}, in order of first appearance), the text encoder's at its rate."""
-    by_multiplier: dict[float, list[torch.nn.Parameter]] = {}
-    for layer, adapter in unet_adapters.items():
-        multiplier = (multipliers or {}).get(layer, 1.0)
-        by_multiplier.setdefault(multiplier, []).extend(adapter.parameters())
-    groups = [{"params": params, "lr": learning_rate * m} for m, params in by_multiplier.items()]
-    if text_encoder is not None:
-        groups.append({"params": list(text_encoder.adapters.parameters()), "lr": text_encoder_lr})
-    return groups

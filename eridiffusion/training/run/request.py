@@ -11,6 +11,7 @@ import torch
 
 from ..data.training_data import DataFacts, TrainingData
 from ..samples.render import SampleSettings
+from ..trained import TrainedBuilder, trained_adapters
 from .config import TrainConfig
 from .distributed import SINGLE_PROCESS, TrainingProcesses
 from .resume import ResumePoint
@@ -29,6 +30,7 @@ class RunRequest:
     samples: SampleSettings | None = None
     processes: TrainingProcesses = SINGLE_PROCESS
     low_noise_model: Any = None  # two experts in one run (Wan 2.2 14B): the low-noise MODEL
+    trained: TrainedBuilder = trained_adapters  # what the run trains (trained/): the adapters `config` asks for
 
     @property
     def models(self) -> tuple[Any, ...]:

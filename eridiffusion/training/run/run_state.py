@@ -194,7 +194,7 @@ def capture(run, step):
         "checks_since_best": run.progress.checks_since_best,
         # with EMA the checkpoint file holds the averages: the trained weights come back from here
         "ema": run.ema.state() if run.ema is not None else None,
-        "trained_parameters": [p.detach() for p in run.ema.parameters] if run.ema is not None else None,
+        "trained_parameters": [p.detach() for p in run.trained.parameters()] if run.ema is not None else None,
         "config_fingerprint": config_fingerprint(run.config, run.processes.world_size),
         "config": run.config.as_dict(),
         "world_size": run.processes.world_size,
@@ -252,5 +252,5 @@ def restore(run, state, path):
     if run.ema is not None:
         run.ema.load_state(state["ema"])
         with torch.no_grad():
-            for parameter, trained in zip(run.ema.parameters, state["trained_parameters"]):
+            for parameter, trained in zip(run.trained.parameters(), state["trained_parameters"]):
                 parameter.copy_(trained)

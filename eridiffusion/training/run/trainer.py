@@ -3,9 +3,10 @@
 report, write a checkpoint, render samples, stop. Then the last checkpoint and the result.
 
 Works on a ComfyUI ModelPatcher (and optionally its CLIP) and the TrainingData of CacheLatents.
-The inputs are never changed: the results are clones of the inputs with the trained adapters
-attached. In a run of several processes (distributed.py) each trains its part of every global
-micro-batch, the gradients are averaged once per optimizer step, and rank 0 alone writes files.
+The inputs are never changed: the results are clones of the inputs with the trained change
+(trained/: the adapters) attached. In a run of several processes (distributed.py) each trains its
+part of every global micro-batch, the gradients are averaged once per optimizer step, and rank 0
+alone writes files.
 """
 
 import contextlib
@@ -16,14 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from comfy.model_patcher import ModelPatcher
 
 from ...formats.atomic_file import write_json_atomic
+from ...formats.lora_file import TrainedLoRA
 from ..data.training_data import TrainingData
 from ..model import loading as model_loading
 from ..model.forward import transformer_options_of
 from ..model.prepared_data import conditioning_options
 from ..samples.render import SampleSettings, render_samples
 from ..speed.step_path import step_path
+from ..trained import Trained
 from . import checkpoints
 from .build import TrainingRun
 from .cadence import Cadence
@@ -53,23 +57,23 @@ class TrainingHooks:
 
 @dataclass
 class TrainResult:
-    lora: object  # TrainedLoRA, ready for SaveLoRA
-    losses: list  # training loss per optimizer step
+    lora: TrainedLoRA  # ready for SaveLoRA
+    losses: list[float]  # training loss per optimizer step
     eval_loss_before: float
     eval_loss_after: float
     seconds_per_step: float
     run_dir: str
-    patcher: object = None  # a clone of the input MODEL with the trained adapters
-    checkpoints: list = field(default_factory=list)
+    patcher: ModelPatcher | None = None  # a clone of the input MODEL with the trained change
+    checkpoints: list[str] = field(default_factory=list)  # the periodic checkpoints' paths kept, oldest first
     samples: torch.Tensor | None = None
-    adapters: object = None  # the trained AdapterSet (attached to `patcher`)
-    sample_paths: list = field(default_factory=list)
+    trained: Trained | None = None  # what the run trained (applied to `patcher`)
+    sample_paths: list[str] = field(default_factory=list)
     peak_memory_gib: float = 0.0
-    clip: object = None  # a clone of the input CLIP with its trained adapters, if trained
+    clip: Any = None  # a clone of the input CLIP (ComfyUI's) with its trained change, if trained
     skipped_steps: int = 0  # on_nan=skip: steps whose update was left out (non-finite)
-    peak_memory_gib_per_process: list = field(default_factory=list)  # [rank 0's, rank 1's, ...]
-    validation: list = field(default_factory=list)  # [[step, validation loss], ...]
-    best: dict | None = None  # {"step", "loss", "path"} of the lowest validation loss
+    peak_memory_gib_per_process: list[float] = field(default_factory=list)  # [rank 0's, rank 1's, ...]
+    validation: list[list[float]] = field(default_factory=list)  # [[step, validation loss], ...]
+    best: dict[str, Any] | None = None  # {"step", "loss", "path"} of the lowest validation loss
     stopped_early: bool = False  # early_stop_patience ended the run
     setup_seconds: float = 0.0  # from the run's start to its first step: building, evaluating, preparing data
     first_step_seconds: float = 0.0  # the first optimizer step, its CUDA graph capture or compile included
@@ -129,7 +133,7 @@ class _Loop:
         self.paths = []
         steps = [self._optimizer_step(each) for each in runs]
         self.optimizer_step = steps[0] if pick is None else ExpertSteps(runs, steps, pick)
-        self.validation = None
+        self.validation: ValidationLoss | None = None
         if run.data.validation is not None:
             options = conditioning_options(config, run.family)
             self.validation = ValidationLoss(
@@ -149,9 +153,7 @@ class _Loop:
         prior = prepared(run, run.data.regularization) if run.data.regularization is not None else None
         self.transformer_options = transformer_options_of(run.patcher)
         loss_of = loss_function(run, self.transformer_options)
-        path = step_path(
-            run.config, run.device, run.adapters, loss_of, run.text_encoder, run.base.diffusion_model, run.fp8_products
-        )
+        path = step_path(run.config, run.device, run.trained, loss_of, run.base.diffusion_model, run.fp8_products)
         self.paths.append(path)
         return OptimizerStep(run, path, MicroBatches(run, training, prior), self.health)
 
@@ -210,6 +212,7 @@ class _Loop:
 
     def validate(self, done):
         """The validation loss after `done` steps (its one read-back), recorded (checkpoints.py)."""
+        assert self.validation is not None  # (cadence: validation is due only with validation images)
         with checkpoints.averaged(self.run):
             value = float(self.validation(self.run.patcher, self.transformer_options))
         point = checkpoints.record_validation(self.run, done, value)
@@ -249,7 +252,7 @@ class _Loop:
         run.processes.barrier()
 
     def finish(self, done):
-        """The last checkpoints, the trained adapters and the run's figures, after `done` steps."""
+        """The last checkpoints, what was trained and the run's figures, after `done` steps."""
         run = self.run
         finished = time.perf_counter()
         if self.timed_from is not None and done > self.timed_from[0]:
@@ -271,8 +274,8 @@ class _Loop:
         checkpoints.save_checkpoint(run, done)
         lora = checkpoints.lora_of(run, done)
         if run.ema is not None:
-            run.ema.copy_to_parameters()  # the run's result (MODEL, evaluation) is the averaged adapter
-        run.adapters.requires_grad_(False)
+            run.ema.copy_to_parameters()  # the run's result (MODEL, evaluation) is the averaged weights
+        run.trained.requires_grad_(False)
         eval_after = self._evaluation_loss(run)
         progress, first = run.progress, self.optimizer_step
         return TrainResult(
@@ -284,7 +287,7 @@ class _Loop:
             run_dir=run.run_dir,
             checkpoints=list(progress.checkpoints),
             samples=self.samples,
-            adapters=run.adapters,
+            trained=run.trained,
             sample_paths=self.sample_paths,
             peak_memory_gib=peak,
             skipped_steps=self.health.skipped,
@@ -321,10 +324,14 @@ def train_lora(
 def train_run(request: RunRequest, run_dir: str, hooks: TrainingHooks | None = None) -> TrainResult:
     """Train the RunRequest `request`, which preflight.py has checked, writing its files to `run_dir`."""
     data, config, clip, processes = request.training_data, request.config, request.clip, request.processes
+    runs: tuple[TrainingRun, ...]
     if request.low_noise_model is None:
-        runs, pick = (TrainingRun(request.model, data, config, run_dir, clip, request.resume, processes),), None
+        run = TrainingRun(request.model, data, config, run_dir, clip, request.resume, processes, request.trained)
+        runs, pick = (run,), None
     else:
-        runs, pick = expert_runs(request.model, request.low_noise_model, data, config, run_dir, clip, processes)
+        runs, pick = expert_runs(
+            request.model, request.low_noise_model, data, config, run_dir, clip, processes, request.trained
+        )
     try:
         result = train(runs, request.samples, hooks, pick)
     finally:
@@ -333,9 +340,8 @@ def train_run(request: RunRequest, run_dir: str, hooks: TrainingHooks | None = N
     for run, each in zip(runs, (result, result.low_noise)):
         assert each is not None  # (a second run: a second result)
         each.patcher = run.source.clone()
-        run.adapters.attach_to(each.patcher)
-    if runs[0].text_encoder is not None:
-        result.clip = runs[0].text_encoder.result_clip()
+        run.trained.apply_to(each.patcher)
+    result.clip = runs[0].trained.result_clip()
     if processes.is_main:
         summary = run_summary(result, config)
         if pick is not None:

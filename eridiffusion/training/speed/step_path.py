@@ -2,7 +2,7 @@
 training loop calls, behind which the speed paths plug in (CUDA graphs of the step and of the
 trained text encoders, compute copies of the adapters' weights with their shared-input groups, fp8
 products of the frozen layers, the fused RoPE). The loop never branches on them; each path
-computes what the plain eager one computes."""
+computes what the plain eager one computes. What is trained reaches them as trained/'s Trained."""
 
 import contextlib
 import logging
@@ -11,6 +11,8 @@ import torch
 
 from ...comfy_compat import training_forward
 from ...errors import EriDiffusionError
+from ..adapters import AdapterSet
+from ..trained import Trained
 from .compute_copies import ComputeCopies
 from .cuda_graphs import GraphedCall
 from .fused_rope import fused_flux_rope
@@ -21,7 +23,8 @@ from .graphed_text_encoder import GraphedEncoders
 class StepPath:
     """`loss_of(batch)`: a micro-batch's loss, eagerly; `graphed`: the same replayed from CUDA
     graphs (a GraphedCall, which answers None for a batch it cannot replay); `copies`: the
-    ComputeCopies the adapted layers compute with; `fp8_products`: the frozen layers' fp8 products."""
+    ComputeCopies the adapted layers compute with; `fp8_products`: the frozen layers' fp8 products
+    (under `adapters`, the AdapterSet trained, or None where no adapter is)."""
 
     def __init__(self, adapters, loss_of, graphed=None, copies=None, fp8_products=None, fused_rope=True):
         self.adapters, self.loss_of, self.graphed = adapters, loss_of, graphed
@@ -33,12 +36,9 @@ class StepPath:
         """One optimizer step's forwards and backwards run inside: ComfyUI's training switch, the
         fused RoPE, the fp8 products and the step's compute copies of the adapters' weights."""
         copies = self.copies.in_use() if self.copies is not None else contextlib.nullcontext()
-        with (
-            training_forward(),
-            fused_flux_rope(self.fused_rope),
-            self.adapters.frozen_products(self.fp8_products),
-            copies,
-        ):
+        adapters = self.adapters
+        products = adapters.frozen_products(self.fp8_products) if adapters is not None else contextlib.nullcontext()
+        with training_forward(), fused_flux_rope(self.fused_rope), products, copies:
             yield
         self.steps_taken += 1
         if self.steps_taken == 1 and self.fp8_products is not None:
@@ -103,23 +103,28 @@ def compute_copies(adapters, config, graphed):
     return ComputeCopies(adapters, dtype, share_inputs=not graphed)
 
 
-def step_path(config, device, adapters, loss_of, text_encoder=None, frozen_model=None, fp8_products=None):
-    """The StepPath of a run. With CUDA graphs and the text encoder trained, its encoding is a graph
-    input that requires grad, the model's weight addresses (`frozen_model`) are checked before each
-    replay (loading the text encoder could move them), and the encoders' transformers replay from
-    graphs of their own. With ComputeCopies, the graphs take the copies the layers compute with as
-    trained inputs too."""
+def step_path(config, device, trained: Trained, loss_of, frozen_model=None, fp8_products=None) -> StepPath:
+    """The StepPath of a run training `trained`. With CUDA graphs and the text encoder trained, its
+    encoding is a graph input that requires grad, the model's weight addresses (`frozen_model`) are
+    checked before each replay (loading the text encoder could move them), and the encoders'
+    transformers replay from graphs of their own. With ComputeCopies, the graphs take the copies the
+    layers compute with as trained inputs too."""
+    adapters: AdapterSet | None = trained.adapter_set()
+    if fp8_products is not None and adapters is None:
+        raise EriDiffusionError(
+            "fp8_compute computes the frozen layers under adapters, and this run trains none: turn fp8_compute off."
+        )
     graphed = graphs_wanted(config, device)
-    copies = compute_copies(adapters, config, graphed)
+    copies = compute_copies(adapters, config, graphed) if adapters is not None else None
     call = None
     if graphed:
         strict = config.cuda_graphs == "on"
-        frozen = None
+        frozen, text_encoder = None, trained.text_encoder
         if text_encoder is not None:
             frozen = frozen_model
             text_encoder.graphed = GraphedEncoders(text_encoder.clip.cond_stage_model, text_encoder.adapters, strict)
-        trained = adapters
+        inputs = trained.model_part()
         if copies is not None:  # the layers compute with the copies: their gradients come out of the graph
-            trained = torch.nn.ModuleList([adapters, copies.graphed_parameters()])
-        call = GraphedCall(loss_of, trained, strict, frozen=frozen)
+            inputs = torch.nn.ModuleList([inputs, copies.graphed_parameters()])
+        call = GraphedCall(loss_of, inputs, strict, frozen=frozen)
     return StepPath(adapters, loss_of, call, copies, fp8_products, fused_rope=config.speed.fused_rope)

@@ -47,17 +47,17 @@ def test_only_the_selected_layers_get_adapters_and_the_file_lists_them(stack, tm
             result = train(run, None, TrainingHooks())
     finally:
         run.release()
-    chosen = run.adapters.layer_names
+    chosen = run.trained.adapters.layer_names
     expected = [
         name
-        for name in everything.adapters.layer_names
+        for name in everything.trained.adapters.layer_names
         if ("attn2.to_k" in name or "attn2.to_v" in name) and not any(f"output_blocks.{i}." in name for i in range(6))
     ]
-    assert chosen == expected and 0 < len(chosen) < len(everything.adapters.layer_names) / 4
+    assert chosen == expected and 0 < len(chosen) < len(everything.trained.adapters.layer_names) / 4
     with safetensors.safe_open(result.checkpoints[-1], "pt") as f:
         assert json.loads(f.metadata()["eridiffusion_modules"]) == chosen
         prefixes = {key.rsplit(".", 2)[0] for key in f.keys() if key.endswith("lora_down.weight")}
-    assert prefixes == {run.prefixes[f"{name}.weight"] for name in chosen}
+    assert prefixes == {run.trained.prefixes[f"{name}.weight"] for name in chosen}
 
 
 def test_block_learning_rates_become_the_optimizer_s_parameter_groups(stack, tmp_path):
@@ -79,7 +79,7 @@ def test_block_learning_rates_become_the_optimizer_s_parameter_groups(stack, tmp
         return LEARNING_RATE
 
     seen = set()
-    for name, adapter in run.adapters.items():
+    for name, adapter in run.trained.adapters.items():
         for parameter in adapter.parameters():
             assert lrs[id(parameter)] == pytest.approx(rate(name)), name
             seen.add(rate(name))

@@ -73,12 +73,12 @@ def _adapter_gradients(model, data, probe, checkpointing, run_dir):
             # LoRA's up matrices start at zero: give every adapter weight a value so every gradient is live
             generator = torch.Generator().manual_seed(3)
             with torch.no_grad():
-                for p in run.adapters.parameters():
+                for p in run.trained.adapters.parameters():
                     p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
             options = run.patcher.model_options.get("transformer_options", {})
             denoised = prediction(run.base, options, probe.x, probe.sigma, probe.inputs)
             (denoised - probe.x).square().mean().backward()
-            return wrapped, torch.cat([p.grad.flatten() for p in run.adapters.parameters()])
+            return wrapped, torch.cat([p.grad.flatten() for p in run.trained.adapters.parameters()])
         finally:
             run.release()
 

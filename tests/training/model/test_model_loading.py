@@ -56,7 +56,7 @@ def test_streamed_weights_give_the_gradients_of_weights_loaded_whole(quality_sta
         streamed_layers.append(sum(w is not None and w.device.type == "cpu" for w in weights))
 
     def recording_update(step, *args):
-        gradients.append(torch.cat([p.grad.flatten() for p in step.run.trained_parameters]))
+        gradients.append(torch.cat([p.grad.flatten() for p in step.run.trained.parameters()]))
         return update(step, *args)
 
     monkeypatch.setattr(model_loading, "load", recording_load)

@@ -50,7 +50,7 @@ def test_the_ema_after_n_steps_is_the_analytic_average_of_the_recorded_weights(s
     model, data = stack
     config = ema_config()
     run = TrainingRun(model, data, config, str(tmp_path))
-    parameters = run.trained_parameters
+    parameters = run.trained.parameters()
     recorded = [[p.detach().clone() for p in parameters]]
     try:
         with torch.inference_mode(False):
@@ -74,8 +74,8 @@ def test_the_ema_after_n_steps_is_the_analytic_average_of_the_recorded_weights(s
         safetensors.torch.load_file(final),
         safetensors.torch.load_file(final[:-12] + "_raw.safetensors"),
     )
-    layer, adapter = next(iter(run.adapters.items()))
-    key = run.prefixes[f"{layer}.weight"] + ".lora_up.weight"
+    layer, adapter = next(iter(run.trained.adapters.items()))
+    key = run.trained.prefixes[f"{layer}.weight"] + ".lora_up.weight"
     index = next(i for i, p in enumerate(parameters) if p is adapter.lycoris.lora_up.weight)
     assert torch.allclose(trained[key].reshape(recorded[-1][index].shape), recorded[-1][index], atol=1e-7)
     assert torch.allclose(averaged[key].reshape(expected[index].shape), expected[index], atol=1e-6)

@@ -115,7 +115,7 @@ def test_preservation_every_n_steps_runs_on_those_steps_only_weighted_by_n(stack
         run = TrainingRun(model, data, config(steps=5, log_every=5, **values), str(tmp_path / name), clip=clip)
         run.progress.eval_before = 0.0
         with torch.inference_mode(False), torch.no_grad():  # an adapter that already moves the output
-            for index, (_, adapter) in enumerate(run.adapters.items()):
+            for index, (_, adapter) in enumerate(run.trained.adapters.items()):
                 generator = torch.Generator().manual_seed(index)
                 up = adapter.lycoris.lora_up.weight
                 up.copy_(torch.randn(up.shape, generator=generator) * 0.05)

@@ -48,11 +48,11 @@ def test_stock_comfyui_patched_output_equals_trainer_model_output(trained, stren
     path = trained["result"].lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
     patched, _ = load_with_stock_comfyui(trained["model"], path, strength, caplog)
     probe = trained["probe"]
-    trained["result"].adapters.set_multiplier(strength)  # LoraLoader's strength on the trainer's MODEL
+    trained["result"].trained.adapters.set_multiplier(strength)  # LoraLoader's strength on the trainer's MODEL
     try:
         trainer_output = probe.output(trained["result"].patcher)
     finally:
-        trained["result"].adapters.set_multiplier(1.0)
+        trained["result"].trained.adapters.set_multiplier(1.0)
     dora = trained["config"].adapter.algorithm == "dora"
     assert relative_error(probe.output(patched), trainer_output) < merged_tolerance(
         patched, on_a_gpu=1e-2 if dora else 3e-3
@@ -134,7 +134,7 @@ def test_a_bf16_run_computes_in_the_models_own_dtype_without_autocast(trained_lo
         hook.remove()
     assert seen and set(seen) == {(torch.bfloat16, False)}
     assert all(torch.isfinite(torch.tensor(loss)) for loss in result.losses)
-    assert {p.dtype for p in result.adapters.parameters()} == {torch.float32}
+    assert {p.dtype for p in result.trained.adapters.parameters()} == {torch.float32}
 
 
 def test_the_summary_times_the_setup_and_the_first_step_apart_from_the_steps(trained_lora):

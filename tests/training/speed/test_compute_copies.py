@@ -126,7 +126,7 @@ def test_an_eager_bf16_run_trains_the_same_adapter_with_and_without_compute_copi
         )
     assert len(folds) == 4
     assert with_copies.losses == per_layer.losses
-    a, b = with_copies.adapters.state_dict(), per_layer.adapters.state_dict()
+    a, b = with_copies.trained.adapters.state_dict(), per_layer.trained.adapters.state_dict()
     assert a.keys() == b.keys()
     changed = [name for name in a if not torch.equal(a[name], b[name])]
     assert changed == []

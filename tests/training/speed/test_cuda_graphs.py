@@ -157,7 +157,7 @@ def test_a_bf16_run_replays_graphs_that_compute_with_the_steps_copies_and_trains
         )
     assert len(Recorded.instances) == 2 and len(folds) == 4
     assert with_copies.losses == pytest.approx(per_layer.losses, rel=1e-3)
-    a, b = with_copies.adapters.state_dict(), per_layer.adapters.state_dict()
+    a, b = with_copies.trained.adapters.state_dict(), per_layer.trained.adapters.state_dict()
     ups = [name for name in a if "lora_up" in name]
     assert ups and all(a[name].abs().max() > 0 for name in ups)  # trained (they start at zero)
     for name in a:

@@ -33,7 +33,7 @@ def test_fp8_base_weights_train_and_stay_fp8(dog_dataset, tmp_path, caplog):
     assert result.eval_loss_after < 0.7 * result.eval_loss_before, (result.eval_loss_before, result.eval_loss_after)
     matrices = [p for p in model.model.diffusion_model.parameters() if p.dim() >= 2]
     assert {p.dtype for p in matrices} == {torch.float8_e4m3fn}
-    assert all(p.dtype == torch.float32 for p in result.adapters.parameters())
+    assert all(p.dtype == torch.float32 for p in result.trained.adapters.parameters())
     path = result.lora.save(os.path.join(tmp_path, "fp8.safetensors"), dtype="fp16")
     _, unmatched = load_with_stock_comfyui(model, path, 1.0, caplog)
     assert unmatched == []

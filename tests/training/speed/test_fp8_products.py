@@ -212,7 +212,7 @@ def test_a_run_with_fp8_compute_trains_as_the_bf16_run_and_saves_a_lora_stock_co
     assert max(differences) < 0.05, differences
     assert fp8.eval_loss_after < fp8.eval_loss_before
     assert abs(fp8.eval_loss_after - plain.eval_loss_after) < 0.02 * plain.eval_loss_after
-    assert all(adapter.frozen_products is None for _, adapter in fp8.adapters.items())
+    assert all(adapter.frozen_products is None for _, adapter in fp8.trained.adapters.items())
     path = fp8.lora.save(os.path.join(tmp_path, "fp8.safetensors"), dtype="fp32")
     _, unmatched = load_with_stock_comfyui(model, path, 1.0, caplog)
     assert unmatched == []

@@ -1,0 +1,8 @@
+"""What a run trains, behind one interface (base.py's Trained): the tensors, their optimizer groups,
+the file they are saved as, the change they make to a MODEL; adapters.py is the adapters' (LoRA, DoRA,
+LoKr, ... and the text encoder's)."""
+
+from .adapters import TrainedAdapters, trained_adapters
+from .base import Trained, TrainedBuilder, TrainedSetup
+
+__all__ = ["Trained", "TrainedAdapters", "TrainedBuilder", "TrainedSetup", "trained_adapters"]
