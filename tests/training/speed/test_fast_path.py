@@ -11,6 +11,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.run.build import TrainingRun
 from eridiffusion.training.run.config import TrainConfig
+from eridiffusion.training.run.preflight import preflight
+from eridiffusion.training.run.request import RunRequest
 from eridiffusion.training.run.trainer import TrainingHooks, train
 
 # Tensor → Python conversions: on a GPU each one waits for the device to catch up.
@@ -136,7 +138,7 @@ def test_bypass_adapters_never_build_a_full_size_delta_weight(algorithm, kind):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine the model trains on CUDA")
-def test_cuda_graphs_on_a_cpu_is_refused_with_the_fix(trained_lora, tmp_path):
+def test_cuda_graphs_on_a_cpu_is_refused_with_the_fix(trained_lora):
     from eridiffusion.errors import EriDiffusionError
 
     config = TrainConfig(
@@ -147,9 +149,5 @@ def test_cuda_graphs_on_a_cpu_is_refused_with_the_fix(trained_lora, tmp_path):
         run_name="graphs",
         adapter=AdapterSpec(rank=2, alpha=2.0, targets="attention"),
     )
-    run = TrainingRun(trained_lora["model"], trained_lora["data"], config, str(tmp_path))
-    try:
-        with torch.inference_mode(False), pytest.raises(EriDiffusionError, match="cuda_graphs needs a CUDA device"):
-            train(run, None, TrainingHooks())
-    finally:
-        run.release()
+    with pytest.raises(EriDiffusionError, match="cuda_graphs needs a CUDA device"):  # before anything is built
+        preflight(RunRequest(trained_lora["model"], trained_lora["data"], config))
