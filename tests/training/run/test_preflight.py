@@ -17,9 +17,17 @@ from eridiffusion.training.run import preflight
 PRODUCT = os.path.join(ROOT, "eridiffusion")
 # The LoRA toolbox's verbs check their own inputs; its checks are not a run's.
 TOOLBOX = ("lora_tools", os.path.join("headless", "lora_cli.py"), os.path.join("nodes", "lora_tools_nodes.py"))
-# Validators of one value, asked wherever such a value is given (a settings dataclass, a tensor being
-# written, a mask beside its image), not refusals of a run.
-VALUE_CHECKS = {"check_settings", "check_value", "check_finite", "check_mask_fits"}
+# Validators of one value, asked wherever such a value is given (a settings dataclass, a value another
+# object carries against its declaration, the caption fallback of LoadDataset's settings and of a loaded
+# dataset, a tensor being written, a mask beside its image), not refusals of a run.
+VALUE_CHECKS = {
+    "check_settings",
+    "check_value",
+    "check_declared",
+    "check_caption_fallback",
+    "check_finite",
+    "check_mask_fits",
+}
 
 
 def refusal_references(files):
