@@ -23,7 +23,8 @@ _bypass (bypass_mode), _qbwd (quantized_backward), _offload (offloading), _depth
 and ours_<model>_<ckpt|nockpt> with flags: _graphs (CUDA
 graphs on; else off), _alllinear (targets; else attention for SDXL, the family default for Flux),
 _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
-torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _adamw8bit, _compile
+torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _budgetN (vram_budget_gib=N: block
+swap as the budget plans), _swapN (blocks_to_swap=N), _adamw8bit, _compile
 (torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8; _minmacsX sets its
 threshold SpeedPaths.fp8_min_macs to X multiply-adds, e.g. _minmacs1e10), _plainrope (Flux's RoPE in
 the host's plain PyTorch, not fused), _cpuencodings (the trained text encoders' encodings handed over
@@ -275,6 +276,8 @@ def ours(
     layer_casts=False,
     steps=14,
     warmup=4,
+    vram_budget_gib=0.0,
+    blocks_to_swap=0,
 ):
     import torch
 
@@ -335,6 +338,8 @@ def ours(
         cuda_graphs="on" if cuda_graphs else "off",
         optimizer=optimizer,
         weights_vram_gib=weights_vram_gib,
+        vram_budget_gib=vram_budget_gib,
+        blocks_to_swap=blocks_to_swap,
         torch_compile=torch_compile,
         fp8_compute=fp8_compute,
         text_encoder_lr=1e-5 if clip is not None else 0.0,
@@ -375,6 +380,7 @@ def ours(
         "loss_first_last": [result.losses[0], result.losses[-1]],
         "losses": result.losses,
         "trainable_parameters": sum(p.numel() for p in result.trained.parameters()),
+        "block_swap": result.block_swap,
         "result_model_samples": samples_finite(result.patcher, model_name),
         **(
             {
@@ -583,6 +589,8 @@ def main():
                     fused_rope="plainrope" not in parts,
                     encodings_on_device="cpuencodings" not in parts,
                     layer_casts="layercasts" in parts,
+                    vram_budget_gib=next((float(p[6:]) for p in parts if p.startswith("budget")), 0.0),
+                    blocks_to_swap=next((int(p[4:]) for p in parts if p.startswith("swap")), 0),
                 )
             else:
                 options = {
@@ -605,7 +613,12 @@ def main():
                 if key not in flops_of and os.environ.get("MFU", "1") == "1":
                     torch.cuda.set_per_process_memory_fraction(1.0)
                     clip = full_size_clip(model_name) if "te" in parts else None
-                    flops_of[key] = step_flops(patcher, model_name, targets, work, clip)
+                    try:  # (an eager step without checkpointing: Wan's runs out of memory; the row keeps its time)
+                        flops_of[key] = step_flops(patcher, model_name, targets, work, clip)
+                    except torch.OutOfMemoryError as error:
+                        r["mfu_error"] = repr(error)[:200]
+                        gc.collect()
+                        torch.cuda.empty_cache()
                 if key in flops_of:
                     r["tflops_per_step"] = flops_of[key] / 1e12
                     r["mfu"] = flops_of[key] / r["s_per_step"] / peak if peak else None

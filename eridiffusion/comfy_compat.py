@@ -291,3 +291,21 @@ def patched_diffusion_weights(patcher):
     else:
         weights = diffusion_model.state_dict()
     return {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights.items()}
+
+
+def load_leaving_out(patcher, modules):
+    """Make ComfyUI's loading of `patcher` (a training clone; its own clones are not affected) leave
+    the weights of `modules` where they are (the CPU), loading the others whole: block swap places
+    those itself. ComfyUI lists what it loads in `_load_list` and moves everything when loading in
+    full, on every tested host; so this clone lists the others only and always loads them as a
+    partial load that fits (nothing streamed)."""
+    left_out = {id(m) for m in modules}
+    list_all, load_all = patcher._load_list, patcher.load
+
+    def _load_list(*args, **kwargs):
+        return [entry for entry in list_all(*args, **kwargs) if id(entry[-2]) not in left_out]
+
+    def load(device_to=None, lowvram_model_memory=0, force_patch_weights=False, full_load=False):
+        return load_all(device_to, 1e32, force_patch_weights, False)
+
+    patcher._load_list, patcher.load = _load_list, load

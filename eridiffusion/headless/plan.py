@@ -120,12 +120,37 @@ def _memory_line(config, inputs, settings, parameters, processes):
         if settings.gradient_checkpointing
         else "activations of the whole forward come on top"
     )
+    if settings.vram_budget_gib or settings.blocks_to_swap:
+        return _swap_line(model, settings, adapter_bytes + latent_bytes)
     return (
         f"memory   about {(resident + adapter_bytes + latent_bytes) / GIB:.2f} GiB on "
         + (f"each of {processes} devices" if processes > 1 else f"{device}")
         + ": weights "
         f"{resident / GIB:.2f}, adapters with gradients and {settings.optimizer} state {adapter_bytes / GIB:.2f}, "
         f"latents {latent_bytes / GIB:.3f}; {activations}"
+    )
+
+
+def _swap_line(model, settings, other_bytes):
+    """The memory line of a run whose blocks block swap places (training/memory/swap_plan.py)."""
+    from ..training.memory.swap_plan import SLOTS, smallest_weights_bytes, spread, weights_in_blocks
+
+    diffusion_model = model.model.diffusion_model
+    blocks, outside = weights_in_blocks(diffusion_model)
+    if settings.blocks_to_swap:
+        ring = spread(min(settings.blocks_to_swap, len(blocks)), len(blocks))
+        held = sum(size for p, size in enumerate(blocks) if p not in ring)
+        on_device = outside + held + SLOTS * max((blocks[p] for p in ring), default=0)
+        how = f"blocks_to_swap {settings.blocks_to_swap} of its {len(blocks)} blocks in CPU memory"
+    else:
+        on_device = smallest_weights_bytes(diffusion_model)
+        how = (
+            f"vram_budget_gib {settings.vram_budget_gib:g}: the first step runs with all {len(blocks)} blocks in "
+            "CPU memory, then as many are held on the device as the budget leaves room for"
+        )
+    return (
+        f"memory   {how}; weights on the device {on_device / GIB:.2f} GiB (of {(outside + sum(blocks)) / GIB:.2f}), "
+        f"adapters, their state and latents {other_bytes / GIB:.2f}; activations come on top"
     )
 
 

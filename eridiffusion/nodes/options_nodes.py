@@ -63,7 +63,7 @@ class MemoryOptionsNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_MemoryOptions", "MemoryOptions"
     DESCRIPTION = (
         "Memory and speed: gradient checkpointing, streamed weights, torch.compile, CUDA graphs, fp8 compute, "
-        "and the GPU that trains."
+        "the GPU that trains, and the VRAM budget (the model's blocks that do not fit swapped in from CPU memory)."
     )
     GROUP = "memory"
     SOCKET, TRAINER_INPUT = sockets.MemoryOptions, "memory_options"

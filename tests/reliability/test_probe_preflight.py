@@ -3,6 +3,7 @@ loaded, its images were encoded and its run folder was made) are refused by the 
 `--dry-run` as by `train`, with no run folder left behind."""
 
 import os
+import re
 
 import pytest
 
@@ -35,3 +36,23 @@ def test_cuda_graphs_on_where_no_gpu_trains_is_refused_before_the_run_starts(mod
 def test_cuda_graphs_on_with_streamed_weights_is_refused_before_the_run_starts(mode, tmp_path):
     error = refused(tmp_path, "train: {cuda_graphs: 'on', weights_vram_gib: 1.0, gradient_checkpointing: true}\n", mode)
     assert error.startswith("cuda_graphs cannot replay weights streamed from CPU memory (weights_vram_gib > 0)")
+
+
+@MODES
+def test_a_vram_budget_where_no_gpu_trains_is_refused_before_the_run_starts(mode, tmp_path):
+    error = refused(tmp_path, "train: {vram_budget_gib: 8.0, gradient_checkpointing: true}\n", mode)
+    assert error == "vram_budget_gib plans GPU memory, and this run trains on cpu: set vram_budget_gib to 0."
+
+
+@MODES
+def test_more_blocks_to_swap_than_the_model_has_is_refused_before_the_run_starts(mode, tmp_path):
+    error = refused(tmp_path, "train: {blocks_to_swap: 500, gradient_checkpointing: true}\n", mode)
+    assert re.fullmatch(r"blocks_to_swap 500 is more than the (\d+) blocks this model has: set at most \1\.", error), (
+        error
+    )
+
+
+@MODES
+def test_block_swap_without_checkpointing_is_refused_before_the_run_starts(mode, tmp_path):
+    error = refused(tmp_path, "train: {blocks_to_swap: 2}\n", mode)
+    assert "turn gradient_checkpointing on" in error

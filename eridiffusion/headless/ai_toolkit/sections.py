@@ -367,7 +367,7 @@ def _model(t, model, at):
         "qtype_te": "qfloat8",
     }
     reasons = {
-        "low_vram": "see train.weights_vram_gib",
+        "low_vram": "see train.vram_budget_gib (block swap as the budget plans)",
         "quantize_te": "text encoders load as ComfyUI loads them",
         "te_name_or_path": "give model.text_encoders files",
         "is_v_pred": "ComfyUI detects the prediction type from the file",

@@ -11,21 +11,38 @@ class SwappedForward:
         self.base = module.forward
 
 
-def swap_in(module, wrapper_type, *args):
-    """The module's `wrapper_type` wrapper, installed (wrapper_type(module, *args)) unless it is in place."""
+def _chain(module):
+    """The wrappers in the module's forward, outermost first."""
     forward = module.__dict__.get("forward")
-    if not isinstance(forward, wrapper_type):
-        forward = wrapper_type(module, *args)
-        module.forward = forward
+    while isinstance(forward, SwappedForward):
+        yield forward
+        forward = forward.base
+
+
+def swap_in(module, wrapper_type, *args):
+    """The module's `wrapper_type` wrapper, installed (wrapper_type(module, *args), outermost) unless it
+    is in place."""
+    present = next((w for w in _chain(module) if isinstance(w, wrapper_type)), None)
+    if present is not None:
+        return present
+    forward = wrapper_type(module, *args)
+    module.forward = forward
     return forward
 
 
 def swap_out(module, wrapper_type):
-    """Give the module back the forward its `wrapper_type` wrapper replaced (no-op without one)."""
-    forward = module.__dict__.get("forward")
+    """Take the module's `wrapper_type` wrapper out of its forward (no-op without one), wherever it sits
+    in a chain of wrappers: outermost, the module gets back the forward the wrapper replaced; inside
+    another wrapper (gradient checkpointing around block swap), that one calls what it called. So
+    injections may come off in any order."""
+    outer, forward = None, module.__dict__.get("forward")
+    while isinstance(forward, SwappedForward) and not isinstance(forward, wrapper_type):
+        outer, forward = forward, forward.base
     if not isinstance(forward, wrapper_type):
         return
-    if forward.replaced is None:
+    if outer is not None:
+        outer.base, outer.replaced = forward.base, forward.replaced
+    elif forward.replaced is None:
         del module.forward
     else:
         module.forward = forward.replaced

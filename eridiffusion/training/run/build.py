@@ -19,6 +19,7 @@ from comfy.model_patcher import ModelPatcher
 from ...comfy_compat import trainable_model_clone
 from ..data.batches import BatchSampler
 from ..data.training_data import TrainingData
+from ..memory import BlockSwap, block_swap_for
 from ..model import loading as model_loading
 from ..model.autograd_weights import frozen_weights_injection
 from ..model.families import family_of, resolve_objective, resolve_targets
@@ -70,6 +71,7 @@ class TrainingRun:
     noise_gen: torch.Generator
     progress: run_state.RunProgress
     evaluation_range: tuple[float, float]  # the noise levels the evaluation loss spreads over (an expert: its own)
+    block_swap: BlockSwap | None  # vram_budget_gib, blocks_to_swap: the blocks' weights placed from host memory
 
     def __init__(
         self,
@@ -135,6 +137,10 @@ class TrainingRun:
         )
         if config.torch_compile:
             compile_blocks_injection(self.patcher)
+        # (before checkpointing's: the blocks' swap wrappers sit inside, so the recomputation passes them)
+        self.block_swap = block_swap_for(
+            self.patcher, config, self.device, trained.parameters(), _activation_scale(self.data)
+        )
         if config.gradient_checkpointing:
             checkpointing_injection(self.patcher, copy_saved=self.family.copies_saved_activations)
         return trained
@@ -173,3 +179,10 @@ class TrainingRun:
         model_loading.unload(self.patcher)
         self.trained.release()
         release_graph_memory()
+
+
+def _activation_scale(data):
+    """How many times the largest sample's latent outnumbers the smallest's: the most a later micro-batch's
+    activations can outgrow the first step's, which the VRAM budget's plan measures."""
+    sizes = [sample.latent.numel() for sample in data.samples]
+    return max(sizes) / min(sizes) if sizes else 1.0

@@ -9,6 +9,7 @@ from ...errors import EriDiffusionError
 from ...settings import check_settings, setting, settings_of
 from ..adapters import AdapterSpec
 from ..adapters.layer_selection import parse_block_lr
+from ..memory.swap_plan import check_swap_settings
 from ..model.objective import ObjectiveSpec
 from ..speed.paths import SpeedPaths
 from .non_finite import MAX_SKIPS_IN_A_ROW, ON_NAN
@@ -154,6 +155,25 @@ class TrainConfig:
         "without one). cuda:N, offered where the machine has several GPUs: that one, leaving ComfyUI's own "
         "work where it is. A run of the command line over several GPUs (--gpus, torchrun) needs auto.",
         choices=DEVICES,
+        group="memory",
+    )
+    vram_budget_gib: float = setting(
+        0.0,
+        "0: no budget (the whole model on the GPU, or weights_vram_gib). > 0: the GPU memory in GiB this run may "
+        "take (a 24 GB card alone: about 22). The model's blocks that do not fit stay in CPU memory and are "
+        "copied in a block or two ahead of the compute (block swap); the plan is logged at the start and "
+        "settled after the first step. Needs gradient_checkpointing and a CUDA GPU.",
+        minimum=0.0,
+        maximum=1024.0,
+        step=0.5,
+        group="memory",
+    )
+    blocks_to_swap: int = setting(
+        0,
+        "Advanced: keep this many of the model's blocks in CPU memory and copy them in ahead of the compute, "
+        "whatever the memory (as musubi-tuner's --blocks_to_swap). 0: as vram_budget_gib plans.",
+        minimum=0,
+        maximum=1000,
         group="memory",
     )
     keep_last: int = setting(
@@ -324,6 +344,7 @@ class TrainConfig:
                 "preservation_prompt compares predictions for one fixed encoding of the class phrase, which "
                 "text-encoder training would change: set text_encoder_lr to 0, or clear preservation_prompt."
             )
+        check_swap_settings(self)
         if self.weights_vram_gib > 0 and not self.gradient_checkpointing:
             raise EriDiffusionError(
                 "weights_vram_gib > 0 streams weights block by block, which only saves memory with "

@@ -10,6 +10,7 @@ from ...errors import EriDiffusionError
 from ...formats.lora_file import loadable_weight_keys
 from ..adapters.attach import target_layers
 from ..adapters.layer_selection import block_multipliers
+from ..memory import check_vram_budget
 from ..model.families import family_of, resolve_targets
 from ..model.inputs import check_takes_start_image
 from ..samples.inputs import reads_condition, takes_inpaint_channels
@@ -131,6 +132,18 @@ def check_device_runs(request: RunRequest) -> None:
     if config.fp8_compute:
         check_fp8_compute(device)
     check_graphs_can_run(config, device)
+
+
+def check_memory_plan(request: RunRequest) -> None:
+    """vram_budget_gib and blocks_to_swap fit each model and the device, before the weights load."""
+    config = request.config
+    if config.vram_budget_gib > 0 and request.low_noise_model is not None:
+        raise EriDiffusionError(
+            "vram_budget_gib plans one model's memory from its first step, and this run trains two experts: "
+            "set blocks_to_swap (the blocks of each expert kept in CPU memory) instead, vram_budget_gib to 0."
+        )
+    for model in request.models:
+        check_vram_budget(config, model.model.diffusion_model, request.device)
 
 
 def check_audio_read(model, trained, sampled):
@@ -265,7 +278,7 @@ def check_block_multipliers(multipliers, block_lr):
 
 
 # In the order a user meets them: the settings alone, the data and inputs, the settings against the data, the
-# resume point against the model and data, the models, what they read, the adapters, the device.
+# resume point against the model and data, the models, what they read, the adapters, the device, its memory.
 SETTINGS_CHECKS = (check_processes, check_resume_settings)
 CHECKS = SETTINGS_CHECKS + (
     check_data_and_inputs,
@@ -275,4 +288,5 @@ CHECKS = SETTINGS_CHECKS + (
     check_models_read_data,
     check_adapters_attach,
     check_device_runs,
+    check_memory_plan,
 )

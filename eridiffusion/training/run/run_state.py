@@ -123,6 +123,8 @@ FREE_ON_RESUME = (
     "eval_images",
     "cuda_graphs",
     "weights_vram_gib",
+    "vram_budget_gib",
+    "blocks_to_swap",
     "torch_compile",
     "fp8_compute",
     "on_nan",

@@ -15,6 +15,7 @@ def run_summary(result, config):
         "peak_memory_gib": result.peak_memory_gib,
         "processes": len(result.peak_memory_gib_per_process),
         "peak_memory_gib_per_process": result.peak_memory_gib_per_process,
+        "block_swap": result.block_swap,
         "skipped_steps": result.skipped_steps,
         "validation": result.validation,
         "best_step": result.best["step"] if result.best else None,

@@ -79,6 +79,7 @@ class TrainResult:
     first_step_seconds: float = 0.0  # the first optimizer step, its CUDA graph capture or compile included
     low_noise: "TrainResult | None" = None  # a two-expert run (experts.py): the low-noise expert's (this: the high's)
     stream_losses: dict | None = None  # audio-video: {"video"/"audio": [evaluation loss before, after]}
+    block_swap: dict | None = None  # vram_budget_gib, blocks_to_swap: where the blocks lived (BlockSwap.figures)
 
 
 def train(
@@ -276,6 +277,7 @@ class _Loop:
         if run.ema is not None:
             run.ema.copy_to_parameters()  # the run's result (MODEL, evaluation) is the averaged weights
         run.trained.requires_grad_(False)
+        block_swap = run.block_swap.figures() if run.block_swap is not None else None
         eval_after = self._evaluation_loss(run)
         progress, first = run.progress, self.optimizer_step
         return TrainResult(
@@ -297,6 +299,7 @@ class _Loop:
             stopped_early=self.stopped_early,
             setup_seconds=(first.first_started or finished) - self.run.started,
             first_step_seconds=first.first_seconds or 0.0,
+            block_swap=block_swap,
         )
 
 

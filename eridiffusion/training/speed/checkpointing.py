@@ -14,27 +14,9 @@ import torch.utils.checkpoint
 from ..adapters.forward_swap import SwappedForward, swap_in, swap_out
 from ..model.autograd_inplace import OutOfPlaceAugmentedAssignments
 from ..model.autograd_saved import saved_activations_copied
+from ..model.blocks import model_blocks
 
 INJECTION_KEY = "eridiffusion_gradient_checkpointing"
-
-
-def checkpoint_blocks(diffusion_model):
-    """The modules to checkpoint: each entry of every top-level ModuleList, or, where an entry
-    is itself a Sequential (a UNet level), its layers (ComfyUI calls those one by one). Only
-    composite blocks: single layers (the adapted linears among them) are never wrapped, so
-    the adapter bypass and the checkpoint wrapper never sit on the same module."""
-    blocks: list[torch.nn.Module] = []
-    for child in diffusion_model.children():
-        entries = (
-            child
-            if isinstance(child, torch.nn.ModuleList)
-            else [child]
-            if isinstance(child, torch.nn.Sequential)
-            else []
-        )
-        for entry in entries:
-            blocks.extend(entry.children() if isinstance(entry, torch.nn.Sequential) else [entry])
-    return [b for b in blocks if any(True for _ in b.children()) and any(True for _ in b.parameters())]
 
 
 class _CheckpointedForward(SwappedForward):
@@ -67,7 +49,7 @@ def checkpointing_injection(patcher, copy_saved=False):
     """Checkpoint the blocks of `patcher`'s model whenever it is patched; `copy_saved`: the
     recomputed blocks also save copies of their activations (families whose forward writes in
     place into saved tensors)."""
-    blocks = checkpoint_blocks(patcher.model.diffusion_model)
+    blocks = model_blocks(patcher.model.diffusion_model)
 
     def inject(model_patcher):
         for block in blocks:

@@ -12,6 +12,7 @@ import torch
 from ...comfy_compat import training_forward
 from ...errors import EriDiffusionError
 from ..adapters import AdapterSet
+from ..memory.swap_plan import swaps_blocks
 from ..trained import Trained
 from .compute_copies import ComputeCopies
 from .cuda_graphs import GraphedCall
@@ -76,7 +77,8 @@ class StepPath:
 def graphs_wanted(config, device):
     """Whether the steps replay from CUDA graphs (config.cuda_graphs; check_graphs_can_run passed)."""
     setting = config.cuda_graphs
-    return setting == "on" or (setting == "auto" and device.type == "cuda" and config.weights_vram_gib == 0)
+    streamed = config.weights_vram_gib > 0 or swaps_blocks(config)
+    return setting == "on" or (setting == "auto" and device.type == "cuda" and not streamed)
 
 
 def check_graphs_can_run(config, device):
@@ -87,6 +89,11 @@ def check_graphs_can_run(config, device):
         raise EriDiffusionError(
             "cuda_graphs cannot replay weights streamed from CPU memory (weights_vram_gib > 0): "
             "set cuda_graphs to auto or off, or weights_vram_gib to 0."
+        )
+    if swaps_blocks(config):
+        raise EriDiffusionError(
+            "cuda_graphs cannot replay weights that block swap copies into other places each step "
+            "(vram_budget_gib or blocks_to_swap > 0): set cuda_graphs to auto or off, or both to 0."
         )
     if device.type != "cuda":
         raise EriDiffusionError(

@@ -1,0 +1,149 @@
+"""Training under a memory cap with the VRAM budget (block swap as vram_budget_gib plans it), against
+the same training uncapped, on full-size architectures with random weights (bench/train_speed.py's
+models, files and runs: bf16, rank 16, gradient checkpointing, batch 1; Wan: 480p clips of 33 frames).
+
+Per model: the uncapped step (eager, the path block swap takes; SDXL also with CUDA graphs), then per
+cap the step with the process capped to that many GiB (torch.cuda.set_per_process_memory_fraction, as a
+card of that size) and vram_budget_gib set to it: the ratio to the uncapped step, the peak memory,
+the plan (blocks in the ring, held), whether each step's loss equals the uncapped run's (same seed,
+same data: the same weights compute the same products), and the bytes block swap copied from host to
+device per step beside the host link's bandwidth, measured in the same process with pinned memory
+(how close the copies come to the link's limit). Prints `RESULT {json}` per row and writes
+$OUT/memory_frontier.json.
+
+    OUT=... ROWS=sdxl:6,flux:12,wan:24:16 python bench/memory_frontier.py
+"""
+
+import gc
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench import train_speed  # noqa: E402
+
+
+def link_gb_per_s(gib=2, repeats=5):
+    """Host-to-device copies of a pinned buffer, as block swap makes them: GB/s (10^9 bytes)."""
+    import torch
+
+    host = torch.empty(gib * 2**30, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty_like(host, device="cuda")
+    stream = torch.cuda.Stream()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(stream):
+            start.record(stream)
+            device.copy_(host, non_blocking=True)
+            end.record(stream)
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    del host, device
+    return host_bytes(gib) / min(times) / 1e9
+
+
+def host_bytes(gib):
+    return gib * 2**30
+
+
+def run_row(model_name, cap, graphs=False):
+    """One training run of bench/train_speed.ours: uncapped (cap None) or capped with the budget."""
+    import torch
+
+    total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    parts = [model_name]
+    work = train_speed.Work.of(parts, model_name)
+    targets = "attention" if model_name == "sdxl" else "auto"
+    started = time.time()
+    patcher = None
+    try:
+        patcher = train_speed.build(model_name)
+        torch.cuda.reset_peak_memory_stats()
+        if cap:
+            torch.cuda.set_per_process_memory_fraction(cap / total_gib)
+        r = train_speed.ours(
+            patcher, model_name, True, targets, work, cuda_graphs=graphs, vram_budget_gib=float(cap or 0)
+        )
+    except Exception as error:  # one failure must not hide the other rows
+        import traceback
+
+        traceback.print_exc()
+        r = {"error": repr(error)[:400]}
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        patcher = None
+        import comfy.model_management
+
+        comfy.model_management.unload_all_models()
+        gc.collect()
+        torch.cuda.empty_cache()
+    r.update({"model": model_name, "cap_GiB": cap, "cuda_graphs": graphs, **work.record()})
+    r["wall_s"] = round(time.time() - started, 1)
+    return r
+
+
+def compared(row, base, link):
+    """The capped row's figures against the uncapped one's."""
+    if "s_per_step" not in row or "s_per_step" not in base:
+        return row
+    row["ratio_to_uncapped"] = row["s_per_step"] / base["s_per_step"]
+    pairs = list(zip(row["losses"], base["losses"]))
+    row["max_loss_rel_diff"] = max(abs(a - b) / max(abs(b), 1e-12) for a, b in pairs)
+    row["losses_equal"] = row["max_loss_rel_diff"] <= 1e-2  # bf16 tolerance
+    swap = row.get("block_swap") or {}
+    per_forward = swap.get("host_to_device_gib_per_forward")
+    if per_forward is not None:
+        row["host_to_device_GB_per_step"] = per_forward * 2**30 / 1e9
+        row["link_GB_per_s"] = link
+        row["link_share"] = row["host_to_device_GB_per_step"] / row["s_per_step"] / link
+    return row
+
+
+def main():
+    train_speed.stub_pyav()
+    train_speed.load_aimdo()
+    from eridiffusion.runtime import start_host_in_temp_dir
+
+    start_host_in_temp_dir("eridiffusion-bench-")
+    import torch
+
+    from eridiffusion.comfy_compat import host_version
+
+    dynamic_vram = train_speed.enable_dynamic_vram()
+    link = link_gb_per_s()
+    print("RESULT", json.dumps({"link_GB_per_s": link}), flush=True)
+    rows = []
+    for spec in os.environ.get("ROWS", "sdxl:6,flux:12,wan:24:16").split(","):
+        model_name, *caps = spec.split(":")
+        base = run_row(model_name, None)
+        rows.append(base)
+        print("RESULT", json.dumps(base), flush=True)
+        if model_name == "sdxl":
+            rows.append(run_row(model_name, None, graphs=True))
+            print("RESULT", json.dumps(rows[-1]), flush=True)
+        for cap in caps:
+            row = compared(run_row(model_name, float(cap)), base, link)
+            rows.append(row)
+            print("RESULT", json.dumps(row), flush=True)
+        with open(os.path.join(os.environ.get("OUT", "/tmp"), "memory_frontier_partial.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+    summary = {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "comfyui": host_version(),
+        "dynamic_vram": dynamic_vram,
+        "commit": os.environ.get("COMMIT", ""),
+        "link_GB_per_s": link,
+        "rows": rows,
+    }
+    with open(os.path.join(os.environ.get("OUT", "/tmp"), "memory_frontier.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""Block swap: the frozen weights of the model's blocks that do not fit the device live in host memory
+(pinned, copied there once, host to device only: a frozen weight never needs copying back) and are
+copied into a ring of device slots a few blocks ahead of the compute, on a CUDA stream of their own,
+ordered by events: through the forward, through the recomputation that gradient checkpointing runs in
+the backward (in reverse order), and through every no-grad forward (evaluation, samples).
+
+The blocks (model/blocks.py) are the ones checkpointing recomputes. ComfyUI loads everything else;
+the blocks' weights stay where ComfyUI keeps them between uses (comfy_compat.load_leaving_out), and
+this places them: `held` blocks whole on the device, the others through the ring. Each block's
+forward is wrapped (under the checkpointing wrapper, so the recomputation passes through it too);
+the wrapper makes the block resident, then starts copying the next blocks the computation will
+need: in the backward the preceding ones, at the end of a training forward the last ones again (the
+backward starts there), at the end of a no-grad forward the first ones. A block whose weights are
+overwritten by another has its weights' version bumped, so an autograd graph that still held them
+raises instead of computing with the wrong weights; a block out of the ring has its weights pointing
+at the host copy, so any use that bypasses its forward fails on the device instead of computing
+with stale values. The weights' values never change, so a run trains exactly as with every block
+resident (tests/training/memory/test_block_swap.py checks it bit for bit on the CPU).
+"""
+
+import logging
+from collections.abc import Iterable
+
+import comfy.patcher_extension
+import torch
+from torch.autograd.graph import increment_version
+
+from ...comfy_compat import load_leaving_out
+from ..adapters.forward_swap import SwappedForward, swap_in, swap_out
+from ..model.blocks import model_blocks
+
+INJECTION_KEY = "eridiffusion_block_swap"
+ALIGN = 256  # each tensor's offset in a block's buffer: the alignment CUDA kernels expect
+SLOTS = 2  # the ring: the block computing and the next one arriving
+
+
+def _aligned(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _plain(tensor):
+    return type(tensor) in (torch.Tensor, torch.nn.Parameter)
+
+
+def swappable_modules(block, patches, names, trained_ids):
+    """The modules of `block` whose weights block swap may place: every tensor a plain tensor, none
+    trained, none with a weight patch of ComfyUI's (a LoRA loaded on the MODEL: ComfyUI applies it
+    when it loads, so such a module stays ComfyUI's to load)."""
+    chosen = []
+    for module in block.modules():
+        tensors = [(n, t) for n, t in (*module._parameters.items(), *module._buffers.items()) if t is not None]
+        if not tensors:
+            continue
+        if any(not _plain(t) or id(t) in trained_ids for _, t in tensors):
+            continue
+        prefix = names.get(id(module), "")
+        if any(f"{prefix}.{n}" in patches for n, _ in module._parameters.items()):
+            continue
+        chosen.append(module)
+    return chosen
+
+
+class _Block:
+    """One block's placed weights: the frozen parameters of its swappable modules, laid out in one
+    byte buffer (`nbytes`), bound in turn to the host copy, a ring slot or the device copy."""
+
+    def __init__(self, position, module, modules):
+        self.position, self.module, self.modules = position, module, modules
+        self.layout = []  # (module, name, offset, dtype, shape)
+        self.buffers = []  # (module, name): small, moved to the device for as long as it is patched
+        offset = 0
+        for m in modules:
+            for name, param in m._parameters.items():
+                if param is None:
+                    continue
+                self.layout.append((m, name, offset, param.dtype, param.shape))
+                offset = _aligned(offset + param.numel() * param.element_size())
+            self.buffers += [(m, name) for name, b in m._buffers.items() if b is not None]
+        self.nbytes = offset
+        self.host: torch.Tensor | None = None  # a ring block's weights in host memory
+        self.device_copy: torch.Tensor | None = None  # a held block's weights on the device
+        self.slot: int | None = None
+        self.views: dict[object, list[torch.Tensor]] = {}  # "host", "device" or a slot: the tensors bound
+
+    def parameters(self):
+        return [m._parameters[name] for m, name, *_ in self.layout]
+
+    def views_of(self, where, buffer):
+        if where not in self.views:
+            self.views[where] = [
+                buffer[o : o + dtype.itemsize * shape.numel()].view(dtype).view(shape)
+                for _, _, o, dtype, shape in self.layout
+            ]
+        return self.views[where]
+
+    def copy_into(self, buffer):
+        """Write the weights the parameters now hold into `buffer` (this block's layout)."""
+        for (_, _, offset, dtype, shape), param in zip(self.layout, self.parameters()):
+            n = dtype.itemsize * shape.numel()
+            buffer[offset : offset + n].view(dtype).view(shape).copy_(param.detach(), non_blocking=True)
+        return buffer
+
+
+class BlockSwap:
+    """The placement of a model's blocks. `ring`: the positions (in model_blocks order) whose weights
+    pass through the device slots; the other blocks are held on the device whole. `on_settle`
+    (optional): called once, at the first training forward after a backward, to change the ring
+    (swap_plan.py's budget, from the first step's peak memory)."""
+
+    def __init__(self, patcher, ring: Iterable[int], device, trained_ids=frozenset(), on_settle=None):
+        diffusion_model = patcher.model.diffusion_model
+        names = {id(m): "diffusion_model." + n for n, m in diffusion_model.named_modules()}
+        self.device = torch.device(device)
+        self.blocks = [
+            _Block(i, block, swappable_modules(block, patcher.patches, names, trained_ids))
+            for i, block in enumerate(model_blocks(diffusion_model))
+        ]
+        self.ring = set(ring)
+        self.on_settle = on_settle
+        self.slots: list[torch.Tensor] = []
+        self.occupant: list[_Block | None] = []
+        self.ready: list[torch.cuda.Event | None] = []
+        self.free_after: list[torch.cuda.Event | None] = []
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.last: _Block | None = None
+        self.last_in_backward = self.settled = False
+        self.bytes_copied = 0  # host to device since the engine was made
+        self.forwards = 0  # training forwards begun (a micro-batch's each)
+        self.settled_at = (0, 0)  # (forwards, bytes_copied) when the plan settled
+        self.restore: list[tuple[dict, str, torch.Tensor]] = []  # buffers moved to the device
+        self.bound: dict[int, tuple[torch.nn.Parameter, torch.Tensor]] = {}  # id: (param, its tensor before)
+
+    # -- what the plan reads --------------------------------------------------------------------
+
+    def block_bytes(self):
+        """Bytes of each block's placed weights, in model_blocks order."""
+        return [b.nbytes for b in self.blocks]
+
+    def resident_bytes(self):
+        """Device bytes of block weights the placement holds: the held blocks and the ring's slots."""
+        held = sum(b.nbytes for b in self.blocks if b.position not in self.ring)
+        return held + len(self.slots) * self._slot_bytes()
+
+    def _slot_bytes(self):
+        return max((b.nbytes for b in self.blocks if b.position in self.ring), default=0)
+
+    # -- patching -------------------------------------------------------------------------------
+
+    def install(self, patcher):
+        """Register on the training clone `patcher`: ComfyUI leaves the blocks' weights alone when it
+        loads, and they are placed here whenever it patches the clone."""
+        load_leaving_out(patcher, [m for b in self.blocks for m in b.modules])
+        patcher.set_injections(INJECTION_KEY, [comfy.patcher_extension.PatcherInjection(self._inject, self._eject)])
+
+    def _inject(self, model_patcher):
+        with torch.inference_mode(False), torch.no_grad():
+            for block in self.blocks:
+                for m, name in block.buffers:
+                    buffer = m._buffers[name]
+                    if buffer.device != self.device:
+                        self.restore.append((m._buffers, name, buffer))
+                        m._buffers[name] = buffer.to(self.device)
+            self._place()
+        for block in self.blocks:
+            swap_in(block.module, _SwapForward, self, block)
+
+    def _eject(self, model_patcher):
+        """Unwrap the blocks and give every tensor changed back what it held."""
+        for block in self.blocks:
+            swap_out(block.module, _SwapForward)
+        if self.stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        for table, name, tensor in reversed(self.restore):
+            table[name] = tensor
+        self.restore.clear()
+        with torch.inference_mode(False):
+            for param, tensor in self.bound.values():
+                param.data = tensor
+        self.bound.clear()
+        for block in self.blocks:
+            block.slot = None
+        self.occupant = [None] * len(self.slots)
+        self.last = None
+
+    def _bind(self, block, views):
+        for param, view in zip(block.parameters(), views):
+            if id(param) not in self.bound:
+                self.bound[id(param)] = (param, param.data)
+            param.data = view
+
+    def _place(self):
+        """Make what is missing (host copies of the ring's blocks, device copies of the held ones, the
+        slots) and bind every block: held ones to their device copy, the ring's to their host copy."""
+        for block in self.blocks:
+            if block.position in self.ring:
+                if block.host is None:
+                    pinned = self.device.type == "cuda"
+                    block.host = block.copy_into(torch.empty(block.nbytes, dtype=torch.uint8, pin_memory=pinned))
+                block.device_copy = None
+                block.views.pop("device", None)
+                self._bind(block, block.views_of("host", block.host))
+            else:
+                if block.device_copy is None:
+                    room = torch.empty(block.nbytes, dtype=torch.uint8, device=self.device)
+                    block.device_copy = block.copy_into(room)
+                    self.bytes_copied += block.nbytes
+                self._bind(block, block.views_of("device", block.device_copy))
+            block.slot = None
+        size, wanted = self._slot_bytes(), SLOTS if self.ring else 0
+        if len(self.slots) != wanted or (self.slots and self.slots[0].numel() < size):
+            self.slots = [torch.empty(size, dtype=torch.uint8, device=self.device) for _ in range(wanted)]
+            for block in self.blocks:
+                block.views = {k: v for k, v in block.views.items() if k in ("host", "device")}
+        self.occupant, self.ready = [None] * wanted, [None] * wanted
+        self.free_after = [self._now() for _ in range(wanted)]  # (after whatever is queued: it may use them)
+
+    def _now(self):
+        """An event after the work queued on the compute stream so far (None on the CPU)."""
+        if self.stream is None:
+            return None
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    # -- one block's turn -----------------------------------------------------------------------
+
+    def before(self, block, training):
+        """Make `block` resident on the compute stream and start copying the blocks due next
+        (`training`: grad mode was on for its forward)."""
+        in_backward = torch._C._current_graph_task_id() != -1
+        if training:
+            if not in_backward and (self.last_in_backward or self.forwards == 0):
+                if self.forwards > 0 and not self.settled:
+                    self.settled = True
+                    if self.on_settle is not None:
+                        self.on_settle(self)
+                    self.settled_at = (self.forwards, self.bytes_copied)
+                self.forwards += 1
+            self.last_in_backward = in_backward
+        if self.last is not None and self.last.slot is not None:
+            self.free_after[self.last.slot] = self._now()  # its compute is queued: the slot frees after it
+        if block.position in self.ring:
+            if block.slot is None:
+                self._fetch(block, keep=())
+            ready = self.ready[block.slot]
+            if ready is not None:
+                torch.cuda.current_stream(self.device).wait_event(ready)
+        due = self._due(block.position, in_backward, training)
+        for position in due:
+            target = self.blocks[position]
+            if target.slot is None:
+                self._fetch(target, keep=(block.position, *due))
+        self.last = block
+
+    def _due(self, position, in_backward, training):
+        """The ring's blocks the computation needs next (at most SLOTS - 1), nearest first: in the
+        backward the preceding blocks (then the next step's forward); at the end of a training forward
+        the last blocks again (the backward recomputes from there); after a no-grad forward, the first."""
+        n = len(self.blocks)
+        if in_backward:
+            order = [*range(position - 1, -1, -1), *range(n)]
+        elif training:
+            order = [*range(position + 1, n), *range(n - 1, -1, -1)]
+        else:
+            order = [*range(position + 1, n), *range(n)]
+        due: list[int] = []
+        for p in order:
+            if p in self.ring and p != position and p not in due:
+                due.append(p)
+                if len(due) == SLOTS - 1:
+                    break
+        return due
+
+    def _fetch(self, block, keep):
+        """Copy `block` into a free slot, or one whose occupant is not among `keep` (positions), once the
+        compute that used that occupant is done."""
+        slot = next((s for s, o in enumerate(self.occupant) if o is None), None)
+        if slot is None:
+            slot = next(s for s, o in enumerate(self.occupant) if o is not None and o.position not in keep)
+        evicted = self.occupant[slot]
+        if evicted is not None:
+            for param in evicted.parameters():
+                increment_version(param)  # an autograd graph still holding them raises, never computes wrong
+            assert evicted.host is not None
+            self._bind(evicted, evicted.views_of("host", evicted.host))
+            evicted.slot = None
+        assert block.host is not None
+        target = self.slots[slot][: block.nbytes]
+        if self.stream is None:
+            target.copy_(block.host)
+        else:
+            with torch.cuda.stream(self.stream):
+                free = self.free_after[slot]
+                if free is not None:
+                    self.stream.wait_event(free)
+                target.copy_(block.host, non_blocking=True)
+                ready = torch.cuda.Event()
+                ready.record(self.stream)
+                self.ready[slot] = ready
+        self.bytes_copied += block.nbytes
+        self.occupant[slot], block.slot = block, slot
+        self._bind(block, block.views_of(slot, self.slots[slot]))
+
+    # -- a new plan -----------------------------------------------------------------------------
+
+    def set_ring(self, ring):
+        """Move to another ring (positions): blocks leaving it are held on the device from now on."""
+        if self.stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        self.ring = set(ring)
+        with torch.inference_mode(False), torch.no_grad():
+            self._place()
+        self.last = None
+        logging.info(f"EriDiffusion: block swap: {self.describe()}")
+
+    def figures(self):
+        """What the run's summary tells of the placement: the ring, and the bytes copied from host to
+        device per training forward since the plan settled."""
+        forwards, copied = self.forwards - self.settled_at[0], self.bytes_copied - self.settled_at[1]
+        return {
+            "blocks": len(self.blocks),
+            "blocks_in_ring": len(self.ring),
+            "ring": sorted(self.ring),
+            "block_weights_on_device_gib": round(self.resident_bytes() / 2**30, 3),
+            "host_to_device_gib_per_forward": round(copied / max(forwards, 1) / 2**30, 3),
+            **(getattr(self.on_settle, "settled", None) or {}),  # the budget's plan: what it measured
+        }
+
+    def describe(self):
+        n, ring, gib = len(self.blocks), len(self.ring), 2**30
+        in_host = sum(b.nbytes for b in self.blocks if b.position in self.ring)
+        return (
+            f"{ring} of {n} blocks through a ring of {len(self.slots)} device slots ({in_host / gib:.2f} GiB in "
+            f"host memory), {n - ring} held on the device; {self.resident_bytes() / gib:.2f} GiB of block weights "
+            "on the device"
+        )
+
+
+class _SwapForward(SwappedForward):
+    def __init__(self, module, engine, block):
+        super().__init__(module)
+        self.engine, self.block = engine, block
+
+    def __call__(self, *args, **kwargs):
+        training = torch.is_grad_enabled()
+        with torch.inference_mode(False), torch.no_grad():
+            self.engine.before(self.block, training)
+        return self.base(*args, **kwargs)

@@ -1,0 +1,122 @@
+"""The VRAM budget's plan (training/memory/swap_plan.py): its arithmetic, and the refusals of a budget or
+a swap the model and the device cannot take, before anything loads."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from devkit.short_runs import short_run
+from devkit.tiny_models import build_tiny
+from eridiffusion.errors import EriDiffusionError
+from eridiffusion.training.memory.swap_plan import (
+    GIB,
+    SLOTS,
+    check_vram_budget,
+    margin_bytes,
+    ring_for,
+    smallest_weights_bytes,
+    spread,
+    weights_in_blocks,
+)
+from eridiffusion.training.model.blocks import model_blocks
+
+
+@given(st.integers(1, 60).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n))))
+def test_spread_picks_that_many_distinct_positions_evenly(case):
+    n, count = case
+    positions = spread(count, n)
+    assert len(positions) == count and len(set(positions)) == count
+    assert all(0 <= p < n for p in positions)
+    gaps = [b - a for a, b in zip(positions, positions[1:])]
+    assert not gaps or max(gaps) - min(gaps) <= 1
+
+
+@given(
+    st.lists(st.integers(1, 4 * GIB), min_size=1, max_size=48),
+    st.integers(0, 8 * GIB),
+    st.floats(4, 200),
+)
+def test_the_ring_holds_as_many_blocks_as_the_budget_leaves_room_for(sizes, activations, budget_gib):
+    """The planned memory (the first step's peak, less its slots, plus the new slots and the blocks held)
+    stays within the budget less its margin, and holding one more block would not."""
+    budget, n = budget_gib * GIB, len(sizes)
+    slots_now = SLOTS * max(sizes)
+    peak = activations + slots_now
+
+    def planned(ring):
+        held = sum(s for p, s in enumerate(sizes) if p not in ring)
+        return peak - slots_now + SLOTS * max((sizes[p] for p in ring), default=0) + held
+
+    ring = ring_for(sizes, peak, slots_now, budget)
+    assert ring == spread(len(ring), n)
+    if len(ring) < n:
+        assert planned(ring) + margin_bytes(budget) <= budget
+    if ring:
+        assert planned(spread(len(ring) - 1, n)) + margin_bytes(budget) > budget
+
+
+def test_the_smallest_plan_is_the_weights_outside_the_blocks_and_two_blocks_room():
+    model, _, _ = build_tiny("flux_dev", seed=0)
+    diffusion_model = model.model.diffusion_model
+    blocks, other = weights_in_blocks(diffusion_model)
+    assert len(blocks) == len(model_blocks(diffusion_model)) and other > 0
+    total = sum(t.numel() * t.element_size() for t in diffusion_model.state_dict().values())
+    assert sum(blocks) + other == total
+    assert smallest_weights_bytes(diffusion_model) == other + SLOTS * max(blocks)
+
+
+def test_a_budget_below_the_weights_alone_is_refused_naming_one_that_passes():
+    model, _, _ = build_tiny("flux_dev", seed=0)
+    diffusion_model, cuda = model.model.diffusion_model, torch.device("cuda")
+
+    def budget(gib):
+        return short_run("off", "r", gradient_checkpointing=True, vram_budget_gib=gib)
+
+    with pytest.raises(EriDiffusionError, match=r"set vram_budget_gib to at least ([0-9.]+)") as refused:
+        check_vram_budget(budget(0.5), diffusion_model, cuda)
+    named = float(str(refused.value).split("at least ")[1].split(",")[0])
+    check_vram_budget(budget(named), diffusion_model, cuda)
+
+
+def test_a_budget_is_refused_on_the_cpu_and_a_swap_of_more_blocks_than_the_model_has():
+    model, _, _ = build_tiny("sd15", seed=0)
+    diffusion_model, n = model.model.diffusion_model, len(model_blocks(model.model.diffusion_model))
+    budget = short_run("off", "r", gradient_checkpointing=True, vram_budget_gib=8)
+    with pytest.raises(EriDiffusionError, match="this run trains on cpu: set vram_budget_gib to 0"):
+        check_vram_budget(budget, diffusion_model, torch.device("cpu"))
+    too_many = short_run("off", "r", gradient_checkpointing=True, blocks_to_swap=n + 1)
+    with pytest.raises(EriDiffusionError, match=f"more than the {n} blocks this model has: set at most {n}"):
+        check_vram_budget(too_many, diffusion_model, torch.device("cpu"))
+    check_vram_budget(short_run("off", "r", gradient_checkpointing=True, blocks_to_swap=n), diffusion_model, "cpu")
+
+
+@pytest.mark.parametrize(
+    "values, says",
+    [
+        (dict(blocks_to_swap=2, gradient_checkpointing=False), "turn gradient_checkpointing on"),
+        (dict(vram_budget_gib=20.0, blocks_to_swap=2), "set one of them, the other to 0"),
+        (dict(vram_budget_gib=20.0, weights_vram_gib=4.0), "set weights_vram_gib to 0"),
+        (dict(blocks_to_swap=2, torch_compile=True), "turn torch_compile off"),
+        (dict(vram_budget_gib=20.0, fp8_compute=True), "turn fp8_compute off"),
+    ],
+)
+def test_settings_block_swap_cannot_run_with_are_refused_naming_the_fix(values, says):
+    with pytest.raises(EriDiffusionError, match=says):
+        short_run("off", "r", **{"gradient_checkpointing": True, **values})
+
+
+def test_cuda_graphs_on_with_block_swap_is_refused_before_the_run(stacks_sd15):
+    from eridiffusion.training.run.preflight import preflight
+    from eridiffusion.training.run.request import RunRequest
+
+    model, data = stacks_sd15
+    config = short_run("on", "r", gradient_checkpointing=True, blocks_to_swap=2)
+    with pytest.raises(EriDiffusionError, match="cuda_graphs cannot replay weights that block swap copies"):
+        preflight(RunRequest(model, data, config))
+
+
+@pytest.fixture(scope="module")
+def stacks_sd15(quality_stack):
+    model, _, _, data = quality_stack
+    return model, data
