@@ -1,6 +1,7 @@
 """Training under a memory cap with the VRAM budget (block swap as vram_budget_gib plans it), against
 the same training uncapped, on full-size architectures with random weights (bench/train_speed.py's
-models, files and runs: bf16, rank 16, gradient checkpointing, batch 1; Wan: 480p clips of 33 frames).
+models, files and runs: bf16, rank 16, gradient checkpointing, batch 1, 1024² images; Wan: 480p clips of
+33 frames; qwen: Qwen-Image 20B).
 
 Per model: the uncapped step (eager, the path block swap takes; SDXL also with CUDA graphs), then per
 cap the step with the process capped to that many GiB (torch.cuda.set_per_process_memory_fraction, as a
@@ -12,6 +13,7 @@ device per step beside the host link's bandwidth, measured in the same process w
 $OUT/memory_frontier.json.
 
     OUT=... ROWS=sdxl:6,flux:12,wan:24:16 python bench/memory_frontier.py
+    OUT=... ROWS=qwen:24:16 python bench/memory_frontier.py
 """
 
 import gc
@@ -109,10 +111,6 @@ def main():
     from eridiffusion.runtime import start_host_in_temp_dir
 
     start_host_in_temp_dir("eridiffusion-bench-")
-    import torch
-
-    from eridiffusion.comfy_compat import host_version
-
     dynamic_vram = train_speed.enable_dynamic_vram()
     link = link_gb_per_s()
     print("RESULT", json.dumps({"link_GB_per_s": link}), flush=True)
@@ -131,16 +129,7 @@ def main():
             print("RESULT", json.dumps(row), flush=True)
         with open(os.path.join(os.environ.get("OUT", "/tmp"), "memory_frontier_partial.json"), "w") as f:
             json.dump(rows, f, indent=1)
-    summary = {
-        "date": time.strftime("%Y-%m-%d"),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "comfyui": host_version(),
-        "dynamic_vram": dynamic_vram,
-        "commit": os.environ.get("COMMIT", ""),
-        "link_GB_per_s": link,
-        "rows": rows,
-    }
+    summary = {**train_speed.run_header(dynamic_vram), "link_GB_per_s": link, "rows": rows}
     with open(os.path.join(os.environ.get("OUT", "/tmp"), "memory_frontier.json"), "w") as f:
         json.dump(summary, f, indent=1)
 

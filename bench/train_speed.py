@@ -33,11 +33,12 @@ SpeedPaths.encodings_on_device off), _layercasts (no ComputeCopies: each
 adapted layer casts its fp32 LoRA weights to bf16 and their gradients back), _te (the text
 encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
 and CLIP-G, random weights, bf16); model: sdxl, flux, wan (Wan 2.1 14B text-to-video on 480p clips of
-33 frames; _wN, _framesN change them). Each result names its resolution, batch and rank
-and its images/s (clips/s); ours is compared with the fastest built-in of the same model, checkpointing,
-resolution, batch and rank in the run (best_builtin, speedup_vs_builtin). PROFILE=1 writes torch.profiler's tables of
-two steps, PROFILE=python cProfile's (Python functions by own and cumulative time), PROFILE=sync the
-calls that made the host wait for the GPU in two steps, by their Python stacks, to $OUT.
+33 frames; _wN, _framesN change them), qwen (Qwen-Image 20B text-to-image). Each result names its
+resolution, batch and rank and its images/s (clips/s); ours is compared with the fastest built-in of
+the same model, checkpointing, resolution, batch and rank in the run (best_builtin, speedup_vs_builtin).
+PROFILE=1 writes torch.profiler's tables of two steps, PROFILE=python cProfile's (Python functions by
+own and cumulative time), PROFILE=sync the calls that made the host wait for the GPU in two steps, by
+their Python stacks, to $OUT.
 """
 
 import gc
@@ -52,7 +53,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.full_size import FLUX_DEV_LAYOUT, SDXL_UNET, WAN21_14B_LAYOUT  # noqa: E402
+from bench.full_size import FLUX_DEV_LAYOUT, QWEN_IMAGE_LAYOUT, SDXL_UNET, WAN21_14B_LAYOUT  # noqa: E402
 from devkit.dynamic_vram import enable_dynamic_vram, load_aimdo  # noqa: E402
 
 
@@ -73,13 +74,15 @@ def model_config(model_name):
 
     if model_name == "wan":
         return detected_model_config(WAN21_14B_LAYOUT, expected_class="WAN21_T2V")
+    if model_name == "qwen":
+        return detected_model_config(QWEN_IMAGE_LAYOUT, expected_class="QwenImage")
     return detected_model_config(FLUX_DEV_LAYOUT, expected_class="Flux")
 
 
 def weights_file(model_name):
-    """Full-size SDXL or Flux-dev from ComfyUI's own classes, random weights (the baseline's init,
-    so both trainers see the same kind of weights), built on the GPU and saved once as a bf16
-    diffusion-model file (once per machine: the same seed gives the same weights)."""
+    """The full-size model (SDXL, Flux-dev, Wan 2.1 14B, Qwen-Image) from ComfyUI's own classes,
+    random weights (the baseline's init, so both trainers see the same kind of weights), built on the
+    GPU and saved once as a bf16 diffusion-model file (once per machine: the same seed gives the same weights)."""
     path = os.path.join(tempfile.gettempdir(), f"eridiffusion_bench_{model_name}.safetensors")
     if os.path.exists(path):  # an earlier process of this machine saved the same weights
         return path
@@ -117,10 +120,21 @@ def build(model_name, weight_dtype_name="bf16"):
     return comfy.sd.load_diffusion_model(weights_file(model_name), model_options={"dtype": dtype})
 
 
-# (latent channels, text tokens, text width, pooled width) as each model's text encoders give them
-# (Wan's umt5 gives no pooled output)
-SHAPES = {"sdxl": (4, 77, 2048, 1280), "flux": (16, 512, 4096, 768), "wan": (16, 512, 4096, None)}
+# (latent channels, text tokens, text width, pooled width) as each model's text encoders give them.
+# Wan's umt5 gives no pooled output, nor does Qwen-Image's Qwen2.5-VL 7B (its last hidden states, 3584
+# wide). ComfyUI pads no Qwen-Image prompt and cuts off the chat template's system part, so its tokens
+# are the caption's plus five: 256 stands for a long descriptive caption (about 190 words), half the 512
+# Qwen-Image's pipeline allows.
+SHAPES = {
+    "sdxl": (4, 77, 2048, 1280),
+    "flux": (16, 512, 4096, 768),
+    "wan": (16, 512, 4096, None),
+    "qwen": (16, 256, 3584, None),
+}
 SHAPES["tiny_wan"] = (16, 16, 32, None)  # devkit's tiny Wan stacks (TINY=1 checks: bench/experts_speed.py)
+# The models whose latents have a frame axis (ComfyUI's latent_dimensions 3): Wan's clips, and
+# Qwen-Image's images, which its VAE (Wan 2.1's) encodes as clips of one frame, (C, 1, h, w).
+FRAME_AXIS = {"wan", "tiny_wan", "qwen"}
 
 
 def conditioning(model_name, generator=None, scale=0.5):
@@ -173,8 +187,8 @@ def full_size_clip(model_name):
 
 def random_data(model_name, images=4, resolution=1024, work=None):
     """Random latents (8x smaller than the pixels; clips: a latent frame per 4 frames after the
-    first, as Wan's VAE gives them) and random conditionings, `images` of them at `work`'s size
-    (else `resolution`²)."""
+    first, as Wan's VAE gives them; a FRAME_AXIS model's images: one latent frame) and random
+    conditionings, `images` of them at `work`'s size (else `resolution`²)."""
     import torch
 
     from eridiffusion.training.data.training_data import TrainingData, TrainingSample
@@ -182,7 +196,7 @@ def random_data(model_name, images=4, resolution=1024, work=None):
     work = work or Work(resolution)
     channels = SHAPES[model_name][0]
     generator = torch.Generator().manual_seed(1)
-    frames = () if work.frames == 1 else ((work.frames - 1) // 4 + 1,)
+    frames = ((work.frames - 1) // 4 + 1,) if model_name in FRAME_AXIS or work.frames > 1 else ()
     samples = []
     for i in range(images):
         cond = conditioning(model_name, generator)
@@ -400,6 +414,27 @@ def ours(
 DENSE_BF16_PEAK = {"H200": 989.4e12, "H100 80GB HBM3": 989.4e12, "H100 PCIe": 756.0e12, "A100": 312.0e12}
 
 
+def run_header(dynamic_vram):
+    """What a results file says of its run: the date, the GPU, torch, the host, dynamic VRAM, the commit."""
+    import subprocess
+
+    import torch
+
+    from eridiffusion.comfy_compat import host_version
+
+    commit = subprocess.run(
+        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "comfyui": host_version(),
+        "dynamic_vram": dynamic_vram,
+        "commit": os.environ.get("COMMIT") or commit,
+    }
+
+
 def dense_bf16_peak():
     import torch
 
@@ -460,7 +495,8 @@ def samples_finite(patcher, model_name):
     import torch
 
     cond = conditioning(model_name)
-    latent = torch.zeros(1, SHAPES[model_name][0], *((3,) if model_name == "wan" else ()), 128, 128)
+    frames = {"wan": (3,), "qwen": (1,)}.get(model_name, ())
+    latent = torch.zeros(1, SHAPES[model_name][0], *frames, 128, 128)
     noise = torch.randn(latent.shape, generator=torch.Generator().manual_seed(0))
     out = comfy.sample.sample(patcher, noise, 2, 1.0, "euler", "simple", cond, cond, latent, disable_pbar=True, seed=0)
     return bool(torch.isfinite(out).all())
@@ -552,7 +588,6 @@ def main():
 
     plan = [p for p in os.environ.get("PLAN", "ours_sdxl_ckpt,builtin_sdxl_ckpt").split(",") if p]
     dynamic_vram = enable_dynamic_vram()
-    from eridiffusion.comfy_compat import host_version
 
     results = []
     total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
@@ -648,20 +683,7 @@ def main():
         comfy.model_management.unload_all_models()
         gc.collect()
         torch.cuda.empty_cache()
-    import subprocess
-
-    commit = subprocess.run(
-        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    summary = {
-        "date": time.strftime("%Y-%m-%d"),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "comfyui": host_version(),
-        "dynamic_vram": dynamic_vram,
-        "commit": os.environ.get("COMMIT") or commit,
-        "results": results,
-    }
+    summary = {**run_header(dynamic_vram), "results": results}
 
     def same_work(r):
         return tuple(r.get(k) for k in ("model", "grad_ckpt", "resolution", "width", "frames", "batch", "rank"))

@@ -110,3 +110,20 @@ def layer_deltas(path):
             alpha = float(tensors.get(f"{prefix}.alpha", rank))
             deltas[prefix] = (up.flatten(1) @ down.float().flatten(1)) * (alpha / rank)
     return deltas
+
+
+def tiny_demo_lora_load(path, caplog):
+    """LoRA file `path` loaded by stock ComfyUI onto the tiny demo SDXL (eridiffusion.tiny_models), as a
+    LoraLoader loads it: (the "lora key not loaded" messages `caplog` saw, the layers it patched, the
+    lora_down layers the file has)."""
+    import comfy.sd
+    import comfy.utils
+
+    from eridiffusion.tiny_models import build_tiny_demo
+
+    lora = comfy.utils.load_torch_file(str(path), safe_load=True)
+    model, clip, _ = build_tiny_demo("sdxl", seed=0)
+    caplog.clear()
+    patched, _ = comfy.sd.load_lora_for_models(model, clip, lora, 1.0, 1.0)
+    unmatched = [r.getMessage() for r in caplog.records if "lora key not loaded" in r.getMessage()]
+    return unmatched, len(patched.patches), sum(k.endswith(".lora_down.weight") for k in lora)

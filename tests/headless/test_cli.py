@@ -11,25 +11,13 @@ import yaml
 
 from devkit.headless import CONFIGS, run_cli, start_cli, write_yaml
 from devkit.paths import shared_datasets
+from devkit.stock_comfyui import tiny_demo_lora_load
 from eridiffusion.headless.schema import OPTIONAL_SECTIONS, section_settings
 
 
 def read_json(path):
     with open(path) as f:
         return json.load(f)
-
-
-def unmatched_lora_keys(path, caplog):
-    """The keys of LoRA file `path` stock ComfyUI does not load onto the tiny SDXL (and the count it patches)."""
-    import comfy.sd
-    import comfy.utils
-
-    from eridiffusion.tiny_models import build_tiny_demo
-
-    model, clip, _ = build_tiny_demo("sdxl", seed=0)
-    caplog.clear()
-    patched, _ = comfy.sd.load_lora_for_models(model, clip, comfy.utils.load_torch_file(str(path)), 1.0, 1.0)
-    return [r.getMessage() for r in caplog.records if "lora key not loaded" in r.getMessage()], len(patched.patches)
 
 
 def test_print_config_prints_every_key_of_every_section_with_the_nodes_default(tmp_path):
@@ -112,7 +100,7 @@ def test_ai_toolkit_config_trains_the_tiny_model_and_warns_once_about_what_it_ig
     assert len(read_json(run_dir / "loss.json")["loss"]) == 3
     assert read_json(run_dir / "summary.json")["config"]["ema_decay"] == 0.99  # ema_config
     assert os.path.isfile(tmp_path / "output" / "loras" / "headless_ai_toolkit_raw.safetensors")
-    assert unmatched_lora_keys(tmp_path / "output" / "loras" / "headless_ai_toolkit.safetensors", caplog)[0] == []
+    assert tiny_demo_lora_load(tmp_path / "output" / "loras" / "headless_ai_toolkit.safetensors", caplog)[0] == []
 
 
 def test_an_ai_toolkit_resolution_list_dry_runs_with_buckets_of_every_size_and_no_warning(tmp_path):
@@ -166,8 +154,8 @@ def test_ctrl_c_stops_at_a_step_boundary_and_leaves_a_loadable_checkpoint_of_tha
     assert len(read_json(interrupted["run_dir"] / "loss.json")["loss"]) == steps
     checkpoint = interrupted["run_dir"] / "checkpoints" / f"{INTERRUPTED}_step{steps:06d}.safetensors"
     assert checkpoint.with_suffix(".training_state").exists()
-    unmatched, patched = unmatched_lora_keys(checkpoint, caplog)
-    assert unmatched == [] and patched > 0
+    unmatched, patched, layers = tiny_demo_lora_load(checkpoint, caplog)
+    assert unmatched == [] and patched == layers > 0
     assert f"stopped at step {steps} of 1000" in interrupted["stderr"]
 
 

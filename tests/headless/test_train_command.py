@@ -7,6 +7,7 @@ import os
 import pytest
 
 from devkit.headless import CONFIGS, graph_prompt, run_cli, write_yaml
+from devkit.stock_comfyui import tiny_demo_lora_load
 from devkit.workflow import execution_error, load_extension, run_prompt
 
 RUN_NAME = "headless_tiny_demo"
@@ -51,18 +52,9 @@ def test_train_command_writes_the_run_folder_the_node_writes(quick_demo):
 
 
 def test_train_command_lora_loads_in_stock_comfyui_with_every_key_matched(quick_demo, caplog):
-    import comfy.sd
-    import comfy.utils
-
-    from eridiffusion.tiny_models import build_tiny_demo
-
     path = quick_demo["output"] / "loras" / "eridiffusion" / "sks_dog.safetensors"
-    lora = comfy.utils.load_torch_file(str(path), safe_load=True)
-    model, clip, _ = build_tiny_demo("sdxl", seed=0)
-    caplog.clear()
-    patched, _ = comfy.sd.load_lora_for_models(model, clip, lora, 1.0, 1.0)
-    assert [r.getMessage() for r in caplog.records if "lora key not loaded" in r.getMessage()] == []
-    assert len(patched.patches) == sum(k.endswith(".lora_down.weight") for k in lora) > 0
+    unmatched, patched, layers = tiny_demo_lora_load(path, caplog)
+    assert unmatched == [] and patched == layers > 0
 
 
 def test_train_command_and_the_node_graph_give_the_same_losses(quick_demo, comfy_dirs):

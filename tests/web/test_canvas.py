@@ -142,6 +142,8 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
                 "cuda_graphs": "auto",
                 "fp8_compute": False,
                 "device": "auto",
+                "vram_budget_gib": 0.0,
+                "blocks_to_swap": 0,
             },
         },
     }

@@ -301,6 +301,15 @@ class BlockSwap:
         self.occupant[slot], block.slot = block, slot
         self._bind(block, block.views_of(slot, self.slots[slot]))
 
+    def release(self):
+        """Let go of the slots and the copies (the run is over; its clone is unloaded): a result MODEL
+        that outlives the run must not keep them."""
+        self.slots, self.occupant, self.ready, self.free_after = [], [], [], []
+        for block in self.blocks:
+            block.host = block.device_copy = None
+            block.views.clear()
+            block.slot = None
+
     # -- a new plan -----------------------------------------------------------------------------
 
     def set_ring(self, ring):

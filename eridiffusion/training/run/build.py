@@ -177,6 +177,8 @@ class TrainingRun:
         if self.fp8_products is not None:
             self.fp8_products.clear()
         model_loading.unload(self.patcher)
+        if self.block_swap is not None:
+            self.block_swap.release()
         self.trained.release()
         release_graph_memory()
 

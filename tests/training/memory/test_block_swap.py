@@ -190,3 +190,32 @@ def test_a_forward_with_blocks_swapped_computes_what_the_resident_model_computes
             assert torch.equal(output, resident)
         else:
             assert (output - resident).abs().max() <= 1e-5 * resident.abs().max()
+
+
+def test_a_lora_loaded_on_the_input_model_stays_in_the_swapped_models_output(stacks):
+    """ComfyUI applies a MODEL's weight patches (a LoRA loaded before training) as it loads; the layers
+    they patch stay ComfyUI's to load, so a forward with every block in the ring still computes them."""
+    from devkit.stock_comfyui import ProbeInput
+    from eridiffusion.training.model import loading
+
+    model, data = stacks["sd15"]
+    name, weight = next((n, p) for n, p in model.model.diffusion_model.named_parameters() if "attn1.to_q" in n)
+    key = f"diffusion_model.{name}"
+    patched = model.clone()
+    generator = torch.Generator().manual_seed(0)
+    delta = torch.randn(weight.shape, generator=generator) * 0.5
+    patched.add_patches({key: (delta,)}, 1.0)  # a "diff" patch, as a LoRA merged into the MODEL
+    probe = ProbeInput.of(model, data)
+    loaded_by_comfyui = probe.output(patched)
+    assert not torch.equal(loaded_by_comfyui, probe.output(model))
+    swapped = patched.clone()
+    n = len(model_blocks(swapped.model.diffusion_model))
+    BlockSwap(swapped, range(n), swapped.load_device).install(swapped)
+    try:
+        output = probe.output(swapped)
+    finally:
+        loading.unload(swapped)
+    if model.load_device.type == "cpu":
+        assert torch.equal(output, loaded_by_comfyui)
+    else:
+        assert (output - loaded_by_comfyui).abs().max() <= 1e-5 * loaded_by_comfyui.abs().max()
