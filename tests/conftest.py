@@ -154,6 +154,39 @@ def trained_lora(request, dog_dataset, tmp_path_factory):
     return trained_run(request.param, dog_dataset, tmp_path_factory)
 
 
+# The fixtures whose runs each worker caches for the whole session (trained_run): a case's tests go to
+# one worker, or each worker trains it again.
+SESSION_CACHED = ("trained", "trained_lora")
+# Module fixtures too cheap to keep their tests together: the extension's registration, and clean-ups.
+CHEAP = ("registered", "node_types", "_release_runs")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Keep the tests that share an expensive fixture on one xdist worker (scripts/test.sh runs
+    `--dist loadgroup`): a module-scoped fixture is built once per worker that runs any of its tests,
+    so the tests of a module with one go to one worker (per parameter of a parametrized one); a
+    trained case (SESSION_CACHED) likewise. Split across the two workers, the 16 trained cases and the
+    module fixtures were built twice on each host."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params if callspec is not None else {}
+        cached = next((name for name in SESSION_CACHED if name in params), None)
+        if cached is not None:
+            item.add_marker(pytest.mark.xdist_group(f"trained:{params[cached]}"))
+            continue
+        if info is None:
+            continue
+        scoped = [
+            name
+            for name, defs in info.name2fixturedefs.items()
+            if defs and defs[-1].scope == "module" and defs[-1].baseid.endswith(".py") and name not in CHEAP
+        ]
+        if scoped:
+            key = ",".join(f"{name}={params.get(name, '')}" for name in sorted(scoped))
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{key}"))
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Unload ComfyUI's models while its modules still exist (its finalizers fail at interpreter exit)."""
     import gc
