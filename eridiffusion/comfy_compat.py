@@ -1,6 +1,7 @@
 """What differs between the ComfyUI versions EriDiffusion runs on, in one place: the executor's
-cache arguments, the host's training switch, autograd for the host's fused kernels, and the caches
-of activations some host models keep across calls. Every other module reaches these host internals
+cache arguments, the host's training switch, autograd for the host's fused kernels, the caches
+of activations some host models keep across calls, and a clone's loading that leaves block swap's
+modules to it. Every other module reaches these host internals
 through here (tests/test_comfy_compat.py checks each one on every tested host; the caches,
 tests/training/model/test_prefix_cache.py)."""
 

@@ -156,3 +156,25 @@ def test_a_checkpoint_reloaded_for_training_under_dynamic_vram_is_held_in_the_co
     assert result["input_weight_dtypes"] == ["torch.float16"], result
     assert result["result_weight_dtypes"] == ["torch.bfloat16"], result
     assert result["fp16_casts_while_training"] == 0 and len(result["losses"]) == 4, result
+
+
+def test_a_clone_loading_leaving_modules_out_lists_and_moves_only_the_others():
+    """load_leaving_out: ComfyUI's own loading of the clone lists every module but those, never loads in
+    full (which would move them too), and the clone counts as loaded whole; its own clones load as usual."""
+    model, _, _ = build_tiny("sd15", seed=0)
+    clone = model.clone()
+    left_out = list(model.model.diffusion_model.output_blocks[-1].modules())
+    comfy_compat.load_leaving_out(clone, left_out)
+    listed = {id(entry[-2]) for entry in clone._load_list()}
+    assert not listed & {id(m) for m in left_out} and listed
+    weight = left_out[-1].weight if hasattr(left_out[-1], "weight") else next(left_out[0].parameters())
+    before = weight.data_ptr()
+    comfy.model_management.load_models_gpu([clone], force_full_load=True)
+    try:
+        assert clone.model.model_lowvram is False
+        assert weight.device.type == "cpu" and weight.data_ptr() == before
+        assert {id(entry[-2]) for entry in clone.clone()._load_list()} >= {id(m) for m in left_out if m._parameters}
+    finally:
+        from eridiffusion.training.model import loading
+
+        loading.unload(clone)
