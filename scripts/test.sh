@@ -16,12 +16,12 @@ fi
 # One thread per process: the tiny test models gain nothing from intra-op threads, and beside a
 # second busy process (the other test worker, a test's subprocess, the browser test's ComfyUI
 # server) OpenMP's spinning threads slow both several times over. The tests are spread over a
-# worker per core (at most 4; ERIDIFFUSION_TEST_WORKERS overrides), the tests that share an expensive
-# fixture kept on one worker (tests/conftest.py's xdist groups).
+# worker per core (at most 4; ERIDIFFUSION_TEST_WORKERS overrides), an idle worker taking tests
+# that a busy one has queued.
 # The cores are counted before OMP_NUM_THREADS is set: GNU nproc reads that variable and would
 # answer 1.
 cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 workers=${ERIDIFFUSION_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # The slowest tests are listed at the end, so a suite growing past CI's time shows where.
-cd "$root" && exec "$venv/bin/python" -m pytest -q -n "$workers" --dist loadgroup --durations=25 "$@"
+cd "$root" && exec "$venv/bin/python" -m pytest -q -n "$workers" --dist worksteal --durations=25 "$@"

@@ -154,37 +154,29 @@ def trained_lora(request, dog_dataset, tmp_path_factory):
     return trained_run(request.param, dog_dataset, tmp_path_factory)
 
 
-# The fixtures whose runs each worker caches for the whole session (trained_run): a case's tests go to
-# one worker, or each worker trains it again.
+# The fixtures whose runs each worker caches for the whole session (trained_run).
 SESSION_CACHED = ("trained", "trained_lora")
-# Module fixtures too cheap to keep their tests together: the extension's registration, and clean-ups.
-CHEAP = ("registered", "node_types", "_release_runs")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Keep the tests that share an expensive fixture on one xdist worker (scripts/test.sh runs
-    `--dist loadgroup`): a module-scoped fixture is built once per worker that runs any of its tests,
-    so the tests of a module with one go to one worker (per parameter of a parametrized one); a
-    trained case (SESSION_CACHED) likewise. Split across the two workers, the 16 trained cases and the
-    module fixtures were built twice on each host."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        callspec = getattr(item, "callspec", None)
-        params = callspec.params if callspec is not None else {}
-        cached = next((name for name in SESSION_CACHED if name in params), None)
-        if cached is not None:
-            item.add_marker(pytest.mark.xdist_group(f"trained:{params[cached]}"))
-            continue
-        if info is None:
-            continue
-        scoped = [
-            name
-            for name, defs in info.name2fixturedefs.items()
-            if defs and defs[-1].scope == "module" and defs[-1].baseid.endswith(".py") and name not in CHEAP
-        ]
-        if scoped:
-            key = ",".join(f"{name}={params.get(name, '')}" for name in sorted(scoped))
-            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{key}"))
+    """Order the tests of the trained cases (SESSION_CACHED) case by case within their module, not test
+    function by test function: scripts/test.sh's workers take the tests in contiguous runs, so a case's
+    tests then mostly meet on one worker, which trains it once. Ordered by function, every case's
+    tests reached both workers and each trained all 16 (the slowest fixtures of the suite) on each host."""
+    positions = [i for i, item in enumerate(items) if _trained_case(item) is not None]
+    modules = {}
+    for i in positions:
+        modules.setdefault(items[i].module.__name__, len(modules))
+    ordered = sorted((items[i] for i in positions), key=lambda it: (modules[it.module.__name__], _trained_case(it)))
+    for i, item in zip(positions, ordered):
+        items[i] = item
+
+
+def _trained_case(item):
+    """The trained case (as text) a test takes from SESSION_CACHED's fixtures, or None."""
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    return next((str(params[name]) for name in SESSION_CACHED if name in params), None)
 
 
 def pytest_sessionfinish(session, exitstatus):
