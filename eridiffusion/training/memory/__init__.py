@@ -5,6 +5,7 @@ own weights."""
 
 import logging
 
+from ..model.blocks import model_blocks
 from .block_swap import BlockSwap
 from .swap_plan import BudgetPlan, check_vram_budget, initial_ring, swaps_blocks
 
@@ -17,8 +18,8 @@ def block_swap_for(patcher, config, device, trained_parameters, activation_scale
     if not swaps_blocks(config):
         return None
     plan = BudgetPlan(config.vram_budget_gib, device, activation_scale) if config.vram_budget_gib > 0 else None
-    engine = BlockSwap(patcher, [], device, {id(p) for p in trained_parameters}, on_settle=plan)
-    engine.ring = set(initial_ring(config, len(engine.blocks)))
+    ring = initial_ring(config, len(model_blocks(patcher.model.diffusion_model)))
+    engine = BlockSwap(patcher, ring, device, {id(p) for p in trained_parameters}, on_settle=plan)
     engine.install(patcher)
     why = (
         f"vram_budget_gib {config.vram_budget_gib:g}: the first step runs with every block in CPU memory and "
