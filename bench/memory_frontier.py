@@ -115,20 +115,21 @@ def main():
     link = link_gb_per_s()
     print("RESULT", json.dumps({"link_GB_per_s": link}), flush=True)
     rows = []
+
+    def record(row):  # each row as it ends: a call that runs out of time still returns the finished ones
+        rows.append(row)
+        print("RESULT", json.dumps(row), flush=True)
+        with open(os.path.join(os.environ.get("OUT", "/tmp"), "memory_frontier_partial.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+
     for spec in os.environ.get("ROWS", "sdxl:6,flux:12,wan:24:16").split(","):
         model_name, *caps = spec.split(":")
         base = run_row(model_name, None)
-        rows.append(base)
-        print("RESULT", json.dumps(base), flush=True)
+        record(base)
         if model_name == "sdxl":
-            rows.append(run_row(model_name, None, graphs=True))
-            print("RESULT", json.dumps(rows[-1]), flush=True)
+            record(run_row(model_name, None, graphs=True))
         for cap in caps:
-            row = compared(run_row(model_name, float(cap)), base, link)
-            rows.append(row)
-            print("RESULT", json.dumps(row), flush=True)
-        with open(os.path.join(os.environ.get("OUT", "/tmp"), "memory_frontier_partial.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+            record(compared(run_row(model_name, float(cap)), base, link))
     summary = {**train_speed.run_header(dynamic_vram), "link_GB_per_s": link, "rows": rows}
     with open(os.path.join(os.environ.get("OUT", "/tmp"), "memory_frontier.json"), "w") as f:
         json.dump(summary, f, indent=1)
