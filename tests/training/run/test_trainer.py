@@ -38,7 +38,7 @@ def test_saved_file_loads_in_stock_comfyui_with_no_unmatched_key(trained, tmp_pa
     layers = {k.rsplit(".", 2)[0] if k.endswith(".weight") else k.rsplit(".", 1)[0] for k in keys}
     assert len(layers) > 50
     assert metadata["architecture"] == type(trained["model"].model.model_config).__name__
-    assert metadata["steps"] == "200" and metadata["eridiffusion_rank"] == "8"
+    assert metadata["steps"] == str(trained["config"].steps) and metadata["eridiffusion_rank"] == "8"
     assert metadata["eridiffusion_adapter"] == trained["config"].adapter.algorithm
     assert metadata["dataset_hash"] == trained["data"].dataset_fingerprint
 
