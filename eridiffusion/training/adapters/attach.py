@@ -181,10 +181,32 @@ def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
         elif spec.train_norms_and_biases and is_norm(module):
             layers.append((name, module))
     if not layers:
-        raise EriDiffusionError(
-            f"targets '{spec.targets}' matched no layer of {type(root).__name__}; try 'all-linear'."
-        )
+        quantized = _quantized_linear_layers(modules_by_name, prefix)
+        if quantized:
+            raise EriDiffusionError(
+                f"this model's linear layers are ComfyUI's quantized layers ({len(quantized)} of them, e.g. "
+                f"{quantized[0]}: {type(modules_by_name[quantized[0]]).__qualname__}), as an fp8_scaled or "
+                "mixed-quantized checkpoint loads; adapters cannot be trained on those yet: load the model "
+                "in bf16 (a bf16 checkpoint, or UNETLoader's weight_dtype fp8_e4m3fn on a bf16 file)."
+            )
+        hint = "" if spec.targets == "all-linear" else "; try 'all-linear'"
+        raise EriDiffusionError(f"targets '{spec.targets}' matched no layer of {type(root).__name__}{hint}.")
     return select_layers(layers, spec.include, spec.exclude)
+
+
+def _quantized_linear_layers(modules_by_name, prefix):
+    """Names of the layers under `prefix` that compute as linear layers but are not torch's Linear:
+    ComfyUI 0.28's mixed-precision ops (fp8_scaled and mixed-quantized checkpoints) make modules with
+    in_features, out_features and a quantized weight."""
+    return [
+        name
+        for name, module in modules_by_name.items()
+        if name.startswith(prefix)
+        and layer_kind(module) is None
+        and hasattr(module, "in_features")
+        and hasattr(module, "out_features")
+        and getattr(module, "weight", None) is not None
+    ]
 
 
 class _LayerForward:

@@ -1,0 +1,55 @@
+"""Tiny models whose weights are quantized the way users' checkpoints are and loaded the way ComfyUI
+loads them: an fp8_scaled SD1.5 (per-layer `comfy_quant` entries, float8_e4m3fn weights with a
+`weight_scale`), built through the same steps as comfy.sd.load_diffusion_model_state_dict after its
+detection (the tiny config replaces what detection would read from a full-size file). Import once
+ComfyUI is on sys.path."""
+
+import json
+
+import comfy.model_management as mm
+import comfy.model_patcher
+import comfy.supported_models
+import comfy.utils
+import torch
+
+from eridiffusion.tiny_models import HEADS, SD15_UNET, tiny_sd15
+
+# the hosts whose loader reads per-layer quantization (ComfyUI 0.28's mixed-precision ops)
+LOADS_PER_LAYER_QUANTIZATION = hasattr(comfy.utils, "detect_layer_quantization")
+
+
+def fp8_scaled_state_dict(diffusion_model, layers):
+    """The state dict of `diffusion_model` with the Linear `layers` (names) stored as an fp8_scaled file
+    stores them: float8_e4m3fn weights, a per-tensor float32 `weight_scale`, and a `comfy_quant` entry."""
+    state = dict(diffusion_model.state_dict())
+    quant = torch.tensor(list(json.dumps({"format": "float8_e4m3fn"}).encode()), dtype=torch.uint8)
+    for name in layers:
+        weight = state[f"{name}.weight"].float()
+        scale = weight.abs().max().clamp(min=1e-12) / torch.finfo(torch.float8_e4m3fn).max
+        state[f"{name}.weight"] = (weight / scale).to(torch.float8_e4m3fn)
+        state[f"{name}.weight_scale"] = scale.reshape(())
+        state[f"{name}.comfy_quant"] = quant.clone()
+    return state
+
+
+def tiny_sd15_fp8_scaled(seed=0):
+    """(MODEL, CLIP, VAE): tiny_sd15's stack with the Linear layers of its transformer blocks fp8_scaled,
+    loaded as ComfyUI 0.28 loads such a checkpoint (MixedPrecisionOps layers holding QuantizedTensors)."""
+    model, clip, vae = tiny_sd15(seed)
+    layers = [
+        name
+        for name, module in model.model.diffusion_model.named_modules()
+        if isinstance(module, torch.nn.Linear) and ".transformer_blocks." in name
+    ]
+    state = fp8_scaled_state_dict(model.model.diffusion_model, layers)
+    config = comfy.supported_models.SD15(dict(SD15_UNET))
+    config.unet_config.update(HEADS)
+    config.quant_config = comfy.utils.detect_layer_quantization(state, "")
+    device = mm.get_torch_device()
+    config.set_inference_dtype(
+        torch.float32, mm.unet_manual_cast(None, device, config.supported_inference_dtypes), device=device
+    )
+    base = config.get_model(state, "")
+    base.load_model_weights(state, "")
+    patcher = comfy.model_patcher.ModelPatcher(base, load_device=device, offload_device=mm.unet_offload_device())
+    return patcher, clip, vae
