@@ -51,3 +51,40 @@ def test_a_run_on_an_fp8_scaled_base_is_refused_before_training_naming_the_fix(d
         isinstance(p, QuantizedTensor) for n, p in model.model.diffusion_model.named_parameters() if n in quantized
     )
     assert all(torch.equal(before[n], p) for n, p in model.model.diffusion_model.named_parameters() if n in before)
+
+
+class TinyFp8ScaledModel:
+    """A loader node for the graph: tiny_sd15_fp8_scaled's (MODEL, CLIP, VAE), as UNETLoader would hand
+    over an fp8_scaled checkpoint (whose tiny config ComfyUI's detection cannot read from a file)."""
+
+    RETURN_TYPES = ("MODEL", "CLIP", "VAE")
+    FUNCTION = "load"
+    CATEGORY = "tests"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {}}
+
+    def load(self):
+        from devkit.quantized_bases import tiny_sd15_fp8_scaled
+
+        return tiny_sd15_fp8_scaled(seed=0)
+
+
+def test_the_lora_trainer_node_refuses_an_fp8_scaled_model_before_its_run_folder(comfy_dirs, monkeypatch):
+    import nodes
+
+    from devkit.headless import CONFIGS, graph_prompt
+    from devkit.workflow import execution_error, load_extension, run_prompt
+    from eridiffusion.headless.run_config import load_run_config
+
+    load_extension()
+    monkeypatch.setitem(nodes.NODE_CLASS_MAPPINGS, "Tests_TinyFp8ScaledModel", TinyFp8ScaledModel)
+    prompt = graph_prompt(load_run_config(os.path.join(CONFIGS, "tiny_demo.yaml")))
+    prompt["1"] = {"class_type": "Tests_TinyFp8ScaledModel", "inputs": {}}
+    prompt["3"]["inputs"]["resolution"] = 64
+    executor, _ = run_prompt(prompt)
+    error = execution_error(executor)
+    assert not executor.success and error.startswith("EriDiffusion_LoRATrainer"), error
+    assert "quantized layers" in error and "MixedPrecisionOps" in error, error
+    assert not os.path.exists(os.path.join(comfy_dirs["output"], "sks_dog"))
