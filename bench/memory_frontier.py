@@ -3,8 +3,8 @@ the same training uncapped, on full-size architectures with random weights (benc
 models, files and runs: bf16, rank 16, gradient checkpointing, batch 1, 1024² images; Wan: 480p clips of
 33 frames; qwen: Qwen-Image 20B).
 
-Per model: the uncapped step (eager, the path block swap takes; SDXL also with CUDA graphs), then per
-cap the step with the process capped to that many GiB (torch.cuda.set_per_process_memory_fraction, as a
+Per model and path (MODES: graphed, the default path, where the steps replay from CUDA graphs with
+block swap's copies inside them; eager): the uncapped step, then per cap the step with the process capped to that many GiB (torch.cuda.set_per_process_memory_fraction, as a
 card of that size) and vram_budget_gib set to it: the ratio to the uncapped step, the peak memory,
 the plan (blocks in the ring, held), whether each step's loss equals the uncapped run's (same seed,
 same data: the same weights compute the same products), and the bytes block swap copied from host to
@@ -13,7 +13,7 @@ device per step beside the host link's bandwidth, measured in the same process w
 $OUT/memory_frontier.json.
 
     OUT=... ROWS=sdxl:6,flux:12,wan:24:16 python bench/memory_frontier.py
-    OUT=... ROWS=qwen:24:16 python bench/memory_frontier.py
+    OUT=... ROWS=qwen:24:16 MODES=eager,graphed python bench/memory_frontier.py
 """
 
 import gc
@@ -122,14 +122,15 @@ def main():
         with open(os.path.join(os.environ.get("OUT", "/tmp"), "memory_frontier_partial.json"), "w") as f:
             json.dump(rows, f, indent=1)
 
+    modes = os.environ.get("MODES", "graphed").split(",")
     for spec in os.environ.get("ROWS", "sdxl:6,flux:12,wan:24:16").split(","):
         model_name, *caps = spec.split(":")
-        base = run_row(model_name, None)
-        record(base)
-        if model_name == "sdxl":
-            record(run_row(model_name, None, graphs=True))
-        for cap in caps:
-            record(compared(run_row(model_name, float(cap)), base, link))
+        for mode in modes:
+            graphs = {"graphed": True, "eager": False}[mode]
+            base = run_row(model_name, None, graphs=graphs)
+            record(base)
+            for cap in caps:
+                record(compared(run_row(model_name, float(cap), graphs=graphs), base, link))
     summary = {**train_speed.run_header(dynamic_vram), "link_GB_per_s": link, "rows": rows}
     with open(os.path.join(os.environ.get("OUT", "/tmp"), "memory_frontier.json"), "w") as f:
         json.dump(summary, f, indent=1)

@@ -16,6 +16,13 @@ raises instead of computing with the wrong weights; a block out of the ring has 
 at the host copy, so any use that bypasses its forward fails on the device instead of computing
 with stale values. The weights' values never change, so a run trains exactly as with every block
 resident (tests/training/memory/test_block_swap.py checks it bit for bit on the CPU).
+
+When the steps replay from CUDA graphs (`graphed`), each graph must hold every copy its replay needs:
+its slots' contents must not depend on what ran before it. So every region of computation (a
+training forward, a backward, a no-grad forward: each graph captures one) starts with the ring empty,
+copies only blocks of its own region ahead, and ends with the copying stream joined back to the
+compute (at the model's forward's end; in the backward, as autograd finishes). A replay then makes
+exactly the copies its capture made, into the same slots, reading the host copies as they are.
 """
 
 import logging
@@ -107,6 +114,8 @@ class BlockSwap:
     (optional): called once, at the first training forward after a backward, to change the ring
     (swap_plan.py's budget, from the first step's peak memory)."""
 
+    graphed = False  # CUDA graphs capture the steps: every region starts with the ring empty, ends joined
+
     def __init__(self, patcher, ring: Iterable[int], device, trained_ids=frozenset(), on_settle=None):
         diffusion_model = patcher.model.diffusion_model
         names = {id(m): "diffusion_model." + n for n, m in diffusion_model.named_modules()}
@@ -124,6 +133,9 @@ class BlockSwap:
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.last: _Block | None = None
         self.last_in_backward = self.settled = False
+        self.region: tuple | None = None  # (in_backward, training, capturing) of the region running
+        self.region_copies = 0  # copies queued on the copying stream since the region began
+        self.hook = None  # the diffusion model's forward hook (the end of a forward region)
         self.bytes_copied = 0  # host to device since the engine was made
         self.forwards = 0  # training forwards begun (a micro-batch's each)
         self.settled_at = (0, 0)  # (forwards, bytes_copied) when the plan settled
@@ -163,9 +175,13 @@ class BlockSwap:
             self._place()
         for block in self.blocks:
             swap_in(block.module, _SwapForward, self, block)
+        self.hook = model_patcher.model.diffusion_model.register_forward_hook(self._forward_done)
 
     def _eject(self, model_patcher):
         """Unwrap the blocks and give every tensor changed back what it held."""
+        if self.hook is not None:
+            self.hook.remove()
+            self.hook = None
         for block in self.blocks:
             swap_out(block.module, _SwapForward)
         if self.stream is not None:
@@ -180,7 +196,7 @@ class BlockSwap:
         for block in self.blocks:
             block.slot = None
         self.occupant = [None] * len(self.slots)
-        self.last = None
+        self.last = self.region = None
 
     def _bind(self, block, views):
         for param, view in zip(block.parameters(), views):
@@ -237,6 +253,8 @@ class BlockSwap:
                     self.settled_at = (self.forwards, self.bytes_copied)
                 self.forwards += 1
             self.last_in_backward = in_backward
+        if self.graphed and self._region_begins(block.position, in_backward, training):
+            self._empty_ring(in_backward)
         if self.last is not None and self.last.slot is not None:
             self.free_after[self.last.slot] = self._now()  # its compute is queued: the slot frees after it
         if block.position in self.ring:
@@ -252,17 +270,55 @@ class BlockSwap:
                 self._fetch(target, keep=(block.position, *due))
         self.last = block
 
+    # -- regions (graphed) ----------------------------------------------------------------------
+
+    def _region_begins(self, position, in_backward, training):
+        """Whether `position`'s turn begins a region: another kind of computation than the last turn's
+        (backward or forward, training or not, captured or not), or a turn out of its region's order."""
+        capturing = self.stream is not None and torch.cuda.is_current_stream_capturing()
+        kind = (in_backward, training, capturing)
+        if kind != self.region or self.last is None:
+            self.region = kind
+            return True
+        return position >= self.last.position if in_backward else position <= self.last.position
+
+    def _empty_ring(self, in_backward):
+        """Start a region with every slot free once the compute queued so far is done (events of this
+        region only: a capture cannot wait on one recorded outside it); a backward's region ends joined."""
+        if self.stream is not None and not torch.cuda.is_current_stream_capturing():
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)  # (nothing may stay queued)
+        for slot, block in enumerate(self.occupant):
+            if block is not None:
+                self._evict(block)
+                self.occupant[slot] = None
+        self.ready = [None] * len(self.slots)
+        self.free_after = [self._now() for _ in self.slots]
+        self.last, self.region_copies = None, 0
+        if in_backward:
+            torch.autograd.Variable._execution_engine.queue_callback(self._join)
+
+    def _join(self):
+        """End a region: the compute stream waits for every copy the region queued."""
+        if self.stream is not None and self.region_copies:
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        self.region_copies = 0
+
+    def _forward_done(self, module, args, output):
+        if self.graphed:
+            self._join()
+
     def _due(self, position, in_backward, training):
         """The ring's blocks the computation needs next (at most SLOTS - 1), nearest first: in the
         backward the preceding blocks (then the next step's forward); at the end of a training forward
-        the last blocks again (the backward recomputes from there); after a no-grad forward, the first."""
+        the last blocks again (the backward recomputes from there); after a no-grad forward, the first.
+        With graphed regions, only the blocks left in this region."""
         n = len(self.blocks)
         if in_backward:
-            order = [*range(position - 1, -1, -1), *range(n)]
+            order = [*range(position - 1, -1, -1), *(() if self.graphed else range(n))]
         elif training:
-            order = [*range(position + 1, n), *range(n - 1, -1, -1)]
+            order = [*range(position + 1, n), *(() if self.graphed else range(n - 1, -1, -1))]
         else:
-            order = [*range(position + 1, n), *range(n)]
+            order = [*range(position + 1, n), *(() if self.graphed else range(n))]
         due: list[int] = []
         for p in order:
             if p in self.ring and p != position and p not in due:
@@ -279,11 +335,7 @@ class BlockSwap:
             slot = next(s for s, o in enumerate(self.occupant) if o is not None and o.position not in keep)
         evicted = self.occupant[slot]
         if evicted is not None:
-            for param in evicted.parameters():
-                increment_version(param)  # an autograd graph still holding them raises, never computes wrong
-            assert evicted.host is not None
-            self._bind(evicted, evicted.views_of("host", evicted.host))
-            evicted.slot = None
+            self._evict(evicted)
         assert block.host is not None
         target = self.slots[slot][: block.nbytes]
         if self.stream is None:
@@ -298,8 +350,21 @@ class BlockSwap:
                 ready.record(self.stream)
                 self.ready[slot] = ready
         self.bytes_copied += block.nbytes
+        self.region_copies += 1
         self.occupant[slot], block.slot = block, slot
         self._bind(block, block.views_of(slot, self.slots[slot]))
+
+    def _evict(self, block):
+        """`block` out of its slot, its parameters back on its host copy."""
+        for param in block.parameters():
+            increment_version(param)  # an autograd graph still holding them raises, never computes wrong
+        assert block.host is not None
+        self._bind(block, block.views_of("host", block.host))
+        block.slot = None
+
+    def placed_parameters(self):
+        """The parameters whose tensors the placement binds (their addresses change as blocks move)."""
+        return [p for b in self.blocks for p in b.parameters()]
 
     def release(self):
         """Let go of the slots and the copies (the run is over; its clone is unloaded): a result MODEL
@@ -319,7 +384,7 @@ class BlockSwap:
         self.ring = set(ring)
         with torch.inference_mode(False), torch.no_grad():
             self._place()
-        self.last = None
+        self.last = self.region = None
         logging.info(f"EriDiffusion: block swap: {self.describe()}")
 
     def figures(self):
@@ -331,7 +396,7 @@ class BlockSwap:
             "blocks_in_ring": len(self.ring),
             "ring": sorted(self.ring),
             "block_weights_on_device_gib": round(self.resident_bytes() / 2**30, 3),
-            "host_to_device_gib_per_forward": round(copied / max(forwards, 1) / 2**30, 3),
+            "host_to_device_gib_per_forward": round(copied / max(forwards, 1) / 2**30, 6),
             **(getattr(self.on_settle, "settled", None) or {}),  # the budget's plan: what it measured
         }
 

@@ -154,7 +154,9 @@ class _Loop:
         prior = prepared(run, run.data.regularization) if run.data.regularization is not None else None
         self.transformer_options = transformer_options_of(run.patcher)
         loss_of = loss_function(run, self.transformer_options)
-        path = step_path(run.config, run.device, run.trained, loss_of, run.base.diffusion_model, run.fp8_products)
+        path = step_path(
+            run.config, run.device, run.trained, loss_of, run.base.diffusion_model, run.fp8_products, run.block_swap
+        )
         self.paths.append(path)
         return OptimizerStep(run, path, MicroBatches(run, training, prior), self.health)
 

@@ -85,17 +85,19 @@ class GraphedCall:
     error naming the fix when `strict`, else one warning and no further captures in this run (the
     graphs already captured keep replaying). `frozen` (a module), when given, is the model whose
     weights may move between calls: its graphs are captured again when they do, and after
-    MAX_RECAPTURES such moves the batches run eagerly (or, `strict`, stop with the fix)."""
+    MAX_RECAPTURES such moves the batches run eagerly (or, `strict`, stop with the fix); `placed`: its
+    parameters whose tensors block swap binds, which move by design (the graphs copy them in)."""
 
     MAX_RECAPTURES = 3
 
-    def __init__(self, fn, trained, strict, warmup=3, frozen=None):
+    def __init__(self, fn, trained, strict, warmup=3, frozen=None, placed=()):
         self.fn, self.trained, self.strict, self.warmup = fn, trained, strict, warmup
         self.graphs = {}
         self.pool = torch.cuda.graph_pool_handle()
         self.capture_failed = None  # the error of a failed capture, after which batches run eagerly
         self.frozen, self.addresses, self.recaptures = frozen, None, 0
         self.frozen_slots = None  # [(a module's _parameters or _buffers, name)] of `frozen`
+        self.placed = {id(p) for p in placed}
 
     def __call__(self, batch):
         constant_keys = {n: _constant_key(v) for n, v in batch.items() if not isinstance(v, torch.Tensor)}
@@ -167,7 +169,9 @@ class GraphedCall:
             # where each weight sits, read afresh each call: ComfyUI may swap a Parameter object,
             # and walking the module tree every call cost a graphed SDXL step 15 ms
             modules = list(self.frozen.modules())
-            self.frozen_slots = [(m._parameters, n) for m in modules for n in m._parameters]
+            self.frozen_slots = [
+                (m._parameters, n) for m in modules for n, p in m._parameters.items() if id(p) not in self.placed
+            ]
             self.frozen_slots += [(m._buffers, n) for m in modules for n in m._buffers]
         addresses = tuple(t.data_ptr() for t in (slots[name] for slots, name in self.frozen_slots) if t is not None)
         if self.addresses is not None and addresses != self.addresses and self.graphs:

@@ -12,7 +12,6 @@ import torch
 from ...comfy_compat import training_forward
 from ...errors import EriDiffusionError
 from ..adapters import AdapterSet
-from ..memory.swap_plan import swaps_blocks
 from ..trained import Trained
 from .compute_copies import ComputeCopies
 from .cuda_graphs import GraphedCall
@@ -75,25 +74,22 @@ class StepPath:
 
 
 def graphs_wanted(config, device):
-    """Whether the steps replay from CUDA graphs (config.cuda_graphs; check_graphs_can_run passed)."""
+    """Whether the steps replay from CUDA graphs (config.cuda_graphs; check_graphs_can_run passed). Block
+    swap's copies replay inside them; ComfyUI's partial loading (weights_vram_gib) cannot."""
     setting = config.cuda_graphs
-    streamed = config.weights_vram_gib > 0 or swaps_blocks(config)
+    streamed = config.weights_vram_gib > 0
     return setting == "on" or (setting == "auto" and device.type == "cuda" and not streamed)
 
 
 def check_graphs_can_run(config, device):
-    """cuda_graphs on where they cannot replay: weights streamed from CPU memory, or no CUDA device."""
+    """cuda_graphs on where they cannot replay: weights streamed by ComfyUI's partial loading, or no CUDA
+    device."""
     if config.cuda_graphs != "on":
         return
     if config.weights_vram_gib > 0:
         raise EriDiffusionError(
             "cuda_graphs cannot replay weights streamed from CPU memory (weights_vram_gib > 0): "
             "set cuda_graphs to auto or off, or weights_vram_gib to 0."
-        )
-    if swaps_blocks(config):
-        raise EriDiffusionError(
-            "cuda_graphs cannot replay weights that block swap copies into other places each step "
-            "(vram_budget_gib or blocks_to_swap > 0): set cuda_graphs to auto or off, or both to 0."
         )
     if device.type != "cuda":
         raise EriDiffusionError(
@@ -110,12 +106,15 @@ def compute_copies(adapters, config, graphed):
     return ComputeCopies(adapters, dtype, share_inputs=not graphed)
 
 
-def step_path(config, device, trained: Trained, loss_of, frozen_model=None, fp8_products=None) -> StepPath:
+def step_path(
+    config, device, trained: Trained, loss_of, frozen_model=None, fp8_products=None, block_swap=None
+) -> StepPath:
     """The StepPath of a run training `trained`. With CUDA graphs and the text encoder trained, its
     encoding is a graph input that requires grad, the model's weight addresses (`frozen_model`) are
-    checked before each replay (loading the text encoder could move them), and the encoders'
-    transformers replay from graphs of their own. With ComputeCopies, the graphs take the copies the
-    layers compute with as trained inputs too."""
+    checked before each replay (loading the text encoder could move them; those `block_swap` places
+    move by design, and its copies are in the graphs), and the encoders' transformers replay from
+    graphs of their own. With ComputeCopies, the graphs take the copies the layers compute with as
+    trained inputs too."""
     adapters: AdapterSet | None = trained.adapter_set()
     if fp8_products is not None and adapters is None:
         raise EriDiffusionError(
@@ -133,5 +132,8 @@ def step_path(config, device, trained: Trained, loss_of, frozen_model=None, fp8_
         inputs = trained.model_part()
         if copies is not None:  # the layers compute with the copies: their gradients come out of the graph
             inputs = torch.nn.ModuleList([inputs, copies.graphed_parameters()])
-        call = GraphedCall(loss_of, inputs, strict, frozen=frozen)
+        placed = block_swap.placed_parameters() if block_swap is not None else ()
+        call = GraphedCall(loss_of, inputs, strict, frozen=frozen, placed=placed)
+        if block_swap is not None:
+            block_swap.graphed = True
     return StepPath(adapters, loss_of, call, copies, fp8_products, fused_rope=config.speed.fused_rope)

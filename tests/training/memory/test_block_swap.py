@@ -71,6 +71,41 @@ def test_blocks_swapped_through_the_ring_train_bit_for_bit_what_resident_blocks_
 
 
 @pytest.mark.parametrize("arch", ["sd15", "flux_dev"])
+def test_regions_that_start_with_an_empty_ring_train_bit_for_bit_what_resident_blocks_train(
+    stacks, arch, tmp_path, monkeypatch
+):
+    """The placement a CUDA graph can replay (each forward, backward and no-grad forward copying all the
+    blocks it needs, none ahead of its own region) trains what the resident blocks train; it copies more
+    than the placement that prefetches across regions, never less than the ring once per forward."""
+    model, data = stacks[arch]
+    blocks = len(model_blocks(model.model.diffusion_model))
+    across = _run(model, data, tmp_path / "across", blocks_to_swap=blocks - 1)
+    monkeypatch.setattr(BlockSwap, "graphed", True)
+    regions = _run(model, data, tmp_path / "regions", blocks_to_swap=blocks - 1)
+    if model.load_device.type == "cpu":
+        assert regions.losses == across.losses
+        for name, tensor in across.lora.tensors.items():
+            assert torch.equal(regions.lora.tensors[name], tensor), name
+    else:
+        assert regions.losses == pytest.approx(across.losses, rel=1e-3)
+    assert regions.block_swap["host_to_device_gib_per_forward"] > across.block_swap["host_to_device_gib_per_forward"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("arch", ["sd15", "flux_dev"])
+def test_steps_replayed_from_cuda_graphs_copy_the_swapped_blocks_in_themselves(stacks, arch, tmp_path):
+    """cuda_graphs on (a capture that fails stops the run) with every block but one in the ring of two
+    slots: the replays compute what the graphed resident run computes, which they only can if each graph
+    makes the copies its blocks need into the slots it captured."""
+    model, data = stacks[arch]
+    blocks = len(model_blocks(model.model.diffusion_model))
+    resident = _run(model, data, tmp_path / "resident", cuda_graphs="on", steps=4)
+    swapped = _run(model, data, tmp_path / "swapped", cuda_graphs="on", steps=4, blocks_to_swap=blocks - 1)
+    assert swapped.losses == pytest.approx(resident.losses, rel=1e-3)
+    assert swapped.eval_loss_after == pytest.approx(resident.eval_loss_after, rel=1e-3)
+
+
+@pytest.mark.parametrize("arch", ["sd15", "flux_dev"])
 def test_the_trained_model_samples_with_its_blocks_back_in_place(stacks, arch, tmp_path):
     """The result MODEL (a clone of the input with the adapters) computes as the resident run's: the ring
     is gone with the training clone."""

@@ -104,19 +104,3 @@ def test_a_budget_is_refused_on_the_cpu_and_a_swap_of_more_blocks_than_the_model
 def test_settings_block_swap_cannot_run_with_are_refused_naming_the_fix(values, says):
     with pytest.raises(EriDiffusionError, match=says):
         short_run("off", "r", **{"gradient_checkpointing": True, **values})
-
-
-def test_cuda_graphs_on_with_block_swap_is_refused_before_the_run(stacks_sd15):
-    from eridiffusion.training.run.preflight import preflight
-    from eridiffusion.training.run.request import RunRequest
-
-    model, data = stacks_sd15
-    config = short_run("on", "r", gradient_checkpointing=True, blocks_to_swap=2)
-    with pytest.raises(EriDiffusionError, match="cuda_graphs cannot replay weights that block swap copies"):
-        preflight(RunRequest(model, data, config))
-
-
-@pytest.fixture(scope="module")
-def stacks_sd15(quality_stack):
-    model, _, _, data = quality_stack
-    return model, data
