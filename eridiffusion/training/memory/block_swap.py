@@ -74,7 +74,6 @@ class _Block:
     def __init__(self, position, module, modules):
         self.position, self.module, self.modules = position, module, modules
         self.layout = []  # (module, name, offset, dtype, shape)
-        self.buffers = []  # (module, name): small, moved to the device for as long as it is patched
         offset = 0
         for m in modules:
             for name, param in m._parameters.items():
@@ -82,7 +81,6 @@ class _Block:
                     continue
                 self.layout.append((m, name, offset, param.dtype, param.shape))
                 offset = _aligned(offset + param.numel() * param.element_size())
-            self.buffers += [(m, name) for name, b in m._buffers.items() if b is not None]
         self.nbytes = offset
         self.host: torch.Tensor | None = None  # a ring block's weights in host memory
         self.device_copy: torch.Tensor | None = None  # a held block's weights on the device
@@ -165,13 +163,15 @@ class BlockSwap:
         patcher.set_injections(INJECTION_KEY, [comfy.patcher_extension.PatcherInjection(self._inject, self._eject)])
 
     def _inject(self, model_patcher):
+        """Place the blocks, and move every buffer ComfyUI's partial loading leaves on the CPU (those of
+        modules without weights: model_sampling's sigmas, which the step would otherwise compute its
+        timestep with on the CPU, a sync and a copy no CUDA graph can hold) to the device."""
         with torch.inference_mode(False), torch.no_grad():
-            for block in self.blocks:
-                for m, name in block.buffers:
-                    buffer = m._buffers[name]
-                    if buffer.device != self.device:
-                        self.restore.append((m._buffers, name, buffer))
-                        m._buffers[name] = buffer.to(self.device)
+            for module in model_patcher.model.modules():
+                for name, buffer in module._buffers.items():
+                    if buffer is not None and buffer.device != self.device:
+                        self.restore.append((module._buffers, name, buffer))
+                        module._buffers[name] = buffer.to(self.device)
             self._place()
         for block in self.blocks:
             swap_in(block.module, _SwapForward, self, block)
