@@ -85,6 +85,7 @@ class _Block:
         self.host: torch.Tensor | None = None  # a ring block's weights in host memory
         self.device_copy: torch.Tensor | None = None  # a held block's weights on the device
         self.slot: int | None = None
+        self.computed_over = 0  # the positions (tokens, pixels) of its input in the first step, 0: unseen
         self.views: dict[object, list[torch.Tensor]] = {}  # "host", "device" or a slot: the tensors bound
 
     def parameters(self):
@@ -145,6 +146,12 @@ class BlockSwap:
     def block_bytes(self):
         """Bytes of each block's placed weights, in model_blocks order."""
         return [b.nbytes for b in self.blocks]
+
+    def computed_over(self):
+        """The positions each block computed over in the first step (model_blocks order), or None where
+        one did not run: its compute is about that many times its weights' bytes."""
+        seen = [b.computed_over for b in self.blocks]
+        return None if not all(seen) else seen
 
     def resident_bytes(self):
         """Device bytes of block weights the placement holds: the held blocks and the ring's slots."""
@@ -417,6 +424,18 @@ class _SwapForward(SwappedForward):
 
     def __call__(self, *args, **kwargs):
         training = torch.is_grad_enabled()
+        if not self.block.computed_over and not self.engine.settled:
+            self.block.computed_over = _positions(args, kwargs)
         with torch.inference_mode(False), torch.no_grad():
             self.engine.before(self.block, training)
         return self.base(*args, **kwargs)
+
+
+def _positions(args, kwargs):
+    """The positions a block's input spans: its first tensor's elements over its channels (the second
+    dimension of an image or video tensor, the last of a token sequence); 1 where no tensor is."""
+    first = next((v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)), None)
+    if first is None or first.dim() == 0:
+        return 1
+    channels = first.shape[1] if first.dim() >= 4 else first.shape[-1]
+    return max(1, first.numel() // max(1, channels))

@@ -2,11 +2,15 @@
 
 A run with `vram_budget_gib` starts with every block in the ring, the least device memory block swap
 can give, and measures its first step: the peak memory at this resolution, frames and batch, with the
-adapters, their gradients and the optimizer's state. Before the second step it holds on the device
-as many blocks as the rest of the budget takes, the ring's blocks spread evenly so each copy hides
-behind the compute of the held blocks before it. `blocks_to_swap` fixes the ring instead. A budget
-that even the weights alone cannot meet (every block in the ring) is refused before any model loads,
-naming the smallest budget that could; one below the first step's measured peak, after it."""
+adapters, their gradients and the optimizer's state, and how many positions (tokens, pixels) each
+block computes over. Before the second step it holds on the device as many blocks as the rest of the
+budget takes. A block's compute is about its positions times its weights, while its copy is its
+weights: so the ring takes the blocks that compute over the most positions (a UNet's outer levels,
+not its inner ones, whose large weights see a 32×32 grid at 1024²), and among equals (a DiT's blocks)
+spreads them evenly, so each copy hides behind the compute of the blocks before it. `blocks_to_swap`
+fixes the ring instead. A budget that even the weights alone cannot meet (every block in the ring) is
+refused before any model loads, naming the smallest budget that could; one below the first step's
+measured peak, after it."""
 
 import logging
 
@@ -125,14 +129,31 @@ def initial_ring(config, n):
     return list(range(n))
 
 
-def ring_for(sizes, peak, slots_bytes, budget):
+def ring_of(count, computed_over=None):
+    """`count` of the blocks for the ring: those computing over the most positions (`computed_over`,
+    per block; None: all alike), spread evenly among those alike."""
+    n = len(computed_over) if computed_over is not None else None
+    if computed_over is None or count <= 0:
+        return spread(count, n) if n is not None else []
+    chosen = []
+    for level in sorted(set(computed_over), reverse=True):
+        members = [p for p, c in enumerate(computed_over) if c == level]
+        take = min(len(members), count - len(chosen))
+        chosen += [members[i] for i in spread(take, len(members))]
+        if len(chosen) == count:
+            break
+    return sorted(chosen)
+
+
+def ring_for(sizes, peak, slots_bytes, budget, computed_over=None):
     """The ring (positions) that keeps the fewest blocks in host memory while the step's `peak` (bytes,
     measured with every block in the ring and `slots_bytes` of slots) stays within `budget` with its
-    margin: each block held adds its bytes, the slots change with the largest block left in the ring."""
+    margin: each block held adds its bytes, the slots change with the largest block left in the ring.
+    The ring's blocks are those computing over the most positions (`computed_over`: ring_of)."""
     n, margin = len(sizes), margin_bytes(budget)
     ring = list(range(n))
     for count in range(n - 1, -1, -1):
-        candidate = spread(count, n)
+        candidate = spread(count, n) if computed_over is None else ring_of(count, computed_over)
         slots = SLOTS * max((sizes[p] for p in candidate), default=0)
         held = sum(size for p, size in enumerate(sizes) if p not in candidate)
         if peak - slots_bytes + slots + held + margin > budget:
@@ -162,7 +183,7 @@ class BudgetPlan:
                 f"vram_budget_gib to at least {(peak + margin) / GIB + 0.5:.1f}, or train at a lower "
                 "resolution, batch or frame count."
             )
-        ring = ring_for(engine.block_bytes(), peak, engine.resident_bytes(), self.budget)
+        ring = ring_for(engine.block_bytes(), peak, engine.resident_bytes(), self.budget, engine.computed_over())
         engine.set_ring(ring)
         self.settled = {
             "budget_gib": self.budget / GIB,

@@ -15,6 +15,7 @@ from eridiffusion.training.memory.swap_plan import (
     check_vram_budget,
     margin_bytes,
     ring_for,
+    ring_of,
     smallest_weights_bytes,
     spread,
     weights_in_blocks,
@@ -54,6 +55,56 @@ def test_the_ring_holds_as_many_blocks_as_the_budget_leaves_room_for(sizes, acti
         assert planned(ring) + margin_bytes(budget) <= budget
     if ring:
         assert planned(spread(len(ring) - 1, n)) + margin_bytes(budget) > budget
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 4 * GIB), st.sampled_from([1024, 4096, 16384])), min_size=1, max_size=48),
+    st.integers(0, 8 * GIB),
+    st.floats(4, 200),
+)
+def test_the_ring_takes_the_blocks_computing_over_the_most_positions(blocks, activations, budget_gib):
+    """Within the same budget arithmetic, no held block computes over more positions than a ring block
+    (its copy would hide behind less compute), and blocks alike are spread evenly."""
+    sizes, computed_over = [s for s, _ in blocks], [c for _, c in blocks]
+    budget, slots_now = budget_gib * GIB, SLOTS * max(sizes)
+    peak = activations + slots_now
+    ring = ring_for(sizes, peak, slots_now, budget, computed_over)
+    assert ring == ring_of(len(ring), computed_over)
+    held = [p for p in range(len(sizes)) if p not in ring]
+    if ring and held:
+        assert min(computed_over[p] for p in ring) >= max(computed_over[p] for p in held)
+    if len(ring) < len(sizes):
+        planned = peak - slots_now + SLOTS * max((sizes[p] for p in ring), default=0) + sum(sizes[p] for p in held)
+        assert planned + margin_bytes(budget) <= budget
+    assert ring_of(len(ring), [7] * len(sizes)) == spread(len(ring), len(sizes))
+
+
+def test_a_unets_outer_blocks_compute_over_more_positions_than_its_inner_ones(quality_stack):
+    """The positions each block's input spans, as the engine records them in a forward: a UNet's shrink
+    at each level down (64 px: 8×8 latents, then 4×4 ...)."""
+    from comfy.model_management import load_models_gpu
+
+    from devkit.stock_comfyui import ProbeInput
+    from eridiffusion.training.memory.block_swap import BlockSwap
+    from eridiffusion.training.model import loading
+
+    model, _, _, data = quality_stack
+    patcher = model.clone()
+    engine = BlockSwap(patcher, [], patcher.load_device)
+    engine.install(patcher)
+    try:
+        load_models_gpu([patcher], force_full_load=True)
+        probe = ProbeInput.of(model, data)
+        device = patcher.load_device
+        inputs = {n: v.to(device) if isinstance(v, torch.Tensor) else v for n, v in probe.inputs.items()}
+        with torch.inference_mode():
+            patcher.model.apply_model(probe.x.to(device), probe.sigma.to(device), **inputs)
+    finally:
+        loading.unload(patcher)
+    seen = engine.computed_over()
+    latent = probe.x.shape[-2] * probe.x.shape[-1] * probe.x.shape[0]
+    assert seen is not None and max(seen) == latent and min(seen) < latent
+    assert len(set(seen)) > 1
 
 
 def test_the_smallest_plan_is_the_weights_outside_the_blocks_and_two_blocks_room():
