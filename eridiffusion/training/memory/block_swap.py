@@ -110,7 +110,7 @@ class _Block:
 class BlockSwap:
     """The placement of a model's blocks. `ring`: the positions (in model_blocks order) whose weights
     pass through the device slots; the other blocks are held on the device whole. `on_settle`
-    (optional): called once, at the first training forward after a backward, to change the ring
+    (optional): called once, by `settle` after the first optimizer step, to change the ring
     (swap_plan.py's budget, from the first step's peak memory)."""
 
     graphed = False  # CUDA graphs capture the steps: every region starts with the ring empty, ends joined
@@ -253,11 +253,6 @@ class BlockSwap:
         in_backward = torch._C._current_graph_task_id() != -1
         if training:
             if not in_backward and (self.last_in_backward or self.forwards == 0):
-                if self.forwards > 0 and not self.settled:
-                    self.settled = True
-                    if self.on_settle is not None:
-                        self.on_settle(self)
-                    self.settled_at = (self.forwards, self.bytes_copied)
                 self.forwards += 1
             self.last_in_backward = in_backward
         if self.graphed and self._region_begins(block.position, in_backward, training):
@@ -383,6 +378,16 @@ class BlockSwap:
             block.slot = None
 
     # -- a new plan -----------------------------------------------------------------------------
+
+    def settle(self):
+        """After the first optimizer step (the training loop calls it): the plan's ring from what that step
+        measured, if there is a plan (anything captured from the old placement must be let go first)."""
+        if self.settled:
+            return
+        self.settled = True
+        if self.on_settle is not None:
+            self.on_settle(self)
+        self.settled_at = (self.forwards, self.bytes_copied)
 
     def set_ring(self, ring):
         """Move to another ring (positions): blocks leaving it are held on the device from now on."""

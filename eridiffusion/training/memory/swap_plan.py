@@ -146,20 +146,21 @@ def ring_of(count, computed_over=None):
 
 
 def ring_for(sizes, peak, slots_bytes, budget, computed_over=None):
-    """The ring (positions) that keeps the fewest blocks in host memory while the step's `peak` (bytes,
-    measured with every block in the ring and `slots_bytes` of slots) stays within `budget` with its
-    margin: each block held adds its bytes, the slots change with the largest block left in the ring.
-    The ring's blocks are those computing over the most positions (`computed_over`: ring_of)."""
+    """The ring (positions) that keeps the fewest bytes in host memory (then the fewest blocks) while the
+    step's `peak` (bytes, measured with every block in the ring and `slots_bytes` of slots) stays within
+    `budget` with its margin: each block held adds its bytes, the slots change with the largest block
+    left in the ring. The ring of each size is ring_of's (the blocks computing over the most positions,
+    spread); every size is tried, as a smaller ring of other blocks may hold more bytes."""
     n, margin = len(sizes), margin_bytes(budget)
-    ring = list(range(n))
+    best, best_bytes = list(range(n)), sum(sizes)
     for count in range(n - 1, -1, -1):
         candidate = spread(count, n) if computed_over is None else ring_of(count, computed_over)
         slots = SLOTS * max((sizes[p] for p in candidate), default=0)
         held = sum(size for p, size in enumerate(sizes) if p not in candidate)
-        if peak - slots_bytes + slots + held + margin > budget:
-            break
-        ring = candidate
-    return ring
+        in_host = sum(sizes[p] for p in candidate)
+        if peak - slots_bytes + slots + held + margin <= budget and in_host <= best_bytes:
+            best, best_bytes = candidate, in_host
+    return best
 
 
 class BudgetPlan:
@@ -172,7 +173,9 @@ class BudgetPlan:
         self.settled: dict | None = None  # what was measured and decided (the run's summary)
 
     def __call__(self, engine):
-        peak = torch.cuda.max_memory_allocated(self.device)
+        # what the first step reserved: its activations with the allocator's fragmentation, and the
+        # memory pool of the CUDA graphs it captured
+        peak = torch.cuda.max_memory_reserved(self.device)
         standing = torch.cuda.memory_allocated(self.device)  # weights, adapters, optimizer state
         peak += (peak - standing) * (self.activation_scale - 1)
         margin = margin_bytes(self.budget)

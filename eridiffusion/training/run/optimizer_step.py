@@ -23,9 +23,20 @@ class OptimizerStep:
         if self.first_started is None:  # (its graph capture or compile included: waited for once)
             self.first_started = self._now()
             self._step(step)
+            self._settle_placement()
             self.first_seconds = self._now() - self.first_started
         else:
             self._step(step)
+
+    def _settle_placement(self):
+        """The VRAM budget's plan, from the first step's memory: its graphs, captured with the first
+        placement, go before the blocks move (their memory with them), and are captured again."""
+        swap = self.run.block_swap
+        if swap is None or swap.settled:
+            return
+        if swap.on_settle is not None:
+            self.path.drop_graphs()
+        swap.settle()
 
     def _now(self):
         if self.run.device.type == "cuda":

@@ -144,6 +144,8 @@ class _Loop:
         self.cadence = Cadence(config, every, validating=self.validation is not None)
         self.samples, self.sample_paths, self.stopped_early = None, [], False
         if run.device.type == "cuda":
+            if run.block_swap is not None:  # (the budget's plan measures the memory the first step reserves)
+                torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(run.device)
         self.started, self.timed_from, self.logged = time.perf_counter(), None, progress.start_step
 

@@ -129,6 +129,14 @@ class GraphedCall:
         graphed, layout = self.graphs[key]
         return _CallOfBatch.laid_out(graphed(*args), layout)
 
+    def drop(self):
+        """Forget every graph (the next calls capture them again, in a new pool) and give their memory
+        back to the device."""
+        self.graphs, self.addresses = {}, None
+        release_graph_memory()
+        self.pool = torch.cuda.graph_pool_handle()
+        torch.cuda.empty_cache()
+
     # what CUDA answers a capture that copies a pageable CPU tensor to the device
     CPU_COPY_REFUSED = "Cannot copy between CPU and CUDA tensors during CUDA graph capture"
 

@@ -59,6 +59,12 @@ class StepPath:
         if self.copies is not None:
             self.copies.fold_gradients()
 
+    def drop_graphs(self):
+        """Let go of the CUDA graphs captured so far (the weights they read are about to move), and of
+        their memory; the next steps capture them again."""
+        if self.graphed is not None:
+            self.graphed.drop()
+
     def sampling(self, patcher):
         """The context samples of `patcher` render in: where the steps replay from CUDA graphs, the
         sampler's model calls replay from graphs of their own."""

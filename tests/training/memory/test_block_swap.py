@@ -106,6 +106,19 @@ def test_steps_replayed_from_cuda_graphs_copy_the_swapped_blocks_in_themselves(s
     assert swapped.eval_loss_after == pytest.approx(resident.eval_loss_after, rel=1e-3)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a VRAM budget plans GPU memory")
+def test_a_budget_settled_after_the_first_step_recaptures_its_graphs_and_trains_what_resident_trains(
+    stacks, tmp_path
+):
+    """The first step runs (and captures its graphs) with every block in the ring; the plan then holds what
+    the budget leaves room for, the graphs go, and the next steps capture and replay the new placement."""
+    model, data = stacks["flux_dev"]
+    resident = _run(model, data, tmp_path / "resident", cuda_graphs="on", steps=4)
+    budgeted = _run(model, data, tmp_path / "budget", cuda_graphs="on", steps=4, vram_budget_gib=40.0)
+    assert budgeted.block_swap["budget_gib"] == 40.0 and budgeted.block_swap["blocks_in_ring"] == 0
+    assert budgeted.losses == pytest.approx(resident.losses, rel=1e-3)
+
+
 @pytest.mark.parametrize("arch", ["sd15", "flux_dev"])
 def test_the_trained_model_samples_with_its_blocks_back_in_place(stacks, arch, tmp_path):
     """The result MODEL (a clone of the input with the adapters) computes as the resident run's: the ring
