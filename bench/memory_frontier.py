@@ -4,8 +4,9 @@ models, files and runs: bf16, rank 16, gradient checkpointing, batch 1, 1024² i
 33 frames; qwen: Qwen-Image 20B).
 
 Per model and path (MODES: graphed, the default path, where the steps replay from CUDA graphs with
-block swap's copies inside them; eager): the uncapped step, then per cap the step with the process capped to that many GiB (torch.cuda.set_per_process_memory_fraction, as a
-card of that size) and vram_budget_gib set to it: the ratio to the uncapped step, the peak memory,
+block swap's copies inside them; eager): the uncapped step, then per cap the step with the process
+capped to that many GiB (torch.cuda.set_per_process_memory_fraction, as a card of that size) and
+vram_budget_gib set to it: the ratio to the uncapped step, the peak memory,
 the plan (blocks in the ring, held), whether each step's loss equals the uncapped run's (same seed,
 same data: the same weights compute the same products), and the bytes block swap copied from host to
 device per step beside the host link's bandwidth, measured in the same process with pinned memory

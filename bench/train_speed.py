@@ -391,6 +391,7 @@ def ours(
         "s_per_step": statistics.median(times),
         "steps_timed": len(times),
         "peak_GiB": result.peak_memory_gib,
+        "peak_reserved_GiB": torch.cuda.max_memory_reserved() / 2**30,
         "loss_first_last": [result.losses[0], result.losses[-1]],
         "losses": result.losses,
         "trainable_parameters": sum(p.numel() for p in result.trained.parameters()),

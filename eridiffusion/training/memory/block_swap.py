@@ -379,6 +379,12 @@ class BlockSwap:
 
     # -- a new plan -----------------------------------------------------------------------------
 
+    def measure(self):
+        """At the first step's end, before anything it captured goes: the plan's measurement, if any."""
+        measure = getattr(self.on_settle, "measure", None)
+        if measure is not None and not self.settled:
+            measure()
+
     def settle(self):
         """After the first optimizer step (the training loop calls it): the plan's ring from what that step
         measured, if there is a plan (anything captured from the old placement must be let go first)."""

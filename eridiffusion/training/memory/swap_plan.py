@@ -170,12 +170,19 @@ class BudgetPlan:
     def __init__(self, budget_gib, device, activation_scale=1.0):
         self.budget = budget_gib * GIB
         self.device, self.activation_scale = device, activation_scale
+        self.kept = 0  # bytes the device kept reserved after the first step (measure)
         self.settled: dict | None = None  # what was measured and decided (the run's summary)
 
+    def measure(self):
+        """At the first step's end, before its CUDA graphs go: what stays reserved once the allocator's
+        free cache is given back (the weights, the adapters, the optimizer's state, and the graphs'
+        memory pool with its fragmentation, which a replay draws on instead of allocating)."""
+        torch.cuda.empty_cache()
+        self.kept = torch.cuda.memory_reserved(self.device)
+
     def __call__(self, engine):
-        # what the first step reserved: its activations with the allocator's fragmentation, and the
-        # memory pool of the CUDA graphs it captured
-        peak = torch.cuda.max_memory_reserved(self.device)
+        # the first step's peak: its eager activations, or what its graphs keep, whichever is more
+        peak = max(torch.cuda.max_memory_allocated(self.device), self.kept)
         standing = torch.cuda.memory_allocated(self.device)  # weights, adapters, optimizer state
         peak += (peak - standing) * (self.activation_scale - 1)
         margin = margin_bytes(self.budget)

@@ -35,6 +35,7 @@ class OptimizerStep:
         if swap is None or swap.settled:
             return
         if swap.on_settle is not None:
+            swap.measure()
             self.path.drop_graphs()
         swap.settle()
 
