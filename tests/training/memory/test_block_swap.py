@@ -107,9 +107,7 @@ def test_steps_replayed_from_cuda_graphs_copy_the_swapped_blocks_in_themselves(s
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="a VRAM budget plans GPU memory")
-def test_a_budget_settled_after_the_first_step_recaptures_its_graphs_and_trains_what_resident_trains(
-    stacks, tmp_path
-):
+def test_a_budget_settled_after_the_first_step_recaptures_its_graphs_and_trains_what_resident_trains(stacks, tmp_path):
     """The first step runs (and captures its graphs) with every block in the ring; the plan then holds what
     the budget leaves room for, the graphs go, and the next steps capture and replay the new placement."""
     model, data = stacks["flux_dev"]
