@@ -11,6 +11,10 @@ probe captures a small graph the way the engine would and replays it against the
   address, not the values): the host copy is changed after capture and the replay must see it.
 
 Prints `RESULT {json}` per probe (ok, error, max difference) and writes $OUT/graph_swap_probe.json.
+Its answer on an H200 (bench/results/2026-11-28_graph_swap_probe_h200.json): the first three hold;
+graphed_callables failed on this probe's own eager backward (its AccumulateGrad node, made on the
+default stream, kept alive by `eager_out`), not on the engine, whose captures the GPU tests of
+tests/training/memory run.
 
     OUT=... python bench/graph_swap_probe.py
 """
