@@ -135,7 +135,7 @@ def ring_of(count, computed_over=None):
     n = len(computed_over) if computed_over is not None else None
     if computed_over is None or count <= 0:
         return spread(count, n) if n is not None else []
-    chosen = []
+    chosen: list[int] = []
     for level in sorted(set(computed_over), reverse=True):
         members = [p for p, c in enumerate(computed_over) if c == level]
         take = min(len(members), count - len(chosen))
