@@ -137,13 +137,15 @@ def test_the_lora_trainer_node_trains_an_fp8_scaled_model_into_a_file_the_bf16_m
     load_extension()
     monkeypatch.setitem(nodes.NODE_CLASS_MAPPINGS, "Tests_TinyFp8ScaledModel", TinyFp8ScaledModel)
     config = load_run_config(os.path.join(CONFIGS, "tiny_demo.yaml"))
-    config = dataclasses.replace(config, train={**config.train, "steps": 4}, sample=None)
+    config = dataclasses.replace(
+        config, train={**config.train, "steps": 4, "run_name": "fp8_scaled_graph"}, sample=None
+    )
     prompt = graph_prompt(config)
     prompt["1"] = {"class_type": "Tests_TinyFp8ScaledModel", "inputs": {}}
     prompt["3"]["inputs"]["resolution"] = 64
     executor, _ = run_prompt(prompt)
     assert executor.success, execution_error(executor)
-    saved = glob.glob(os.path.join(comfy_dirs["output"], "**", "*.safetensors"), recursive=True)
+    saved = glob.glob(os.path.join(comfy_dirs["output"], "**", "fp8_scaled_graph*.safetensors"), recursive=True)
     assert saved, os.listdir(comfy_dirs["output"])
     reference, _, _ = tiny_sd15(seed=0)
     _, unmatched = load_with_stock_comfyui(reference, max(saved, key=os.path.getmtime), 1.0, caplog)
