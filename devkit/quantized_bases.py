@@ -34,7 +34,14 @@ def fp8_scaled_state_dict(diffusion_model, layers):
 
 def tiny_sd15_fp8_scaled(seed=0):
     """(MODEL, CLIP, VAE): tiny_sd15's stack with the Linear layers of its transformer blocks fp8_scaled,
-    loaded as ComfyUI 0.28 loads such a checkpoint (MixedPrecisionOps layers holding QuantizedTensors)."""
+    loaded as ComfyUI 0.28 loads such a checkpoint (MixedPrecisionOps layers holding QuantizedTensors),
+    under inference mode as its loader nodes run (stock ComfyUI cannot move a QuantizedTensor made outside
+    it while loading under it: 'Cannot set version_counter for inference tensor')."""
+    with torch.inference_mode():
+        return _tiny_sd15_fp8_scaled(seed)
+
+
+def _tiny_sd15_fp8_scaled(seed):
     model, clip, vae = tiny_sd15(seed)
     layers = [
         name

@@ -10,6 +10,7 @@ CLIP's patcher (text-encoder adapters).
 import contextlib
 import itertools
 import logging
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ import torch
 from ...comfy_compat import prefix_cache_dropped
 from ...errors import EriDiffusionError
 from ...settings import check_settings, setting
-from .base import Adapter, layer_kind
+from .base import Adapter, layer_kind, linear_like, quantized, shape_of
 from .dora import DoRA
 from .forward_swap import SwappedForward, swap_in, swap_out
 from .glora import GLoRA
@@ -32,6 +33,9 @@ from .norm_diff import NormDiff, is_norm
 from .oft import BOFT, OFT
 
 ALGORITHMS = {"lora": LoRA, "dora": DoRA, "lokr": LoKr, "loha": LoHa, "oft": OFT, "boft": BOFT, "glora": GLoRA}
+# what trains on a layer that is not torch's Linear (ComfyUI's quantized layers): the algorithms whose
+# bypass adds a product of their own to the layer's output, needing only its sizes, not its weight
+LINEAR_LIKE_ALGORITHMS = ("lora", "loha", "lokr")
 _INJECTION_IDS = itertools.count()
 
 
@@ -150,7 +154,8 @@ class AdapterSpec:
         biases train), a NormDiff for a norm layer."""
         if is_norm(layer):
             return NormDiff(layer)
-        adapter = ALGORITHMS[self.algorithm].for_layer(layer, self, seed)
+        sized = shape_of(layer) if linear_like(layer) else layer  # (its weight may be quantized)
+        adapter = ALGORITHMS[self.algorithm].for_layer(sized, self, seed)
         if self.train_norms_and_biases and getattr(layer, "bias", None) is not None:
             adapter.train_bias_of(layer)
         return adapter
@@ -181,32 +186,27 @@ def target_layers(root, spec, allowed_keys, prefix="diffusion_model."):
         elif spec.train_norms_and_biases and is_norm(module):
             layers.append((name, module))
     if not layers:
-        quantized = _quantized_linear_layers(modules_by_name, prefix)
-        if quantized:
-            raise EriDiffusionError(
-                f"this model's linear layers are ComfyUI's quantized layers ({len(quantized)} of them, e.g. "
-                f"{quantized[0]}: {type(modules_by_name[quantized[0]]).__qualname__}), as an fp8_scaled or "
-                "mixed-quantized checkpoint loads; adapters cannot be trained on those yet: load the model "
-                "in bf16 (a bf16 checkpoint, or UNETLoader's weight_dtype fp8_e4m3fn on a bf16 file)."
-            )
         hint = "" if spec.targets == "all-linear" else "; try 'all-linear'"
         raise EriDiffusionError(f"targets '{spec.targets}' matched no layer of {type(root).__name__}{hint}.")
-    return select_layers(layers, spec.include, spec.exclude)
+    layers = select_layers(layers, spec.include, spec.exclude)
+    check_linear_like(layers, spec.algorithm)
+    return layers
 
 
-def _quantized_linear_layers(modules_by_name, prefix):
-    """Names of the layers under `prefix` that compute as linear layers but are not torch's Linear:
-    ComfyUI 0.28's mixed-precision ops (fp8_scaled and mixed-quantized checkpoints) make modules with
-    in_features, out_features and a quantized weight."""
-    return [
-        name
-        for name, module in modules_by_name.items()
-        if name.startswith(prefix)
-        and layer_kind(module) is None
-        and hasattr(module, "in_features")
-        and hasattr(module, "out_features")
-        and getattr(module, "weight", None) is not None
-    ]
+def check_linear_like(layers, algorithm):
+    """Refuse an algorithm that needs the layer's weight (DoRA's norm, OFT's rotation of it, GLoRA's
+    product with it) on layers that are not torch's Linear: ComfyUI's quantized layers."""
+    odd = [(name, module) for name, module in layers if linear_like(module)]
+    if not odd or algorithm in LINEAR_LIKE_ALGORITHMS:
+        return
+    name, module = odd[0]
+    what = "quantized" if quantized(module) else "mixed-precision"
+    raise EriDiffusionError(
+        f"this model's linear layers are ComfyUI's {what} layers ({len(odd)} of those targeted, e.g. {name}: "
+        f"{type(module).__qualname__}), as an fp8_scaled or mixed-quantized checkpoint loads; {algorithm} needs "
+        f"each layer's weight, which those keep quantized: train {', '.join(LINEAR_LIKE_ALGORITHMS)} on them, or "
+        "load the model in bf16 (a bf16 checkpoint, or UNETLoader's weight_dtype fp8_e4m3fn on a bf16 file)."
+    )
 
 
 class _LayerForward:
@@ -338,8 +338,8 @@ class AdapterSet(torch.nn.Module):
 def layer_width(layer):
     """The most independent directions a low-rank update of `layer` can hold: min(out, in) of its
     weight seen as a matrix (a convolution's input is in_channels x kernel size)."""
-    weight = layer.weight
-    return min(weight.shape[0], weight[0].numel())
+    shape = layer.weight.shape  # (the shape alone: a quantized weight is not indexed)
+    return min(shape[0], math.prod(shape[1:]))
 
 
 def narrow_layers(adapter_set, root):

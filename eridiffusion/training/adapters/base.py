@@ -137,8 +137,32 @@ def seeded(seed):
 
 
 def layer_kind(layer):
-    if isinstance(layer, torch.nn.Linear):
+    if isinstance(layer, torch.nn.Linear) or linear_like(layer):
         return "linear"
     if isinstance(layer, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
         return "conv"
     return None
+
+
+def linear_like(layer):
+    """Whether `layer` computes as a linear layer without being torch's Linear: ComfyUI 0.28's
+    mixed-precision ops (an fp8_scaled or mixed-quantized checkpoint as it loads) make modules with
+    in_features, out_features and an (out, in) weight, most of them quantized (a tensor subclass
+    holding the quantized data and its scales), whose own forward dequantizes or multiplies in the
+    quantized format. An adapter adds its product to that forward's output."""
+    if isinstance(layer, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+        return False
+    weight, out, inp = (getattr(layer, n, None) for n in ("weight", "out_features", "in_features"))
+    return isinstance(weight, torch.Tensor) and isinstance(out, int) and tuple(weight.shape) == (out, inp)
+
+
+def quantized(layer):
+    """Whether `layer`'s weight is a quantized tensor (a subclass, not a plain tensor)."""
+    weight = getattr(layer, "weight", None)
+    return isinstance(weight, torch.Tensor) and type(weight) not in (torch.Tensor, torch.nn.Parameter)
+
+
+def shape_of(layer):
+    """A weightless Linear of `layer`'s shape, for an adapter that only needs its sizes (its base output
+    is always the layer's own forward)."""
+    return torch.nn.Linear(layer.in_features, layer.out_features, bias=False, device="meta")

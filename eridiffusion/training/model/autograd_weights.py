@@ -3,18 +3,24 @@
 ComfyUI loads models under torch.inference_mode, and autograd refuses to save such tensors
 for backward. While training, each frozen parameter is swapped for a non-inference alias of
 the same memory (requires_grad off), and so is each buffer made at load time (ACE-Step 1.5's
-rotary cos/sin tables); the originals come back when ComfyUI unpatches.
+rotary cos/sin tables); a quantized weight (a tensor subclass) is remade from aliases of its parts.
+The originals come back when ComfyUI unpatches.
 """
 
 from typing import Any
 
 import comfy.patcher_extension
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 INJECTION_KEY = "eridiffusion_autograd_weights"
 
 
 def _alias(tensor):
+    if is_traceable_wrapper_subclass(tensor):  # a quantized weight (ComfyUI's QuantizedTensor): its parts'
+        names, context = tensor.__tensor_flatten__()
+        inner = {name: _alias(getattr(tensor, name)) for name in names}
+        return type(tensor).__tensor_unflatten__(inner, context, tensor.size(), tensor.stride())
     view = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
     with torch.no_grad():
         view.set_(tensor.untyped_storage(), tensor.storage_offset(), tensor.size(), tensor.stride())

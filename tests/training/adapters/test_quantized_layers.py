@@ -1,16 +1,23 @@
 """A base loaded from an fp8_scaled (mixed-quantized) checkpoint, as ComfyUI 0.28 loads it: its linear
-layers are ComfyUI's MixedPrecisionOps layers, which adapters do not train yet (issue 43). The run is
-refused before anything trains, naming the layers' class and the fix, and the MODEL is left as it came."""
+layers are ComfyUI's MixedPrecisionOps layers (those of the transformer blocks holding QuantizedTensors).
+LoRA, LoHa and LoKr train on them through the layers' own forward (issue 43); the saved file loads with
+no unmatched key on the bf16 model the fp8_scaled one was made from, and moves it as it moved the
+fp8_scaled one; an algorithm that needs each layer's weight is refused before the run, naming the fix;
+the MODEL is left as it came. Through ComfyUI's executor too."""
 
+import dataclasses
+import glob
 import os
 
+import comfy.sd
+import comfy.utils
 import pytest
 import torch
 
 from devkit.quantized_bases import LOADS_PER_LAYER_QUANTIZATION
+from devkit.stock_comfyui import ProbeInput, load_with_stock_comfyui, merged_tolerance, relative_error
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.adapters import AdapterSpec
-from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.trainer import train_lora
 
@@ -19,38 +26,84 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.mark.parametrize("targets", ["all-linear", "attention"])
-def test_a_run_on_an_fp8_scaled_base_is_refused_before_training_naming_the_fix(dog_dataset, tmp_path, targets):
-    from comfy_kitchen.tensor.base import QuantizedTensor
-
+@pytest.fixture(scope="module")
+def fp8_stack(datasets_dir, tmp_path_factory):
+    """(the fp8_scaled tiny SD1.5, the same weights unquantized, 2 dog photos at 64 px)."""
     from devkit.quantized_bases import tiny_sd15_fp8_scaled
+    from eridiffusion.tiny_models import tiny_sd15
+    from eridiffusion.training.data.dataset import load_dataset
+    from eridiffusion.training.data.training_data import build_training_data
 
     model, clip, vae = tiny_sd15_fp8_scaled(seed=0)
-    weights = {n: p for n, p in model.model.diffusion_model.named_parameters()}
-    quantized = [n for n, p in weights.items() if isinstance(p, QuantizedTensor)]
-    assert len(quantized) > 50
-    before = {n: p.detach().clone() for n, p in weights.items() if n not in quantized}
+    reference, _, _ = tiny_sd15(seed=0)
+    dataset = load_dataset(os.path.join(datasets_dir, "dreambooth_dog"))
     with torch.inference_mode():
-        data = build_training_data(dog_dataset, vae, clip, 64, str(tmp_path / "cache"))
-    data.samples = data.samples[:2]
-    config = TrainConfig(
-        steps=2,
-        learning_rate=1e-3,
+        data = build_training_data(dataset, vae, clip, 64, str(tmp_path_factory.mktemp("fp8_scaled_cache")))
+    return model, reference, dataclasses.replace(data, samples=data.samples[:2], validation=None)
+
+
+def _config(algorithm, steps=30):
+    return TrainConfig(
+        steps=steps,
+        learning_rate=3e-3,
         dtype="fp32",
         gradient_checkpointing=False,
         run_name="fp8_scaled",
-        adapter=AdapterSpec(rank=4, alpha=4.0, targets=targets),
+        adapter=AdapterSpec(algorithm=algorithm, rank=4, alpha=4.0, targets="all-linear"),
     )
+
+
+def _quantized_weights(model):
+    from comfy_kitchen.tensor.base import QuantizedTensor
+
+    return {n: p for n, p in model.model.diffusion_model.named_parameters() if isinstance(p, QuantizedTensor)}
+
+
+@pytest.mark.parametrize("algorithm", ["lora", "lokr"])
+def test_an_adapter_trained_on_an_fp8_scaled_base_moves_the_bf16_model_as_it_moved_the_fp8_one(
+    fp8_stack, tmp_path, caplog, algorithm
+):
+    model, reference, data = fp8_stack
+    quantized = _quantized_weights(model)
+    assert len(quantized) > 50
+    before = {n: (p._qdata.clone(), p._params.scale.clone()) for n, p in quantized.items()}
+    probe = ProbeInput.of(model, data)
+    base_output = probe.output(model)
+    with torch.inference_mode(False):
+        result = train_lora(model, data, _config(algorithm), str(tmp_path / "run"))
+    assert result.eval_loss_after < result.eval_loss_before
+    trained_layers = {name.removeprefix("diffusion_model.") for name, _ in result.trained.adapters.items()}
+    assert set(quantized) <= {f"{name}.weight" for name in trained_layers}  # every quantized layer trained
+    path = result.lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
+    trained_output = probe.output(result.patcher)
+    # stock ComfyUI's bypass loading (what it does for a LoRA on a quantized model) computes the trained model
+    lora = comfy.utils.load_torch_file(path)
+    on_fp8, _ = comfy.sd.load_bypass_lora_for_models(model, None, lora, 1.0, 0.0)
+    assert relative_error(probe.output(on_fp8), trained_output) < merged_tolerance(on_fp8)
+    # the bf16 model takes the file whole, and it moves that model as training moved the fp8_scaled one, as
+    # closely as the two bases agree (fp8's rounding changes each layer's input a little)
+    on_reference, unmatched = load_with_stock_comfyui(reference, path, 1.0, caplog)
+    assert unmatched == []
+    taught = trained_output - base_output
+    moved = probe.output(on_reference) - probe.output(reference)
+    bases_apart = relative_error(probe.output(reference), base_output)
+    assert relative_error(taught, base_output) > 0.1
+    assert relative_error(moved, taught) < 0.02 + 4 * bases_apart
+    for name, (qdata, scale) in before.items():  # the MODEL's quantized weights are as they came
+        weight = _quantized_weights(model)[name]
+        assert torch.equal(weight._qdata, qdata) and torch.equal(weight._params.scale, scale), name
+
+
+@pytest.mark.parametrize("algorithm", ["dora", "oft", "glora"])
+def test_an_algorithm_needing_the_layers_weight_is_refused_on_an_fp8_scaled_base(fp8_stack, tmp_path, algorithm):
+    model, _, data = fp8_stack
     with pytest.raises(EriDiffusionError) as refused, torch.inference_mode(False):
-        train_lora(model, data, config, str(tmp_path / "run"))
+        train_lora(model, data, _config(algorithm, steps=2), str(tmp_path / "run"))
     message = str(refused.value)
-    assert "quantized layers" in message and "MixedPrecisionOps" in message and "bf16" in message, message
-    assert "try 'all-linear'" not in message
+    assert "ComfyUI's mixed-precision layers" in message and "MixedPrecisionOps" in message, message
+    assert f"{algorithm} needs each layer's weight" in message, message
+    assert "lora, loha, lokr" in message and "bf16" in message, message
     assert not os.path.exists(tmp_path / "run")
-    assert all(
-        isinstance(p, QuantizedTensor) for n, p in model.model.diffusion_model.named_parameters() if n in quantized
-    )
-    assert all(torch.equal(before[n], p) for n, p in model.model.diffusion_model.named_parameters() if n in before)
 
 
 class TinyFp8ScaledModel:
@@ -71,20 +124,29 @@ class TinyFp8ScaledModel:
         return tiny_sd15_fp8_scaled(seed=0)
 
 
-def test_the_lora_trainer_node_refuses_an_fp8_scaled_model_before_its_run_folder(comfy_dirs, monkeypatch):
+def test_the_lora_trainer_node_trains_an_fp8_scaled_model_into_a_file_the_bf16_model_loads(
+    comfy_dirs, monkeypatch, caplog
+):
     import nodes
 
     from devkit.headless import CONFIGS, graph_prompt
     from devkit.workflow import execution_error, load_extension, run_prompt
     from eridiffusion.headless.run_config import load_run_config
+    from eridiffusion.tiny_models import tiny_sd15
 
     load_extension()
     monkeypatch.setitem(nodes.NODE_CLASS_MAPPINGS, "Tests_TinyFp8ScaledModel", TinyFp8ScaledModel)
-    prompt = graph_prompt(load_run_config(os.path.join(CONFIGS, "tiny_demo.yaml")))
+    config = load_run_config(os.path.join(CONFIGS, "tiny_demo.yaml"))
+    config = dataclasses.replace(
+        config, train={**config.train, "steps": 4, "run_name": "fp8_scaled_graph"}, sample=None
+    )
+    prompt = graph_prompt(config)
     prompt["1"] = {"class_type": "Tests_TinyFp8ScaledModel", "inputs": {}}
     prompt["3"]["inputs"]["resolution"] = 64
     executor, _ = run_prompt(prompt)
-    error = execution_error(executor)
-    assert not executor.success and error.startswith("EriDiffusion_LoRATrainer"), error
-    assert "quantized layers" in error and "MixedPrecisionOps" in error, error
-    assert not os.path.exists(os.path.join(comfy_dirs["output"], "sks_dog"))
+    assert executor.success, execution_error(executor)
+    saved = glob.glob(os.path.join(comfy_dirs["output"], "**", "fp8_scaled_graph*.safetensors"), recursive=True)
+    assert saved, os.listdir(comfy_dirs["output"])
+    reference, _, _ = tiny_sd15(seed=0)
+    _, unmatched = load_with_stock_comfyui(reference, max(saved, key=os.path.getmtime), 1.0, caplog)
+    assert unmatched == []
