@@ -88,8 +88,6 @@ def test_the_ring_takes_the_blocks_computing_over_the_most_positions(blocks, act
 def test_a_unets_outer_blocks_compute_over_more_positions_than_its_inner_ones(quality_stack):
     """The positions each block's input spans, as the engine records them in a forward: a UNet's shrink
     at each level down (64 px: 8×8 latents, then 4×4 ...)."""
-    from comfy.model_management import load_models_gpu
-
     from devkit.stock_comfyui import ProbeInput
     from eridiffusion.training.memory.block_swap import BlockSwap
     from eridiffusion.training.model import loading
@@ -98,13 +96,9 @@ def test_a_unets_outer_blocks_compute_over_more_positions_than_its_inner_ones(qu
     patcher = model.clone()
     engine = BlockSwap(patcher, [], patcher.load_device)
     engine.install(patcher)
+    probe = ProbeInput.of(model, data)
     try:
-        load_models_gpu([patcher], force_full_load=True)
-        probe = ProbeInput.of(model, data)
-        device = patcher.load_device
-        inputs = {n: v.to(device) if isinstance(v, torch.Tensor) else v for n, v in probe.inputs.items()}
-        with torch.inference_mode():
-            patcher.model.apply_model(probe.x.to(device), probe.sigma.to(device), **inputs)
+        probe.output(patcher)
     finally:
         loading.unload(patcher)
     seen = engine.computed_over()
