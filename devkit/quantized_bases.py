@@ -4,6 +4,7 @@ loads them: an fp8_scaled SD1.5 (per-layer `comfy_quant` entries, float8_e4m3fn 
 detection (the tiny config replaces what detection would read from a full-size file). Import once
 ComfyUI is on sys.path."""
 
+import contextlib
 import json
 
 import comfy.model_management as mm
@@ -16,6 +17,22 @@ from eridiffusion.tiny_models import HEADS, SD15_UNET, tiny_sd15
 
 # the hosts whose loader reads per-layer quantization (ComfyUI 0.28's mixed-precision ops)
 LOADS_PER_LAYER_QUANTIZATION = hasattr(comfy.utils, "detect_layer_quantization")
+
+
+@contextlib.contextmanager
+def products_in_full_precision(patcher):
+    """`patcher`'s quantized layers computing with their weights dequantized (as on a CPU) for an exact
+    comparison: on a GPU with fp8 compute ComfyUI quantizes each layer's input to fp8, and that rounding
+    (up to 6% of an element) turns differences of fp16's size between two models into ~3% of the output."""
+    layers = [m for m in patcher.model.modules() if hasattr(m, "_full_precision_mm")]
+    before = [m._full_precision_mm for m in layers]
+    for m in layers:
+        m._full_precision_mm = True
+    try:
+        yield
+    finally:
+        for m, value in zip(layers, before):
+            m._full_precision_mm = value
 
 
 def fp8_scaled_state_dict(diffusion_model, layers):

@@ -1,6 +1,7 @@
 """A trained LoRA as stock ComfyUI sees it: loaded through its own LoRA loader (with the keys it
 refuses), and a fixed probe input to compare model outputs exactly."""
 
+import contextlib
 import logging
 
 import comfy.model_management
@@ -28,6 +29,31 @@ def merged_tolerance(patcher, on_the_cpu=1e-4, on_a_gpu=3e-3):
     computes in half precision (casting fp32 weights as it goes), which rounds the merged weight
     (DoRA's, normalized per column after the merge, by up to 0.7% on the H100: `on_a_gpu`)."""
     return on_the_cpu if patcher.load_device.type == "cpu" else on_a_gpu
+
+
+@contextlib.contextmanager
+def merging_in_fp32(device):
+    """Stock ComfyUI merging a LoRA into fp32 weights in fp32 on `device`, and fp32 products there, for a
+    comparison with the trained bypass to the CPU's tolerance: on a GPU ComfyUI 0.2x merges LoRA patches
+    in fp16 (model_management.lora_compute_dtype), rounding each merged weight by up to 2^-11, and
+    cuDNN's convolutions round fp32 inputs to TF32 by default; either puts the two ~1e-3 apart on
+    outputs that agree to 1e-6 when both are exact."""
+    device = torch.device(device)
+    merges = getattr(comfy.model_management, "LORA_COMPUTE_DTYPES", None)  # (0.3.x merges in fp32)
+    flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    before = None if merges is None else merges.get(device)
+    if merges is not None:
+        merges[device] = torch.float32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = flags
+        if merges is not None:
+            if before is None:
+                merges.pop(device, None)
+            else:
+                merges[device] = before
 
 
 def relative_error(a, b):

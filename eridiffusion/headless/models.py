@@ -174,6 +174,7 @@ SAFETENSORS_SUFFIXES = (".safetensors", ".sft")
 # carries code; their errors are named here.
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit on the JSON header
+GGUF_MAGIC = b"GGUF"  # the first bytes of a GGUF file (llama.cpp's format, which city96's ComfyUI-GGUF reads)
 
 
 def _existing(path, key):
@@ -183,6 +184,13 @@ def _existing(path, key):
         raise EriDiffusionError(f"model.{key} {path} is a folder; give the path of the .safetensors file in it.")
     if not os.path.isfile(path):
         raise EriDiffusionError(f"model.{key} {path} does not exist; give the path of the .safetensors file.")
+    if _is_gguf(path):
+        raise EriDiffusionError(
+            f"model.{key} {path} is a GGUF file: ComfyUI's own loaders (which training loads the model with) "
+            "read .safetensors files, not GGUF, and a GGUF model's quantized layers (the ComfyUI-GGUF node's) "
+            "take no trained adapters here. Give the model's .safetensors release: bf16, or its fp8 / "
+            "fp8_scaled file (adapters train on those layers)."
+        )
     if path.lower().endswith(SAFETENSORS_SUFFIXES):
         problem = _safetensors_problem(path)
         if problem:
@@ -191,6 +199,12 @@ def _existing(path, key):
                 "(or give the right file)."
             )
     return path
+
+
+def _is_gguf(path):
+    """Whether the file at `path` is a GGUF file (its magic, whatever its name)."""
+    with open(path, "rb") as f:
+        return path.lower().endswith(".gguf") or f.read(4) == GGUF_MAGIC
 
 
 def _safetensors_problem(path):

@@ -57,6 +57,15 @@ def largest_difference(path_a, path_b):
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def processes_on_the_cpu():
+    """Every run here is a gloo run on the CPU, on a GPU machine too (where one GPU would refuse two
+    processes, rightly: the launch checks are tested without GPUs below)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CUDA_VISIBLE_DEVICES", "")
+        yield
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The same settings run by one process at batch_size 2 and by torchrun's 2 processes at 1."""

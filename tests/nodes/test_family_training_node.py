@@ -34,7 +34,7 @@ def test_a_flux_stack_trains_through_the_executor_and_its_lora_loads_in_stock_co
     # the kernel's module (it needs Triton) in each import of the package: ComfyUI's has its own name
     packages = [name[: -len(".comfy_compat")] for name in sys.modules if name.endswith("eridiffusion.comfy_compat")]
     for package in packages if torch.cuda.is_available() else ():
-        kernel = importlib.import_module(package + ".training.rope_kernel")
+        kernel = importlib.import_module(package + ".training.speed.rope_kernel")
 
         def counted(*args, rotated=kernel.rotated, **kwargs):
             kernel_calls.append(1)

@@ -109,6 +109,23 @@ def test_a_pickle_checkpoint_comfyui_refuses_is_named_with_what_to_use_instead(t
     assert error.endswith("Use the model's .safetensors release, or convert the file to .safetensors.")
 
 
+@pytest.mark.parametrize("key", ["checkpoint", "diffusion_model"])
+@pytest.mark.parametrize("name", ["flux1-dev-Q4_K_S.gguf", "renamed.safetensors"])
+def test_a_gguf_model_file_is_named_with_the_files_that_train(key, name, tmp_path):
+    # a GGUF file's start: its magic, version 3, no tensors, no metadata (what a renamed one keeps too)
+    path = model_file(tmp_path, name, b"GGUF" + (3).to_bytes(4, "little") + bytes(16))
+    vae = model_file(tmp_path, "vae.safetensors", b"")
+    section = (
+        f"checkpoint: {path}" if key == "checkpoint" else f"diffusion_model: {path}, text_encoders: [{vae}], vae: {vae}"
+    )
+    error, left = cli_error(tmp_path, config(tmp_path, f"model: {{{section}}}\n"))
+    assert error.startswith(f"model.{key} {path} is a GGUF file: ComfyUI's own loaders"), error
+    assert error.endswith(
+        "Give the model's .safetensors release: bf16, or its fp8 / fp8_scaled file (adapters train on those layers)."
+    )
+    assert left == []
+
+
 def test_a_folder_given_as_a_model_file_is_called_a_folder(tmp_path):
     error, _ = cli_error(tmp_path, config(tmp_path, f"model: {{checkpoint: {tmp_path}}}\n"))
     assert error == f"model.checkpoint {tmp_path} is a folder; give the path of the .safetensors file in it."

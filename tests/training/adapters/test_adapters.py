@@ -9,6 +9,7 @@ import comfy.utils
 import pytest
 import torch
 
+from devkit.stock_comfyui import merging_in_fp32
 from devkit.tiny_models import build_tiny
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.formats.lora_file import export_lora, loadable_weight_keys
@@ -96,7 +97,8 @@ def perturbed_file_reproduces(sd15, spec, path, caplog):
         with caplog.at_level(logging.WARNING):
             patched, _ = comfy.sd.load_lora_for_models(sd15, None, comfy.utils.load_torch_file(path), strength, 0)
         assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
-        ours, theirs = probe_output(clone), probe_output(patched)
+        with merging_in_fp32(sd15.load_device):  # (on a GPU stock ComfyUI merges in fp16 otherwise)
+            ours, theirs = probe_output(clone), probe_output(patched)
         assert ((ours - theirs).norm() / theirs.norm()).item() < 1e-4, (spec.algorithm, spec.conv_rank, strength)
     return adapters, clone
 

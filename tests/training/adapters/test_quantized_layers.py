@@ -14,8 +14,8 @@ import comfy.utils
 import pytest
 import torch
 
-from devkit.quantized_bases import LOADS_PER_LAYER_QUANTIZATION
-from devkit.stock_comfyui import ProbeInput, load_with_stock_comfyui, merged_tolerance, relative_error
+from devkit.quantized_bases import LOADS_PER_LAYER_QUANTIZATION, products_in_full_precision
+from devkit.stock_comfyui import ProbeInput, load_with_stock_comfyui, merged_tolerance, merging_in_fp32, relative_error
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.run.config import TrainConfig
@@ -68,30 +68,34 @@ def test_an_adapter_trained_on_an_fp8_scaled_base_moves_the_bf16_model_as_it_mov
     assert len(quantized) > 50
     before = {n: (p._qdata.clone(), p._params.scale.clone()) for n, p in quantized.items()}
     probe = ProbeInput.of(model, data)
-    base_output = probe.output(model)
     with torch.inference_mode(False):
         result = train_lora(model, data, _config(algorithm), str(tmp_path / "run"))
     assert result.eval_loss_after < result.eval_loss_before
     trained_layers = {name.removeprefix("diffusion_model.") for name, _ in result.trained.adapters.items()}
     assert set(quantized) <= {f"{name}.weight" for name in trained_layers}  # every quantized layer trained
     path = result.lora.save(str(tmp_path / "lora.safetensors"), dtype="fp32")
-    trained_output = probe.output(result.patcher)
-    # stock ComfyUI's bypass loading (what it does for a LoRA on a quantized model) computes the trained model
     lora = comfy.utils.load_torch_file(path)
     on_fp8, _ = comfy.sd.load_bypass_lora_for_models(model, None, lora, 1.0, 0.0)
-    assert relative_error(probe.output(on_fp8), trained_output) < merged_tolerance(on_fp8)
-    # the bf16 model takes the file whole, and it moves that model as training moved the fp8_scaled one, as
-    # closely as the two bases agree (fp8's rounding changes each layer's input a little)
     on_reference, unmatched = load_with_stock_comfyui(reference, path, 1.0, caplog)
     assert unmatched == []
-    taught = trained_output - base_output
-    moved = probe.output(on_reference) - probe.output(reference)
-    bases_apart = relative_error(probe.output(reference), base_output)
+    # compared exactly: the merge in fp32 and the quantized layers' products on dequantized weights (on a GPU
+    # ComfyUI would merge in fp16 and quantize each layer's input to fp8, both rounding noise)
+    with merging_in_fp32(model.load_device), products_in_full_precision(model):
+        base_output, trained_output = probe.output(model), probe.output(result.patcher)
+        # stock ComfyUI's bypass loading (what it does for a LoRA on a quantized model) computes the trained model
+        # (on a GPU both compute in the fp16 ComfyUI casts this model to, each rounding its own way)
+        assert relative_error(probe.output(on_fp8), trained_output) < merged_tolerance(on_fp8)
+        # the bf16 model takes the file whole, and it moves that model as training moved the fp8_scaled one,
+        # as closely as the two bases agree (fp8's rounding changes each layer's input a little)
+        taught = trained_output - base_output
+        moved = probe.output(on_reference) - probe.output(reference)
+        bases_apart = relative_error(probe.output(reference), base_output)
     assert relative_error(taught, base_output) > 0.1
     assert relative_error(moved, taught) < 0.02 + 4 * bases_apart
     for name, (qdata, scale) in before.items():  # the MODEL's quantized weights are as they came
         weight = _quantized_weights(model)[name]
-        assert torch.equal(weight._qdata, qdata) and torch.equal(weight._params.scale, scale), name
+        assert torch.equal(weight._qdata.cpu(), qdata.cpu()), name  # (on a GPU the weights are loaded there now)
+        assert torch.equal(weight._params.scale.cpu(), scale.cpu()), name
 
 
 @pytest.mark.parametrize("algorithm", ["dora", "oft", "glora"])

@@ -137,13 +137,15 @@ def _sdxl_prediction(patcher):
     unet = patcher.model.model_config.unet_config
     context = torch.randn(1, 77, unet["context_dim"], generator=generator)
     y = torch.randn(1, unet["adm_in_channels"], generator=generator)
+    device = patcher.load_device  # (made on the CPU; a GPU run computes there)
+    x, context, y = x.to(device), context.to(device), y.to(device)
     model_loading.load(patcher)
     try:
         with torch.no_grad(), _DtypeCasts() as counted:
-            out = patcher.model.apply_model(x, torch.tensor([0.7]), c_crossattn=context, y=y)
+            out = patcher.model.apply_model(x, torch.tensor([0.7], device=device), c_crossattn=context, y=y)
     finally:
         model_loading.unload(patcher)
-    return out.float(), counted.casts
+    return out.float().cpu(), counted.casts
 
 
 def test_weights_held_in_the_compute_dtype_give_the_per_forward_casts_output_without_casting_a_weight():

@@ -1,8 +1,8 @@
 """Every family's training step replays as CUDA graphs: with cuda_graphs on (where a capture that
 fails, or inputs a graph cannot hold, stop the run) each tiny family's stack trains on real photos
-(clips made from them for video) the same steps as an eager run. The one family no graph can hold
-says where and why with cuda_graphs on, and trains eagerly with auto. Needs a CUDA device (run on
-the GPU machine: see bench/gpu_host.sh)."""
+(clips made from them for video, synthesized music for audio, masks for fill models) the same steps
+as an eager run. The one family no graph can hold says where and why with cuda_graphs on, and trains
+eagerly with auto. Needs a CUDA device (run on the GPU machine: see bench/gpu_suite.sh)."""
 
 import os
 import shutil
@@ -14,6 +14,7 @@ from devkit.photo_clips import CLIP_FRAMES, pan_and_zoom, write_frame_folder
 from devkit.short_runs import short_run as config
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from eridiffusion.errors import EriDiffusionError
+from eridiffusion.training.data.dataset import load_dataset
 from eridiffusion.training.data.training_data import build_training_data
 from eridiffusion.training.run.trainer import train_lora
 
@@ -38,20 +39,28 @@ def frame_folder_clips(datasets_dir, tmp_path_factory):
 
 
 def _clips(folder, frames):
-    from eridiffusion.training.data.dataset import load_dataset
-
     return load_dataset(folder, frames=frames or CLIP_FRAMES, fps=16.0)
 
 
 def _stack(name, request, folder):
     family = TINY_FAMILIES[name]
     model, clip, vae = build_tiny(name, seed=0)
-    if family.video_frames:  # read at the family's clip length (Mochi's VAE takes 6k+1 frames)
+    if family.audio_seconds:  # an audio model's VAE: synthesized music
+        dataset = load_dataset(request.getfixturevalue("music_folder"), seconds=family.audio_seconds)
+    elif family.video_frames:  # read at the family's clip length (Mochi's VAE takes 6k+1 frames)
         dataset = _clips(request.getfixturevalue("frame_folder_clips"), family.video_frames)
     else:
         dataset = request.getfixturevalue("dog_dataset")
-    with torch.inference_mode():  # as ComfyUI runs nodes
-        data = build_training_data(dataset, vae, clip, family.resolution, str(folder / "cache"))
+    with torch.inference_mode():  # as ComfyUI runs nodes (the data each family's model reads: fill's masks)
+        data = build_training_data(
+            dataset,
+            vae,
+            clip,
+            family.resolution,
+            str(folder / "cache"),
+            start_image=family.start_image,
+            inpaint=family.inpaint,
+        )
     data.samples = data.samples[:2]
     return model, data
 
