@@ -75,9 +75,9 @@ def test_input_model_output_is_bit_identical_after_training(trained):
     assert torch.equal(probe.output(trained["model"]), trained["base_output_before"])
 
 
-def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained_lora, tmp_path, caplog):
-    trained = trained_lora
-    model = trained["model"]
+def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(lora_stack, tmp_path, caplog):
+    stack = lora_stack
+    model = stack["model"]
     config = TrainConfig(
         gradient_checkpointing=False,
         steps=50,
@@ -100,7 +100,7 @@ def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained_l
     )
     try:
         with torch.inference_mode(False), pytest.raises(comfy.model_management.InterruptProcessingException):
-            train_lora(model, trained["data"], config, str(tmp_path), hooks=hooks)
+            train_lora(model, stack["data"], config, str(tmp_path), hooks=hooks)
     finally:
         comfy.model_management.interrupt_current_processing(False)
     assert seen == [1, 2, 3, 4, 5]
@@ -110,10 +110,10 @@ def test_cancel_stops_at_a_step_boundary_and_keeps_the_last_checkpoint(trained_l
     _, unmatched = load_with_stock_comfyui(model, str(tmp_path / "checkpoints" / checkpoints[-1]), 1.0, caplog)
     assert unmatched == []
     # the cancelled run's clone is gone: the input model computes exactly what it did before
-    assert torch.equal(trained["probe"].output(model), trained["base_output_before"])
+    assert torch.equal(stack["probe"].output(model), stack["base_output_before"])
 
 
-def test_a_bf16_run_computes_in_the_models_own_dtype_without_autocast(trained_lora, tmp_path):
+def test_a_bf16_run_computes_in_the_models_own_dtype_without_autocast(lora_stack, tmp_path):
     """The frozen model runs in the run's compute dtype as ComfyUI's sampler runs it (its layers cast
     their weights), not under autocast, which would up-cast every norm and softmax to fp32 and back;
     the adapters keep fp32 weights and gradients."""
@@ -122,14 +122,14 @@ def test_a_bf16_run_computes_in_the_models_own_dtype_without_autocast(trained_lo
     def watch(module, args, output):
         seen.append((output.dtype, torch.is_autocast_enabled("cpu")))
 
-    block = trained_lora["model"].model.diffusion_model.input_blocks[1][0]  # a resnet block
+    block = lora_stack["model"].model.diffusion_model.input_blocks[1][0]  # a resnet block
     hook = block.register_forward_hook(watch)
     try:
         config = TrainConfig(
             steps=2, learning_rate=1e-3, dtype="bf16", gradient_checkpointing=False, log_every=2, run_name="bf16"
         )
         with torch.inference_mode(False):
-            result = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path))
+            result = train_lora(lora_stack["model"], lora_stack["data"], config, str(tmp_path))
     finally:
         hook.remove()
     assert seen and set(seen) == {(torch.bfloat16, False)}
@@ -137,17 +137,17 @@ def test_a_bf16_run_computes_in_the_models_own_dtype_without_autocast(trained_lo
     assert {p.dtype for p in result.trained.adapters.parameters()} == {torch.float32}
 
 
-def test_the_summary_times_the_setup_and_the_first_step_apart_from_the_steps(trained_lora):
+def test_the_summary_times_the_setup_and_the_first_step_apart_from_the_steps(lora_stack):
     """summary.json says how long the run took to reach its first step (building, the evaluation
     loss, the data on the device) and how long that step took (a CUDA graph capture or a compile
     happens there), beside the seconds per step of the rest."""
-    with open(os.path.join(trained_lora["result"].run_dir, "summary.json")) as f:
+    with open(os.path.join(lora_stack["result"].run_dir, "summary.json")) as f:
         summary = json.load(f)
     setup, first, pace = summary["setup_seconds"], summary["first_step_seconds"], summary["seconds_per_step"]
     assert setup > 0 and first > 0 and pace > 0
     # the pace is timed from the first logging step (20) to the last (200): the setup, the first step and
     # those 180 steps are parts of the run's wall time (199 x pace took the 19 steps between for as slow
     # as the rest, and a busy second test worker made it 0.6% more than the wall time)
-    timed = trained_lora["config"].steps - trained_lora["config"].log_every
-    assert setup + first + timed * pace <= trained_lora["wall_seconds"]
-    assert setup + first + (trained_lora["config"].steps - 1) * pace <= 1.1 * trained_lora["wall_seconds"]
+    timed = lora_stack["config"].steps - lora_stack["config"].log_every
+    assert setup + first + timed * pace <= lora_stack["wall_seconds"]
+    assert setup + first + (lora_stack["config"].steps - 1) * pace <= 1.1 * lora_stack["wall_seconds"]

@@ -96,7 +96,7 @@ def test_compute_copies_are_made_only_where_they_save_casts():
     assert not ComputeCopies.worth_it(AdapterSet(AdapterSpec(), {"conv": conv}), torch.bfloat16)
 
 
-def test_an_eager_bf16_run_trains_the_same_adapter_with_and_without_compute_copies(trained_lora, tmp_path, monkeypatch):
+def test_an_eager_bf16_run_trains_the_same_adapter_with_and_without_compute_copies(lora_stack, tmp_path, monkeypatch):
     """Through the trainer (gradient accumulation over two micro-batches): the copies are used, and
     the trained adapter is bit for bit the one that per-layer casts train (layers sharing an input
     are left ungrouped here: grouped, they sum in another order; tests/training/speed/test_shared_input.py)."""
@@ -115,12 +115,12 @@ def test_an_eager_bf16_run_trains_the_same_adapter_with_and_without_compute_copi
     fold = ComputeCopies.fold_gradients
     monkeypatch.setattr(ComputeCopies, "fold_gradients", lambda self: folds.append(1) or fold(self))
     with torch.inference_mode(False):
-        with_copies = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path / "a"))
+        with_copies = train_lora(lora_stack["model"], lora_stack["data"], config, str(tmp_path / "a"))
     assert len(folds) == 4  # 2 steps x 2 micro-batches
     with torch.inference_mode(False):
         per_layer = train_lora(
-            trained_lora["model"],
-            trained_lora["data"],
+            lora_stack["model"],
+            lora_stack["data"],
             dataclasses.replace(config, speed=NO_COPIES),
             str(tmp_path / "b"),
         )

@@ -41,9 +41,9 @@ class ReadBackCounter(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _run(trained_lora, tmp_path, config, watch):
+def _run(lora_stack, tmp_path, config, watch):
     """Train `config` on the tiny model's data with `watch` (a torch mode) active over the steps only."""
-    run = TrainingRun(trained_lora["model"], trained_lora["data"], config, str(tmp_path))
+    run = TrainingRun(lora_stack["model"], lora_stack["data"], config, str(tmp_path))
     try:
         run.progress.eval_before = 0.0  # skip the evaluation pass: it is not part of the steps
         steps = []
@@ -74,25 +74,25 @@ def sync_config(**values):
 
 # on_nan=skip leaves a bad step out on the device (AdamW is fused): no read-back either.
 @pytest.mark.parametrize("on_nan", ["stop", "skip"])
-def test_a_step_reads_nothing_back_from_the_device_except_on_logging_steps(on_nan, trained_lora, tmp_path):
+def test_a_step_reads_nothing_back_from_the_device_except_on_logging_steps(on_nan, lora_stack, tmp_path):
     config = sync_config(run_name="sync", on_nan=on_nan)
     counter = ReadBackCounter()
-    _run(trained_lora, tmp_path, config, counter)
+    _run(lora_stack, tmp_path, config, counter)
     in_steps = {step: n for step, n in counter.counts.items() if step <= config.steps}
     # one read-back per logging step (the loss buffer), none anywhere else
     assert in_steps == {4: 1, 8: 1}
 
 
-def test_validation_and_ema_read_back_only_on_validation_steps(trained_lora, tmp_path):
+def test_validation_and_ema_read_back_only_on_validation_steps(lora_stack, tmp_path):
     import dataclasses
 
     from eridiffusion.training.data.training_data import TrainingData
 
-    data = trained_lora["data"]
+    data = lora_stack["data"]
     held_out = TrainingData(data.samples[:1], data.empty_conditioning, 0.0, 1, data.resolution, "")
     config = sync_config(run_name="sync_validation", validate_every=3, ema_decay=0.9)
     counter = ReadBackCounter()
-    _run({**trained_lora, "data": dataclasses.replace(data, validation=held_out)}, tmp_path, config, counter)
+    _run({**lora_stack, "data": dataclasses.replace(data, validation=held_out)}, tmp_path, config, counter)
     validation_steps = {3, 6, 8}  # (and the best checkpoint's export there)
     in_steps = {step: n for step, n in counter.counts.items() if step <= config.steps and step not in validation_steps}
     assert in_steps == {4: 1}
@@ -138,7 +138,7 @@ def test_bypass_adapters_never_build_a_full_size_delta_weight(algorithm, kind):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine the model trains on CUDA")
-def test_cuda_graphs_on_a_cpu_is_refused_with_the_fix(trained_lora):
+def test_cuda_graphs_on_a_cpu_is_refused_with_the_fix(lora_stack):
     from eridiffusion.errors import EriDiffusionError
 
     config = TrainConfig(
@@ -150,4 +150,4 @@ def test_cuda_graphs_on_a_cpu_is_refused_with_the_fix(trained_lora):
         adapter=AdapterSpec(rank=2, alpha=2.0, targets="attention"),
     )
     with pytest.raises(EriDiffusionError, match="cuda_graphs needs a CUDA device"):  # before anything is built
-        preflight(RunRequest(trained_lora["model"], trained_lora["data"], config))
+        preflight(RunRequest(lora_stack["model"], lora_stack["data"], config))

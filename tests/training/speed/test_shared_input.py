@@ -183,7 +183,7 @@ def test_a_grouped_layer_called_with_another_input_computes_alone_and_the_group_
 
 
 def test_a_checkpointed_eager_run_groups_from_its_second_step_and_trains_as_ungrouped(
-    trained_lora, tmp_path, monkeypatch
+    lora_stack, tmp_path, monkeypatch
 ):
     """Through the trainer, with gradient checkpointing (the blocks recompute in backward, groups
     and all): the groups learned in step 1 compute steps 2 and 3 without a miss, and the losses are
@@ -200,12 +200,12 @@ def test_a_checkpointed_eager_run_groups_from_its_second_step_and_trains_as_ungr
 
     monkeypatch.setattr(ComputeCopies, "fold_gradients", fold_noted)
     with torch.inference_mode(False):
-        grouped = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path / "a"))
+        grouped = train_lora(lora_stack["model"], lora_stack["data"], config, str(tmp_path / "a"))
     assert seen[0] is None and seen[1] == seen[2] and seen[1][0] > 0 and seen[1][1] == 0
     init = ComputeCopies.__init__
     monkeypatch.setattr(ComputeCopies, "__init__", lambda self, *args, **kwargs: init(self, *args, share_inputs=False))
     with torch.inference_mode(False):
-        ungrouped = train_lora(trained_lora["model"], trained_lora["data"], config, str(tmp_path / "b"))
+        ungrouped = train_lora(lora_stack["model"], lora_stack["data"], config, str(tmp_path / "b"))
     assert seen[3:] == [(0, 0)] * 3  # no groups learned or used
     assert grouped.losses[0] == ungrouped.losses[0]  # step 1 learns, ungrouped
     torch.testing.assert_close(torch.tensor(grouped.losses), torch.tensor(ungrouped.losses), rtol=5e-3, atol=0)
