@@ -144,18 +144,20 @@ def peft_deltas(path):
     config = {k.split(".", 1)[1]: v for k, v in packed.items()}
     fields = ("r", "lora_alpha", "rank_pattern", "alpha_pattern", "target_modules")
     root = torch.nn.Module()
-    state = {}
+    state, modules = {}, []
     for key, tensor in tensors.items():
         module, _, tensor_name = key[len(component) + 1 :].rpartition(".lora_")
         state[f"base_model.model.{module}.lora_{tensor_name}"] = tensor
         if tensor_name == "A.weight":
             _add_linear(root, module, tensor.shape[1], tensors[key.replace("lora_A", "lora_B")].shape[0])
+            modules.append(module)
     model = get_peft_model(root, LoraConfig(**{k: config[k] for k in fields}))
     result = set_peft_model_state_dict(model, state)
     assert not result.unexpected_keys, result.unexpected_keys
     base = model.base_model.model
     with torch.no_grad():
-        return {name: base.get_submodule(name).get_delta_weight("default") for name in config["target_modules"]}
+        # (every module of the file: peft's own files list target_modules as name suffixes, "to_q", "2")
+        return {name: base.get_submodule(name).get_delta_weight("default") for name in modules}
 
 
 def _add_linear(root, name, in_features, out_features):

@@ -56,6 +56,18 @@ def peft_weights_file(path: str) -> str:
     return inside
 
 
+# What comes before a PEFT module's name in LoRA files' layer names (PEFT's own, diffusers' components, ComfyUI's)
+PEFT_MODULE_PREFIXES = ("base_model.model.", "transformer.", "unet.", "diffusion_model.")
+
+
+def peft_module_name(layer: str) -> str:
+    """The module name a PEFT config's patterns address, of a LoRA file's layer name."""
+    for prefix in PEFT_MODULE_PREFIXES:
+        if layer.startswith(prefix):
+            return layer[len(prefix) :]
+    return layer
+
+
 def split_key(key: str) -> tuple[str, str] | None:
     """(layer name, ComfyUI tensor name) of a LoRA file's key, or None when no known tensor name ends it."""
     spelled = next((s for s in _BY_LENGTH if key.endswith("." + s)), None)

@@ -27,6 +27,7 @@ from ..formats.lora_conventions import (
     TEXT_ENCODER_PREFIXES,
     PeftScales,
     peft_metadata,
+    peft_module_name,
     peft_scales,
     peft_weights_file,
     split_key,
@@ -47,7 +48,6 @@ from .model_layout import WeightReader
 from .peft_dora import is_peft_dora, weight_change
 
 TARGETS = ("comfyui", "peft")
-_MODULE_PREFIXES = ("base_model.model.", "transformer.", "unet.", "diffusion_model.")
 
 
 @dataclass
@@ -212,19 +212,12 @@ def _grouped(tensors: dict[str, torch.Tensor], path: str) -> dict[str, LayerTens
     return layers
 
 
-def _module_name(layer: str) -> str:
-    for prefix in _MODULE_PREFIXES:
-        if layer.startswith(prefix):
-            return layer[len(prefix) :]
-    return layer
-
-
 def _with_alpha(group: LayerTensors, name: str, scales: PeftScales) -> LayerTensors:
     """A LoRA layer's tensors with an `alpha` (from the PEFT config, or the rank) where the file has none."""
     if "lora_down.weight" not in group or "alpha" in group:
         return group
     rank = group["lora_down.weight"].shape[0]
-    return {**group, "alpha": torch.tensor(scales.alpha_for(_module_name(name), rank))}
+    return {**group, "alpha": torch.tensor(scales.alpha_for(peft_module_name(name), rank))}
 
 
 def _spelling(name: str, group: LayerTensors) -> str:

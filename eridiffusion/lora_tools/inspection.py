@@ -8,7 +8,7 @@ from collections.abc import Collection, Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..formats.lora_conventions import peft_weights_file, split_key
+from ..formats.lora_conventions import peft_module_name, peft_scales, peft_weights_file, split_key
 from .lora_layers import layer_algorithm, rank_and_alpha, read_lora
 
 # Metadata keys by who wrote them: ours, kohya's sd-scripts (and tools that copy its keys), modelspec.
@@ -52,6 +52,7 @@ class LoRAReport:
     blocks: dict[str, Block]  # {block name: Block}
     metadata: dict[str, dict[str, str]]  # {writer: {key: value}}
     other_keys: list[str]
+    alpha_source: str = "every layer has its alpha"  # or where the alphas of layers without one came from
     not_loaded: list[str] | None = None  # with a model: file keys whose layer the model does not address
     convertible: int | None = None  # of those, how many `lora convert` places for that model
 
@@ -61,6 +62,7 @@ class LoRAReport:
             f"keys       {self.keys} in {sum(b.layers for b in self.blocks.values())} layers",
             f"family     {self.family} ({self.family_source})",
             "algorithm  " + ", ".join(f"{name} x{count}" for name, count in self.algorithms.items()),
+            f"alphas     {self.alpha_source}",
             "blocks     (layers: rank / alpha)",
         ]
         for name, block in self.blocks.items():
@@ -112,13 +114,18 @@ def inspect_lora(
     load, and with `convertible` (layer_table of that model) how many of those `lora convert` places."""
     path = peft_weights_file(path)
     lora = read_lora(path, other_trainers=True)
+    scales = peft_scales(path, lora.metadata)  # (a PEFT/diffusers file's alphas are in its config)
     blocks: dict[str, Block] = {}
+    without_alpha = 0
     for prefix, group in lora.layers.items():
         block = blocks.setdefault(block_of(prefix), Block())
         block.layers += 1
         block.algorithms[layer_algorithm(group)] += 1
         rank, alpha = rank_and_alpha(group)
         if rank is not None and alpha is not None:
+            if "alpha" not in group:
+                without_alpha += 1
+                alpha = scales.alpha_for(peft_module_name(prefix), rank)
             block.ranks[rank] += 1
             block.alphas[alpha] += 1
     metadata: dict[str, dict[str, str]] = {}
@@ -136,6 +143,8 @@ def inspect_lora(
         metadata,
         lora.other_keys,
     )
+    if without_alpha:
+        report.alpha_source = f"{without_alpha} layers without one: {scales.source}"
     if key_map is not None:
         report.not_loaded = _not_loaded(path, key_map)
         if convertible is not None:

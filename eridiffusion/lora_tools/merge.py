@@ -19,11 +19,11 @@ from .lora_layers import (
     layer_algorithm,
     lora_tensors,
     low_rank_of,
-    read_lora,
     write_lora,
 )
 from .low_rank import LowRank, spectrum_of_product
-from .resize import LayerResult
+from .peft_layers import as_peft, read_lora_as_written, same_spelling
+from .resize import LayerResult, peft_lines
 
 
 @dataclass
@@ -31,6 +31,7 @@ class Result:
     path: str
     mode: str
     layers: list[LayerResult]  # rank_before: the concatenated rank
+    peft_alphas: str | None = None  # PEFT/diffusers files': where their alphas were read
 
     def lines(self) -> list[str]:
         if not self.layers:
@@ -41,6 +42,7 @@ class Result:
             f"wrote {self.path}: {self.mode} merge, {len(self.layers)} layers, rank {min(ranks)}-{max(ranks)}, "
             f"kept energy (‖ΔW_r‖/‖ΔW‖) min {min(kept):.4f}"
         ]
+        out += peft_lines(self.peft_alphas)
         if self.mode != "exact":
             out += [
                 f"  {layer.prefix}: rank {layer.rank_before} -> {layer.rank_after}, keeps {layer.kept_energy:.4f}"
@@ -110,7 +112,9 @@ def merge_loras(
         raise EriDiffusionError(f"merge: rank {rank} is out of range; give a rank of 1 or more (or none for exact).")
     check_weights(inputs, "merge")
     check_output(output, overwrite)
-    loras = [read_lora(path) for path, _ in inputs]
+    read = [read_lora_as_written(path) for path, _ in inputs]
+    peft = same_spelling(read, "merge")
+    loras = [lora for lora, _ in read]
     check_mergeable(loras)
     weights = [float(weight) for _, weight in inputs]
     tensors: dict[str, torch.Tensor] = {}
@@ -140,15 +144,18 @@ def merge_loras(
     metadata = {
         **loras[0].metadata,
         "eridiffusion_merged": json.dumps(
-            {"from": [[os.path.basename(p), w] for (p, _), w in zip(inputs, weights)], "rank": rank}
+            {"from": [[os.path.basename(lora.path), w] for lora, w in zip(loras, weights)], "rank": rank}
         ),
     }
     top = max((r.rank_after for r in results), default=0)
     for key in ("ss_network_dim", "eridiffusion_rank", "ss_network_alpha", "eridiffusion_alpha"):
         if key in metadata:
             metadata[key] = str(top)
+    sources = "; ".join(dict.fromkeys(source for _, source in read if source is not None)) if peft else None
+    if peft:
+        tensors, metadata = as_peft(tensors, metadata)
     write_lora(output, tensors, metadata, dtype or dtype_name(loras[0].dtype()), overwrite)
-    return Result(output, "exact" if rank is None else f"rank {rank}", results)
+    return Result(output, "exact" if rank is None else f"rank {rank}", results, sources)
 
 
 def _merged_diffs(prefix: str, present: list[tuple[LoRAFile, float]]) -> dict[str, torch.Tensor]:

@@ -18,10 +18,10 @@ from .lora_layers import (
     lora_tensors,
     low_rank_of,
     rank_and_alpha,
-    read_lora,
     write_lora,
 )
 from .low_rank import check_rank_and_energy, spectrum_of_product
+from .peft_layers import as_peft, read_lora_as_written
 
 SUPPORTED = "resize handles LoRA, LoCon and DoRA files (lora_up/lora_down layers, linear and conv)"
 RESIZABLE = (LOW_RANK, "dora")
@@ -39,6 +39,7 @@ class LayerResult:
 class Result:
     path: str
     layers: list[LayerResult]
+    peft_alphas: str | None = None  # a PEFT/diffusers file's: where its alphas were read
 
     def lines(self) -> list[str]:
         kept = [layer.kept_energy for layer in self.layers]
@@ -47,11 +48,22 @@ class Result:
             f"wrote {self.path}: {len(self.layers)} layers, rank {min(ranks)}-{max(ranks)}, "
             f"kept energy (‖ΔW_r‖/‖ΔW‖) min {min(kept):.4f} mean {sum(kept) / len(kept):.4f}"
         ]
+        out += peft_lines(self.peft_alphas)
         out += [
             f"  {layer.prefix}: rank {layer.rank_before} -> {layer.rank_after}, keeps {layer.kept_energy:.4f}"
             for layer in self.layers
         ]
         return out
+
+
+def peft_lines(alphas: str | None) -> list[str]:
+    """What a rewrite of a PEFT/diffusers file read, and how it wrote it (none for ComfyUI's names)."""
+    if alphas is None:
+        return []
+    return [
+        f"  read a PEFT/diffusers file (lora_A/lora_B), alphas: {alphas}; written the same way, each layer's "
+        "scale folded into lora_B (its LoraConfig in the metadata at alpha = rank)"
+    ]
 
 
 def check_resizable(lora: LoRAFile) -> None:
@@ -84,8 +96,13 @@ def resize_lora(
     smallest rank keeping `energy` of each layer's ‖ΔW‖_F. `diff` tensors are copied."""
     check_rank_and_energy(rank, energy, f"resize {path}")
     check_output(output, overwrite)
-    lora = read_lora(path)
+    lora, peft_alphas = read_lora_as_written(path)
     check_resizable(lora)
+    if peft_alphas is not None and "dora" in lora.algorithms():
+        raise EriDiffusionError(
+            f"{lora.path} is a PEFT DoRA file, whose magnitudes depend on the base model's weights; convert it to "
+            "ComfyUI's keys first (eridiffusion lora convert --model ...), then resize that."
+        )
     largest = max(rank_and_alpha(g)[0] or 0 for g in lora.layers.values())
     if rank is not None and rank > largest:
         raise EriDiffusionError(
@@ -115,10 +132,12 @@ def resize_lora(
     top = max(r.rank_after for r in results)
     metadata = {
         **lora.metadata,
-        "eridiffusion_resized": json.dumps({"from": os.path.basename(path), "rank": rank, "energy": energy}),
+        "eridiffusion_resized": json.dumps({"from": os.path.basename(lora.path), "rank": rank, "energy": energy}),
     }
     for key in ("ss_network_dim", "eridiffusion_rank"):
         if key in metadata:
             metadata[key] = str(top)
+    if peft_alphas is not None:
+        tensors, metadata = as_peft(tensors, metadata)
     write_lora(output, tensors, metadata, dtype or dtype_name(lora.dtype()), overwrite)
-    return Result(output, results)
+    return Result(output, results, peft_alphas)

@@ -54,14 +54,33 @@ def test_a_musubi_z_image_file_is_read_and_its_unloaded_keys_are_the_ones_conver
     assert f"eridiffusion lora convert places {len(report.not_loaded)} of them" in "\n".join(report.lines())
 
 
-def test_a_peft_folder_is_inspected_with_its_alphas_unread_but_ranks_shown(family_lora, tmp_path):
+def test_peft_and_diffusers_files_are_reported_with_the_alphas_of_their_configs(family_lora, tmp_path):
+    """The family LoRA is rank 8 at alpha 4: PEFT's save_pretrained folder keeps lora_alpha in
+    adapter_config.json, diffusers' file in its lora_adapter_metadata; a bare PEFT weights file has none
+    (scale 1, as diffusers assumes), and the report says which."""
+    import shutil
+
     from devkit.foreign_loras import write_peft
 
     lora = family_lora("qwen_image")
-    write_peft(lora["model"].model, lora["path"], "qwen_image", str(tmp_path / "peft"), "peft")
-    report = inspect_lora(str(tmp_path / "peft"))
-    assert report.path.endswith("peft/adapter_model.safetensors")
-    assert list(report.algorithms) == ["lora"] and report.keys == 2 * sum(b.layers for b in report.blocks.values())
+    folder = write_peft(lora["model"].model, lora["path"], "qwen_image", str(tmp_path / "peft"), "peft")
+    diffusers = write_peft(lora["model"].model, lora["path"], "qwen_image", str(tmp_path / "diffusers"), "diffusers")
+    bare = str(tmp_path / "bare.safetensors")
+    shutil.copy(folder, bare)
+    for path, alpha, source in (
+        (str(tmp_path / "peft"), 4.0, "adapter_config.json"),
+        (diffusers, 4.0, "metadata lora_adapter_metadata"),
+        (bare, 8.0, "none in the file: scale 1 (alpha = rank), as diffusers assumes"),
+    ):
+        report = inspect_lora(path)
+        assert list(report.algorithms) == ["lora"] and report.keys == 2 * sum(b.layers for b in report.blocks.values())
+        assert {r for b in report.blocks.values() for r in b.ranks} == {8}
+        assert {a for b in report.blocks.values() for a in b.alphas} == {alpha}, path
+        layers = sum(b.layers for b in report.blocks.values())
+        assert report.alpha_source.startswith(f"{layers} layers without one: ") and source in report.alpha_source
+        assert f"alphas     {report.alpha_source}" in report.lines()
+    assert report.path == bare and inspect_lora(str(tmp_path / "peft")).path.endswith("peft/adapter_model.safetensors")
+    assert inspect_lora(lora["path"]).alpha_source == "every layer has its alpha"
 
 
 @pytest.mark.parametrize(
