@@ -68,6 +68,13 @@ def peft_lines(alphas: str | None) -> list[str]:
 
 def check_resizable(lora: LoRAFile) -> None:
     others = {name: n for name, n in lora.algorithms().items() if name not in (*RESIZABLE, "diff")}
+    if "unknown" in others:
+        prefix, group = next((p, g) for p, g in lora.layers.items() if layer_algorithm(g) == "unknown")
+        raise EriDiffusionError(
+            f"{lora.path}: layer {prefix} holds only {', '.join(sorted(group))}, no LoRA pair (lora_up and "
+            f"lora_down, or lora_B and lora_A; {others['unknown']} such layers); the file is damaged or was "
+            "edited: re-save it from its trainer."
+        )
     if others:
         listed = ", ".join(f"{name} ({n} layers)" for name, n in others.items())
         raise EriDiffusionError(

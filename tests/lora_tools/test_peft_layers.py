@@ -123,3 +123,11 @@ def test_the_cli_resizes_a_diffusers_file_and_says_what_it_read(family_lora, tmp
     assert all(
         k.endswith(("lora_A.weight", "lora_B.weight")) for k in safetensors.torch.load_file(tmp_path / "r2.safetensors")
     )
+
+
+def test_a_peft_layer_without_its_lora_b_is_named(tmp_path):
+    path = str(tmp_path / "a_only.safetensors")
+    safetensors.torch.save_file({"transformer.x.lora_A.weight": torch.ones(4, 8)}, path)
+    with pytest.raises(EriDiffusionError, match=r"layer transformer.x holds only lora_down.weight, no LoRA pair"):
+        resize_lora(path, str(tmp_path / "out.safetensors"), rank=2)
+    assert not (tmp_path / "out.safetensors").exists()
