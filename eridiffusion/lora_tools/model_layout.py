@@ -1,7 +1,7 @@
 """A model's layer layout without its weights, for the command line's verbs that need to know a model's
 layers (convert): ComfyUI's own model class, as its detection picks it from a diffusion model's or
-checkpoint's .safetensors header, built on the meta device (no weight is read or allocated); or one of
-the built-in tiny demo stacks."""
+checkpoint's .safetensors header (ComfyUI's names, or diffusers' as its diffusion-model loader converts
+them), built on the meta device (no weight is read or allocated); or one of the built-in tiny demo stacks."""
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -52,8 +52,10 @@ def layout_from_shapes(shapes: dict[str, tuple[tuple[int, ...], str]], what: str
     }
     try:
         config = comfy.model_detection.model_config_from_unet(state_dict, "")
+        if config is None:  # a diffusers-format file, as comfy.sd.load_diffusion_model reads it
+            state_dict, config = _from_diffusers(state_dict)
         if config is None:
-            raise ValueError("its detection matches no model class")
+            raise ValueError("its detection matches no model class, in ComfyUI's names or diffusers'")
         with torch.device("meta"):
             return config.get_model(state_dict, "")
     except Exception as error:  # detection and model classes raise many types for a layout they do not know
@@ -61,6 +63,24 @@ def layout_from_shapes(shapes: dict[str, tuple[tuple[int, ...], str]], what: str
             f"{what}: ComfyUI does not recognise the diffusion model in this file ({type(error).__name__}: "
             f"{error}); give the diffusion model or checkpoint the LoRA was trained for."
         ) from None
+
+
+def _from_diffusers(state_dict: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(state dict in ComfyUI's names, model config) of a diffusion model saved in diffusers' names, as
+    comfy.sd.load_diffusion_model_state_dict converts one: a transformer (Flux, SD3, Z-Image, AuraFlow,
+    PixArt: its q, k, v fused as ComfyUI holds them), else a UNet of a known configuration; (…, None) when
+    neither."""
+    import comfy.model_detection
+    import comfy.utils
+
+    converted = comfy.model_detection.convert_diffusers_mmdit(dict(state_dict), "")
+    if converted is not None:
+        return converted, comfy.model_detection.model_config_from_unet(converted, "")
+    config = comfy.model_detection.model_config_from_diffusers_unet(state_dict)
+    if config is None:
+        return state_dict, None
+    names = comfy.utils.unet_to_diffusers(config.unet_config)  # {diffusers name: ComfyUI's}
+    return {names[k]: v for k, v in state_dict.items() if k in names}, config
 
 
 def weight_reader(path: str) -> WeightReader | None:
