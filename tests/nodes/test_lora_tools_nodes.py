@@ -65,6 +65,24 @@ def test_resize_node_cuts_every_layer_to_the_rank(registered, family_lora):
     assert {v.shape[0] for k, v in resized.items() if k.endswith("lora_down.weight")} == {4}
 
 
+def test_resize_and_merge_nodes_keep_a_diffusers_file_in_its_format(registered, family_lora, tmp_path):
+    from devkit.foreign_loras import write_peft
+
+    lora = family_lora("sdxl")
+    diffusers = write_peft(lora["model"].model, lora["path"], "sdxl", str(tmp_path / "diffusers"), "diffusers")
+    text, _ = _run("EriDiffusion_ResizeLoRA", {"lora": diffusers, "rank": 4, "output": "tools/d4", "overwrite": True})
+    assert text.startswith(f"wrote {_loras('tools/d4.safetensors')}: 153 layers, rank 4-4")
+    assert "read a PEFT/diffusers file (lora_A/lora_B), alphas: metadata lora_adapter_metadata" in text
+    text, _ = _run(
+        "EriDiffusion_MergeLoRAs",
+        {"loras": f"{diffusers}: 0.5\n{_loras('tools/d4.safetensors')}: 0.5", "output": "tools/dm", "overwrite": True},
+    )
+    assert text.startswith(f"wrote {_loras('tools/dm.safetensors')}: exact merge, 153 layers, rank 12-12")
+    for name in ("d4", "dm"):
+        keys = safetensors.torch.load_file(_loras(f"tools/{name}.safetensors"))
+        assert all(k.startswith("unet.") and k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys)
+
+
 def test_merge_node_merges_two_weighted_loras_exactly(registered, family_lora):
     path = family_lora("sdxl")["path"]
     text, _ = _run(
