@@ -3,6 +3,7 @@ checkpoint through ComfyUI's own checkpoint save (what its CheckpointSave node w
 
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from ..errors import EriDiffusionError
 from ..formats.atomic_file import write_atomic
 from ..formats.lora_conventions import split_key
 from .lora_layers import check_output, check_weights, read_lora, read_safetensors
+from .peft_layers import PEFT_SPELLED
 
 
 @dataclass
@@ -56,6 +58,8 @@ def merge_into_checkpoint(
     patched_model, patched_clip, done = model, clip, []
     for path, strength_model, strength_clip in loras:
         tensors, _ = read_safetensors(path, "LoRA")
+        if any(key.endswith(PEFT_SPELLED) for key in tensors):
+            tensors = _in_comfyui_keys(path, model)
         unloaded = unloaded_keys(tensors, model, clip if strength_clip else None)
         if unloaded:
             raise EriDiffusionError(
@@ -74,3 +78,13 @@ def merge_into_checkpoint(
         overwrite=overwrite,
     )
     return Result(output, done)
+
+
+def _in_comfyui_keys(path: str, model: Any) -> dict[str, Any]:
+    """A PEFT/diffusers LoRA file's tensors converted to ComfyUI's keys for `model` (a ModelPatcher), at the
+    alphas of its LoraConfig (which ComfyUI's loader does not read), as `lora convert` writes them."""
+    from .convert import convert_lora
+
+    with tempfile.TemporaryDirectory() as folder:
+        converted = convert_lora(path, os.path.join(folder, "converted.safetensors"), model.model).path
+        return read_safetensors(converted, "LoRA")[0]

@@ -35,8 +35,38 @@ def test_a_lora_with_keys_the_loader_skips_is_refused_and_nothing_written(tmp_pa
     model, vae = loadable_sd15()
     lora = random_lora(model, str(tmp_path / "lora.safetensors"))
     tensors = safetensors.torch.load_file(lora)
-    tensors["transformer.not_a_layer.lora_A.weight"] = torch.zeros(4, 4)
+    tensors["lora_unet_not_a_layer.lora_up.weight"] = torch.zeros(4, 4)
+    tensors["lora_unet_not_a_layer.lora_down.weight"] = torch.zeros(4, 4)
     safetensors.torch.save_file(tensors, lora)
-    with pytest.raises(EriDiffusionError, match=r"1 of its 142 keys would not load into this model .*not_a_layer"):
+    with pytest.raises(EriDiffusionError, match=r"2 of its 143 keys would not load into this model .*not_a_layer"):
         merge_into_checkpoint(model, None, vae, [(lora, 1.0, 1.0)], str(tmp_path / "merged.safetensors"))
     assert not (tmp_path / "merged.safetensors").exists()
+    # a PEFT file's layer no weight of the model has: named by the conversion on the way in
+    del tensors["lora_unet_not_a_layer.lora_up.weight"], tensors["lora_unet_not_a_layer.lora_down.weight"]
+    tensors["transformer.not_a_layer.lora_A.weight"] = torch.zeros(4, 4)
+    tensors["transformer.not_a_layer.lora_B.weight"] = torch.zeros(4, 4)
+    safetensors.torch.save_file(tensors, lora)
+    with pytest.raises(EriDiffusionError, match=r"layers name no weight of this BaseModel model .*not_a_layer"):
+        merge_into_checkpoint(model, None, vae, [(lora, 1.0, 1.0)], str(tmp_path / "merged.safetensors"))
+    assert not (tmp_path / "merged.safetensors").exists()
+
+
+def test_a_peft_lora_is_merged_at_the_alphas_of_its_config(tmp_path):
+    """A diffusers/PEFT file (names ComfyUI's loader does not map for a UNet, alphas in its LoraConfig, which
+    that loader does not read) is converted on the way in: the checkpoint is the one its ComfyUI-keyed twin
+    gives."""
+    from eridiffusion.lora_tools.convert import convert_lora
+
+    model, vae = loadable_sd15()
+    lora = random_lora(model, str(tmp_path / "lora.safetensors"))
+    assert {float(v) for k, v in safetensors.torch.load_file(lora).items() if k.endswith(".alpha")} != {4.0}
+    peft = convert_lora(lora, str(tmp_path / "peft.safetensors"), model.model, to="peft").path
+    assert not any(k.endswith(".alpha") for k in safetensors.torch.load_file(peft))
+    outputs = []
+    for i, path in enumerate((lora, peft)):
+        merged = merge_into_checkpoint(model, None, vae, [(path, 0.8, 1.0)], str(tmp_path / f"m{i}.safetensors"))
+        import comfy.sd
+
+        loaded = comfy.sd.load_checkpoint_guess_config(merged.path, output_vae=False, output_clip=False)[0]
+        outputs.append(unet_output(loaded))
+    assert relative_error(outputs[1], outputs[0]) < 1e-5
