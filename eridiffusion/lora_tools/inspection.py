@@ -114,7 +114,7 @@ def inspect_lora(
     load, and with `convertible` (layer_table of that model) how many of those `lora convert` places."""
     path = peft_weights_file(path)
     lora = read_lora(path, other_trainers=True)
-    scales = peft_scales(path, lora.metadata)  # (a PEFT/diffusers file's alphas are in its config)
+    scales = None  # a PEFT/diffusers file's LoraConfig, read for the first layer without an alpha
     blocks: dict[str, Block] = {}
     without_alpha = 0
     for prefix, group in lora.layers.items():
@@ -125,6 +125,7 @@ def inspect_lora(
         if rank is not None and alpha is not None:
             if "alpha" not in group:
                 without_alpha += 1
+                scales = scales or peft_scales(path, lora.metadata)
                 alpha = scales.alpha_for(peft_module_name(prefix), rank)
             block.ranks[rank] += 1
             block.alphas[alpha] += 1
@@ -143,7 +144,7 @@ def inspect_lora(
         metadata,
         lora.other_keys,
     )
-    if without_alpha:
+    if scales is not None:
         report.alpha_source = f"{without_alpha} layers without one: {scales.source}"
     if key_map is not None:
         report.not_loaded = _not_loaded(path, key_map)
