@@ -176,6 +176,12 @@ def trained(request, dog_dataset, tmp_path_factory):
     return trained_run(request.param, dog_dataset, tmp_path_factory)
 
 
+@pytest.fixture(params=[("sd15", "lora", 0), ("sdxl", "lora", 0)], ids=["sd15", "sdxl"])
+def trained_lora(request, dog_dataset, tmp_path_factory):
+    """The plain LoRA runs (of TRAINED_CASES, cached with them): for tests of a finished run's own records."""
+    return trained_run(request.param, dog_dataset, tmp_path_factory)
+
+
 _STACKS = {}
 
 
@@ -190,7 +196,7 @@ def lora_stack(request, dog_dataset, tmp_path_factory):
 
 
 # The fixtures whose runs each worker caches for the whole session (trained_run).
-SESSION_CACHED = ("trained",)
+SESSION_CACHED = ("trained", "trained_lora")
 
 
 def pytest_collection_modifyitems(config, items):

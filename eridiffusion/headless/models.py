@@ -2,14 +2,12 @@
 diffusion model + text encoders + VAE, as the loader nodes load them) or as a tiny demo stack, and
 checking that it is the family the config says."""
 
-import contextlib
-import json
 import os
-import pickle
 from dataclasses import dataclass
 
-from ..errors import EriDiffusionError, first_line
+from ..errors import EriDiffusionError
 from ..settings import check_settings, setting
+from .model_files import existing, loading
 
 TINY_MODELS = {"tiny-sdxl": "sdxl", "tiny-sd15": "sd15"}
 
@@ -169,101 +167,6 @@ def _model_options(weight_dtype):
     return {k: getattr(torch, v) if k == "dtype" else v for k, v in WEIGHT_DTYPE_OPTIONS[weight_dtype].items()}
 
 
-SAFETENSORS_SUFFIXES = (".safetensors", ".sft")
-# Pickle checkpoints: ComfyUI opens them with torch's weights_only loader, which refuses any that
-# carries code; their errors are named here.
-PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
-MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit on the JSON header
-GGUF_MAGIC = b"GGUF"  # the first bytes of a GGUF file (llama.cpp's format, which city96's ComfyUI-GGUF reads)
-
-
-def _existing(path, key):
-    """`path` when it is a model file ComfyUI can try to load; an error naming it and the fix when it
-    is a folder, missing, or a .safetensors file that is not one (text, truncated, a damaged header)."""
-    if os.path.isdir(path):
-        raise EriDiffusionError(f"model.{key} {path} is a folder; give the path of the .safetensors file in it.")
-    if not os.path.isfile(path):
-        raise EriDiffusionError(f"model.{key} {path} does not exist; give the path of the .safetensors file.")
-    if _is_gguf(path):
-        raise EriDiffusionError(
-            f"model.{key} {path} is a GGUF file: ComfyUI's own loaders (which training loads the model with) "
-            "read .safetensors files, not GGUF, and a GGUF model's quantized layers (the ComfyUI-GGUF node's) "
-            "take no trained adapters here. Give the model's .safetensors release: bf16, or its fp8 / "
-            "fp8_scaled file (adapters train on those layers)."
-        )
-    if path.lower().endswith(SAFETENSORS_SUFFIXES):
-        problem = _safetensors_problem(path)
-        if problem:
-            raise EriDiffusionError(
-                f"model.{key} {path} is not a .safetensors file ComfyUI can read: {problem}. Download it again "
-                "(or give the right file)."
-            )
-    return path
-
-
-def _is_gguf(path):
-    """Whether the file at `path` is a GGUF file (its magic, whatever its name)."""
-    with open(path, "rb") as f:
-        return path.lower().endswith(".gguf") or f.read(4) == GGUF_MAGIC
-
-
-def _safetensors_problem(path):
-    """What is wrong with the safetensors layout of the file at `path` (an 8-byte header length, then
-    a JSON header of that length), or None: checked before ComfyUI maps the file."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            return f"it holds {size} bytes"
-        length = int.from_bytes(head, "little")
-        if length > MAX_HEADER_BYTES or 8 + length > size:
-            text = head.isascii() and head.decode("ascii").isprintable()
-            return "it is a text file" if text else f"it is truncated or damaged (its header claims {length} bytes)"
-        header = f.read(length)
-    try:
-        json.loads(header)
-    except (ValueError, RecursionError):
-        return "its header is not the JSON a .safetensors file starts with"
-    return None
-
-
-@contextlib.contextmanager
-def _loading(path, key):
-    """What ComfyUI's loader raises for a file it cannot open, as an error naming the file and the fix."""
-    try:
-        yield
-    except pickle.UnpicklingError as error:
-        raise EriDiffusionError(
-            f"model.{key} {path} is a pickle checkpoint that ComfyUI will not open safely ({first_line(error)}): a "
-            "pickle can run code. Use the model's .safetensors release, or convert the file to .safetensors."
-        ) from None
-    except (EOFError, OSError) as error:
-        raise EriDiffusionError(
-            f"model.{key} {path} cannot be read ({first_line(error)}); it is truncated or damaged: download it again."
-        ) from None
-    except (RuntimeError, KeyError, ValueError) as error:  # ComfyUI's detection (and torch's zip reader)
-        if isinstance(error, EriDiffusionError):
-            raise
-        raise _undetected(error, path, key) from None
-
-
-def _undetected(error, path, key):
-    """ComfyUI's "could not detect model type" as our error, naming the file and what to try."""
-    kind = {
-        "checkpoint": "a checkpoint",
-        "diffusion_model": "a diffusion model",
-        "low_noise_model": "a diffusion model",
-        "audio_vae": "an audio VAE",
-        "clip_vision": "an image encoder (CLIP vision)",
-        "text_encoders": "text encoders",
-        "vae": "a VAE",
-    }[key]
-    return EriDiffusionError(
-        f"ComfyUI could not load model.{key} {path} ({first_line(error)}); check that it is {kind} of "
-        "a model family this ComfyUI version knows."
-    )
-
-
 def load_models(source):
     """(MODEL, CLIP, VAE) for `source`, each loaded as ComfyUI's loader node for it does."""
     if source.tiny:
@@ -292,8 +195,8 @@ def load_audio_vae(source):
     import comfy.sd
     import comfy.utils
 
-    path = _existing(source.audio_vae, "audio_vae")
-    with _loading(path, "audio_vae"):
+    path = existing(source.audio_vae, "audio_vae")
+    with loading(path, "audio_vae"):
         state, metadata = comfy.utils.load_torch_file(path, return_metadata=True)
         state = comfy.utils.state_dict_prefix_replace(
             state, {"audio_vae.": "autoencoder.", "vocoder.": "vocoder."}, filter_keys=True
@@ -309,8 +212,8 @@ def load_clip_vision(source):
         return None
     import comfy.clip_vision
 
-    path = _existing(source.clip_vision, "clip_vision")
-    with _loading(path, "clip_vision"):
+    path = existing(source.clip_vision, "clip_vision")
+    with loading(path, "clip_vision"):
         return comfy.clip_vision.load(path)
 
 
@@ -326,9 +229,9 @@ def check_model_files(source):
     not after minutes of loading the diffusion model."""
     for key in ("checkpoint", "diffusion_model", "vae", "low_noise_model", "audio_vae", "clip_vision"):
         if getattr(source, key):
-            _existing(getattr(source, key), key)
+            existing(getattr(source, key), key)
     for path in source.text_encoders or ():
-        _existing(path, "text_encoders")
+        existing(path, "text_encoders")
 
 
 def load_checkpoint(path, model_options, with_clip=True, with_vae=True, required=True):
@@ -337,8 +240,8 @@ def load_checkpoint(path, model_options, with_clip=True, with_vae=True, required
     import comfy.sd
     import folder_paths
 
-    path = _existing(path, "checkpoint")
-    with _loading(path, "checkpoint"):
+    path = existing(path, "checkpoint")
+    with loading(path, "checkpoint"):
         model, clip, vae = comfy.sd.load_checkpoint_guess_config(
             path,
             output_vae=with_vae,
@@ -359,8 +262,8 @@ def load_diffusion_model(path, model_options):
     """UNETLoader's load."""
     import comfy.sd
 
-    path = _existing(path, "diffusion_model")
-    with _loading(path, "diffusion_model"):
+    path = existing(path, "diffusion_model")
+    with loading(path, "diffusion_model"):
         return comfy.sd.load_diffusion_model(path, model_options=model_options)
 
 
@@ -369,8 +272,8 @@ def load_text_encoders(paths, clip_type):
     import comfy.sd
     import folder_paths
 
-    paths = [_existing(p, "text_encoders") for p in paths]
-    with _loading(", ".join(paths), "text_encoders"):
+    paths = [existing(p, "text_encoders") for p in paths]
+    with loading(", ".join(paths), "text_encoders"):
         return comfy.sd.load_clip(
             ckpt_paths=paths,
             embedding_directory=folder_paths.get_folder_paths("embeddings"),
@@ -383,8 +286,8 @@ def load_vae(path):
     import comfy.sd
     import comfy.utils
 
-    path = _existing(path, "vae")
-    with _loading(path, "vae"):
+    path = existing(path, "vae")
+    with loading(path, "vae"):
         sd, metadata = comfy.utils.load_torch_file(path, return_metadata=True)
         vae = comfy.sd.VAE(sd=sd, metadata=metadata)
         vae.throw_exception_if_invalid()

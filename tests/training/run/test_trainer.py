@@ -137,17 +137,17 @@ def test_a_bf16_run_computes_in_the_models_own_dtype_without_autocast(lora_stack
     assert {p.dtype for p in result.trained.adapters.parameters()} == {torch.float32}
 
 
-def test_the_summary_times_the_setup_and_the_first_step_apart_from_the_steps(lora_stack):
+def test_the_summary_times_the_setup_and_the_first_step_apart_from_the_steps(trained_lora):
     """summary.json says how long the run took to reach its first step (building, the evaluation
     loss, the data on the device) and how long that step took (a CUDA graph capture or a compile
     happens there), beside the seconds per step of the rest."""
-    with open(os.path.join(lora_stack["result"].run_dir, "summary.json")) as f:
+    with open(os.path.join(trained_lora["result"].run_dir, "summary.json")) as f:
         summary = json.load(f)
     setup, first, pace = summary["setup_seconds"], summary["first_step_seconds"], summary["seconds_per_step"]
     assert setup > 0 and first > 0 and pace > 0
     # the pace is timed from the first logging step (20) to the last (200): the setup, the first step and
     # those 180 steps are parts of the run's wall time (199 x pace took the 19 steps between for as slow
     # as the rest, and a busy second test worker made it 0.6% more than the wall time)
-    timed = lora_stack["config"].steps - lora_stack["config"].log_every
-    assert setup + first + timed * pace <= lora_stack["wall_seconds"]
-    assert setup + first + (lora_stack["config"].steps - 1) * pace <= 1.1 * lora_stack["wall_seconds"]
+    timed = trained_lora["config"].steps - trained_lora["config"].log_every
+    assert setup + first + timed * pace <= trained_lora["wall_seconds"]
+    assert setup + first + (trained_lora["config"].steps - 1) * pace <= 1.1 * trained_lora["wall_seconds"]
