@@ -31,22 +31,29 @@ def test_a_merged_checkpoint_loads_in_checkpointloadersimple_and_reproduces_base
     assert result.lines()[1] == "  lora.safetensors: model 0.8, clip 1, 141 keys"
 
 
-def test_a_lora_with_keys_the_loader_skips_is_refused_and_nothing_written(tmp_path):
+@pytest.mark.parametrize(
+    "extra, refused",
+    [
+        # kohya's names: the loader would skip the layer
+        (
+            ("lora_unet_not_a_layer.lora_up.weight", "lora_unet_not_a_layer.lora_down.weight"),
+            r"2 of its 143 keys would not load into this model .*not_a_layer",
+        ),
+        # a PEFT file's layer no weight of the model has: named by the conversion on the way in
+        (
+            ("transformer.not_a_layer.lora_A.weight", "transformer.not_a_layer.lora_B.weight"),
+            r"layers name no weight of this BaseModel model .*not_a_layer",
+        ),
+    ],
+    ids=["kohya", "peft"],
+)
+def test_a_lora_with_keys_the_loader_skips_is_refused_and_nothing_written(tmp_path, extra, refused):
     model, vae = loadable_sd15()
     lora = random_lora(model, str(tmp_path / "lora.safetensors"))
     tensors = safetensors.torch.load_file(lora)
-    tensors["lora_unet_not_a_layer.lora_up.weight"] = torch.zeros(4, 4)
-    tensors["lora_unet_not_a_layer.lora_down.weight"] = torch.zeros(4, 4)
+    tensors.update({key: torch.zeros(4, 4) for key in extra})
     safetensors.torch.save_file(tensors, lora)
-    with pytest.raises(EriDiffusionError, match=r"2 of its 143 keys would not load into this model .*not_a_layer"):
-        merge_into_checkpoint(model, None, vae, [(lora, 1.0, 1.0)], str(tmp_path / "merged.safetensors"))
-    assert not (tmp_path / "merged.safetensors").exists()
-    # a PEFT file's layer no weight of the model has: named by the conversion on the way in
-    del tensors["lora_unet_not_a_layer.lora_up.weight"], tensors["lora_unet_not_a_layer.lora_down.weight"]
-    tensors["transformer.not_a_layer.lora_A.weight"] = torch.zeros(4, 4)
-    tensors["transformer.not_a_layer.lora_B.weight"] = torch.zeros(4, 4)
-    safetensors.torch.save_file(tensors, lora)
-    with pytest.raises(EriDiffusionError, match=r"layers name no weight of this BaseModel model .*not_a_layer"):
+    with pytest.raises(EriDiffusionError, match=refused):
         merge_into_checkpoint(model, None, vae, [(lora, 1.0, 1.0)], str(tmp_path / "merged.safetensors"))
     assert not (tmp_path / "merged.safetensors").exists()
 
