@@ -29,6 +29,7 @@ def add_lora_parser(commands):
 
     resize = verbs.add_parser("resize", help="cut each layer by SVD to a rank or an energy share")
     resize.add_argument("lora", help="the LoRA/LoCon .safetensors file")
+    _converting_model(resize)
     _output_options(resize, dtype_default=None)
     _rank_or_energy(resize)
 
@@ -44,6 +45,7 @@ def add_lora_parser(commands):
         help="apply the LoRAs (at --weights, on the model and its text encoder) to this checkpoint and write a "
         "checkpoint (ComfyUI's own save, as CheckpointSave writes), instead of one LoRA",
     )
+    _converting_model(merge)
     _output_options(merge, dtype_default=None)
 
     extract = verbs.add_parser("extract", help="a fine-tuned model's difference to its base as a LoRA")
@@ -75,6 +77,25 @@ def _add_convert(verbs):
     _output_options(convert, dtype_default=None)
 
 
+def _converting_model(verb):
+    verb.add_argument(
+        "--model",
+        metavar="WEIGHTS",
+        help="the diffusion model or checkpoint the LoRA is for (a .safetensors file or a diffusers folder; only "
+        "its header is read), or tiny-sdxl / tiny-sd15: files in any trainer's format are converted to ComfyUI's "
+        "keys for it on the way in, and the result is in ComfyUI's keys",
+    )
+
+
+def _model_of(path):
+    """(ComfyUI model layout, weight reader) of --model `path`, or (None, None) without one."""
+    if path is None:
+        return None, None
+    from ..lora_tools.model_layout import model_layout, weight_reader
+
+    return model_layout(path), weight_reader(path)
+
+
 def _output_options(verb, dtype_default):
     verb.add_argument("-o", "--output", required=True, help="the .safetensors file to write")
     verb.add_argument(
@@ -103,21 +124,25 @@ def run_lora(args: argparse.Namespace) -> list[str]:
 
         report = inspect_lora(args.lora, *_layouts(args.model)) if args.model else inspect_lora(args.lora)
         return [report_json(report)] if args.json else report.lines()
+    from ..formats.lora_conventions import peft_weights_file
+    from ..lora_tools.lora_layers import check_input, check_output, check_weights
+
     if args.verb == "convert":
-        from ..formats.lora_conventions import peft_weights_file
         from ..lora_tools.convert import convert_lora
-        from ..lora_tools.lora_layers import check_input, check_output
-        from ..lora_tools.model_layout import model_layout, weight_reader
 
         check_input(peft_weights_file(args.lora))  # before the model's layout is built
         check_output(args.output, args.force)
-        model = model_layout(args.model)
-        model_weights = weight_reader(args.model)
+        model, model_weights = _model_of(args.model)
         return convert_lora(args.lora, args.output, model, args.to, args.dtype, args.force, model_weights).lines()
     if args.verb == "resize":
         from ..lora_tools.resize import resize_lora
 
-        return resize_lora(args.lora, args.output, args.rank, args.energy, args.dtype, args.force).lines()
+        check_input(peft_weights_file(args.lora))  # before the model's layout is built
+        check_output(args.output, args.force)
+        model, model_weights = _model_of(args.model)
+        return resize_lora(
+            args.lora, args.output, args.rank, args.energy, args.dtype, args.force, model, model_weights
+        ).lines()
     if args.verb == "merge":
         from ..lora_tools.merge import merge_loras
 
@@ -128,7 +153,13 @@ def run_lora(args: argparse.Namespace) -> list[str]:
             )
         if args.into:
             return _merge_into(args, weights)
-        return merge_loras(list(zip(args.loras, weights)), args.output, args.rank, args.dtype, args.force).lines()
+        inputs = list(zip(args.loras, weights))
+        check_weights(inputs, "merge")
+        for path in args.loras:  # before the model's layout is built
+            check_input(peft_weights_file(path))
+        check_output(args.output, args.force)
+        model, model_weights = _model_of(args.model)
+        return merge_loras(inputs, args.output, args.rank, args.dtype, args.force, model, model_weights).lines()
     from ..lora_tools.extract import extract_from_files
 
     return extract_from_files(
@@ -144,6 +175,10 @@ def _merge_into(args, weights):
     if args.rank is not None or args.dtype is not None:
         raise EriDiffusionError(
             "--into writes a checkpoint at the checkpoint's own precision; leave out --rank and --dtype."
+        )
+    if args.model is not None:
+        raise EriDiffusionError(
+            "--into's checkpoint is the model the LoRAs are converted for on the way in; leave out --model."
         )
     check_weights(zip(args.loras, weights), "merge into a checkpoint")
     for path in args.loras:  # before the checkpoint is loaded: readable, a LoRA, finite

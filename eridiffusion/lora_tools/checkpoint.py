@@ -5,7 +5,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EriDiffusionError
@@ -19,10 +19,13 @@ from .peft_layers import PEFT_SPELLED
 class Result:
     path: str
     loras: list[tuple[str, float, float, int]]  # [(file name, model strength, clip strength, keys)]
+    converted: list[str] = field(default_factory=list)  # the file names converted to ComfyUI's keys on the way in
 
     def lines(self) -> list[str]:
         out = [f"wrote {self.path}: a checkpoint with {len(self.loras)} LoRA(s) merged into its weights"]
-        out += [f"  {name}: model {m:g}, clip {c:g}, {keys} keys" for name, m, c, keys in self.loras]
+        for name, m, c, keys in self.loras:
+            how = ", converted to ComfyUI's keys on the way in" if name in self.converted else ""
+            out.append(f"  {name}: model {m:g}, clip {c:g}, {keys} keys{how}")
         return out
 
 
@@ -46,7 +49,9 @@ def merge_into_checkpoint(
 ) -> Result:
     """Write checkpoint `output`: ModelPatcher `model` (and CLIP `clip`, VAE `vae`, either may be None) with
     each of `loras` [(path, model strength, clip strength)] applied as LoraLoader applies it. A LoRA with
-    keys the loader would leave out is refused (convert it first); the inputs are not changed."""
+    keys the loader would leave out, or a PEFT/diffusers file (whose alphas it does not read), is converted
+    to ComfyUI's keys for the model first (any trainer's format convert reads); a key that still would not
+    load is refused. The inputs are not changed."""
     import comfy.sd
 
     if not loras:
@@ -55,17 +60,19 @@ def merge_into_checkpoint(
     check_output(output, overwrite)
     for path, _, _ in loras:
         read_lora(path, other_trainers=True)  # readable, a LoRA, finite, before any is applied
-    patched_model, patched_clip, done = model, clip, []
+    patched_model, patched_clip, done, converted = model, clip, [], []
     for path, strength_model, strength_clip in loras:
         tensors, _ = read_safetensors(path, "LoRA")
-        if any(key.endswith(PEFT_SPELLED) for key in tensors):
+        loads_to = clip if strength_clip else None
+        if any(key.endswith(PEFT_SPELLED) for key in tensors) or unloaded_keys(tensors, model, loads_to):
             tensors = _in_comfyui_keys(path, model)
-        unloaded = unloaded_keys(tensors, model, clip if strength_clip else None)
+            converted.append(os.path.basename(path))
+        unloaded = unloaded_keys(tensors, model, loads_to)
         if unloaded:
             raise EriDiffusionError(
                 f"{path}: {len(unloaded)} of its {len(tensors)} keys would not load into this model (e.g. "
-                f"{', '.join(sorted(unloaded)[:3])}); nothing was written. Convert it to ComfyUI's keys first "
-                "(eridiffusion lora convert), or give the LoRA of this model."
+                f"{', '.join(sorted(unloaded)[:3])}), in ComfyUI's keys for it; nothing was written. Give the LoRA "
+                "of this model (its text-encoder layers load with the checkpoint's CLIP at a strength above 0)."
             )
         patched_model, patched_clip = comfy.sd.load_lora_for_models(
             patched_model, patched_clip, tensors, strength_model, strength_clip if clip is not None else 0
@@ -77,12 +84,13 @@ def merge_into_checkpoint(
         lambda tmp: comfy.sd.save_checkpoint(tmp, patched_model, patched_clip, vae, metadata=metadata),
         overwrite=overwrite,
     )
-    return Result(output, done)
+    return Result(output, done, converted)
 
 
 def _in_comfyui_keys(path: str, model: Any) -> dict[str, Any]:
-    """A PEFT/diffusers LoRA file's tensors converted to ComfyUI's keys for `model` (a ModelPatcher), at the
-    alphas of its LoraConfig (which ComfyUI's loader does not read), as `lora convert` writes them."""
+    """A LoRA file's tensors converted to ComfyUI's keys for `model` (a ModelPatcher) as `lora convert` writes
+    them: any trainer's names, a PEFT/diffusers file at the alphas of its LoraConfig (which ComfyUI's loader
+    does not read)."""
     from .convert import convert_lora
 
     with tempfile.TemporaryDirectory() as folder:

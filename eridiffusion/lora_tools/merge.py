@@ -4,11 +4,13 @@ compressed by SVD to a target rank (reporting what each layer keeps)."""
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from ..errors import EriDiffusionError
+from .incoming import check_one_naming, take_in
 from .inspection import family_of
 from .lora_layers import (
     LOW_RANK,
@@ -22,8 +24,9 @@ from .lora_layers import (
     write_lora,
 )
 from .low_rank import LowRank, spectrum_of_product
-from .peft_layers import as_peft, read_lora_as_written, same_spelling
-from .resize import LayerResult, peft_lines
+from .model_layout import WeightReader
+from .peft_layers import as_peft
+from .resize import LayerResult
 
 
 @dataclass
@@ -31,7 +34,7 @@ class Result:
     path: str
     mode: str
     layers: list[LayerResult]  # rank_before: the concatenated rank
-    peft_alphas: str | None = None  # PEFT/diffusers files': where their alphas were read
+    read: list[str] = field(default_factory=list)  # what was read (converted or PEFT/diffusers files)
 
     def lines(self) -> list[str]:
         if not self.layers:
@@ -42,7 +45,7 @@ class Result:
             f"wrote {self.path}: {self.mode} merge, {len(self.layers)} layers, rank {min(ranks)}-{max(ranks)}, "
             f"kept energy (‖ΔW_r‖/‖ΔW‖) min {min(kept):.4f}"
         ]
-        out += peft_lines(self.peft_alphas)
+        out += self.read
         if self.mode != "exact":
             out += [
                 f"  {layer.prefix}: rank {layer.rank_before} -> {layer.rank_after}, keeps {layer.kept_energy:.4f}"
@@ -103,18 +106,22 @@ def merge_loras(
     rank: int | None = None,
     dtype: str | None = None,
     overwrite: bool = False,
+    model: Any = None,
+    model_weights: WeightReader | None = None,
 ) -> Result:
     """Write `output`: the sum of weight · ΔW of each (path, weight) in `inputs`. Exact without `rank`
-    (ranks concatenated, scale 1); with `rank`, each layer's sum cut to it by SVD."""
+    (ranks concatenated, scale 1); with `rank`, each layer's sum cut to it by SVD. With ComfyUI model
+    `model` (and its `model_weights` where it holds none), files in any trainer's format are converted to
+    ComfyUI's keys for it first (incoming.py)."""
     if not inputs:
         raise EriDiffusionError("merge: give at least one LoRA file.")
     if rank is not None and rank < 1:
         raise EriDiffusionError(f"merge: rank {rank} is out of range; give a rank of 1 or more (or none for exact).")
     check_weights(inputs, "merge")
     check_output(output, overwrite)
-    read = [read_lora_as_written(path) for path, _ in inputs]
-    peft = same_spelling(read, "merge")
-    loras = [lora for lora, _ in read]
+    taken = [take_in(path, model, model_weights) for path, _ in inputs]
+    peft = check_one_naming(taken, "merge")
+    loras = [t.lora for t in taken]
     check_mergeable(loras)
     weights = [float(weight) for _, weight in inputs]
     tensors: dict[str, torch.Tensor] = {}
@@ -141,6 +148,18 @@ def merge_loras(
         kept_rank = min(rank, joined.rank, spectrum.size)
         tensors.update(lora_tensors(prefix, spectrum.truncated(kept_rank, 1.0), 1.0))
         results.append(LayerResult(prefix, joined.rank, kept_rank, spectrum.kept_energy(kept_rank)))
+    metadata = _merged_metadata(loras, weights, rank, results)
+    if peft:
+        tensors, metadata = as_peft(tensors, metadata)
+    write_lora(output, tensors, metadata, dtype or dtype_name(loras[0].dtype()), overwrite)
+    read = [line for t in taken for line in t.read]
+    return Result(output, "exact" if rank is None else f"rank {rank}", results, read)
+
+
+def _merged_metadata(
+    loras: list[LoRAFile], weights: list[float], rank: int | None, results: list[LayerResult]
+) -> dict[str, str]:
+    """The first file's metadata, what was merged, and its rank/alpha entries at the merged rank."""
     metadata = {
         **loras[0].metadata,
         "eridiffusion_merged": json.dumps(
@@ -151,11 +170,7 @@ def merge_loras(
     for key in ("ss_network_dim", "eridiffusion_rank", "ss_network_alpha", "eridiffusion_alpha"):
         if key in metadata:
             metadata[key] = str(top)
-    sources = "; ".join(dict.fromkeys(source for _, source in read if source is not None)) if peft else None
-    if peft:
-        tensors, metadata = as_peft(tensors, metadata)
-    write_lora(output, tensors, metadata, dtype or dtype_name(loras[0].dtype()), overwrite)
-    return Result(output, "exact" if rank is None else f"rank {rank}", results, sources)
+    return metadata
 
 
 def _merged_diffs(prefix: str, present: list[tuple[LoRAFile, float]]) -> dict[str, torch.Tensor]:

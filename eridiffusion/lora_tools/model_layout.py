@@ -1,8 +1,11 @@
 """A model's layer layout without its weights, for the command line's verbs that need to know a model's
 layers (convert): ComfyUI's own model class, as its detection picks it from a diffusion model's or
 checkpoint's .safetensors header (ComfyUI's names, or diffusers' as its diffusion-model loader converts
-them), built on the meta device (no weight is read or allocated); or one of the built-in tiny demo stacks."""
+them; a diffusers folder's unet/ or transformer/ files, sharded or not), built on the meta device (no
+weight is read or allocated); or one of the built-in tiny demo stacks."""
 
+import glob
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,23 +23,53 @@ WeightReader = Callable[[str], "torch.Tensor | None"]
 _DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
+# A diffusers model folder's weights: one file, shards (with their index), or a precision variant of either
+_DIFFUSERS_WEIGHTS = (
+    "diffusion_pytorch_model.safetensors",
+    "diffusion_pytorch_model-*-of-*.safetensors",
+    "diffusion_pytorch_model.*.safetensors",
+)
+
+
+def model_files(path: str) -> list[str]:
+    """The .safetensors files holding the model `path` names: the file itself, or a diffusers folder's
+    diffusion model (a pipeline folder's transformer/ or unet/, or a model folder: its one file, its
+    shards, or else a precision variant's)."""
+    if not os.path.isdir(path):
+        check_input(path)
+        return [path]
+    folder = next(
+        (os.path.join(path, c) for c in ("transformer", "unet") if os.path.isdir(os.path.join(path, c))), path
+    )
+    for pattern in _DIFFUSERS_WEIGHTS:
+        files = sorted(glob.glob(os.path.join(glob.escape(folder), pattern)))
+        variants = {os.path.basename(f).split(".")[1].split("-")[0] for f in files}
+        if files and len(variants) == 1:
+            return files
+    raise EriDiffusionError(
+        f"{path} is a folder without a diffusers diffusion model (transformer/ or unet/ with "
+        "diffusion_pytorch_model.safetensors, or its shards); give that folder, or a .safetensors model file."
+    )
+
+
 def model_layout(path: str) -> Any:
-    """The ComfyUI model (a BaseModel, on the meta device) of the diffusion model or checkpoint file `path`,
-    or of a built-in tiny stack (tiny-sdxl, tiny-sd15)."""
+    """The ComfyUI model (a BaseModel, on the meta device) of the diffusion model or checkpoint file `path`
+    (or diffusers folder), or of a built-in tiny stack (tiny-sdxl, tiny-sd15)."""
     if path in TINY_LAYOUTS:
         from ..tiny_models import build_tiny_demo
 
         return build_tiny_demo(TINY_LAYOUTS[path], seed=0)[0].model
     import safetensors
 
-    check_input(path)
-    try:
-        with safetensors.safe_open(path, "pt") as f:
-            shapes = {key: (tuple(f.get_slice(key).get_shape()), f.get_slice(key).get_dtype()) for key in f.keys()}
-    except (safetensors.SafetensorError, OSError) as error:
-        raise EriDiffusionError(
-            f"{path} cannot be read as a .safetensors model ({error}); give a diffusion model or checkpoint file."
-        ) from None
+    shapes = {}
+    for file in model_files(path):
+        try:
+            with safetensors.safe_open(file, "pt") as f:
+                shapes.update({k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()})
+        except (safetensors.SafetensorError, OSError) as error:
+            raise EriDiffusionError(
+                f"{file} cannot be read as a .safetensors model ({error}); give a diffusion model or checkpoint file."
+            ) from None
     return layout_from_shapes(shapes, path)
 
 
@@ -91,9 +124,12 @@ def weight_reader(path: str) -> WeightReader | None:
     import safetensors
 
     def read(key: str) -> "torch.Tensor | None":
-        with safetensors.safe_open(path, "pt") as f:
-            names = diffusion_model_names(list(f.keys()))
-            inside = key[len("diffusion_model.") :]
-            return f.get_tensor(names[inside]) if inside in names else None
+        inside = key[len("diffusion_model.") :]
+        for file in model_files(path):
+            with safetensors.safe_open(file, "pt") as f:
+                names = diffusion_model_names(list(f.keys()))
+                if inside in names:
+                    return f.get_tensor(names[inside])
+        return None
 
     return read

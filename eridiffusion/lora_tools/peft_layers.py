@@ -42,20 +42,6 @@ def read_lora_as_written(path: str) -> tuple[LoRAFile, str | None]:
     return lora, scales.source
 
 
-def same_spelling(loras: list[tuple[LoRAFile, str | None]], verb: str) -> bool:
-    """Whether the files are all PEFT/diffusers ones (True) or all in ComfyUI's names (False); a mix is
-    refused: their layer names differ, so nothing would add up."""
-    peft = {lora.path for lora, source in loras if source is not None}
-    if peft and len(peft) < len(loras):
-        other = next(lora.path for lora, source in loras if source is None)
-        raise EriDiffusionError(
-            f"{verb}: {next(iter(peft))} is a PEFT/diffusers file (lora_A/lora_B) and {other} is in ComfyUI's "
-            "names; their layer names differ. Convert the PEFT file to ComfyUI's keys first (eridiffusion lora "
-            "convert --model ..., or the Convert LoRA node), then merge."
-        )
-    return bool(peft)
-
-
 def as_peft(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> tuple[dict, dict]:
     """(tensors, metadata) of rewritten layers in ComfyUI's tensor names (lora_up, lora_down, alpha) in
     PEFT's: lora_B = lora_up · alpha / rank, lora_A = lora_down, and the LoraConfig (alpha = rank: scale

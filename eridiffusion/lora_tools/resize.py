@@ -4,11 +4,13 @@ same way and its magnitudes (dora_scale) kept: W' = (W + ΔW_r) · m / ‖W + Δ
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from ..errors import EriDiffusionError
+from .incoming import Incoming, take_in
 from .lora_layers import (
     LOW_RANK,
     LoRAFile,
@@ -21,7 +23,8 @@ from .lora_layers import (
     write_lora,
 )
 from .low_rank import check_rank_and_energy, spectrum_of_product
-from .peft_layers import as_peft, read_lora_as_written
+from .model_layout import WeightReader
+from .peft_layers import as_peft
 
 SUPPORTED = "resize handles LoRA, LoCon and DoRA files (lora_up/lora_down layers, linear and conv)"
 RESIZABLE = (LOW_RANK, "dora")
@@ -39,7 +42,7 @@ class LayerResult:
 class Result:
     path: str
     layers: list[LayerResult]
-    peft_alphas: str | None = None  # a PEFT/diffusers file's: where its alphas were read
+    read: list[str] = field(default_factory=list)  # what was read (a converted or PEFT/diffusers file)
 
     def lines(self) -> list[str]:
         kept = [layer.kept_energy for layer in self.layers]
@@ -48,22 +51,12 @@ class Result:
             f"wrote {self.path}: {len(self.layers)} layers, rank {min(ranks)}-{max(ranks)}, "
             f"kept energy (‖ΔW_r‖/‖ΔW‖) min {min(kept):.4f} mean {sum(kept) / len(kept):.4f}"
         ]
-        out += peft_lines(self.peft_alphas)
+        out += self.read
         out += [
             f"  {layer.prefix}: rank {layer.rank_before} -> {layer.rank_after}, keeps {layer.kept_energy:.4f}"
             for layer in self.layers
         ]
         return out
-
-
-def peft_lines(alphas: str | None) -> list[str]:
-    """What a rewrite of a PEFT/diffusers file read, and how it wrote it (none for ComfyUI's names)."""
-    if alphas is None:
-        return []
-    return [
-        f"  read a PEFT/diffusers file (lora_A/lora_B), alphas: {alphas}; written the same way, each layer's "
-        "scale folded into lora_B (its LoraConfig in the metadata at alpha = rank)"
-    ]
 
 
 def check_resizable(lora: LoRAFile) -> None:
@@ -91,24 +84,12 @@ def check_resizable(lora: LoRAFile) -> None:
         )
 
 
-def resize_lora(
-    path: str,
-    output: str,
-    rank: int | None = None,
-    energy: float | None = None,
-    dtype: str | None = None,
-    overwrite: bool = False,
-) -> Result:
-    """Write `output`: `path`'s LoRA layers at `rank` (layers already smaller keep theirs) or at the
-    smallest rank keeping `energy` of each layer's ‖ΔW‖_F. `diff` tensors are copied."""
-    check_rank_and_energy(rank, energy, f"resize {path}")
-    check_output(output, overwrite)
-    lora, peft_alphas = read_lora_as_written(path)
-    check_resizable(lora)
-    if peft_alphas is not None and "dora" in lora.algorithms():
+def _check_rank_and_kind(taken: Incoming, rank: int | None, path: str) -> None:
+    lora = taken.lora
+    if taken.peft and "dora" in lora.algorithms():
         raise EriDiffusionError(
-            f"{lora.path} is a PEFT DoRA file, whose magnitudes depend on the base model's weights; convert it to "
-            "ComfyUI's keys first (eridiffusion lora convert --model ...), then resize that."
+            f"{lora.path} is a PEFT DoRA file, whose magnitudes depend on the base model's weights; give the model "
+            "(--model, or the node's MODEL input) and it is converted to ComfyUI's keys on the way in."
         )
     largest = max(rank_and_alpha(g)[0] or 0 for g in lora.layers.values())
     if rank is not None and rank > largest:
@@ -116,6 +97,28 @@ def resize_lora(
             f"resize {path}: rank {rank} is out of range; its layers have rank {largest} at most, "
             f"so give a rank from 1 to {largest}."
         )
+
+
+def resize_lora(
+    path: str,
+    output: str,
+    rank: int | None = None,
+    energy: float | None = None,
+    dtype: str | None = None,
+    overwrite: bool = False,
+    model: Any = None,
+    weights: WeightReader | None = None,
+) -> Result:
+    """Write `output`: `path`'s LoRA layers at `rank` (layers already smaller keep theirs) or at the
+    smallest rank keeping `energy` of each layer's ‖ΔW‖_F. `diff` tensors are copied. With ComfyUI model
+    `model` (and its `weights` where it holds none), a file in any trainer's format is converted to
+    ComfyUI's keys for it first (incoming.py)."""
+    check_rank_and_energy(rank, energy, f"resize {path}")
+    check_output(output, overwrite)
+    taken = take_in(path, model, weights)
+    lora = taken.lora
+    check_resizable(lora)
+    _check_rank_and_kind(taken, rank, path)
     tensors: dict[str, torch.Tensor] = {}
     results: list[LayerResult] = []
     for prefix, group in lora.layers.items():
@@ -144,7 +147,7 @@ def resize_lora(
     for key in ("ss_network_dim", "eridiffusion_rank"):
         if key in metadata:
             metadata[key] = str(top)
-    if peft_alphas is not None:
+    if taken.peft:
         tensors, metadata = as_peft(tensors, metadata)
     write_lora(output, tensors, metadata, dtype or dtype_name(lora.dtype()), overwrite)
-    return Result(output, results, peft_alphas)
+    return Result(output, results, taken.read)

@@ -57,7 +57,13 @@ def file_writer_schema(node_id, display_name, description, settings):
         is_output_node=True,
         inputs=[
             *inputs_for(settings_of(settings)),
-            io.Model.Input("model", optional=True, tooltip="Optional: returned with the written LoRA applied."),
+            io.Model.Input(
+                "model",
+                optional=True,
+                tooltip="Optional: the model the LoRAs are for. Files in any trainer's format are converted to "
+                "ComfyUI's keys for it on the way in (the result is in ComfyUI's keys), and it is returned with "
+                "the written LoRA applied.",
+            ),
         ],
         outputs=[
             io.String.Output(display_name="lora", tooltip=_PATH_TIP),
@@ -147,7 +153,9 @@ class ResizeLoRA(io.ComfyNode):
         rank, energy = tool_settings.rank_or_energy(s)
         source = lora_file(s.lora, "Resize LoRA lora")
         output = output_file(s.output, s.overwrite, "Resize LoRA")
-        result = resize_lora(source, output, rank, energy, None, s.overwrite)
+        result = resize_lora(
+            source, output, rank, energy, None, s.overwrite, model.model if model is not None else None
+        )
         return shown(result.lines(), result.path, with_lora(model, result.path) if model is not None else None)
 
 
@@ -170,7 +178,9 @@ class MergeLoRAs(io.ComfyNode):
             (lora_file(n, "Merge LoRAs loras"), w) for n, w in tool_settings.weighted_lines(s.loras, "Merge LoRAs")
         ]
         output = output_file(s.output, s.overwrite, "Merge LoRAs")
-        result = merge_loras(inputs, output, s.rank or None, None, s.overwrite)
+        result = merge_loras(
+            inputs, output, s.rank or None, None, s.overwrite, model.model if model is not None else None
+        )
         return shown(result.lines(), result.path, with_lora(model, result.path) if model is not None else None)
 
 

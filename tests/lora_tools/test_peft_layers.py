@@ -104,14 +104,14 @@ def test_diffusers_files_merge_into_one_peft_reads_as_their_weighted_sum(family_
     assert max(errors) < FP32_TOLERANCE, max(errors)
 
 
-def test_a_peft_file_merged_with_a_comfyui_keyed_one_is_refused_naming_convert(family_lora, tmp_path):
+def test_a_peft_file_merged_with_a_comfyui_keyed_one_without_the_model_is_refused_naming_it(family_lora, tmp_path):
     lora, peft_file = _diffusers_file(family_lora, tmp_path)
     output = tmp_path / "merged.safetensors"
     with pytest.raises(EriDiffusionError) as refused:
         merge_loras([(peft_file, 1.0), (lora["path"], 1.0)], str(output))
     message = str(refused.value)
     assert message.startswith(f"merge: {peft_file} is a PEFT/diffusers file (lora_A/lora_B) and {lora['path']}")
-    assert "eridiffusion lora convert --model" in message
+    assert "Give the model the LoRAs are for (--model on the command line, the node's MODEL input)" in message
     assert not output.exists()
 
 

@@ -83,6 +83,18 @@ def test_resize_and_merge_nodes_keep_a_diffusers_file_in_its_format(registered, 
         assert all(k.startswith("unet.") and k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys)
 
 
+def test_merge_node_with_the_model_converts_another_trainers_file_on_the_way_in(registered, family_lora, tmp_path):
+    lora = family_lora("sdxl")
+    foreign = write_convention(lora["model"].model, lora["path"], "onetrainer", "sdxl", str(tmp_path / "o.safetensors"))
+    text, _ = _run(
+        "EriDiffusion_MergeLoRAs",
+        {"model": ["1", 0], "loras": f"{foreign}: 0.5\n{lora['path']}: 0.5", "output": "tools/mo", "overwrite": True},
+    )
+    assert f"{foreign}: read 153 layers, converted to ComfyUI's keys for SDXL" in text
+    merged = safetensors.torch.load_file(_loras("tools/mo.safetensors"))
+    assert sorted(merged) == sorted(safetensors.torch.load_file(lora["path"]))
+
+
 def test_merge_node_merges_two_weighted_loras_exactly(registered, family_lora):
     path = family_lora("sdxl")["path"]
     text, _ = _run(
