@@ -207,3 +207,48 @@ def write_peft_dora(model, path, folder):
     return os.path.join(folder, "adapter_model.safetensors"), {
         n: merged.get_submodule(n).weight.detach().clone() for n in layers
     }
+
+
+# diffusers' text-encoder components of SDXL, by ComfyUI's CLIP state-dict prefix
+_SDXL_TEXT_ENCODERS = {"clip_l.transformer.": "text_encoder", "clip_g.transformer.": "text_encoder_2"}
+
+
+def write_diffusers_with_text_encoders(model, clip, path, output, text_alpha, rank=8, seed=3):
+    """Our SDXL LoRA file `path` with random LoRAs of the CLIP's attention projections added, written as
+    diffusers writes an SDXL LoRA trained with its text encoders: `unet.`, `text_encoder.` and
+    `text_encoder_2.` layers (lora_A/lora_B), each component's LoraConfig packed under its name in
+    `lora_adapter_metadata` (the text encoders' at alpha `text_alpha`). Also the same text-encoder LoRAs in
+    kohya's names with their alpha ({key: tensor}), for ComfyUI's loader to compare against."""
+    import tempfile
+
+    generator = torch.Generator().manual_seed(seed)
+    with tempfile.TemporaryDirectory() as folder:
+        unet_file = write_peft(model, path, "sdxl", folder, "diffusers")
+        tensors = safetensors.torch.load_file(unet_file)
+        with safetensors.safe_open(unet_file, "pt") as f:
+            packed = json.loads(f.metadata()["lora_adapter_metadata"])
+    kohya = {}
+    weights = clip.cond_stage_model.state_dict()
+    for key, weight in weights.items():
+        prefix = next((p for p in _SDXL_TEXT_ENCODERS if key.startswith(p)), None)
+        if prefix is None or not key.endswith(("self_attn.q_proj.weight", "self_attn.v_proj.weight")):
+            continue
+        component = _SDXL_TEXT_ENCODERS[prefix]
+        module = key[len(prefix) : -len(".weight")]
+        down = torch.randn(rank, weight.shape[1], generator=generator) * 0.1
+        up = torch.randn(weight.shape[0], rank, generator=generator) * 0.1
+        tensors[f"{component}.{module}.lora_A.weight"] = down
+        tensors[f"{component}.{module}.lora_B.weight"] = up
+        kohya_name = ("lora_te1_" if component == "text_encoder" else "lora_te2_") + module.replace(".", "_")
+        kohya.update(
+            {
+                f"{kohya_name}.lora_down.weight": down,
+                f"{kohya_name}.lora_up.weight": up,
+                f"{kohya_name}.alpha": torch.tensor(float(text_alpha)),
+            }
+        )
+        for name, value in (("r", rank), ("lora_alpha", text_alpha), ("target_modules", ["q_proj", "v_proj"])):
+            packed[f"{component}.{name}"] = value
+    metadata = {"format": "pt", "lora_adapter_metadata": json.dumps(packed, sort_keys=True)}
+    safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, output, metadata=metadata)
+    return output, kohya

@@ -85,6 +85,16 @@ class PeftScales:
     lora_alpha: float | None = None
     alpha_pattern: dict[str, float] = field(default_factory=dict)
     use_rslora: bool = False
+    # diffusers' file of several components (unet, text_encoder, text_encoder_2): each one's own config
+    components: dict[str, "PeftScales"] = field(default_factory=dict)
+
+    def alpha_of_layer(self, layer: str, rank: int) -> float:
+        """ComfyUI's alpha of a file's layer `layer` with `rank`: by its component's config (the first part of
+        its name, in a diffusers file of several components), else by this one."""
+        component, _, inside = layer.partition(".")
+        if component in self.components:
+            return self.components[component].alpha_for(inside, rank)
+        return self.alpha_for(peft_module_name(layer), rank)
 
     def alpha_for(self, module: str, rank: int) -> float:
         """ComfyUI's alpha (scale · rank) of PEFT module `module` with `rank`; rank itself (scale 1, what
@@ -121,10 +131,26 @@ def peft_scales(path: str, metadata: dict[str, str]) -> PeftScales:
             raise EriDiffusionError(
                 f"{path}: its metadata entry {PEFT_ADAPTER_METADATA} is not JSON ({error}); the file was edited."
             ) from None
-        # diffusers packs each component's config under its name ("transformer.r", "unet.lora_alpha", ...)
-        config = {key.rpartition(".")[2] if "." in key else key: value for key, value in packed.items()}
-        return _scales(config, f"metadata {PEFT_ADAPTER_METADATA}")
+        return _component_scales(packed, f"metadata {PEFT_ADAPTER_METADATA}")
     return PeftScales("none in the file: scale 1 (alpha = rank), as diffusers assumes")
+
+
+def _component_scales(packed: Any, source: str) -> PeftScales:
+    """diffusers packs each component's config under its name ("unet.lora_alpha", "text_encoder.r",
+    "text_encoder_2.r", ...): one component's is the file's; of several, each one's for its layers (the
+    diffusion model's also the file's)."""
+    if not isinstance(packed, dict):
+        return _scales(packed, source)
+    configs: dict[str, dict[str, Any]] = {}
+    for key, value in packed.items():
+        component, _, name = key.partition(".") if "." in key else ("", "", key)
+        configs.setdefault(component, {})[name] = value
+    if len(configs) == 1:
+        return _scales(next(iter(configs.values())), source)
+    main = next((c for c in ("transformer", "unet") if c in configs), next(iter(configs)))
+    scales = _scales(configs[main], source)
+    scales.components = {c: _scales(config, f"{source} ({c})") for c, config in configs.items()}
+    return scales
 
 
 def _scales(config: Any, source: str) -> PeftScales:

@@ -27,7 +27,6 @@ from ..formats.lora_conventions import (
     TEXT_ENCODER_PREFIXES,
     PeftScales,
     peft_metadata,
-    peft_module_name,
     peft_scales,
     peft_weights_file,
     split_key,
@@ -217,7 +216,7 @@ def _with_alpha(group: LayerTensors, name: str, scales: PeftScales) -> LayerTens
     if "lora_down.weight" not in group or "alpha" in group:
         return group
     rank = group["lora_down.weight"].shape[0]
-    return {**group, "alpha": torch.tensor(scales.alpha_for(peft_module_name(name), rank))}
+    return {**group, "alpha": torch.tensor(scales.alpha_of_layer(name, rank))}
 
 
 def _spelling(name: str, group: LayerTensors) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Collection, Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..formats.lora_conventions import peft_module_name, peft_scales, peft_weights_file, split_key
+from ..formats.lora_conventions import peft_scales, peft_weights_file, split_key
 from .lora_layers import layer_algorithm, rank_and_alpha, read_lora
 
 # Metadata keys by who wrote them: ours, kohya's sd-scripts (and tools that copy its keys), modelspec.
@@ -126,7 +126,7 @@ def inspect_lora(
             if "alpha" not in group:
                 without_alpha += 1
                 scales = scales or peft_scales(path, lora.metadata)
-                alpha = scales.alpha_for(peft_module_name(prefix), rank)
+                alpha = scales.alpha_of_layer(prefix, rank)
             block.ranks[rank] += 1
             block.alphas[alpha] += 1
     metadata: dict[str, dict[str, str]] = {}

@@ -37,7 +37,7 @@ def read_lora_as_written(path: str) -> tuple[LoRAFile, str | None]:
     for prefix, group in lora.layers.items():
         if "lora_down.weight" in group and "lora_up.weight" in group and "alpha" not in group:
             rank = group["lora_down.weight"].shape[0]
-            group["alpha"] = torch.tensor(scales.alpha_for(peft_module_name(prefix), rank))
+            group["alpha"] = torch.tensor(scales.alpha_of_layer(prefix, rank))
     lora.metadata = {k: v for k, v in lora.metadata.items() if k != PEFT_ADAPTER_METADATA}
     return lora, scales.source
 

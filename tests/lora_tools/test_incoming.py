@@ -124,3 +124,37 @@ def test_the_cli_takes_a_diffusers_folder_as_the_model_and_converts_as_for_the_l
     status, _, err = lora_cli("merge", foreign, ours, "-o", tmp_path / "refused.safetensors")
     assert status == 2 and "Give the model the LoRAs are for" in err
     assert not (tmp_path / "refused.safetensors").exists()
+
+
+def test_a_diffusers_sdxl_file_with_text_encoders_converts_each_component_at_its_own_alpha(
+    family_lora, tmp_path, caplog
+):
+    """diffusers' SDXL LoRA with unet, text_encoder and text_encoder_2 layers, each component's LoraConfig in
+    the metadata (the UNet's alpha 4, the text encoders' 16): inspect reports both alphas; converted for the
+    model, its UNet gives the original LoRA's output and its text encoders give stock ComfyUI's CLIP output
+    of the same LoRAs in kohya's names at alpha 16."""
+    import comfy.sd
+
+    from devkit.foreign_loras import write_diffusers_with_text_encoders
+    from devkit.tiny_models import build_tiny
+    from eridiffusion.lora_tools.convert import convert_lora
+
+    lora = family_lora("sdxl")
+    clip = build_tiny("sdxl", seed=0)[1]
+    source, kohya = write_diffusers_with_text_encoders(
+        lora["model"].model, clip, lora["path"], str(tmp_path / "pytorch_lora_weights.safetensors"), text_alpha=16
+    )
+    assert {a for b in inspect_lora(source).blocks.values() for a in b.alphas} == {4.0, 16.0}
+    converted = convert_lora(source, str(tmp_path / "converted.safetensors"), lora["model"].model).path
+    tokens = clip.tokenize("a photo of a dog")
+    outputs, models = [], []
+    caplog.clear()
+    for tensors in (safetensors.torch.load_file(converted), kohya):
+        model, patched = comfy.sd.load_lora_for_models(lora["model"], clip, tensors, 1.0, 1.0)
+        outputs.append(patched.encode_from_tokens(tokens))
+        models.append(model)
+    assert "lora key not loaded" not in caplog.text
+    assert relative_error(outputs[0], outputs[1]) < FP32_TOLERANCE
+    assert relative_error(clip.encode_from_tokens(tokens), outputs[1]) > 1e-3  # the text encoders' LoRAs count
+    reference = _stock_output(lora, lora["path"], caplog)
+    assert relative_error(lora["probe"].output(models[0]), reference) < FP32_TOLERANCE
