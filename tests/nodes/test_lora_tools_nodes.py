@@ -9,6 +9,7 @@ import pytest
 import safetensors.torch
 
 from devkit.foreign_loras import write_convention
+from devkit.tiny_models import family_params
 from devkit.workflow import execution_error, load_extension, run_prompt, widget_defaults
 
 DEMO = {"class_type": "EriDiffusion_TinyDemoModel", "inputs": {"architecture": "sdxl", "seed": 0}}
@@ -165,3 +166,46 @@ def test_extract_node_gives_back_a_lora_loraloader_applied(registered, family_lo
         extra={"3": tuned},
     )
     assert text.startswith(f"wrote {_loras('tools/extracted.safetensors')}: 153 layers as LoRA (rank 8-8")
+
+
+@pytest.mark.parametrize("arch", family_params(("sd15", "sdxl", "flux_dev")))
+def test_every_verb_takes_a_diffusers_file_of_the_family_through_the_executor(
+    registered, arch, family_lora, tmp_path, caplog
+):
+    """One prompt per family: its tiny stack, and Inspect, Convert, Resize, Merge (the MODEL given: the file
+    converted on the way in) and Merge into checkpoint of a diffusers file of the family's LoRA (written by
+    peft). Each written LoRA gives stock ComfyUI the original LoRA's output; the checkpoint holds it merged."""
+    from devkit import tiny_family_node
+    from devkit.foreign_loras import write_peft
+    from devkit.stock_comfyui import load_with_stock_comfyui, relative_error
+
+    tiny_family_node.register()
+    lora = family_lora(arch)
+    source = write_peft(lora["model"].model, lora["path"], arch, str(tmp_path / "diffusers"), "diffusers")
+    stack = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": arch, "seed": 0}}
+    verbs = {
+        "inspect": ("EriDiffusion_InspectLoRA", {"lora": source}),
+        "convert": ("EriDiffusion_ConvertLoRA", {"lora": source, "output": f"verbs/{arch}_c"}),
+        "resize": ("EriDiffusion_ResizeLoRA", {"lora": source, "rank": 8, "output": f"verbs/{arch}_r"}),
+        "merge": ("EriDiffusion_MergeLoRAs", {"loras": f"{source}: 0.5\n{source}: 0.5", "output": f"verbs/{arch}_m"}),
+        "checkpoint": ("EriDiffusion_MergeLoRAIntoCheckpoint", {"loras": f"{source}: 1", "output": f"verbs/{arch}"}),
+    }
+    prompt = {"1": stack}
+    for node_id, (node_type, inputs) in verbs.items():
+        values = {**widget_defaults(node_type), **inputs, "model": ["1", 0], "overwrite": True}
+        prompt[node_id] = {"class_type": node_type, "inputs": values}
+    executor, _ = run_prompt(prompt)
+    assert executor.success, execution_error(executor)
+    shown = {node_id: executor.history_result["outputs"][node_id]["text"][0] for node_id in verbs}
+    blocks = shown["inspect"].split("blocks     (layers: rank / alpha)\n")[1].split("metadata")[0].splitlines()
+    assert {line.split(" lora: ")[1] for line in blocks} == {"rank 8 alpha 4"}  # its LoraConfig's alpha
+    reference = load_with_stock_comfyui(lora["model"], lora["path"], 1.0, caplog)[0]
+    for name in ("c", "r", "m"):
+        patched, unmatched = load_with_stock_comfyui(
+            lora["model"], _loras(f"verbs/{arch}_{name}.safetensors"), 1.0, caplog
+        )
+        assert unmatched == []
+        assert relative_error(lora["probe"].output(patched), lora["probe"].output(reference)) < 1e-5, name
+    assert "converted to ComfyUI's keys on the way in" in shown["checkpoint"]
+    checkpoint = os.path.join(folder_paths.get_folder_paths("checkpoints")[0], f"verbs/{arch}.safetensors")
+    assert os.path.isfile(checkpoint)
