@@ -15,10 +15,12 @@ def blocks(prefix, count, suffix="weight"):
     return {f"{prefix}.{i}.{suffix}": (1,) for i in range(count)}
 
 
-def detected_model_config(layout, shrink=None, expected_class=None):
+def detected_model_config(layout, shrink=None, expected_class=None, refit=None):
     """The supported_models config ComfyUI detects for a state dict of `layout` ({key: shape}),
     with `shrink` (config values) laid over what detection hard-codes for the full-size model.
-    `expected_class` (a name) guards against the layout being read as another family."""
+    `expected_class` (a name) guards against the layout being read as another family. `refit`: values
+    set on the matched class's config afterwards, for a class that ComfyUI tells apart by a full-size
+    width alone (the model is then built at the tiny width)."""
     state_dict = {key: torch.zeros(shape) for key, shape in layout.items()}
     unet_config = comfy.model_detection.detect_unet_config(state_dict, "")
     if unet_config is None:
@@ -29,4 +31,5 @@ def detected_model_config(layout, shrink=None, expected_class=None):
         raise EriDiffusionError(f"no model class of this ComfyUI matches the detected config {unet_config}")
     if expected_class is not None and type(model_config).__name__ != expected_class:
         raise EriDiffusionError(f"the layout was detected as {type(model_config).__name__}, not {expected_class}")
+    model_config.unet_config.update(refit or {})
     return model_config
