@@ -2,8 +2,9 @@
 image-to-video rows, Flux.2-klein 4B and 9B, Qwen-Image-Edit) train the way users run training: each
 tiny stack through ComfyUI's executor (LoadDataset → CacheLatents → LoRATrainer → SaveLoRA, every node
 under torch.inference_mode) on the real photos (clips made from them for video), its evaluation loss
-down 30%, and its saved LoRA loaded by stock LoraLoader with no unmatched key, changing the model; the
-image-to-video rows with CacheLatents' start_image on.
+falling, and its saved LoRA loaded by stock LoraLoader with no unmatched key, changing the model; the
+image-to-video rows with CacheLatents' start_image on. A quarter of the family's steps: that each family
+learns (its loss down 30% in its full run) is test_families.py's; this one is the executor's wiring.
 (ACE-Step 1.5's: tests/nodes/test_audio_training_node.py.)"""
 
 import json
@@ -45,6 +46,7 @@ ROWS = [
     "wan22_s2v",
     "z_image_pixel_space",
 ]
+EXECUTOR_SHARE = 4  # of each family's steps (tiny_stack.TinyFamily.steps)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +73,7 @@ def test_a_row_trains_through_the_executor_and_its_lora_loads_in_stock_comfyui(
         f"row_{name}",
         resolution=tiny.resolution,
         trainer={
-            "steps": tiny.steps,
+            "steps": tiny.steps // EXECUTOR_SHARE,
             "learning_rate": tiny.learning_rate,
             "rank": 8,
             "alpha": 8.0,
@@ -85,7 +87,7 @@ def test_a_row_trains_through_the_executor_and_its_lora_loads_in_stock_comfyui(
     assert outcome.success, outcome.error
     with open(os.path.join(outcome.run_dir, "summary.json")) as f:
         summary = json.load(f)
-    assert summary["eval_loss_after"] < 0.7 * summary["eval_loss_before"], summary
+    assert summary["eval_loss_after"] < summary["eval_loss_before"], summary
 
     model, clip, vae = build_tiny(name, seed=0)
     with caplog.at_level(logging.WARNING):
