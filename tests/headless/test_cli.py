@@ -14,6 +14,10 @@ from devkit.paths import shared_datasets
 from devkit.stock_comfyui import tiny_demo_lora_load
 from eridiffusion.headless.schema import OPTIONAL_SECTIONS, section_settings
 
+pytestmark = pytest.mark.one_host(
+    "the command line's own behaviour (its training path: test_train_command.py, both hosts)"
+)
+
 
 def read_json(path):
     with open(path) as f:

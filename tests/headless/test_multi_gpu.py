@@ -17,6 +17,8 @@ from devkit.headless import CONFIGS, cli_env, run_cli, write_yaml
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.headless.launch import check_gpus, torchrun_command
 
+pytestmark = pytest.mark.one_host("torch.distributed under torchrun (gloo)")
+
 RUN = "multi"
 STEPS = 4
 

@@ -10,6 +10,8 @@ import torch
 
 from devkit.workflow import run_training
 
+pytestmark = pytest.mark.one_host("the latent cache's files")
+
 
 def damage(path, how):
     from eridiffusion.training.data.latent_cache import _write_entry

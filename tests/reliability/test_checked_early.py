@@ -14,6 +14,8 @@ import pytest
 from devkit.headless import CONFIGS, refused_train, run_cli, write_yaml
 from devkit.workflow import training_prompt
 
+pytestmark = pytest.mark.one_host("refusals made before any model loads")
+
 TINY = os.path.join(CONFIGS, "tiny_demo.yaml")
 
 

@@ -12,6 +12,8 @@ import torch
 
 from devkit.workflow import run_training
 
+pytestmark = pytest.mark.one_host("the loop's handling of non-finite values")
+
 DIVERGING = {"steps": 30, "learning_rate": 1.0, "dtype": "fp16", "save_every": 2, "rank": 16, "alpha": 16.0}
 CAUSE = (
     "Likely cause: learning_rate 1 is high for AdamW (LoRA usually trains at 1e-4 to 1e-3); dtype fp16 "

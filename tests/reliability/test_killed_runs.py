@@ -10,11 +10,14 @@ import subprocess
 import sys
 import time
 
+import pytest
 import safetensors.torch
 
 from devkit.paths import ROOT
 from eridiffusion.formats.atomic_file import TEMP_SUFFIX
 from eridiffusion.formats.state_file import load_state
+
+pytestmark = pytest.mark.one_host("a killed process's files and the next start's sweep")
 
 TRIALS = 10
 

@@ -9,6 +9,8 @@ import pytest
 
 from devkit.headless import CONFIGS, refused_train, write_yaml
 
+pytestmark = pytest.mark.one_host("the preflight's refusals")
+
 TINY = os.path.join(CONFIGS, "tiny_demo.yaml")
 MODES = pytest.mark.parametrize("mode", [["--dry-run"], []], ids=["dry run", "train"])
 

@@ -12,6 +12,8 @@ from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.optimizers import OPTIMIZERS, check_optimizer_runs, make_optimizer
 from eridiffusion.training.run.trainer import train_lora
 
+pytestmark = pytest.mark.one_host("the optimizers' own code")
+
 # A learning rate and step count per optimizer that lower the tiny model's evaluation loss: Lion's
 # sign update takes ~3x less lr than Adam's; Prodigy's lr multiplies its own step size, which
 # starts at 1e-6 and needs ~100 steps to grow (20 steps leave the loss unchanged).

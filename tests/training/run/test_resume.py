@@ -15,6 +15,10 @@ from eridiffusion.training.run.evaluation import evaluation_loss
 from eridiffusion.training.run.resume import load_resume_point
 from eridiffusion.training.run.trainer import train_lora
 
+pytestmark = pytest.mark.one_host(
+    "the loop's resume arithmetic (through the executor: test_resume_and_state_files.py, both hosts)"
+)
+
 
 @pytest.fixture(scope="module")
 def stack(dog_dataset, tmp_path_factory):
