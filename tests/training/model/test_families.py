@@ -58,8 +58,8 @@ def _train(name, request, tmp_path_factory):
     before = probe.output(model)
     config = TrainConfig(
         gradient_checkpointing=False,
-        steps=family.steps,
-        learning_rate=family.learning_rate,
+        steps=family.steps // 2,
+        learning_rate=family.learning_rate * 2,
         dtype="fp32",
         seed=0,
         log_every=20,
@@ -118,6 +118,7 @@ def test_comfyui_loads_the_stack_as_a_class_of_its_family_row(family_run):
 
 def test_evaluation_loss_drops_at_least_30_percent(family_run):
     result = family_run["result"]
+    print("RATIO", family_run["family"], result.eval_loss_after / result.eval_loss_before)
     assert result.eval_loss_after < 0.7 * result.eval_loss_before, (result.eval_loss_before, result.eval_loss_after)
 
 
