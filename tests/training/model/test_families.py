@@ -23,6 +23,10 @@ from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.trainer import train_lora
 
 FAMILY_NAMES = sorted(name for name in TINY_FAMILIES if name not in ("sd15", "sdxl"))  # those: test_trainer
+# Each family's run takes half its steps (tiny_stack.TinyFamily.steps) at twice its rate: its evaluation
+# loss ended at 0.13-0.58 of its start on 2026-11-29, every family but these under 0.7 (the SDXL
+# Refiner's at 0.72: it takes its whole run).
+FULL_RUNS = {"sdxl_refiner"}
 _RUNS = {}
 
 
@@ -58,8 +62,8 @@ def _train(name, request, tmp_path_factory):
     before = probe.output(model)
     config = TrainConfig(
         gradient_checkpointing=False,
-        steps=family.steps // 2,
-        learning_rate=family.learning_rate * 2,
+        steps=family.steps if name in FULL_RUNS else family.steps // 2,
+        learning_rate=family.learning_rate if name in FULL_RUNS else family.learning_rate * 2,
         dtype="fp32",
         seed=0,
         log_every=20,
@@ -118,7 +122,6 @@ def test_comfyui_loads_the_stack_as_a_class_of_its_family_row(family_run):
 
 def test_evaluation_loss_drops_at_least_30_percent(family_run):
     result = family_run["result"]
-    print("RATIO", family_run["family"], result.eval_loss_after / result.eval_loss_before)
     assert result.eval_loss_after < 0.7 * result.eval_loss_before, (result.eval_loss_before, result.eval_loss_after)
 
 
