@@ -26,8 +26,12 @@ DETECTABLE_FLUX = {
 
 def detectable_flux(seed=0):
     """A ModelPatcher of a Flux [dev] (1 double and 1 single block, 128 wide, random weights) that ComfyUI
-    detects from its own weights."""
-    return diffusion_model(detected_model_config(DETECTABLE_FLUX, None, "Flux"), torch.Generator().manual_seed(seed))
+    detects from its own weights; None on a ComfyUI whose detection fixes Flux's head count (0.3.x: 24
+    heads of 128, so no Flux narrower than the full size reads back from a file there)."""
+    config = detected_model_config(DETECTABLE_FLUX, None, "Flux")
+    if config.unet_config["num_heads"] * 128 != config.unet_config["hidden_size"]:
+        return None
+    return diffusion_model(config, torch.Generator().manual_seed(seed))
 
 
 def flux_in_diffusers_names(model):

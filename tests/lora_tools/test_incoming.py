@@ -103,6 +103,8 @@ def test_the_cli_takes_a_diffusers_folder_as_the_model_and_converts_as_for_the_l
     from devkit.diffusers_files import detectable_flux, flux_in_diffusers_names, save_diffusers_pipeline_folder
 
     patcher = detectable_flux()
+    if patcher is None:
+        pytest.skip("this ComfyUI's detection reads every Flux file as 24 heads of 128: none small reads back")
     model = patcher.model
     comfy_file = str(tmp_path / "flux.safetensors")
     safetensors.torch.save_file({k: v.contiguous() for k, v in model.diffusion_model.state_dict().items()}, comfy_file)
