@@ -252,3 +252,11 @@ def write_diffusers_with_text_encoders(model, clip, path, output, text_alpha, ra
     metadata = {"format": "pt", "lora_adapter_metadata": json.dumps(packed, sort_keys=True)}
     safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, output, metadata=metadata)
     return output, kohya
+
+
+def foreign_file(lora, fmt, folder):
+    """A family_lora fixture's LoRA ({"model", "path", "arch"}) written as trainer `fmt` writes one (peft's
+    own files for "peft" and "diffusers") into pathlib folder `folder`; returns the weights file."""
+    if fmt in ("peft", "diffusers"):
+        return write_peft(lora["model"].model, lora["path"], lora["arch"], str(folder / fmt), fmt)
+    return write_convention(lora["model"].model, lora["path"], fmt, lora["arch"], str(folder / f"{fmt}.safetensors"))

@@ -16,6 +16,16 @@ DOTTED_PREFIXES = ("", "diffusion_model.", "transformer.", "unet.", "base_model.
 UNDERSCORED_PREFIXES = ("lora_unet_", "lora_transformer_", "lycoris_")
 
 
+def layer_naming(layer: str) -> str:
+    """How a LoRA file's layer name is written, by its prefix: "lora_unet_<name_with_underscores>",
+    "transformer.<name>", "<name>" ..."""
+    prefix = next((p for p in UNDERSCORED_PREFIXES if layer.startswith(p)), None)
+    if prefix is not None:
+        return prefix + "<name_with_underscores>"
+    prefix = next((p for p in DOTTED_PREFIXES if p and layer.startswith(p)), "")
+    return f"{prefix}<name>"
+
+
 @dataclass(frozen=True)
 class LayerTarget:
     """The ComfyUI weight a LoRA layer changes: all of it, rows `rows` = (offset, size) of it, or all of it

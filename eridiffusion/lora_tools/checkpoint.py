@@ -3,7 +3,6 @@ checkpoint through ComfyUI's own checkpoint save (what its CheckpointSave node w
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from ..errors import EriDiffusionError
 from ..formats.atomic_file import write_atomic
 from ..formats.lora_conventions import split_key
+from .convert import converted_for
 from .lora_layers import check_output, check_weights, read_lora, read_safetensors
 from .peft_layers import PEFT_SPELLED
 
@@ -65,7 +65,7 @@ def merge_into_checkpoint(
         tensors, _ = read_safetensors(path, "LoRA")
         loads_to = clip if strength_clip else None
         if any(key.endswith(PEFT_SPELLED) for key in tensors) or unloaded_keys(tensors, model, loads_to):
-            tensors = _in_comfyui_keys(path, model)
+            tensors = converted_for(path, model.model)[0]
             converted.append(os.path.basename(path))
         unloaded = unloaded_keys(tensors, model, loads_to)
         if unloaded:
@@ -85,14 +85,3 @@ def merge_into_checkpoint(
         overwrite=overwrite,
     )
     return Result(output, done, converted)
-
-
-def _in_comfyui_keys(path: str, model: Any) -> dict[str, Any]:
-    """A LoRA file's tensors converted to ComfyUI's keys for `model` (a ModelPatcher) as `lora convert` writes
-    them: any trainer's names, a PEFT/diffusers file at the alphas of its LoraConfig (which ComfyUI's loader
-    does not read)."""
-    from .convert import convert_lora
-
-    with tempfile.TemporaryDirectory() as folder:
-        converted = convert_lora(path, os.path.join(folder, "converted.safetensors"), model.model).path
-        return read_safetensors(converted, "LoRA")[0]

@@ -5,6 +5,7 @@ diffusers/PEFT's. Every key lands in the output or is named in an error; none is
 import json
 import math
 import os
+import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,11 +15,10 @@ import torch
 
 from ..errors import EriDiffusionError
 from ..formats.layer_names import (
-    DOTTED_PREFIXES,
-    UNDERSCORED_PREFIXES,
     LayerTarget,
     diffusers_layers,
     is_unet,
+    layer_naming,
     layer_table,
     weight_shapes,
 )
@@ -140,6 +140,16 @@ def convert_lora(
     return result
 
 
+def converted_for(
+    path: str, model: Any, weights: WeightReader | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, str], Result]:
+    """LoRA file `path` (any trainer's) converted to ComfyUI's keys for `model` as convert_lora writes it:
+    (its tensors, its metadata, what convert_lora reported), no file left behind."""
+    with tempfile.TemporaryDirectory() as folder:
+        result = convert_lora(path, os.path.join(folder, "converted.safetensors"), model, weights=weights)
+        return (*read_safetensors(result.path, "LoRA"), result)
+
+
 def _placed(
     path: str, model: Any, layers: dict[str, LayerTensors], scales: PeftScales
 ) -> tuple[dict[str, LayerTensors], dict[str, list[LayerPart]]]:
@@ -220,14 +230,7 @@ def _with_alpha(group: LayerTensors, name: str, scales: PeftScales) -> LayerTens
 
 
 def _spelling(name: str, group: LayerTensors) -> str:
-    prefix = next((p for p in UNDERSCORED_PREFIXES if name.startswith(p)), None)
-    if prefix is None:
-        prefix = next((p for p in DOTTED_PREFIXES if p and name.startswith(p)), "")
-        prefix = f"{prefix}<name>" if prefix or "." in name else "<name>"
-    else:
-        prefix += "<name_with_underscores>"
-    kind = layer_algorithm(group)
-    return f"{prefix} ({kind})"
+    return f"{layer_naming(name)} ({layer_algorithm(group)})"
 
 
 def _native_layer(

@@ -6,15 +6,13 @@ diffusers file with its LoraConfig's alphas, written back in its own spelling: p
 that name their layers by different conventions are refused, since no layer of one would meet the
 other's. Each says what it read."""
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EriDiffusionError
-from ..formats.layer_names import DOTTED_PREFIXES, UNDERSCORED_PREFIXES
+from ..formats.layer_names import layer_naming
 from ..formats.lora_conventions import TEXT_ENCODER_PREFIXES, peft_weights_file
-from .lora_layers import LoRAFile, read_lora
+from .lora_layers import LoRAFile, lora_of
 from .model_layout import WeightReader
 from .peft_layers import read_lora_as_written
 
@@ -47,13 +45,11 @@ def take_in(path: str, model: Any = None, weights: WeightReader | None = None) -
                 "way, each layer's scale folded into lora_B (its LoraConfig in the metadata at alpha = rank)"
             ],
         )
-    from .convert import convert_lora
+    from .convert import converted_for
 
     source = peft_weights_file(path)
-    with tempfile.TemporaryDirectory() as folder:
-        converted = convert_lora(path, os.path.join(folder, "in.safetensors"), model, weights=weights)
-        lora = read_lora(converted.path)
-    lora.path = source
+    tensors, metadata, converted = converted_for(path, model, weights)
+    lora = lora_of(source, tensors, metadata)
     spellings = ", ".join(f"{count} named {spelling}" for spelling, count in converted.spellings.most_common())
     read = [
         f"  {source}: read {converted.layers} layers, converted to ComfyUI's keys for {type(model).__name__} "
@@ -63,15 +59,9 @@ def take_in(path: str, model: Any = None, weights: WeightReader | None = None) -
 
 
 def naming(layer: str) -> str | None:
-    """How a layer name is written, by its prefix: "lora_unet_<name_with_underscores>",
-    "transformer.<name>", ...; None for a text encoder's layer (each trainer names those its own way)."""
-    if layer.startswith(TEXT_ENCODER_PREFIXES):
-        return None
-    prefix = next((p for p in UNDERSCORED_PREFIXES if layer.startswith(p)), None)
-    if prefix is not None:
-        return prefix + "<name_with_underscores>"
-    prefix = next((p for p in DOTTED_PREFIXES if p and layer.startswith(p)), "")
-    return f"{prefix}<name>"
+    """How a layer name is written (layer_naming); None for a text encoder's layer (each trainer names
+    those its own way)."""
+    return None if layer.startswith(TEXT_ENCODER_PREFIXES) else layer_naming(layer)
 
 
 def check_one_naming(taken: list[Incoming], verb: str) -> bool:

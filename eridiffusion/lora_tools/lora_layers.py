@@ -112,6 +112,13 @@ def read_lora(path: str, other_trainers: bool = False) -> LoRAFile:
     """The LoRAFile of `path` in ComfyUI's tensor names; with `other_trainers`, other trainers' spellings
     (lora_A/lora_B, ...) are read too, as ComfyUI's names (for a report: the layer names stay theirs)."""
     tensors, metadata = read_safetensors(path, "LoRA")
+    return lora_of(path, tensors, metadata, other_trainers)
+
+
+def lora_of(
+    path: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str], other_trainers: bool = False
+) -> LoRAFile:
+    """The LoRAFile of a LoRA file's `tensors` and `metadata` (read_lora's; `path` names it in errors)."""
     if other_trainers:
         layers: dict[str, LayerTensors] = {}
         for key, tensor in tensors.items():

@@ -6,7 +6,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from devkit.foreign_loras import write_convention, write_peft
+from devkit.foreign_loras import foreign_file, write_convention
 from devkit.stock_comfyui import load_with_stock_comfyui, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from eridiffusion.errors import EriDiffusionError
@@ -15,12 +15,6 @@ from eridiffusion.lora_tools.convert import convert_lora
 FORMATS = ("kohya", "musubi-tuner", "ai-toolkit", "onetrainer", "simpletuner-lycoris", "peft", "diffusers")
 FP32_TOLERANCE = 1e-5
 CONVERT_FAMILIES = ("sdxl", "flux_dev", "flux2", "z_image", "qwen_image", "wan21_t2v")
-
-
-def _foreign(lora, fmt, folder):
-    if fmt in ("peft", "diffusers"):
-        return write_peft(lora["model"].model, lora["path"], lora["arch"], str(folder / fmt), fmt)
-    return write_convention(lora["model"].model, lora["path"], fmt, lora["arch"], str(folder / f"{fmt}.safetensors"))
 
 
 def _output_with(lora, path, caplog):
@@ -37,7 +31,7 @@ def test_a_foreign_lora_converts_to_comfyui_keys_with_the_same_output(arch, fmt,
     reference, unmatched = _output_with(lora, lora["path"], caplog)
     assert unmatched == []
     assert relative_error(lora["probe"].output(lora["model"]), reference) > 1e-3  # the LoRA changes the output
-    foreign = _foreign(lora, fmt, tmp_path)
+    foreign = foreign_file(lora, fmt, tmp_path)
     result = convert_lora(foreign, str(tmp_path / "converted.safetensors"), lora["model"].model)
     output, unmatched = _output_with(lora, result.path, caplog)
     assert unmatched == []
@@ -93,7 +87,7 @@ def test_a_foreign_dora_lokr_or_loha_converts_with_the_same_output(arch, algorit
     reference, unmatched = _output_with(lora, lora["path"], caplog)
     assert unmatched == []
     assert relative_error(lora["probe"].output(lora["model"]), reference) > 1e-3
-    foreign = _foreign(lora, fmt, tmp_path)
+    foreign = foreign_file(lora, fmt, tmp_path)
     result = convert_lora(foreign, str(tmp_path / "converted.safetensors"), lora["model"].model)
     output, unmatched = _output_with(lora, result.path, caplog)
     assert unmatched == []

@@ -8,7 +8,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from devkit.foreign_loras import convention, write_convention, write_peft
+from devkit.foreign_loras import convention, foreign_file, write_convention
 from devkit.stock_comfyui import load_with_stock_comfyui, relative_error
 from devkit.tiny_models import family_params
 from eridiffusion.errors import EriDiffusionError
@@ -19,13 +19,6 @@ from eridiffusion.lora_tools.resize import resize_lora
 FORMATS = ("kohya", "musubi-tuner", "ai-toolkit", "onetrainer", "simpletuner-lycoris", "peft", "diffusers")
 VERB_FAMILIES = ("sd15", "sdxl", "flux_dev")
 FP32_TOLERANCE = 1e-5
-
-
-def foreign_file(lora, fmt, folder):
-    """family_lora's LoRA written as trainer `fmt` writes one."""
-    if fmt in ("peft", "diffusers"):
-        return write_peft(lora["model"].model, lora["path"], lora["arch"], str(folder / fmt), fmt)
-    return write_convention(lora["model"].model, lora["path"], fmt, lora["arch"], str(folder / f"{fmt}.safetensors"))
 
 
 def _stock_output(lora, path, caplog):
