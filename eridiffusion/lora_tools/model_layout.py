@@ -43,8 +43,12 @@ def model_files(path: str) -> list[str]:
     )
     for pattern in _DIFFUSERS_WEIGHTS:
         files = sorted(glob.glob(os.path.join(glob.escape(folder), pattern)))
-        variants = {os.path.basename(f).split(".")[1].split("-")[0] for f in files}
-        if files and len(variants) == 1:
+        variants = sorted({os.path.basename(f).split(".")[1].split("-")[0] for f in files})
+        if len(variants) > 1:
+            raise EriDiffusionError(
+                f"{folder} holds the model in several precisions ({', '.join(variants)}); give one of its files."
+            )
+        if files:
             return files
     raise EriDiffusionError(
         f"{path} is a folder without a diffusers diffusion model (transformer/ or unet/ with "

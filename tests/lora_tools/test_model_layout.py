@@ -145,3 +145,17 @@ def test_a_lora_converts_for_a_diffusers_format_flux_as_for_the_same_flux_in_com
         "single_blocks_5_" in k for k in outputs[0]
     )
     assert all(torch.equal(outputs[0][k], outputs[1][k]) for k in outputs[0])
+
+
+def test_a_diffusers_folder_without_one_model_file_set_is_refused_naming_it(tmp_path):
+    """A folder with no diffusers weights, and one with two precision variants, are named before any read."""
+    empty = tmp_path / "empty" / "transformer"
+    empty.mkdir(parents=True)
+    with pytest.raises(EriDiffusionError, match=r"empty is a folder without a diffusers diffusion model"):
+        model_layout(str(tmp_path / "empty"))
+    both = tmp_path / "both"
+    both.mkdir()
+    for variant in ("fp16", "bf16"):
+        safetensors.torch.save_file({"x": torch.zeros(1)}, str(both / f"diffusion_pytorch_model.{variant}.safetensors"))
+    with pytest.raises(EriDiffusionError, match=r"holds the model in several precisions \(bf16, fp16\)"):
+        model_layout(str(both))
