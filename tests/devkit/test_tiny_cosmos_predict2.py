@@ -8,6 +8,7 @@ import comfy.model_sampling
 import pytest
 import torch
 
+from devkit.tiny_cosmos_predict2 import ANIMA_ADAPTER
 from devkit.tiny_models import build_tiny, family_params
 from eridiffusion.comfy_compat import host_version, register_fused_rope_backwards
 from eridiffusion.training.model.objective import Objective, ObjectiveSpec, sigmas_of_timesteps
@@ -29,7 +30,8 @@ def test_anima_runs_its_llm_adapter_in_the_training_forward_as_the_sampler_does_
     training_inputs, trained = apply_model(model, conditioning, latent)
     assert "t5xxl_ids" in training_inputs and "t5xxl_ids" not in sampler_inputs
     assert training_inputs["t5xxl_ids"].shape[-1] == len(clip.tokenize(PROMPT)["t5xxl"][0])
-    assert sampler_inputs["c_crossattn"].shape[1:] == (512, 1024)  # padded adapter output, not Qwen3's states
+    # the adapter output padded to 512 tokens, not the prompt-long Qwen3 states
+    assert sampler_inputs["c_crossattn"].shape[1:] == (512, ANIMA_ADAPTER["target_dim"])
     assert (trained.detach() - sampled).abs().max() < 1e-5
 
 
