@@ -51,14 +51,17 @@ def loadable_weight_keys(base_model: Any) -> dict[str, str]:
 
 def loadable_clip_keys(cond_stage_model: Any) -> dict[str, str]:
     """{CLIP weight key: key prefix in a LoRA file} for the text-encoder weights ComfyUI's
-    LoraLoader addresses: kohya's `lora_te_…` (SD1.x), `lora_te1_…`/`lora_te2_…` (SDXL), else the
-    generic `text_encoders.…`."""
+    LoraLoader addresses: kohya's `lora_te_…` (SD1.x), `lora_te1_…`/`lora_te2_…` (SDXL) for the CLIP
+    encoders, else the generic `text_encoders.<weight key>` every ComfyUI maps (the host's kohya-style
+    names for a lone LLM encoder, `lora_te_layers_…`, exist in 0.28 and not in older hosts, and name no
+    encoder)."""
     key_map = comfy.lora.model_lora_keys_clip(cond_stage_model, {})
     two_encoders = any(k.startswith("clip_g.") for k in cond_stage_model.state_dict())
     preferred = ("lora_te1_", "lora_te2_") if two_encoders else ("lora_te_",)
     prefixes: dict[str, str] = {}
     for lora_key, weight_key in key_map.items():
-        if lora_key.startswith(preferred) or (lora_key.startswith("text_encoders.") and weight_key not in prefixes):
+        kohya = lora_key.startswith(preferred) and weight_key.startswith("clip_")
+        if kohya or (lora_key.startswith("text_encoders.") and weight_key not in prefixes):
             if weight_key not in prefixes or not prefixes[weight_key].startswith(preferred):
                 prefixes[weight_key] = lora_key
     return prefixes

@@ -259,6 +259,16 @@ def test_ai_toolkit_keys_read_but_not_supported_are_all_listed(tmp_path):
     ]
 
 
+def test_ai_toolkit_text_encoder_keys_train_the_encoders_alone_or_beside_the_diffusion_model(tmp_path):
+    # ai-toolkit: train_text_encoder at text_encoder_lr (else lr); train_unet false leaves the diffusion model alone
+    text = AI_TOOLKIT.replace("train_text_encoder: false", "train_text_encoder: true\n        text_encoder_lr: 3e-5")
+    beside = load_run_config(write_yaml(tmp_path / "beside.yaml", text))
+    assert (beside.train["text_encoder_lr"], beside.train.get("train_diffusion_model", True)) == (3e-5, True)
+    alone = load_run_config(write_yaml(tmp_path / "alone.yaml", text.replace("train_unet: true", "train_unet: false")))
+    assert (alone.train["text_encoder_lr"], alone.train["train_diffusion_model"]) == (3e-5, False)
+    assert not [entry for entry in alone.unsupported if "train_unet" in entry or "text_encoder" in entry]
+
+
 AI_TOOLKIT_SAMPLES = """
 job: extension
 config:

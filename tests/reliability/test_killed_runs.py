@@ -19,7 +19,7 @@ from eridiffusion.formats.state_file import load_state
 
 pytestmark = pytest.mark.one_host("a killed process's files and the next start's sweep")
 
-TRIALS = 10
+TRIALS = 5
 
 
 def start(base, dataset, run_name):

@@ -90,6 +90,8 @@ def train_section(t, train, at):
                 section_settings("train")["learning_rate"].default,
                 at + ("train_text_encoder",),
             )
+    if train.get("train_unet", True) is False:  # the text encoders alone train
+        t.put("train", "train_diffusion_model", False, at + ("train_unet",))
     _train_optimizer(t, train, at)
     if "dtype" in train:
         t.put("train", "dtype", t.choice(train["dtype"], DTYPES, at + ("dtype",)), at + ("dtype",))
@@ -204,7 +206,6 @@ def _train_objective(t, train, at):
 
 def _train_unsupported(t, train, at):
     accepted = {
-        "train_unet": True,
         "linear_timesteps": False,
         "linear_timesteps2": False,
         "skip_first_sample": True,
@@ -218,7 +219,6 @@ def _train_unsupported(t, train, at):
     reasons = {
         "skip_first_sample": "EriDiffusion samples after training steps only",
         "cache_text_embeddings": "captions are always cached",
-        "train_unet": "the diffusion model is always trained",
     }
     for key, value in accepted.items():
         if key in train:

@@ -8,8 +8,10 @@ the encoders' transformers replay from graphs (speed/graphed_text_encoder.py).
 
 import contextlib
 import dataclasses
+import re
 
 from ...comfy_compat import encodings_kept_on, trainable_clip_clone
+from ...errors import EriDiffusionError
 from ...formats.lora_file import loadable_clip_keys
 from ..adapters import attach_adapters
 from ..adapters.from_tensors import adapters_from_tensors
@@ -17,11 +19,44 @@ from . import loading as model_loading
 from .autograd_inplace import OutOfPlaceAugmentedAssignments
 from .autograd_weights import frozen_weights_injection
 
+# The text transformer's numbered blocks inside each encoder ComfyUI loads (`<name>.transformer.…`):
+# CLIP's `text_model.encoder.layers.N`; T5's, UMT5's, mT5's and ByT5's `encoder.block.N`; an LLM's
+# `model.layers.N` (Qwen2.5-VL, Qwen3, Mistral, Gemma, Llama); HunyuanDiT's BERT's `bert.encoder.layer.N`.
+# An encoder's vision tower (Qwen2.5-VL's `visual.blocks`, Gemma 3's `vision_model.encoder.layers`)
+# reads images, not the prompt, and stays frozen.
+BLOCK_LISTS = r"text_model\.encoder\.layers|encoder\.block|model\.layers|bert\.encoder\.layer"
+TEXT_BLOCKS = re.compile(rf"^([^.]+)\.transformer\.(?:{BLOCK_LISTS})\.\d+\.")
 
-def text_encoder_layers(prefixes):
-    """The weights of the transformer layers (attention and MLP), which kohya-style text-encoder
-    LoRAs adapt; embeddings and projections stay frozen."""
-    return {k for k in prefixes if ".encoder.layers." in k}
+
+def encoder_names(prefixes):
+    """The names of the text encoders a CLIP holds (its weights' first part: clip_l, t5xxl, qwen25_7b, …)."""
+    return sorted({k.split(".", 1)[0] for k in prefixes})
+
+
+def text_encoder_layers(prefixes, encoders=""):
+    """The weights of the text transformers' blocks (attention and MLP), which text-encoder LoRAs adapt
+    (kohya's for CLIP, OneTrainer's for T5); embeddings, projections and vision towers stay frozen.
+    `encoders`: the encoders to train, comma-separated (empty: every one)."""
+    chosen = {name.strip() for name in encoders.split(",") if name.strip()}
+    return {k for k in prefixes if (m := TEXT_BLOCKS.match(k)) and (not chosen or m.group(1) in chosen)}
+
+
+def check_text_encoders(clip, encoders):
+    """Refuses `encoders` (AdapterSpec.text_encoders) naming an encoder `clip` lacks, or none that trains."""
+    prefixes = loadable_clip_keys(clip.cond_stage_model)
+    names = encoder_names(prefixes)
+    trained = sorted({m.group(1) for m in map(TEXT_BLOCKS.match, prefixes) if m})
+    for name in (n.strip() for n in encoders.split(",") if n.strip()):
+        if name not in names:
+            raise EriDiffusionError(
+                f"text_encoders names '{name}', which the connected CLIP does not hold: it holds "
+                f"{', '.join(names)}; name those to train (empty: every one)."
+            )
+    if not text_encoder_layers(prefixes, encoders):
+        raise EriDiffusionError(
+            f"text_encoders '{encoders}' has no transformer layers to train; of the CLIP's encoders "
+            f"{', '.join(trained) or 'none'} can train."
+        )
 
 
 class TextEncoderTraining:
@@ -35,7 +70,7 @@ class TextEncoderTraining:
         self.clip = self.source.clone()
         self.prefixes = loadable_clip_keys(self.clip.cond_stage_model)
         frozen_weights_injection(self.clip.patcher)
-        layers = text_encoder_layers(self.prefixes)
+        layers = text_encoder_layers(self.prefixes, spec.text_encoders)
         self.used_keys = set()
         if tensors is None:
             self.adapters = attach_adapters(self.clip.patcher, spec, layers, seed=seed + 7919, prefix="")

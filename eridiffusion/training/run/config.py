@@ -339,6 +339,11 @@ class TrainConfig:
                 "Prodigy needs one learning rate for all adapters: set text_encoder_lr to "
                 f"{self.learning_rate:g} (the learning_rate) or 0."
             )
+        if not self.adapter.train_diffusion_model and self.text_encoder_lr == 0:
+            raise EriDiffusionError(
+                "train_diffusion_model is off and text_encoder_lr is 0: nothing would train; set text_encoder_lr "
+                "(about the learning_rate) to train the text encoders alone, or turn train_diffusion_model on."
+            )
         if self.preservation_prompt.strip() and self.text_encoder_lr > 0:
             raise EriDiffusionError(
                 "preservation_prompt compares predictions for one fixed encoding of the class phrase, which "

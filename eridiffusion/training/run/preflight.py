@@ -13,6 +13,7 @@ from ..adapters.layer_selection import block_multipliers
 from ..memory import check_vram_budget
 from ..model.families import family_of, resolve_targets
 from ..model.inputs import check_takes_start_image
+from ..model.text_encoder import check_text_encoders
 from ..samples.inputs import reads_condition, takes_inpaint_channels
 from ..speed.fp8_products import check_fp8_compute
 from ..speed.step_path import check_graphs_can_run
@@ -60,6 +61,8 @@ def check_data_and_inputs(request: RunRequest) -> None:
             "text_encoder_lr > 0 trains the text encoder: connect the graph's CLIP to "
             "LoRATrainer's clip input (or set text_encoder_lr to 0)."
         )
+    if config.text_encoder_lr > 0:
+        check_text_encoders(clip, config.adapter.text_encoders)
     if config.text_encoder_lr > 0 and facts.picture_prompts:
         raise EriDiffusionError(
             "text_encoder_lr > 0 trains the text encoder, but these captions are encoded shown their reference "
@@ -118,6 +121,8 @@ def check_adapters_attach(request: RunRequest) -> None:
     """The adapter's targets match layers of each model, and block_lr leaves some of them training."""
     config = request.config
     spec = request.resume.spec if request.resume is not None else config.adapter
+    if not spec.train_diffusion_model:  # the text encoders alone train
+        return
     for model in (each.model for each in request.models):
         targets = resolve_targets(spec.targets, family_of(model))
         layers = target_layers(model, dataclasses.replace(spec, targets=targets), loadable_weight_keys(model).keys())

@@ -76,7 +76,9 @@ def trained_adapters(setup: TrainedSetup) -> TrainedAdapters:
     patcher, spec, saved = setup.patcher, setup.spec, setup.saved
     prefixes = loadable_weight_keys(patcher.model)
     used: set[str] = set()
-    if saved is None:
+    if not spec.train_diffusion_model:  # the text encoders alone train
+        adapters = AdapterSet(spec, {}).to(patcher.load_device)
+    elif saved is None:
         adapters = attach_adapters(patcher, spec, prefixes.keys(), seed=setup.seed)
     else:
         adapters, used = adapters_from_tensors(patcher.model, saved, spec, prefixes, setup.saved_path)
