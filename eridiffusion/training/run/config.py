@@ -339,6 +339,16 @@ class TrainConfig:
                 "Prodigy needs one learning rate for all adapters: set text_encoder_lr to "
                 f"{self.learning_rate:g} (the learning_rate) or 0."
             )
+        if self.adapter.text_encoders.strip(" ,") and self.text_encoder_lr == 0:
+            raise EriDiffusionError(
+                f"text_encoders '{self.adapter.text_encoders}' names encoders to train, and text_encoder_lr is 0: "
+                "set text_encoder_lr (about the learning_rate), or clear text_encoders."
+            )
+        if not self.adapter.train_diffusion_model and self.block_lr.strip():
+            raise EriDiffusionError(
+                "block_lr sets the rates of the diffusion model's blocks, and train_diffusion_model is off (the "
+                "text encoders alone train): clear block_lr, or turn train_diffusion_model on."
+            )
         if not self.adapter.train_diffusion_model and self.text_encoder_lr == 0:
             raise EriDiffusionError(
                 "train_diffusion_model is off and text_encoder_lr is 0: nothing would train; set text_encoder_lr "

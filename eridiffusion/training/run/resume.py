@@ -147,6 +147,7 @@ def check_resume_fits(point, model, clip, config):
             "a LoRA of another model, or text-encoder weights (those resume only with the CLIP connected and "
             "text_encoder_lr > 0). Resume from a checkpoint of this model, or start a new run."
         )
+    check_what_trains(point.path, [p for p in groups if layers[p][0] is model.model], bool(groups), config)
     for prefix, group in sorted(groups.items()):
         module, key = layers[prefix]
         weight = module.get_parameter(key)
@@ -159,3 +160,18 @@ def check_resume_fits(point, model, clip, config):
                 f"fit this model's layer of shape {tuple(weight.shape)}: it was trained on another model. Resume "
                 "from a checkpoint of this model, or start a new run."
             )
+
+
+def check_what_trains(path, diffusion_layers, any_layers, config):
+    """A resume file's layers against train_diffusion_model: the diffusion model's layers continue only
+    with it on, and with it on a file of the text encoders' layers alone would leave it without adapters."""
+    if diffusion_layers and not config.adapter.train_diffusion_model:
+        raise EriDiffusionError(
+            f"{path} holds diffusion-model weights (e.g. {diffusion_layers[0]}), and train_diffusion_model is off: "
+            "turn it on to continue them, or resume from a file of the text encoders alone."
+        )
+    if any_layers and not diffusion_layers and config.adapter.train_diffusion_model:
+        raise EriDiffusionError(
+            f"{path} holds text-encoder weights alone, so the diffusion model would train no adapter: turn "
+            "train_diffusion_model off to continue the text encoders alone, or start a new run."
+        )

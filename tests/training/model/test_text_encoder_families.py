@@ -175,3 +175,45 @@ def test_the_toolbox_reads_and_resizes_an_encoders_file(name, request, tmp_path_
     with caplog.at_level(logging.WARNING):
         comfy.sd.load_lora_for_models(run["model"], run["clip"], small, 1.0, 1.0)
     assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            {"adapter": AdapterSpec(text_encoders="t5xxl")},
+            "text_encoders 't5xxl' names encoders to train, and text_encoder_lr is 0: set text_encoder_lr (about the "
+            "learning_rate), or clear text_encoders.",
+        ),
+        (
+            {"adapter": AdapterSpec(train_diffusion_model=False), "text_encoder_lr": 1e-4, "block_lr": "double:0.5"},
+            "block_lr sets the rates of the diffusion model's blocks, and train_diffusion_model is off (the text "
+            "encoders alone train): clear block_lr, or turn train_diffusion_model on.",
+        ),
+    ],
+    ids=["encoders without a rate", "block rates without the diffusion model"],
+)
+def test_settings_that_would_train_other_than_asked_are_refused(overrides, message):
+    with pytest.raises(EriDiffusionError) as error:
+        TrainConfig(**{"steps": 2, **overrides})
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("name", family_params(["flux_dev"]))
+def test_a_resume_file_of_the_other_kind_is_refused_before_any_image_is_encoded(name, tmp_path):
+    # a file with the diffusion model's layers, resumed with train_diffusion_model off; one of T5's alone, with it on
+    from eridiffusion.training.run.resume import check_resume_fits
+
+    model, clip, _ = build_tiny(name, seed=0)
+    unet = ("lora_unet_double_blocks_0_img_attn_qkv", model.model.diffusion_model.double_blocks[0].img_attn.qkv.weight)
+    t5 = "t5xxl.transformer.encoder.block.0.layer.0.SelfAttention.q"
+    t5 = (f"text_encoders.{t5}", clip.cond_stage_model.get_parameter(f"{t5}.weight"))
+    cases = [(unet, te_config("t5xxl"), "diffusion-model weights"), (t5, TrainConfig(text_encoder_lr=1e-4), "alone")]
+    for (prefix, weight), config, found in cases:
+        path = str(tmp_path / "file.safetensors")
+        rows, columns = weight.shape
+        down, up = torch.zeros(4, columns), torch.zeros(rows, 4)
+        comfy.utils.save_torch_file({f"{prefix}.lora_down.weight": down, f"{prefix}.lora_up.weight": up}, path)
+        with pytest.raises(EriDiffusionError, match=found) as error:
+            check_resume_fits(load_resume_point(path), model, clip, config)
+        assert str(error.value).startswith(path)
