@@ -56,3 +56,28 @@ def quick_samples(clip, vae, prompt, width, height, frames=1, steps=2, **inputs)
     values = dict(prompts=prompt, every=10_000, seed=0, steps=steps, cfg=1.0, sampler_name="euler")
     values.update(scheduler="simple", width=width, height=height, frames=frames, **inputs)
     return SampleDuringTraining.execute(clip, vae, **values).args[0]
+
+
+# The learning tests on CI's second host (0.3.75; tiny_models.TESTED_HOSTS[0]): that host proves what differs
+# between hosts (its model classes train, its stock loader loads and reproduces the file), so its runs take
+# a quarter of the steps and their evaluation loss must fall; the default host (and any other) trains the
+# whole run and demands the 30% drop. (The second host's full runs took ~1,000 of its 3,900 test-seconds
+# on 2026-11-29, CI past 85 minutes.)
+SECOND_HOST_SHARE = 4
+
+
+def on_the_second_host():
+    from devkit.tiny_models import TESTED_HOSTS
+    from eridiffusion.comfy_compat import host_version
+
+    return host_version() == TESTED_HOSTS[0]
+
+
+def learning_steps(steps):
+    """The steps a learning test's run of `steps` takes on this host."""
+    return max(steps // SECOND_HOST_SHARE, 10) if on_the_second_host() else steps
+
+
+def learning_bar():
+    """The share of its starting evaluation loss a learning run must end under on this host."""
+    return 1.0 if on_the_second_host() else 0.7

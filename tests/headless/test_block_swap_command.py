@@ -11,6 +11,10 @@ from devkit.headless import CONFIGS, graph_prompt, run_cli, write_yaml
 from devkit.stock_comfyui import tiny_demo_lora_load
 from devkit.workflow import execution_error, load_extension, run_prompt
 
+pytestmark = pytest.mark.one_host(
+    "block swap's plan and ring are EriDiffusion's own (tests/training/memory/test_block_swap.py: both hosts' classes)"
+)
+
 RUN_NAME = "swapped_tiny_demo"
 STEPS = 3
 SWAPPED = 6

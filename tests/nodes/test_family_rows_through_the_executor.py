@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from devkit import tiny_family_node
+from devkit.short_runs import learning_steps
 from devkit.stock_comfyui import ProbeInput, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from devkit.workflow import load_extension, run_training
@@ -73,7 +74,7 @@ def test_a_row_trains_through_the_executor_and_its_lora_loads_in_stock_comfyui(
         f"row_{name}",
         resolution=tiny.resolution,
         trainer={
-            "steps": tiny.steps // EXECUTOR_SHARE,
+            "steps": learning_steps(tiny.steps // EXECUTOR_SHARE),
             "learning_rate": tiny.learning_rate,
             "rank": 8,
             "alpha": 8.0,

@@ -249,6 +249,9 @@ def test_each_loss_choice_is_torchs_loss_of_the_native_error(kind, name):
     torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.one_host(
+    "the loss choices are EriDiffusion's own (test_each_loss_choice_is_torchs_loss_of_the_native_error on both hosts)"
+)
 @pytest.mark.parametrize("kind", [k for k in LOSSES if k != "mse"])  # mse: every other training test
 def test_each_loss_choice_trains_and_is_recorded_in_the_saved_file(kind, dog_dataset, tmp_path):
     import json

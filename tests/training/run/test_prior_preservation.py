@@ -87,6 +87,7 @@ def output_drift(model, trained, clip, data, prompt):
     return ((outputs[1] - outputs[0]).norm() / outputs[0].norm()).item()
 
 
+@pytest.mark.one_host("the preservation loss is EriDiffusion's own")
 def test_output_preservation_keeps_the_class_phrase_closer_to_the_base_while_the_loss_still_falls(stack, tmp_path):
     model, clip, _, data = stack
     runs = {}

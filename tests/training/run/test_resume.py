@@ -43,6 +43,8 @@ def config(algorithm="lora", **overrides):
         gradient_checkpointing=False,
         batch_size=2,
         run_name="resumable",
+        eval_images=2,  # (each run evaluates before and after: a 12-step run's largest cost at 8 x 8)
+        eval_timesteps=2,
         adapter=AdapterSpec(
             algorithm=algorithm, rank=4, alpha=4.0, targets="all-linear", train_norms_and_biases=extra == "norms"
         ),

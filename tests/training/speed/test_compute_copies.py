@@ -4,6 +4,7 @@ layer then adds the kernels of an fp32 one, and training comes out exactly as wi
 import contextlib
 import dataclasses
 
+import pytest
 import torch
 
 from devkit.kernel_counts import ADDED_KERNELS, adapted_layer, cost_of_a_step
@@ -96,6 +97,7 @@ def test_compute_copies_are_made_only_where_they_save_casts():
     assert not ComputeCopies.worth_it(AdapterSet(AdapterSpec(), {"conv": conv}), torch.bfloat16)
 
 
+@pytest.mark.one_host("the trainer's compute copies (their units above run on both hosts' layers)")
 def test_an_eager_bf16_run_trains_the_same_adapter_with_and_without_compute_copies(lora_stack, tmp_path, monkeypatch):
     """Through the trainer (gradient accumulation over two micro-batches): the copies are used, and
     the trained adapter is bit for bit the one that per-layer casts train (layers sharing an input
@@ -108,6 +110,8 @@ def test_an_eager_bf16_run_trains_the_same_adapter_with_and_without_compute_copi
         gradient_checkpointing=False,
         cuda_graphs="off",
         run_name="copies",
+        eval_images=1,  # (the adapters are compared, not the evaluation)
+        eval_timesteps=1,
     )
     init = ComputeCopies.__init__
     monkeypatch.setattr(ComputeCopies, "__init__", lambda self, *args, **kwargs: init(self, *args, share_inputs=False))
