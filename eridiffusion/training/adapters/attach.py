@@ -148,16 +148,14 @@ class AdapterSpec:
 
     text_encoders: str = setting(
         "",
-        "With text_encoder_lr > 0: the text encoders that train, comma-separated as the CLIP names them (clip_l, "
-        "clip_g, t5xxl, umt5xxl, qwen25_7b, qwen3_4b, mistral3_24b, gemma3_12b, ...), e.g. 't5xxl' on Flux trains "
-        "T5 and not CLIP-L. Empty: every one.",
+        "With text_encoder_lr > 0: the text encoders that train, as the CLIP names them (clip_l, t5xxl, qwen25_7b, "
+        "...), e.g. 't5xxl' on Flux: T5 and not CLIP-L. Empty: every one.",
         group="adapter",
         optional=True,
     )
     train_diffusion_model: bool = setting(
         True,
-        "Off: the diffusion model gets no adapters and the text encoders alone train (text_encoder_lr > 0), "
-        "for a trigger word or wording the encoder should learn.",
+        "Off: the text encoders alone train (text_encoder_lr > 0), the diffusion model gets no adapters.",
         group="adapter",
         optional=True,
     )

@@ -59,6 +59,32 @@ def check_text_encoders(clip, encoders):
         )
 
 
+def check_what_trains(config):
+    """TrainConfig `config`'s settings of what trains, together: text encoders named without their rate,
+    block rates without the diffusion model, nothing to train at all, or a trained encoder beside a fixed
+    encoding of the class phrase."""
+    if config.adapter.text_encoders.strip(" ,") and config.text_encoder_lr == 0:
+        raise EriDiffusionError(
+            f"text_encoders '{config.adapter.text_encoders}' names encoders to train, and text_encoder_lr is 0: "
+            "set text_encoder_lr (about the learning_rate), or clear text_encoders."
+        )
+    if not config.adapter.train_diffusion_model and config.block_lr.strip():
+        raise EriDiffusionError(
+            "block_lr sets the rates of the diffusion model's blocks, and train_diffusion_model is off (the "
+            "text encoders alone train): clear block_lr, or turn train_diffusion_model on."
+        )
+    if not config.adapter.train_diffusion_model and config.text_encoder_lr == 0:
+        raise EriDiffusionError(
+            "train_diffusion_model is off and text_encoder_lr is 0: nothing would train; set text_encoder_lr "
+            "(about the learning_rate) to train the text encoders alone, or turn train_diffusion_model on."
+        )
+    if config.preservation_prompt.strip() and config.text_encoder_lr > 0:
+        raise EriDiffusionError(
+            "preservation_prompt compares predictions for one fixed encoding of the class phrase, which "
+            "text-encoder training would change: set text_encoder_lr to 0, or clear preservation_prompt."
+        )
+
+
 class TextEncoderTraining:
     """`tensors`/`path`: a resume file whose text-encoder weights the adapters start from."""
 

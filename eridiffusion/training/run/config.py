@@ -11,6 +11,7 @@ from ..adapters import AdapterSpec
 from ..adapters.layer_selection import parse_block_lr
 from ..memory.swap_plan import check_swap_settings
 from ..model.objective import ObjectiveSpec
+from ..model.text_encoder import check_what_trains
 from ..speed.paths import SpeedPaths
 from .non_finite import MAX_SKIPS_IN_A_ROW, ON_NAN
 from .optimizers import OPTIMIZERS
@@ -339,26 +340,7 @@ class TrainConfig:
                 "Prodigy needs one learning rate for all adapters: set text_encoder_lr to "
                 f"{self.learning_rate:g} (the learning_rate) or 0."
             )
-        if self.adapter.text_encoders.strip(" ,") and self.text_encoder_lr == 0:
-            raise EriDiffusionError(
-                f"text_encoders '{self.adapter.text_encoders}' names encoders to train, and text_encoder_lr is 0: "
-                "set text_encoder_lr (about the learning_rate), or clear text_encoders."
-            )
-        if not self.adapter.train_diffusion_model and self.block_lr.strip():
-            raise EriDiffusionError(
-                "block_lr sets the rates of the diffusion model's blocks, and train_diffusion_model is off (the "
-                "text encoders alone train): clear block_lr, or turn train_diffusion_model on."
-            )
-        if not self.adapter.train_diffusion_model and self.text_encoder_lr == 0:
-            raise EriDiffusionError(
-                "train_diffusion_model is off and text_encoder_lr is 0: nothing would train; set text_encoder_lr "
-                "(about the learning_rate) to train the text encoders alone, or turn train_diffusion_model on."
-            )
-        if self.preservation_prompt.strip() and self.text_encoder_lr > 0:
-            raise EriDiffusionError(
-                "preservation_prompt compares predictions for one fixed encoding of the class phrase, which "
-                "text-encoder training would change: set text_encoder_lr to 0, or clear preservation_prompt."
-            )
+        check_what_trains(self)
         check_swap_settings(self)
         if self.weights_vram_gib > 0 and not self.gradient_checkpointing:
             raise EriDiffusionError(
