@@ -131,6 +131,8 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
                 "include": "",
                 "exclude": "",
                 "train_norms_and_biases": False,
+                "text_encoders": "",
+                "train_diffusion_model": True,
             },
         },
         "memory_options": {

@@ -147,7 +147,7 @@ def check_resume_fits(point, model, clip, config):
             "a LoRA of another model, or text-encoder weights (those resume only with the CLIP connected and "
             "text_encoder_lr > 0). Resume from a checkpoint of this model, or start a new run."
         )
-    check_what_trains(point.path, [p for p in groups if layers[p][0] is model.model], bool(groups), config)
+    check_layers_fit_what_trains(point.path, [p for p in groups if layers[p][0] is model.model], bool(groups), config)
     for prefix, group in sorted(groups.items()):
         module, key = layers[prefix]
         weight = module.get_parameter(key)
@@ -162,7 +162,7 @@ def check_resume_fits(point, model, clip, config):
             )
 
 
-def check_what_trains(path, diffusion_layers, any_layers, config):
+def check_layers_fit_what_trains(path, diffusion_layers, any_layers, config):
     """A resume file's layers against train_diffusion_model: the diffusion model's layers continue only
     with it on, and with it on a file of the text encoders' layers alone would leave it without adapters."""
     if diffusion_layers and not config.adapter.train_diffusion_model:
