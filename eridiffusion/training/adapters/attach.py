@@ -149,7 +149,7 @@ class AdapterSpec:
     text_encoders: str = setting(
         "",
         "With text_encoder_lr > 0: the text encoders that train, as the CLIP names them (clip_l, t5xxl, qwen25_7b, "
-        "...), e.g. 't5xxl' on Flux: T5 and not CLIP-L. Empty: every one.",
+        "...), e.g. 't5xxl' on Flux: T5 and not CLIP-L. Empty: the CLIP encoders, or all where none is CLIP.",
         group="adapter",
         optional=True,
     )

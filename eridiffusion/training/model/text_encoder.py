@@ -36,9 +36,15 @@ def encoder_names(prefixes):
 def text_encoder_layers(prefixes, encoders=""):
     """The weights of the text transformers' blocks (attention and MLP), which text-encoder LoRAs adapt
     (kohya's for CLIP, OneTrainer's for T5); embeddings, projections and vision towers stay frozen.
-    `encoders`: the encoders to train, comma-separated (empty: every one)."""
+    `encoders`: the encoders to train, comma-separated; empty: the CLIP encoders where the CLIP holds any
+    (as before T5 and the LLMs trained, and as kohya's Flux and SD3 trainers do: T5-XXL's 4.7B weights train
+    only when named), else every one."""
+    blocks = {k: m.group(1) for k in prefixes if (m := TEXT_BLOCKS.match(k))}
     chosen = {name.strip() for name in encoders.split(",") if name.strip()}
-    return {k for k in prefixes if (m := TEXT_BLOCKS.match(k)) and (not chosen or m.group(1) in chosen)}
+    if not chosen:
+        clips = {name for name in blocks.values() if name.startswith("clip_")}
+        chosen = clips or set(blocks.values())
+    return {k for k, name in blocks.items() if name in chosen}
 
 
 def check_text_encoders(clip, encoders):
@@ -50,7 +56,7 @@ def check_text_encoders(clip, encoders):
         if name not in names:
             raise EriDiffusionError(
                 f"text_encoders names '{name}', which the connected CLIP does not hold: it holds "
-                f"{', '.join(names)}; name those to train (empty: every one)."
+                f"{', '.join(names)}; name those to train (empty: its CLIP encoders, else every one)."
             )
     if not text_encoder_layers(prefixes, encoders):
         raise EriDiffusionError(

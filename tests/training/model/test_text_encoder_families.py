@@ -147,7 +147,7 @@ def test_an_encoder_the_clip_lacks_is_named_with_those_it_holds(name):
         check_text_encoders(clip, "t5xxl, umt5xxl")
     assert str(error.value) == (
         "text_encoders names 'umt5xxl', which the connected CLIP does not hold: it holds clip_l, t5xxl; "
-        "name those to train (empty: every one)."
+        "name those to train (empty: its CLIP encoders, else every one)."
     )
     check_text_encoders(clip, "t5xxl")  # held: no error
 
@@ -217,3 +217,16 @@ def test_a_resume_file_of_the_other_kind_is_refused_before_any_image_is_encoded(
         with pytest.raises(EriDiffusionError, match=found) as error:
             check_resume_fits(load_resume_point(path), model, clip, config)
         assert str(error.value).startswith(path)
+
+
+@pytest.mark.parametrize("name, trained", [("flux_dev", {"clip_l"}), ("qwen_image", {"qwen25_7b"})])
+def test_left_empty_the_clip_encoders_train_where_there_are_any_else_every_encoder(name, trained):
+    # as before this issue, and as kohya's Flux trainer: T5-XXL trains only when named
+    from eridiffusion.formats.lora_file import loadable_clip_keys
+    from eridiffusion.training.model.text_encoder import text_encoder_layers
+
+    if TINY_FAMILIES[name].missing_on_host():
+        pytest.skip(", ".join(TINY_FAMILIES[name].missing_on_host()))
+    _, clip, _ = build_tiny(name, seed=0)
+    layers = text_encoder_layers(loadable_clip_keys(clip.cond_stage_model))
+    assert {k.split(".", 1)[0] for k in layers} == trained
