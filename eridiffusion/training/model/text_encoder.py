@@ -33,14 +33,24 @@ def encoder_names(prefixes):
     return sorted({k.split(".", 1)[0] for k in prefixes})
 
 
+def named_encoders(encoders):
+    """The encoder names of AdapterSpec.text_encoders' comma-separated text."""
+    return {name.strip() for name in encoders.split(",") if name.strip()}
+
+
+def text_blocks(prefixes):
+    """{weight key: its encoder's name} of the text transformers' block weights among `prefixes`."""
+    return {k: m.group(1) for k in prefixes if (m := TEXT_BLOCKS.match(k))}
+
+
 def text_encoder_layers(prefixes, encoders=""):
     """The weights of the text transformers' blocks (attention and MLP), which text-encoder LoRAs adapt
     (kohya's for CLIP, OneTrainer's for T5); embeddings, projections and vision towers stay frozen.
     `encoders`: the encoders to train, comma-separated; empty: the CLIP encoders where the CLIP holds any
     (as before T5 and the LLMs trained, and as kohya's Flux and SD3 trainers do: T5-XXL's 4.7B weights train
     only when named), else every one."""
-    blocks = {k: m.group(1) for k in prefixes if (m := TEXT_BLOCKS.match(k))}
-    chosen = {name.strip() for name in encoders.split(",") if name.strip()}
+    blocks = text_blocks(prefixes)
+    chosen = named_encoders(encoders)
     if not chosen:
         clips = {name for name in blocks.values() if name.startswith("clip_")}
         chosen = clips or set(blocks.values())
@@ -51,8 +61,7 @@ def check_text_encoders(clip, encoders):
     """Refuses `encoders` (AdapterSpec.text_encoders) naming an encoder `clip` lacks, or none that trains."""
     prefixes = loadable_clip_keys(clip.cond_stage_model)
     names = encoder_names(prefixes)
-    trained = sorted({m.group(1) for m in map(TEXT_BLOCKS.match, prefixes) if m})
-    for name in (n.strip() for n in encoders.split(",") if n.strip()):
+    for name in sorted(named_encoders(encoders)):
         if name not in names:
             raise EriDiffusionError(
                 f"text_encoders names '{name}', which the connected CLIP does not hold: it holds "
@@ -61,7 +70,7 @@ def check_text_encoders(clip, encoders):
     if not text_encoder_layers(prefixes, encoders):
         raise EriDiffusionError(
             f"text_encoders '{encoders}' has no transformer layers to train; of the CLIP's encoders "
-            f"{', '.join(trained) or 'none'} can train."
+            f"{', '.join(sorted(set(text_blocks(prefixes).values()))) or 'none'} can train."
         )
 
 
@@ -69,7 +78,7 @@ def check_what_trains(config):
     """TrainConfig `config`'s settings of what trains, together: text encoders named without their rate,
     block rates without the diffusion model, nothing to train at all, or a trained encoder beside a fixed
     encoding of the class phrase."""
-    if config.adapter.text_encoders.strip(" ,") and config.text_encoder_lr == 0:
+    if named_encoders(config.adapter.text_encoders) and config.text_encoder_lr == 0:
         raise EriDiffusionError(
             f"text_encoders '{config.adapter.text_encoders}' names encoders to train, and text_encoder_lr is 0: "
             "set text_encoder_lr (about the learning_rate), or clear text_encoders."
