@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from devkit.pyav import pyav
+
 RATE = 44100  # written at CD rate, so encoding resamples to the VAE's 48 kHz as for most users' files
 SECONDS = 2.5  # a little longer than the tiny stack's 2 s training length: the cut is exercised
 
@@ -61,7 +63,7 @@ def synthesize(style, index, seconds=SECONDS, rate=RATE):
 
 def write_audio(path, stereo, rate=RATE):
     """Write float (samples, 2) audio with PyAV: 16-bit PCM in .wav, FLAC in .flac."""
-    import av
+    av = pyav()
 
     codec, sample_format = ("pcm_s16le", "s16") if path.endswith(".wav") else ("flac", "s16")
     pcm = (np.clip(stereo, -1, 1) * 32767).astype(np.int16)

@@ -4,6 +4,8 @@ with PyAV, for the tests and benchmarks of video families: no video can be downl
 import os
 import shutil
 
+from devkit.pyav import pyav
+
 CLIP_FRAMES = 9  # the tiny video models' VAEs take 4k+1 frames
 CLIP_SIZE = (192, 144)  # width, height of the written clips: 4:3, so the center crop shows
 
@@ -32,7 +34,7 @@ def write_video(path, images, fps):
     """Write PIL images as a clip with PyAV: H.264 in .mp4/.mov, VP9 in .webm."""
     from fractions import Fraction
 
-    import av
+    av = pyav()
 
     codec = "libvpx-vp9" if str(path).endswith(".webm") else "libx264"
     with av.open(str(path), "w") as container:
@@ -98,7 +100,7 @@ def write_video_with_sound(path, images, fps, stereo, rate):
     """Write PIL images as H.264 and float (samples, 2) `stereo` audio at `rate` as AAC into one .mp4."""
     from fractions import Fraction
 
-    import av
+    av = pyav()
     import numpy as np
 
     with av.open(str(path), "w") as container:

@@ -84,6 +84,15 @@ class OFT(LycorisAdapter):
         return {"oft_blocks": self.lycoris.oft_blocks, "alpha": self.lycoris.alpha}
 
 
+STOCK_MERGE_NOTE = (
+    "BOFT: stock ComfyUI (0.28, and upstream's weight_adapter/boft.py as of this writing) applies a BOFT "
+    "file only where it merges LoRA patches in fp32: on a GPU it merges them in fp16, its BOFT merge "
+    "fails ('ERROR boft ... expected scalar type Float but found Half' in its log) and leaves those layers "
+    "unpatched. The file is right (it reproduces in fp32 merges: the CPU, ComfyUI 0.3.x, --force-fp32); "
+    "in ComfyUI 0.28 on a GPU use this trainer's MODEL output, or OFT, LoRA or another algorithm."
+)
+
+
 class BOFT(OFT):
     algorithm = "boft"
 

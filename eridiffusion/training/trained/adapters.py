@@ -3,6 +3,7 @@ it targets, fresh or set to a resume file's values, and the text encoder's when 
 as a LoRA file (formats/lora_file.py's export_lora)."""
 
 import contextlib
+import logging
 from typing import Any
 
 import torch
@@ -12,6 +13,7 @@ from ...formats.lora_file import TrainedLoRA, export_lora, loadable_weight_keys
 from ..adapters import AdapterSet, attach_adapters, narrow_layers, warn_narrow_layers
 from ..adapters.from_tensors import adapters_from_tensors
 from ..adapters.layer_selection import block_multipliers
+from ..adapters.oft import STOCK_MERGE_NOTE
 from ..model.text_encoder import TextEncoderTraining
 from .base import Trained, TrainedSetup
 
@@ -92,6 +94,8 @@ def trained_adapters(setup: TrainedSetup) -> TrainedAdapters:
     if text_encoder is not None:
         narrow += narrow_layers(text_encoder.adapters, text_encoder.clip.patcher.model)
     warn_narrow_layers(spec, narrow)
+    if spec.algorithm == "boft":
+        logging.warning(STOCK_MERGE_NOTE)
     if saved is not None:
         unused = sorted(set(saved) - used - (text_encoder.used_keys if text_encoder else set()))
         if unused:

@@ -162,7 +162,10 @@ def test_weights_held_in_the_compute_dtype_give_the_per_forward_casts_output_wit
     out, casts_held = _sdxl_prediction(held.clone())
 
     assert torch.equal(out, expected)
-    assert casts_each_forward >= weights and casts_held < 10, (casts_each_forward, casts_held, weights)
+    assert casts_held < 10, (casts_each_forward, casts_held, weights)
+    if held.load_device.type == "cpu":  # (on a GPU, 0.28's dynamic VRAM casts each weight into its cast
+        # buffers by copy_, not _to_copy: this counter saw 6 casts either way on an H200, 2026-11-29)
+        assert casts_each_forward >= weights, (casts_each_forward, weights)
 
 
 def test_weights_are_not_cast_to_a_wider_dtype_or_out_of_fp8():
