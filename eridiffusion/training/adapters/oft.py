@@ -86,10 +86,11 @@ class OFT(LycorisAdapter):
 
 STOCK_MERGE_NOTE = (
     "BOFT: stock ComfyUI (0.28, and upstream's weight_adapter/boft.py as of this writing) applies a BOFT "
-    "file only where it merges LoRA patches in fp32: on a GPU it merges them in fp16, its BOFT merge "
-    "fails ('ERROR boft ... expected scalar type Float but found Half' in its log) and leaves those layers "
-    "unpatched. The file is right (it reproduces in fp32 merges: the CPU, ComfyUI 0.3.x, --force-fp32); "
-    "in ComfyUI 0.28 on a GPU use this trainer's MODEL output, or OFT, LoRA or another algorithm."
+    "file at a strength other than 1.0 only where it merges LoRA patches in fp32: on a GPU it merges them "
+    "in fp16, and there its BOFT merge at such a strength fails ('ERROR boft ... expected scalar type Float "
+    "but found Half' in its log), leaving those layers unpatched. At strength 1.0 it applies everywhere. "
+    "The file is right (it reproduces at every strength in fp32 merges: the CPU, ComfyUI 0.3.x, "
+    "--force-fp32); for another strength on a GPU, use this trainer's MODEL output, or OFT or LoRA."
 )
 
 
