@@ -163,8 +163,8 @@ def test_weights_held_in_the_compute_dtype_give_the_per_forward_casts_output_wit
 
     assert torch.equal(out, expected)
     assert casts_held < 10, (casts_each_forward, casts_held, weights)
-    if held.load_device.type == "cpu":  # (on a GPU, 0.28's dynamic VRAM casts each weight into its cast
-        # buffers by copy_, not _to_copy: this counter saw 6 casts either way on an H200, 2026-11-29)
+    if held.load_device.type == "cpu":  # (on an H200 this counter saw 6 casts either way, 2026-11-29: 0.28
+        # casts a GPU's weights where aten._to_copy does not show it)
         assert casts_each_forward >= weights, (casts_each_forward, weights)
 
 
