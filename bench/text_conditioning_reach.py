@@ -27,7 +27,7 @@ TEXT_INPUTS = ("c_crossattn", "y")
 def reach(name, folder):
     import torch
 
-    from devkit.photo_clips import CLIP_FRAMES, write_dog_clips
+    from devkit.photo_clips import write_dog_clips
     from devkit.stock_comfyui import ProbeInput
     from devkit.tiny_models import TINY_FAMILIES, build_tiny
     from eridiffusion.training.data.dataset import load_dataset
@@ -37,7 +37,7 @@ def reach(name, folder):
     photos = os.path.join(ROOT, "demo", "data", "dreambooth_dog")
     if family.video_frames:
         clips = write_dog_clips(photos, os.path.join(folder, "clips"))
-        dataset = load_dataset(clips, frames=family.video_frames or CLIP_FRAMES, fps=16.0)
+        dataset = load_dataset(clips, frames=family.video_frames, fps=16.0)
     else:
         dataset = load_dataset(photos)
     model, clip, vae = build_tiny(name, seed=0)

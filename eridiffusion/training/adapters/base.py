@@ -24,6 +24,7 @@ class Adapter(torch.nn.Module):
     plays the role of LoraLoader's strength."""
 
     algorithm = ""
+    stock_loader_note: str | None = None  # what a run of this algorithm warns of stock ComfyUI's loading of its file
 
     def __init__(self) -> None:
         super().__init__()

@@ -96,6 +96,7 @@ STOCK_MERGE_NOTE = (
 
 class BOFT(OFT):
     algorithm = "boft"
+    stock_loader_note = STOCK_MERGE_NOTE
 
     @staticmethod
     def module(layer, rank):

@@ -10,10 +10,9 @@ import torch
 
 from ...errors import EriDiffusionError
 from ...formats.lora_file import TrainedLoRA, export_lora, loadable_weight_keys
-from ..adapters import AdapterSet, attach_adapters, narrow_layers, warn_narrow_layers
+from ..adapters import ALGORITHMS, AdapterSet, attach_adapters, narrow_layers, warn_narrow_layers
 from ..adapters.from_tensors import adapters_from_tensors
 from ..adapters.layer_selection import block_multipliers
-from ..adapters.oft import STOCK_MERGE_NOTE
 from ..model.text_encoder import TextEncoderTraining
 from .base import Trained, TrainedSetup
 
@@ -94,8 +93,9 @@ def trained_adapters(setup: TrainedSetup) -> TrainedAdapters:
     if text_encoder is not None:
         narrow += narrow_layers(text_encoder.adapters, text_encoder.clip.patcher.model)
     warn_narrow_layers(spec, narrow)
-    if spec.algorithm == "boft":
-        logging.warning(STOCK_MERGE_NOTE)
+    note = ALGORITHMS[spec.algorithm].stock_loader_note
+    if note:
+        logging.warning(note)
     if saved is not None:
         unused = sorted(set(saved) - used - (text_encoder.used_keys if text_encoder else set()))
         if unused:
