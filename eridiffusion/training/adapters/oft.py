@@ -15,6 +15,7 @@ import logging
 from contextlib import contextmanager
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ...errors import EriDiffusionError
 from .base import LycorisAdapter, seeded
@@ -30,6 +31,20 @@ def quiet_lycoris():
         yield
     finally:
         logger.setLevel(level)
+
+
+class UncheckedInverse(TorchFunctionMode):
+    """LyCORIS's rotation R = (I + Q)(I - Q)^-1, Q skew-symmetric, with the inverse computed without
+    its singularity check: I - Q has eigenvalues 1 - iλ and is never singular, and the check reads a
+    flag back from the device on every layer's every call, which a CUDA graph capture refuses
+    ("operation not permitted when stream is capturing", the GPU suite, 2026-11-29)."""
+
+    INVERSES = {torch.Tensor.inverse, torch.inverse, torch.linalg.inv}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.INVERSES:
+            return torch.linalg.inv_ex(args[0], check_errors=False).inverse
+        return func(*args, **(kwargs or {}))
 
 
 def bias_of(layer, like):
@@ -68,7 +83,8 @@ class OFT(LycorisAdapter):
         lycoris, forward = self.lycoris, self.lycoris.org_forward
         lycoris.org_forward = lambda _: weight_part  # LyCORIS rotates what the layer computes
         try:
-            return out + self.multiplier * self.turned(x, self.multiplier)
+            with UncheckedInverse():
+                return out + self.multiplier * self.turned(x, self.multiplier)
         finally:
             lycoris.org_forward = forward
 

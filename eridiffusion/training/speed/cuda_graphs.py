@@ -183,7 +183,10 @@ class GraphedCall:
             self.frozen_slots += [(m._buffers, n) for m in modules for n in m._buffers]
         addresses = tuple(t.data_ptr() for t in (slots[name] for slots, name in self.frozen_slots) if t is not None)
         if self.addresses is not None and addresses != self.addresses and self.graphs:
+            # a new pool: PyTorch refuses a capture into one whose graphs are all released but whose
+            # memory is not yet given back (an allocator assert, the GPU suite, 2026-11-29)
             self.graphs, self.recaptures = {}, self.recaptures + 1
+            self.pool = torch.cuda.graph_pool_handle()
         self.addresses = addresses
         if self.recaptures > self.MAX_RECAPTURES:
             self._capture_failed(
