@@ -62,6 +62,10 @@ def runs(stack, tmp_path_factory):
 @pytest.mark.parametrize("fmt", ["nf4", "int8"])
 def test_a_lora_on_a_quantized_base_reaches_the_unquantized_bases_loss_within_5_percent(runs, fmt):
     reference, quantized = runs["none"], runs[fmt]
+    print(
+        f"{fmt}: evaluation loss {quantized.eval_loss_before:.4f} -> {quantized.eval_loss_after:.4f}, unquantized "
+        f"{reference.eval_loss_before:.4f} -> {reference.eval_loss_after:.4f}"
+    )
     assert reference.eval_loss_after < 0.8 * reference.eval_loss_before  # (the runs learn)
     assert abs(quantized.eval_loss_after - reference.eval_loss_after) < 0.05 * reference.eval_loss_after, (
         quantized.eval_loss_after,
