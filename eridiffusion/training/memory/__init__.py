@@ -7,9 +7,10 @@ import logging
 
 from ..model.blocks import model_blocks
 from .block_swap import BlockSwap
+from .quantized_base import QuantizedBase, quantized_base_for
 from .swap_plan import BudgetPlan, check_vram_budget, initial_ring, swaps_blocks
 
-__all__ = ["BlockSwap", "block_swap_for", "check_vram_budget"]
+__all__ = ["BlockSwap", "QuantizedBase", "block_swap_for", "check_vram_budget", "quantized_base_for"]
 
 
 def block_swap_for(patcher, config, device, trained_parameters, activation_scale=1.0):

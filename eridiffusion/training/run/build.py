@@ -19,7 +19,7 @@ from comfy.model_patcher import ModelPatcher
 from ...comfy_compat import trainable_model_clone
 from ..data.batches import BatchSampler
 from ..data.training_data import TrainingData
-from ..memory import BlockSwap, block_swap_for
+from ..memory import BlockSwap, QuantizedBase, block_swap_for, quantized_base_for
 from ..model import loading as model_loading
 from ..model.autograd_weights import frozen_weights_injection
 from ..model.families import family_of, resolve_objective, resolve_targets
@@ -72,6 +72,7 @@ class TrainingRun:
     progress: run_state.RunProgress
     evaluation_range: tuple[float, float]  # the noise levels the evaluation loss spreads over (an expert: its own)
     block_swap: BlockSwap | None  # vram_budget_gib, blocks_to_swap: the blocks' weights placed from host memory
+    quantized_base: QuantizedBase | None  # base_quantization: the linear layers held by bitsandbytes
 
     def __init__(
         self,
@@ -122,6 +123,8 @@ class TrainingRun:
             if not held:  # ComfyUI casts each weight in each forward
                 self.patcher.set_model_compute_dtype(config.torch_dtype)
         frozen_weights_injection(self.patcher)
+        # (before the adapters: their forwards wrap the quantized layer's)
+        self.quantized_base = quantized_base_for(self.patcher, config, self.device)
         spec = resume.spec if resume is not None else config.adapter
         spec = dataclasses.replace(spec, targets=resolve_targets(spec.targets, self.family))
         trained = build(
@@ -179,6 +182,8 @@ class TrainingRun:
         model_loading.unload(self.patcher)
         if self.block_swap is not None:
             self.block_swap.release()
+        if self.quantized_base is not None:
+            self.quantized_base.release()
         self.trained.release()
         release_graph_memory()
 

@@ -177,6 +177,15 @@ class TrainConfig:
         maximum=1000,
         group="memory",
     )
+    base_quantization: str = setting(
+        "none",
+        "The frozen model's linear layers held quantized by bitsandbytes for the run, as QLoRA trains: nf4 "
+        "(4 bits a weight, about a quarter of bf16's memory) or int8 (half). The MODEL is not changed and the "
+        "LoRA loads on the unquantized model. none: as loaded. Trains lora, loha and lokr; not with block swap, "
+        "fp8_compute or CUDA graphs (auto turns them off).",
+        choices=("none", "nf4", "int8"),
+        group="memory",
+    )
     keep_last: int = setting(
         0, "Keep only the newest N periodic checkpoints (0: keep all).", minimum=0, maximum=1000, group="checkpoint"
     )

@@ -8,7 +8,7 @@ import os
 
 from ...errors import EriDiffusionError
 from ...formats.lora_file import loadable_weight_keys
-from ..adapters.attach import target_layers
+from ..adapters.attach import LINEAR_LIKE_ALGORITHMS, target_layers
 from ..adapters.layer_selection import block_multipliers
 from ..memory import check_vram_budget
 from ..model.families import family_of, resolve_targets
@@ -149,6 +149,43 @@ def check_memory_plan(request: RunRequest) -> None:
         )
     for model in request.models:
         check_vram_budget(config, model.model.diffusion_model, request.device)
+    check_base_quantization(config)
+
+
+def check_base_quantization(config) -> None:
+    """base_quantization with what it can train beside: an adapter on the layer's output (not one that needs
+    the weight), no block swap or fp8 products of the same layers, and bitsandbytes installed."""
+    fmt = config.base_quantization
+    if fmt == "none":
+        return
+    if config.adapter.algorithm not in LINEAR_LIKE_ALGORITHMS:
+        raise EriDiffusionError(
+            f"base_quantization {fmt} holds each layer's weight quantized, and {config.adapter.algorithm} needs the "
+            f"weight itself: train {', '.join(LINEAR_LIKE_ALGORITHMS)} on a quantized base, or set base_quantization "
+            "to none."
+        )
+    clash = [
+        name
+        for name, on in (
+            ("vram_budget_gib", config.vram_budget_gib > 0),
+            ("blocks_to_swap", config.blocks_to_swap > 0),
+            ("fp8_compute", config.fp8_compute),
+            ("weights_vram_gib", config.weights_vram_gib > 0),
+        )
+        if on
+    ]
+    if clash:
+        raise EriDiffusionError(
+            f"base_quantization {fmt} with {', '.join(clash)}: both place the base's weights; use one of them "
+            "(a quantized base alone, or block swap with base_quantization none)."
+        )
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError as error:
+        raise EriDiffusionError(
+            f"base_quantization {fmt} needs bitsandbytes ({error}): pip install bitsandbytes, or set "
+            "base_quantization to none."
+        ) from None
 
 
 def check_audio_read(model, trained, sampled):

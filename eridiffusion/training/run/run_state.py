@@ -125,6 +125,7 @@ FREE_ON_RESUME = (
     "weights_vram_gib",
     "vram_budget_gib",
     "blocks_to_swap",
+    "base_quantization",
     "torch_compile",
     "fp8_compute",
     "on_nan",

@@ -84,7 +84,8 @@ def graphs_wanted(config, device):
     swap's copies replay inside them; ComfyUI's partial loading (weights_vram_gib) cannot."""
     setting = config.cuda_graphs
     streamed = config.weights_vram_gib > 0
-    return setting == "on" or (setting == "auto" and device.type == "cuda" and not streamed)
+    quantized = config.base_quantization != "none"  # (bitsandbytes' kernels not yet measured in a capture)
+    return setting == "on" or (setting == "auto" and device.type == "cuda" and not streamed and not quantized)
 
 
 def check_graphs_can_run(config, device):
@@ -96,6 +97,11 @@ def check_graphs_can_run(config, device):
         raise EriDiffusionError(
             "cuda_graphs cannot replay weights streamed from CPU memory (weights_vram_gib > 0): "
             "set cuda_graphs to auto or off, or weights_vram_gib to 0."
+        )
+    if config.base_quantization != "none":
+        raise EriDiffusionError(
+            f"cuda_graphs on with base_quantization {config.base_quantization}: the quantized base runs eagerly "
+            "for now; set cuda_graphs to auto or off (or base_quantization to none)."
         )
     if device.type != "cuda":
         raise EriDiffusionError(
