@@ -21,7 +21,7 @@ from ..training.run.distributed import SINGLE_PROCESS, TrainingProcesses
 from ..training.run.preflight import SETTINGS_CHECKS, preflight
 from ..training.run.request import RunRequest
 from ..training.samples.config import sample_config
-from ..training.samples.render import SamplerSettings
+from ..training.samples.sampler_settings import SamplerSettings
 from . import terminal
 from .models import load_audio_vae, load_clip_vision, load_low_noise_model, load_models, model_family
 from .run_config import RunConfig, config_yaml
