@@ -8,7 +8,6 @@ tests/training/model/test_prefix_cache.py)."""
 import contextlib
 import os
 
-import comfy.model_management
 import comfy.patcher_extension
 import torch
 
@@ -46,6 +45,8 @@ def prompt_executor(server):
 def training_forward():
     """ComfyUI's own training switch (`model_management.in_training`, 0.2x), on for a training
     forward and backward: the host then takes its differentiable code paths."""
+    import comfy.model_management  # (the host's device state: imported where it is used, not to read settings)
+
     register_fused_rope_backwards()
     has_switch = hasattr(comfy.model_management, "in_training")
     previous = getattr(comfy.model_management, "in_training", None)
@@ -66,6 +67,8 @@ def weights_cast_afresh():
     next layers reuse. Autograd keeps the cast weight for the backward pass, by when that buffer holds
     another layer's: the first step's gradients came out at cosine 0.07 to the true ones. Without
     offload streams (as with ComfyUI's --async-offload 0) each cast is a tensor of its own."""
+    import comfy.model_management
+
     mm = comfy.model_management
     streams = getattr(mm, "NUM_STREAMS", 0)
     if streams:
@@ -84,6 +87,8 @@ def encodings_kept_on(device):
     and each such copy to the CPU and back (and their gradients' copies in the backward pass) made
     the host wait for the GPU to finish all its queued work: while the block runs, encodings stay on
     `device`, the encoder's own. (`model_management.intermediate_device`, swapped and restored.)"""
+    import comfy.model_management
+
     mm = comfy.model_management
     original = mm.intermediate_device
     mm.intermediate_device = lambda: device
@@ -285,6 +290,8 @@ def patched_diffusion_weights(patcher):
     """{name in the diffusion model: weight} of a MODEL with its patches (LoRAs loaded on it) applied,
     copied to the CPU: what ComfyUI's checkpoint save writes. 0.2x hosts may apply patches when a weight
     is cast, not in place: their save path (model_state_dict_for_saving) computes the patched weights."""
+    import comfy.model_management
+
     comfy.model_management.load_models_gpu([patcher], force_patch_weights=True, force_full_load=True)
     diffusion_model = patcher.model.diffusion_model
     if hasattr(patcher, "model_state_dict_for_saving"):

@@ -27,7 +27,8 @@ class SettingInfo:
     maximum: float | None = None
     step: float | None = None  # the widget's increment
     multiple: int | None = None  # a whole number must be a multiple of this (the widget steps by it)
-    # the allowed values; a function where the host decides them (its samplers, its loaders' dtypes)
+    # the allowed values; a function where the host decides them (its samplers, its loaders' dtypes),
+    # called when a value other than the default is checked (the default must be one of them)
     choices: tuple | Callable[[], tuple] | None = None
     multiline: bool = False
     group: str = ""  # the node showing it, where one dataclass feeds several (the trainer's option groups)
@@ -106,7 +107,10 @@ def check_value(s: Setting, value: Any, where: str) -> Any:
         raise EriDiffusionError(f"{where} must be {kind}, got {_shown(value)}.")
     if s.type is float and not math.isfinite(value):
         raise EriDiffusionError(f"{where} must be a finite number, got {value!r}.")
-    choices = s.info.options()
+    # A host's choices (a function) are asked for only for a value other than the default, which is one
+    # of them: reading a config that keeps the default sampler does not import ComfyUI's sampling code.
+    asked = not callable(s.info.choices) or value != s.default
+    choices = s.info.options() if asked else None
     if choices is not None and value not in choices:
         raise EriDiffusionError(
             f"{where} '{_shown(value, quoted=False)}' unknown; choose one of {', '.join(map(str, choices))}"

@@ -6,7 +6,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import comfy.lora
 import torch
 
 from .. import __version__
@@ -33,6 +32,8 @@ def loadable_weight_keys(base_model: Any) -> dict[str, str]:
     """{model weight key: key prefix in a LoRA file} for every weight ComfyUI's LoraLoader can
     address, read from ComfyUI's own key map. Prefers kohya's `lora_unet_…` naming (what
     sd-scripts writes for SDXL), else the generic `diffusion_model.…` one."""
+    import comfy.lora  # (the host's model zoo: not imported to read SaveLoRA's settings)
+
     key_map = comfy.lora.model_lora_keys_unet(base_model, {})
     prefixes: dict[str, str] = {}
     for lora_key, weight_key in key_map.items():
@@ -55,6 +56,8 @@ def loadable_clip_keys(cond_stage_model: Any) -> dict[str, str]:
     encoders, else the generic `text_encoders.<weight key>` every ComfyUI maps (the host's kohya-style
     names for a lone LLM encoder, `lora_te_layers_…`, exist in 0.28 and not in older hosts, and name no
     encoder)."""
+    import comfy.lora
+
     key_map = comfy.lora.model_lora_keys_clip(cond_stage_model, {})
     two_encoders = any(k.startswith("clip_g.") for k in cond_stage_model.state_dict())
     preferred = ("lora_te1_", "lora_te2_") if two_encoders else ("lora_te_",)

@@ -5,26 +5,33 @@ holds ComfyUI's page (its progress bar, its Stop button). In a run of several pr
 every process loads the model, encodes its share of the dataset and trains; rank 0 alone decides the
 run folder, writes files and talks to the terminal."""
 
+from __future__ import annotations
+
 import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EriDiffusionError
 from ..formats.atomic_file import writable_folder
-from ..training.data.dataset import Dataset
-from ..training.model.families import Family
+from ..formats.lora_path import lora_path_for
 from ..training.run.distributed import SINGLE_PROCESS, TrainingProcesses
-from ..training.run.preflight import SETTINGS_CHECKS, preflight
-from ..training.run.request import RunRequest
-from ..training.samples.config import sample_config
-from ..training.samples.render import SamplerSettings
-from . import terminal
-from .models import load_audio_vae, load_clip_vision, load_low_noise_model, load_models, model_family
+from ..training.samples.sampler_settings import SamplerSettings
+from .models import (
+    check_model_files,
+    load_audio_vae,
+    load_clip_vision,
+    load_low_noise_model,
+    load_models,
+    model_family,
+)
 from .run_config import RunConfig, config_yaml
+
+if TYPE_CHECKING:  # the run's heavy modules are imported once the config-only checks passed
+    from ..training.data.dataset import Dataset
+    from ..training.model.families import Family
+    from ..training.run.request import RunRequest
 
 
 def use_output_folder(output):
@@ -55,6 +62,8 @@ class Inputs:
 def load_inputs(config: RunConfig) -> Inputs:
     """The datasets (LoadDataset) and the sample prompts' images, then the model: a dataset or a prompt
     line LoadDataset or SampleDuringTraining would refuse is named before any model file is read."""
+    import torch
+
     from ..nodes.dataset_node import LoadDataset
 
     with torch.inference_mode():  # as ComfyUI's executor runs every node
@@ -97,6 +106,8 @@ def cache_arguments(config, inputs):
 
 def cache_latents(config, inputs, progress=None, processes=SINGLE_PROCESS):
     """CacheLatents' work, shared among the processes."""
+    import torch
+
     from ..training.data.training_data import build_training_data
 
     with torch.inference_mode():
@@ -108,6 +119,10 @@ def sample_settings(config, inputs):
     prompt lines are the config file's."""
     if config.sample is None:
         return None
+    import torch
+
+    from ..training.samples.config import sample_config
+
     with torch.inference_mode():
         return sample_config(
             inputs.clip,
@@ -120,11 +135,9 @@ def sample_settings(config, inputs):
 
 def train_config(config):
     """The TrainConfig LoRATrainer builds from these inputs (and TrainingObjective's, if connected)."""
-    from ..nodes import trainer_node
-    from ..nodes.setting_inputs import SettingValues
+    from ..training.run.config import train_config_from
 
-    connected = [SettingValues(config.objective)] if config.objective is not None else []
-    return trainer_node.train_config(config.train, connected)
+    return train_config_from(config.train, [config.objective] if config.objective is not None else [])
 
 
 def newest_checkpoint(output, run_name):
@@ -167,14 +180,17 @@ def resume_point(resume, output, settings, processes=SINGLE_PROCESS):
 
 def requested_run(config: RunConfig, resume, output, processes=SINGLE_PROCESS) -> tuple[RunRequest, Inputs]:
     """(the RunRequest LoRATrainer would get from this config's graph, its data described and not yet
-    encoded, the Inputs), checked by the preflight: what `train` and `--dry-run` both ask first. The
-    resume point and the save target are read before any model loads, the datasets before the model."""
-    from ..training.data.training_data import training_data_facts
+    encoded, the Inputs), checked by the preflight: what `train` and `--dry-run` both ask first. What
+    the config alone can tell (checked_settings) is asked before ComfyUI's models are imported, the
+    datasets before any model loads."""
+    settings, point = checked_settings(config, resume, output, processes)
+    import torch
 
-    settings = train_config(config)
-    point = resume_point(resume, output, settings, processes)
+    from ..training.data.training_data import training_data_facts
+    from ..training.run.preflight import SETTINGS_CHECKS, preflight
+    from ..training.run.request import RunRequest
+
     preflight(RunRequest(None, None, settings, resume=point, processes=processes), SETTINGS_CHECKS)  # no model yet
-    check_save_target(config)
     inputs = load_inputs(config)
     samples = sample_settings(config, inputs)
     with torch.inference_mode():
@@ -184,22 +200,37 @@ def requested_run(config: RunConfig, resume, output, processes=SINGLE_PROCESS) -
     return request, inputs
 
 
+def checked_settings(config: RunConfig, resume, output, processes=SINGLE_PROCESS):
+    """(the run's TrainConfig, its resume point): the settings, the resume point (--resume auto with
+    nothing to resume), the save target and the model files' headers checked, the first refusal
+    raised, without importing ComfyUI's models: a refused config is named at once."""
+    settings = train_config(config)
+    point = resume_point(resume, output, settings, processes)
+    check_save_target(config)
+    if not config.model.tiny:
+        check_model_files(config.model)
+    return settings, point
+
+
 def check_save_target(config):
     """SaveLoRA's filename_prefix, checked before any work (SaveLoRA runs after training)."""
     import folder_paths
 
-    from ..nodes.save_node import lora_path_for
-
     prefix, loras = config.save["filename_prefix"], folder_paths.get_folder_paths("loras")[0]
-    from ..training.run.experts import EXPERTS
+    names = [prefix]
+    if config.model.low_noise_model:  # two experts: a file each
+        from ..training.run.experts import EXPERTS
 
-    for name in [f"{prefix}_{expert}" for expert in EXPERTS] if config.model.low_noise_model else [prefix]:
+        names = [f"{prefix}_{expert}" for expert in EXPERTS]
+    for name in names:
         lora_path_for(name, loras, config.save["overwrite"])
 
 
 def save_outputs(config, result):
     """SaveLoRA and LossGraph on the trained LORA and LOSS; the saved file's path (two experts: a
     SaveLoRA each, <filename_prefix>_high_noise and _low_noise, and the first's path)."""
+    import torch
+
     from ..nodes.loss_graph_node import LossGraph
     from ..nodes.save_node import SaveLoRA
     from ..training.run.experts import EXPERTS
@@ -233,11 +264,9 @@ def train_from_config(
     config: RunConfig, resume: str | None = None, processes: TrainingProcesses = SINGLE_PROCESS
 ) -> bool:
     """Run the whole config (as one of `processes`); True when Ctrl-C ended it early (after it saved)."""
-    import comfy.model_management
     import folder_paths
 
-    from ..training.run.run_folder import unique_run_dir
-    from ..training.run.summary import validation_summary
+    from . import terminal
 
     main = processes.is_main
     say = terminal.say if main else (lambda line: None)
@@ -246,6 +275,11 @@ def train_from_config(
     output = folder_paths.get_output_directory()
     started = time.monotonic()
     request, inputs = requested_run(config, resume, output, processes)
+    import comfy.model_management
+
+    from ..training.run.run_folder import unique_run_dir
+    from ..training.run.summary import validation_summary
+
     settings, point = request.config, request.resume
     device = comfy.model_management.get_torch_device()
     where = f"in {processes.world_size} processes (rank 0 on {device})" if processes.distributed else f"on {device}"
@@ -276,7 +310,10 @@ def train_from_config(
 
 def _trained(config, request, run_dir):
     """(LoRATrainer's TrainResult, the Ctrl-C handler): the training itself, with the terminal's progress."""
+    import torch
+
     from ..training.run.trainer import TrainingHooks, train_run
+    from . import terminal
 
     main, settings, point = request.processes.is_main, request.config, request.resume
     start = point.state["step"] if point is not None and point.state else 0

@@ -144,12 +144,10 @@ def _check_training(resolved, labels, path):
     """The TrainConfig LoRATrainer builds from the `train` section (and TrainingObjective's, when
     connected): the rules that tie settings together (a learning rate the optimizer takes, ...) are
     checked when the config is read, as the node and `train` check them."""
-    from ..nodes.setting_inputs import SettingValues
-    from ..nodes.trainer_node import train_config
+    from ..training.run.config import train_config_from
 
-    connected = [SettingValues(resolved["objective"])] if resolved["objective"] is not None else []
     try:
-        train_config(resolved["train"], connected)
+        train_config_from(resolved["train"], [resolved["objective"]] if resolved["objective"] is not None else [])
     except EriDiffusionError as error:
         raise EriDiffusionError(f"{labels.get(('train', None), ('train', path))[1]}: {error}") from None
 

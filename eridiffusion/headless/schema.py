@@ -9,7 +9,7 @@ from ..settings import Setting, setting, settings_of
 from ..training.data.dataset_settings import DatasetSettings
 from ..training.data.training_data import CacheSettings
 from ..training.run.config import training_settings
-from ..training.samples.render import SamplerSettings
+from ..training.samples.sampler_settings import SamplerSettings
 from .models import ModelSource
 
 # Sections named after the node whose inputs they hold. `objective` and `sample` are the

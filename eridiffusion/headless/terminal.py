@@ -7,7 +7,6 @@ import signal
 import sys
 
 from ..errors import EriDiffusionError
-from ..training.run.trainer import TrainingHooks
 
 BAR_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_inv_fmt}{postfix}]"
 
@@ -85,6 +84,8 @@ class TrainingProgress:
         self.vram = None
 
     def hooks(self):
+        from ..training.run.trainer import TrainingHooks  # (the trainer: imported once a run starts)
+
         return TrainingHooks(
             on_progress=self.on_progress, should_stop=lambda: self.stop.requested, on_samples=self.on_samples
         )

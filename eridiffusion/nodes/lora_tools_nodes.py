@@ -9,9 +9,9 @@ import folder_paths
 from comfy_api.latest import io
 
 from ..errors import EriDiffusionError
+from ..formats.lora_path import lora_path_for
 from ..lora_tools import settings as tool_settings
 from ..settings import settings_of
-from .save_node import lora_path_for
 from .setting_inputs import inputs_for
 from .sockets import CATEGORY
 

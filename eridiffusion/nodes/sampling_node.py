@@ -7,7 +7,7 @@ from comfy_api.latest import io
 from ..errors import EriDiffusionError
 from ..settings import settings_of
 from ..training.samples.config import sample_config
-from ..training.samples.render import SamplerSettings
+from ..training.samples.sampler_settings import SamplerSettings
 from . import sockets
 from .setting_inputs import inputs_for
 from .sockets import CATEGORY

@@ -72,16 +72,6 @@ def save_workflow(extra_pnginfo, node_id, run_dir):
 SETTING_SOCKETS = ("objective",) + tuple(node.TRAINER_INPUT for node in OPTIONS_NODES)
 
 
-def train_config(values, connected):
-    """The TrainConfig of LoRATrainer's widget `values` and its `connected` SettingValues inputs."""
-    merged = {}
-    for settings in connected:
-        merged.update(settings.values)
-    merged.update(values)
-    merged["run_name"] = merged.get("run_name", "eridiffusion_lora").strip()
-    return train_config_from(merged)
-
-
 class LoRATrainer(io.ComfyNode):
     @classmethod
     def define_schema(cls):
@@ -164,7 +154,7 @@ class LoRATrainer(io.ComfyNode):
         **inputs: Any,
     ) -> io.NodeOutput:
         connected = [inputs.pop(name, None) for name in SETTING_SOCKETS]
-        config = train_config(inputs, [settings for settings in connected if settings is not None])
+        config = train_config_from(inputs, [settings.values for settings in connected if settings is not None])
         request = RunRequest(model, training_data, config, clip, resume, sample_config, low_noise_model=low_noise_model)
         preflight(request)  # before the run's folder is made
         run_dir = unique_run_dir(folder_paths.get_output_directory(), config.run_name)

@@ -1,12 +1,15 @@
 """`eridiffusion train configs/tiny_demo.yaml` as a user runs it (a subprocess), shortened for two
 CPU cores through a `_base_` file, against the same settings run as a node graph."""
 
+import ast
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from devkit.headless import CONFIGS, graph_prompt, run_cli, write_yaml
+from devkit.headless import CONFIGS, cli_env, graph_prompt, run_cli, write_yaml
 from devkit.stock_comfyui import tiny_demo_lora_load
 from devkit.workflow import execution_error, load_extension, run_prompt
 
@@ -90,3 +93,39 @@ def test_resume_auto_takes_the_checkpoint_furthest_on_not_the_one_touched_last(t
     assert newest_checkpoint(str(tmp_path), "run") == furthest
     later = checkpoint("run_2", 20, when=4000)  # the same step in a later folder: the one written last
     assert newest_checkpoint(str(tmp_path), "run") == later
+
+
+# The command line's main() in a subprocess that then prints the ComfyUI modules it imported.
+MODULES_AFTER_MAIN = (
+    "import sys\n"
+    "from eridiffusion.headless.cli import main\n"
+    "status = main(sys.argv[1:])\n"
+    "print(sorted(name for name in sys.modules if name.split('.')[0] in ('comfy', 'comfy_api', 'nodes')))\n"
+    "sys.exit(status)\n"
+)
+# What reading a config and ComfyUI's folders take of the host: its command-line arguments, its folder
+# registry and the patcher's extension points (no model code, no device).
+LIGHT_HOST_MODULES = {"comfy", "comfy.cli_args", "comfy.options", "comfy.patcher_extension"}
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("save: {filename_prefix: ../x}\n", "SaveLoRA filename_prefix '../x' must be a relative name"),
+        ("train: {learning_rate: 5.0}\n", "learning_rate 5 is above 1, the most AdamW takes"),
+    ],
+    ids=["save prefix", "train settings"],
+)
+def test_a_config_refused_before_any_model_loads_imports_none_of_comfyuis_models(text, error, tmp_path):
+    config = write_yaml(tmp_path / "run.yaml", f"_base_: {os.path.join(CONFIGS, 'tiny_demo.yaml')}\n{text}")
+    done = subprocess.run(
+        [sys.executable, "-c", MODULES_AFTER_MAIN, "train", config, "--output", str(tmp_path / "out")],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 2 and error in done.stderr, done.stderr
+    assert set(ast.literal_eval(done.stdout.strip().splitlines()[-1])) <= LIGHT_HOST_MODULES

@@ -17,14 +17,12 @@ from eridiffusion.errors import EriDiffusionError
 from eridiffusion.headless import cli
 from eridiffusion.headless.schema import SECTIONS, section_settings
 from eridiffusion.lora_tools import settings as tool_settings
-from eridiffusion.nodes.setting_inputs import SettingValues
-from eridiffusion.nodes.trainer_node import train_config
 from eridiffusion.settings import settings_of
 from eridiffusion.tiny_models import TinyDemoSettings
 from eridiffusion.training.data.dataset_settings import DatasetSettings
 from eridiffusion.training.data.training_data import CacheSettings
-from eridiffusion.training.run.config import NESTED, TrainConfig, training_settings
-from eridiffusion.training.samples.render import SamplerSettings
+from eridiffusion.training.run.config import NESTED, TrainConfig, train_config_from, training_settings
+from eridiffusion.training.samples.sampler_settings import SamplerSettings
 
 
 def declared_classes():
@@ -76,7 +74,7 @@ def build(cls, name, value):
     """The settings object of class `cls` with `name` set to `value` (the rest at their defaults), as its
     node builds it; a TrainConfig as LoRATrainer builds it from its flat inputs."""
     if cls is TrainConfig:
-        return train_config({name: value}, [])
+        return train_config_from({name: value}, [])
     return cls(**{name: value})
 
 
@@ -188,19 +186,19 @@ CROSS_FIELD = {
     # (config sections, how the node builds the settings object)
     "learning_rate above AdamW's": (
         {"train": {"learning_rate": 5}},
-        lambda: train_config({"learning_rate": 5.0}, []),
+        lambda: train_config_from({"learning_rate": 5.0}, []),
     ),
     "Prodigy with a second rate": (
         {"train": {"optimizer": "Prodigy", "learning_rate": 1.0, "text_encoder_lr": 0.5}},
-        lambda: train_config({"optimizer": "Prodigy", "learning_rate": 1.0, "text_encoder_lr": 0.5}, []),
+        lambda: train_config_from({"optimizer": "Prodigy", "learning_rate": 1.0, "text_encoder_lr": 0.5}, []),
     ),
     "an empty timestep range": (
         {"objective": {"timestep_min": 0.6, "timestep_max": 0.6}},
-        lambda: train_config({}, [SettingValues({"timestep_min": 0.6, "timestep_max": 0.6})]),
+        lambda: train_config_from({}, [{"timestep_min": 0.6, "timestep_max": 0.6}]),
     ),
     "streamed weights without checkpointing": (
         {"train": {"weights_vram_gib": 2.0, "gradient_checkpointing": False}},
-        lambda: train_config({"weights_vram_gib": 2.0, "gradient_checkpointing": False}, []),
+        lambda: train_config_from({"weights_vram_gib": 2.0, "gradient_checkpointing": False}, []),
     ),
     "the trigger word as caption without one": (
         {"dataset": {"folder": "photos", "missing_caption": "use trigger word"}},

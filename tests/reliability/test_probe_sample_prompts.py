@@ -14,7 +14,7 @@ from devkit.headless import write_yaml
 from devkit.workflow import training_prompt, with_sampler
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.headless.run_config import load_run_config
-from eridiffusion.training.samples.render import SamplerSettings
+from eridiffusion.training.samples.sampler_settings import SamplerSettings
 
 LINE = "SampleDuringTraining: prompts line 1"
 

@@ -14,18 +14,24 @@ otherwise the layer's own forward computes x·Wᵀ + b (ComfyUI's weight casting
 patches then apply as always) and only the adapter's term is fused.
 """
 
-import comfy.ops
+import functools
+
 import torch
 
-# Class forwards that compute exactly F.linear(x, W, b) when the module's flags ask for no casting
-# and no weight patches (ComfyUI's ops skip their cast path then).
-PLAIN_FORWARDS = {torch.nn.Linear.forward, comfy.ops.disable_weight_init.Linear.forward}
+
+@functools.cache
+def plain_forwards():
+    """Class forwards that compute exactly F.linear(x, W, b) when the module's flags ask for no casting
+    and no weight patches (ComfyUI's ops skip their cast path then)."""
+    import comfy.ops  # (the host's layers: imported once a layer is looked at, not to read settings)
+
+    return {torch.nn.Linear.forward, comfy.ops.disable_weight_init.Linear.forward}
 
 
 def computes_its_weights_product(layer):
     """Whether `layer`'s forward is its own weight's linear product (ComfyUI's dtype casting aside):
     a plain linear class forward with no weight or bias patches."""
-    if layer is None or type(layer).forward not in PLAIN_FORWARDS:
+    if layer is None or type(layer).forward not in plain_forwards():
         return False
     return not any(getattr(layer, flag, None) for flag in ("weight_function", "bias_function"))
 

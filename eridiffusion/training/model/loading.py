@@ -2,7 +2,6 @@
 
 import contextlib
 
-import comfy.model_management
 import torch
 
 
@@ -22,6 +21,8 @@ def load(patcher, weights_vram_gib=0.0):
     """Load `patcher` on its device: whole, or with at most `weights_vram_gib` of its weights
     resident and the rest streamed from CPU memory layer by layer as its forward needs them
     (ComfyUI's partial "lowvram" loading, with its async offload streams)."""
+    import comfy.model_management
+
     mm = comfy.model_management
     if not weights_vram_gib:
         if not loaded_whole(patcher):
@@ -35,6 +36,8 @@ def load(patcher, weights_vram_gib=0.0):
 
 
 def _load_partly(patcher, weights_vram_gib):
+    import comfy.model_management
+
     mm = comfy.model_management
     # ComfyUI sizes a partial load from the device's free memory, which knows nothing of a
     # per-process memory cap; so the budget goes to its LoadedModel directly.
@@ -49,6 +52,8 @@ def loaded_whole(patcher):
     """Whether `patcher` is ComfyUI's loaded model with all of its weights on its device. Loading it
     again would unpatch and re-patch it (its injections run again: with the text encoder trained,
     twice a step for nothing, since each encoding loads the CLIP beside it)."""
+    import comfy.model_management
+
     mm = comfy.model_management
     loaded = any(entry.model is patcher for entry in mm.current_loaded_models)
     return loaded and getattr(patcher.model, "model_lowvram", True) is False
@@ -56,6 +61,8 @@ def loaded_whole(patcher):
 
 def unload(patcher):
     """Hand a training clone back so its injections come off the shared modules now."""
+    import comfy.model_management
+
     for loaded in list(comfy.model_management.current_loaded_models):
         if loaded.model is patcher:
             with as_comfyui_loads():

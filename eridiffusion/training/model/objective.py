@@ -10,7 +10,6 @@ prediction type, and the target T satisfies calculate_denoised(σ, T, x_t) == x0
 import math
 from dataclasses import dataclass
 
-import comfy.model_sampling
 import torch
 
 from ...errors import EriDiffusionError
@@ -124,6 +123,8 @@ class ObjectiveSpec:
 
 def is_flow(model_sampling):
     """Rectified flow (x_t = (1-σ)·x0 + σ·ε, σ in [0, 1]): SD3, Flux, Wan, …"""
+    import comfy.model_sampling
+
     return isinstance(model_sampling, comfy.model_sampling.CONST)
 
 
@@ -152,6 +153,8 @@ def sigmas_of_timesteps(model_sampling, timesteps):
     """`model_sampling.sigma` of each of `timesteps` (a tensor). ComfyUI's Cosmos rectified-flow
     sampling (Cosmos-Predict2) takes one timestep at a time (a Python `if` caps it at sigma_max), so
     for it that formula is applied elementwise: σ = t / (1 - t), sigma_max from its cap on."""
+    import comfy.model_sampling
+
     cosmos = getattr(comfy.model_sampling, "ModelSamplingCosmosRFlow", None)  # (older hosts lack it)
     if cosmos is None or not isinstance(model_sampling, cosmos):
         return model_sampling.sigma(timesteps)
@@ -195,8 +198,11 @@ def sample_fractions(spec, batch, generator, tokens=None):
 
 class Objective:
     def __init__(self, model_sampling, spec=ObjectiveSpec(timestep_sampling="uniform")):
+        import comfy.model_sampling
+
         self.model_sampling, self.spec = model_sampling, spec
         self.flow = is_flow(model_sampling)
+        self.v_prediction = isinstance(model_sampling, comfy.model_sampling.V_PREDICTION)
         if spec.timestep_sampling == "shift" and not self.flow:
             raise EriDiffusionError(
                 "timestep_sampling 'shift' is for flow models (SD3, Flux, Wan, …); this model "
@@ -262,7 +268,7 @@ class Objective:
             return torch.ones_like(sigma, dtype=torch.float32)
         snr = 1.0 / sigma.float().square()
         clipped = snr.clamp(max=self.spec.min_snr_gamma)
-        if isinstance(self.model_sampling, comfy.model_sampling.V_PREDICTION):
+        if self.v_prediction:
             return clipped / (snr + 1)
         return clipped / snr
 

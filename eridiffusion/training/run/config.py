@@ -393,8 +393,11 @@ def training_settings():
     return settings_of(TrainConfig)
 
 
-def train_config_from(values):
-    """The TrainConfig of flat setting `values` (names as training_settings(); the rest default)."""
+def train_config_from(values, connected=()):
+    """The TrainConfig of flat setting `values` (names as training_settings(); the rest default) over those
+    of each settings node `connected` to LoRATrainer (TrainingObjective, options nodes), run_name stripped."""
+    values = {k: v for settings in (*connected, values) for k, v in settings.items()}
+    values["run_name"] = values.get("run_name", "eridiffusion_lora").strip()
     unknown = sorted(set(values) - set(training_settings()) - {f.name for f in fields(TrainConfig)})
     if unknown:
         raise EriDiffusionError(f"unknown training setting(s): {', '.join(unknown)}.")

@@ -171,7 +171,7 @@ def test_a_sample_mask_of_another_aspect_than_its_image_is_an_error_naming_both(
     from PIL import Image
 
     from eridiffusion.training.samples.config import sample_config
-    from eridiffusion.training.samples.render import SamplerSettings
+    from eridiffusion.training.samples.sampler_settings import SamplerSettings
 
     Image.new("L", (40, 10), 255).save(tmp_path / "wide.png")
     image = os.path.join(datasets_dir, "dreambooth_dog", "00.jpg")

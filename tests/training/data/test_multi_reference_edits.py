@@ -257,7 +257,7 @@ def test_references_in_metadata_and_in_a_control_folder_together_are_refused(dat
 
 def test_a_sample_line_with_edit_is_encoded_as_qwen_image_edits_instruction():
     from eridiffusion.training.samples.config import sample_config
-    from eridiffusion.training.samples.render import SamplerSettings
+    from eridiffusion.training.samples.sampler_settings import SamplerSettings
 
     _, clip, vae = build_tiny("qwen_image_edit", seed=0)
     settings = SamplerSettings(prompts="make it snow --edit\nmake it snow", width=64, height=64)

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.training.samples.render import SamplerSettings
+from eridiffusion.training.samples.sampler_settings import SamplerSettings
 
 
 def specs(text, folder="/nowhere"):
