@@ -14,7 +14,7 @@ from ..model.objective import ObjectiveSpec
 from ..model.text_encoder import check_what_trains
 from ..speed.paths import SpeedPaths
 from .non_finite import MAX_SKIPS_IN_A_ROW, ON_NAN
-from .optimizers import OPTIMIZERS
+from .optimizers import OPTIMIZERS, check_learning_rates
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 LR_SCHEDULES = ("constant", "cosine")
@@ -31,9 +31,6 @@ DEVICES = device_choices(torch.cuda.device_count())  # counts without starting C
 # 255 bytes (the usual file-name limit) less the longest name a run writes after it:
 # "<run_name>_step1000000.training_state".
 MAX_RUN_NAME_BYTES = 255 - len("_step1000000.training_state")
-# learning_rate's declared maximum is Prodigy's (its rate multiplies its own step estimate); every other
-# optimizer steps by the rate itself, and a LoRA diverges far below this.
-MAX_STEP_RATE = 1.0
 
 
 @dataclass(frozen=True)
@@ -335,20 +332,8 @@ class TrainConfig:
         for name in ("log_every", "eval_timesteps", "eval_images"):
             if getattr(self, name) < 1:
                 raise EriDiffusionError(f"{name} must be at least 1 (got {getattr(self, name)}).")
-        if self.optimizer != "Prodigy" and self.learning_rate > MAX_STEP_RATE:
-            raise EriDiffusionError(
-                f"learning_rate {self.learning_rate:g} is above {MAX_STEP_RATE:g}, the most {self.optimizer} takes "
-                "(it steps by the rate itself; LoRA trains at about 1e-4); only Prodigy, whose rate multiplies its "
-                f"own step estimate, takes up to {settings_of(self)['learning_rate'].info.maximum:g} (at 1.0 usually)."
-            )
+        check_learning_rates(self, settings_of(self)["learning_rate"].info.maximum)
         parse_block_lr(self.block_lr)  # the syntax now; the model's blocks when training starts
-        if self.optimizer == "Prodigy" and self.block_lr.strip():
-            raise EriDiffusionError("Prodigy needs one learning rate for all adapters: clear block_lr.")
-        if self.optimizer == "Prodigy" and self.text_encoder_lr not in (0.0, self.learning_rate):
-            raise EriDiffusionError(
-                "Prodigy needs one learning rate for all adapters: set text_encoder_lr to "
-                f"{self.learning_rate:g} (the learning_rate) or 0."
-            )
         check_what_trains(self)
         check_swap_settings(self)
         if self.weights_vram_gib > 0 and not self.gradient_checkpointing:

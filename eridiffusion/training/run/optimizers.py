@@ -92,3 +92,26 @@ def check_optimizer_runs(name, device):
 
 def _unknown(name):
     return EriDiffusionError(f"optimizer '{name}' unknown; choose one of {', '.join(OPTIMIZERS)}.")
+
+
+# learning_rate's declared maximum is Prodigy's (its rate multiplies its own step estimate); every other
+# optimizer steps by the rate itself, and a LoRA diverges far below this.
+MAX_STEP_RATE = 1.0
+
+
+def check_learning_rates(config, prodigy_maximum):
+    """The TrainConfig's rates for its optimizer: at most MAX_STEP_RATE but for Prodigy (up to
+    `prodigy_maximum`, learning_rate's declared bound), and one rate for all adapters with Prodigy."""
+    if config.optimizer != "Prodigy" and config.learning_rate > MAX_STEP_RATE:
+        raise EriDiffusionError(
+            f"learning_rate {config.learning_rate:g} is above {MAX_STEP_RATE:g}, the most {config.optimizer} takes "
+            "(it steps by the rate itself; LoRA trains at about 1e-4); only Prodigy, whose rate multiplies its "
+            f"own step estimate, takes up to {prodigy_maximum:g} (at 1.0 usually)."
+        )
+    if config.optimizer == "Prodigy" and config.block_lr.strip():
+        raise EriDiffusionError("Prodigy needs one learning rate for all adapters: clear block_lr.")
+    if config.optimizer == "Prodigy" and config.text_encoder_lr not in (0.0, config.learning_rate):
+        raise EriDiffusionError(
+            "Prodigy needs one learning rate for all adapters: set text_encoder_lr to "
+            f"{config.learning_rate:g} (the learning_rate) or 0."
+        )
