@@ -3,17 +3,14 @@ metadata of a saved adapter, and writing the .safetensors file."""
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .. import __version__
-from ..errors import EriDiffusionError
 from ..settings import check_settings, setting
-from .atomic_file import write_safetensors_atomic
-
-SAVE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+from .trained_file import SAVE_DTYPES, TrainedFile
 
 
 @dataclass(frozen=True)
@@ -71,52 +68,13 @@ def loadable_clip_keys(cond_stage_model: Any) -> dict[str, str]:
 
 
 @dataclass
-class TrainedLoRA:
+class TrainedLoRA(TrainedFile):
     """What SaveLoRA writes: tensors under ComfyUI's names (fp32, CPU) and the metadata."""
 
-    tensors: dict[str, torch.Tensor]
-    metadata: dict[str, Any] = field(default_factory=dict)  # a value that is no str is saved as JSON
-    raw: "TrainedLoRA | None" = None  # with EMA (these tensors): the trained weights, saved beside as *_raw
+    what = "LoRA"
 
-    def save(self, path: str, dtype: str = "fp16", overwrite: bool = False) -> str:
-        """Write the file (and, with `raw`, <name>_raw.safetensors beside it); returns its path."""
-        converted = self._converted(path, dtype)
-        raw = self.raw._converted(raw_path(path), dtype) if self.raw is not None else None  # both checked first
-        if raw is not None:
-            write_safetensors_atomic(raw_path(path), *raw, overwrite=overwrite)
-        return write_safetensors_atomic(path, *converted, overwrite=overwrite)
-
-    def _converted(self, path: str, dtype: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-        target = SAVE_DTYPES[dtype]
-        tensors = {k: (v if k.endswith(".alpha") else v.to(target)).contiguous() for k, v in self.tensors.items()}
-        check_finite(self.tensors, tensors, dtype, path)
-        metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in self.metadata.items()}
-        metadata["save_dtype"] = dtype
-        return tensors, metadata
-
-
-def raw_path(path: str) -> str:
-    """Where the trained (not averaged) weights of an EMA LoRA file at `path` go."""
-    stem = path[: -len(".safetensors")] if path.endswith(".safetensors") else path
-    return stem + "_raw.safetensors"
-
-
-def check_finite(tensors: dict[str, torch.Tensor], converted: dict[str, torch.Tensor], dtype: str, path: str) -> None:
-    """Refuse to write a LoRA with NaN or infinite values (`converted`: `tensors` in the saved dtype)."""
-    bad = sorted(k for k, v in converted.items() if not bool(torch.isfinite(v).all()))
-    if not bad:
-        return
-    if all(bool(torch.isfinite(tensors[k]).all()) for k in bad):
-        raise EriDiffusionError(
-            f"{path} was not written: in {dtype}, {len(bad)} of its {len(converted)} tensors (e.g. "
-            f"{bad[0]}) hold values too large for {dtype}, which become infinite; save as bf16 or "
-            "fp32."
-        )
-    raise EriDiffusionError(
-        f"{path} was not written: {len(bad)} of this LoRA's {len(converted)} tensors (e.g. {bad[0]}) "
-        "hold NaN or infinite values, so the run that made it diverged. Train again with a lower "
-        "learning_rate (or dtype bf16/fp32)."
-    )
+    def kept_as_is(self, key: str, tensor: torch.Tensor) -> bool:
+        return key.endswith(".alpha") or super().kept_as_is(key, tensor)
 
 
 def run_metadata(base_model: Any, config: Any, data: Any, steps: int) -> dict[str, str]:

@@ -7,15 +7,16 @@ import contextlib
 import os
 
 from ...formats.atomic_file import write_json_atomic
-from ...formats.lora_file import TrainedLoRA, check_finite, raw_path, run_metadata
+from ...formats.lora_file import run_metadata
 from ...formats.state_file import save_state, state_path
+from ...formats.trained_file import TrainedFile, check_finite, raw_path
 from . import run_state
 from .build import TrainingRun
 
 BEST = "best.safetensors"
 
 
-def lora_of(run: TrainingRun, step: int) -> TrainedLoRA:
+def lora_of(run: TrainingRun, step: int) -> TrainedFile:
     """What TrainingRun `run` trained, after `step` steps, as a file's content: with EMA, the averaged
     weights, the trained ones as `raw`."""
 
@@ -47,9 +48,9 @@ def save_checkpoint(run, step):
     path = checkpoint_path(run, f"{run.config.run_name}_step{step:06d}.safetensors")
     if run.processes.is_main:
         lora = lora_of(run, step)
-        check_finite(lora.tensors, lora.tensors, "fp32", path)  # before its state is written
+        check_finite(lora.tensors, lora.tensors, "fp32", path, lora.what)  # before its state is written
         if lora.raw is not None:
-            check_finite(lora.raw.tensors, lora.raw.tensors, "fp32", raw_path(path))
+            check_finite(lora.raw.tensors, lora.raw.tensors, "fp32", raw_path(path), lora.what)
         save_state(path, run_state.capture(run, step))
         lora.save(path, dtype="fp32", overwrite=True)
     kept = run.progress.checkpoints

@@ -11,6 +11,7 @@ import torch
 
 from ...errors import EriDiffusionError, first_line
 from ...formats.lora_file import loadable_clip_keys, loadable_weight_keys, tensor_groups
+from ...formats.model_file import TRAINED_KIND
 from ...formats.state_file import STATE_SUFFIX, load_state, pickled_state_path, state_path
 from ...settings import check_settings, setting
 from ..adapters import AdapterSpec
@@ -40,6 +41,7 @@ class ResumePoint:
     tensors: dict
     spec: AdapterSpec
     state: dict | None = None
+    kind: str = "adapters"  # what the run that wrote it trained: "adapters", or "weights" (a whole diffusion model)
 
 
 def _spec_from_metadata(text, path):
@@ -124,7 +126,7 @@ def load_resume_point(path):
                 f"{os.path.basename(path)}'s weights as a new run, move {os.path.basename(pickled_state_path(path))} "
                 "away; to continue a run exactly, resume from a checkpoint written by this version."
             )
-    return ResumePoint(path, tensors, spec, state)
+    return ResumePoint(path, tensors, spec, state, kind=metadata.get(TRAINED_KIND, "adapters"))
 
 
 def check_resume_fits(point, model, clip, config):
@@ -133,6 +135,9 @@ def check_resume_fits(point, model, clip, config):
     another model) or shapes of another model's. Asked as soon as the model is loaded, before any
     image is encoded; None passes."""
     if point is None:
+        return
+    if point.kind == "weights":
+        check_model_file_fits(point, model)
         return
     layers = {prefix: (model.model, key) for key, prefix in loadable_weight_keys(model.model).items()}
     if clip is not None and config.text_encoder_lr > 0:
@@ -160,6 +165,19 @@ def check_resume_fits(point, model, clip, config):
                 f"fit this model's layer of shape {tuple(weight.shape)}: it was trained on another model. Resume "
                 "from a checkpoint of this model, or start a new run."
             )
+
+
+def check_model_file_fits(point, model):
+    """A diffusion model file of a weights run whose tensors are not the MODEL's (names and shapes)."""
+    own = {k: tuple(v.shape) for k, v in model.model.diffusion_model.state_dict().items()}
+    saved = {k: tuple(v.shape) for k, v in point.tensors.items()}
+    odd = sorted(k for k in own.keys() | saved.keys() if own.get(k) != saved.get(k))
+    if odd:
+        raise EriDiffusionError(
+            f"{point.path} is a diffusion model whose tensors differ from this MODEL's ({len(odd)}, e.g. {odd[0]}: "
+            f"{saved.get(odd[0])} in the file, {own.get(odd[0])} in the MODEL): it was trained on another model. "
+            "Resume from a checkpoint of this model, or start a new run."
+        )
 
 
 def check_layers_fit_what_trains(path, diffusion_layers, any_layers, config):

@@ -20,7 +20,7 @@ import torch
 from comfy.model_patcher import ModelPatcher
 
 from ...formats.atomic_file import write_json_atomic
-from ...formats.lora_file import TrainedLoRA
+from ...formats.trained_file import TrainedFile
 from ..data.training_data import TrainingData
 from ..model import loading as model_loading
 from ..model.forward import transformer_options_of
@@ -57,7 +57,7 @@ class TrainingHooks:
 
 @dataclass
 class TrainResult:
-    lora: TrainedLoRA  # ready for SaveLoRA
+    lora: TrainedFile  # the trained file's content: adapters' TrainedLoRA (ready for SaveLoRA), or another kind's
     losses: list[float]  # training loss per optimizer step
     eval_loss_before: float
     eval_loss_after: float

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ...formats.lora_file import TrainedLoRA
+from ...formats.trained_file import TrainedFile
 from ..adapters import AdapterSet, AdapterSpec
 from ..model.text_encoder import TextEncoderTraining
 
@@ -47,9 +47,10 @@ class Trained(ABC):
         `block_lr`'s multiplier of their block), the text encoder's at `text_encoder_lr`."""
 
     @abstractmethod
-    def file_content(self, metadata: dict[str, str]) -> TrainedLoRA:
-        """The trained values as a file's content, under the names ComfyUI's loaders apply (fp32, on
-        the CPU), with the run's `metadata` added: what checkpoints, best.safetensors and the result hold."""
+    def file_content(self, metadata: dict[str, str]) -> TrainedFile:
+        """The trained values as a file's content, of the kind's own format (adapters: a TrainedLoRA, a
+        model's weights: a DiffusionModelFile), under the names ComfyUI's loaders apply (fp32, on the CPU),
+        with the run's `metadata` added: what checkpoints, best.safetensors and the result hold."""
 
     @abstractmethod
     def apply_to(self, patcher: Any) -> None:

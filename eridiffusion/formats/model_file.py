@@ -1,0 +1,29 @@
+"""A diffusion model saved whole, as ComfyUI's UNETLoader loads it (models/diffusion_models): the
+diffusion model's state dict without prefix, the layout ModelSave's state dict has before
+`model.diffusion_model.` is put in front of it (comfy.sd.load_diffusion_model reads both)."""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .trained_file import TrainedFile
+
+TRAINED_KIND = "eridiffusion_trained"  # the metadata entry naming what a run trained: "weights" here
+
+
+@dataclass
+class DiffusionModelFile(TrainedFile):
+    """A diffusion model's every tensor under its state-dict name (fp32, CPU), and the metadata."""
+
+    what = "diffusion model"
+
+
+def diffusion_model_tensors(diffusion_model: torch.nn.Module, trained: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The state dict of `diffusion_model` (a BaseModel's `diffusion_model`) as a file holds it (floats in fp32,
+    on the CPU, each its own copy), with the `trained` tensors ({state-dict name: tensor}) in place of its own."""
+    tensors = {}
+    for key, tensor in diffusion_model.state_dict().items():
+        value = trained.get(key, tensor).detach()
+        tensors[key] = value.to("cpu", torch.float32 if value.is_floating_point() else value.dtype, copy=True)
+    return tensors

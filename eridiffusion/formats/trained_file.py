@@ -1,0 +1,73 @@
+"""What a run's trained tensors are saved as, whatever was trained: the tensors under the names their
+ComfyUI loader reads, the metadata, and the checked, atomic write of the .safetensors file (with EMA,
+the trained weights beside as *_raw). lora_file.py's TrainedLoRA and model_file.py's
+DiffusionModelFile are its kinds."""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import EriDiffusionError
+from .atomic_file import write_safetensors_atomic
+
+SAVE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass
+class TrainedFile:
+    """A trained file's content: tensors under the names its loader reads (fp32, CPU) and the metadata."""
+
+    tensors: dict[str, torch.Tensor]
+    metadata: dict[str, Any] = field(default_factory=dict)  # a value that is no str is saved as JSON
+    raw: "TrainedFile | None" = None  # with EMA (these tensors): the trained weights, saved beside as *_raw
+
+    what = "file"  # what the file is, as its errors name it
+
+    def kept_as_is(self, key: str, tensor: torch.Tensor) -> bool:
+        """Whether the tensor `key` is saved in its own dtype, not the file's (a count, an index)."""
+        return not tensor.is_floating_point()
+
+    def save(self, path: str, dtype: str = "fp16", overwrite: bool = False) -> str:
+        """Write the file (and, with `raw`, <name>_raw.safetensors beside it); returns its path."""
+        converted = self._converted(path, dtype)
+        raw = self.raw._converted(raw_path(path), dtype) if self.raw is not None else None  # both checked first
+        if raw is not None:
+            write_safetensors_atomic(raw_path(path), *raw, overwrite=overwrite)
+        return write_safetensors_atomic(path, *converted, overwrite=overwrite)
+
+    def _converted(self, path: str, dtype: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+        target = SAVE_DTYPES[dtype]
+        tensors = {k: (v if self.kept_as_is(k, v) else v.to(target)).contiguous() for k, v in self.tensors.items()}
+        check_finite(self.tensors, tensors, dtype, path, self.what)
+        metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in self.metadata.items()}
+        metadata["save_dtype"] = dtype
+        return tensors, metadata
+
+
+def raw_path(path: str) -> str:
+    """Where the trained (not averaged) weights of an EMA file at `path` go."""
+    stem = path[: -len(".safetensors")] if path.endswith(".safetensors") else path
+    return stem + "_raw.safetensors"
+
+
+def check_finite(
+    tensors: dict[str, torch.Tensor], converted: dict[str, torch.Tensor], dtype: str, path: str, what: str = "file"
+) -> None:
+    """Refuse to write a file (`what` it is: "LoRA", ...) with NaN or infinite values (`converted`: `tensors` in
+    the saved dtype)."""
+    bad = sorted(k for k, v in converted.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
+    if not bad:
+        return
+    if all(bool(torch.isfinite(tensors[k]).all()) for k in bad):
+        raise EriDiffusionError(
+            f"{path} was not written: in {dtype}, {len(bad)} of its {len(converted)} tensors (e.g. "
+            f"{bad[0]}) hold values too large for {dtype}, which become infinite; save as bf16 or "
+            "fp32."
+        )
+    raise EriDiffusionError(
+        f"{path} was not written: {len(bad)} of this {what}'s {len(converted)} tensors (e.g. {bad[0]}) "
+        "hold NaN or infinite values, so the run that made it diverged. Train again with a lower "
+        "learning_rate (or dtype bf16/fp32)."
+    )

@@ -1,0 +1,155 @@
+"""A model's own weights trained (full fine-tuning, issue 47): the weight and bias of each layer
+AdapterSpec's targets/include/exclude choose, as trainable fp32 copies the training clone computes
+with, standing in the bypass injection as adapters do: the MODEL's tensors are never written. Saved as
+the whole diffusion model in UNETLoader's layout (formats/model_file.py); the result MODEL gets the
+copies as ComfyUI weight patches ("set"), so it samples, merges and saves like a loaded model."""
+
+import contextlib
+import dataclasses
+import json
+from typing import Any
+
+import torch
+
+from ...errors import EriDiffusionError
+from ...formats.lora_file import loadable_weight_keys
+from ...formats.model_file import TRAINED_KIND, DiffusionModelFile, diffusion_model_tensors
+from ..adapters import AdapterSet
+from ..adapters.attach import target_layers
+from ..adapters.base import linear_like
+from ..adapters.layer_selection import PREFIX, block_multipliers
+from .base import Trained, TrainedSetup
+
+CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+NORMS = (torch.nn.GroupNorm, torch.nn.LayerNorm, torch.nn.RMSNorm)
+
+
+class LayerCopy(torch.nn.Module):
+    """A layer's weight and bias as trainable fp32 copies. In the bypass injection (adapters/attach.py)
+    it computes the layer with the copies; at multiplier 0 (bypassed) with the layer's own tensors."""
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        super().__init__()
+        self.layer = [layer]  # not a submodule: the frozen layer stays the model's
+        self.weight = torch.nn.Parameter(layer.weight.detach().to(torch.float32, copy=True))
+        bias = getattr(layer, "bias", None)
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(torch.float32, copy=True))
+        self.multiplier = 1.0
+        self.frozen_products = None  # (fp8 products are the adapters' speed path)
+
+    def tensors(self) -> dict[str, torch.nn.Parameter]:
+        """{"weight": ..., "bias": ...}: the copies by their names in the layer."""
+        return {"weight": self.weight} | ({"bias": self.bias} if self.bias is not None else {})
+
+    def forward(self, x: torch.Tensor, base: Any) -> torch.Tensor:
+        if self.multiplier == 0:
+            return base(x)
+        layer = self.layer[0]
+        weight = self.weight.to(x.dtype)
+        bias = self.bias.to(x.dtype) if self.bias is not None else None
+        if isinstance(layer, torch.nn.Linear):
+            return torch.nn.functional.linear(x, weight, bias)
+        if isinstance(layer, CONVS):
+            return layer._conv_forward(x, weight, bias)
+        if isinstance(layer, torch.nn.GroupNorm):
+            return torch.nn.functional.group_norm(x, layer.num_groups, weight, bias, layer.eps)
+        if isinstance(layer, torch.nn.LayerNorm):
+            return torch.nn.functional.layer_norm(x, layer.normalized_shape, weight, bias, layer.eps)
+        return torch.nn.functional.rms_norm(x, layer.normalized_shape, weight, layer.eps)
+
+
+class TrainedWeights(Trained):
+    """`copies` of the chosen layers of the diffusion model, each under its layer's name as in the
+    model's state dict (`diffusion_model.…`), held in an AdapterSet (their injection and bypass)."""
+
+    def __init__(self, copies: AdapterSet, diffusion_model: torch.nn.Module) -> None:
+        self.copies, self.diffusion_model = copies, diffusion_model
+        self.listed = list(copies.parameters())
+
+    def named_tensors(self) -> dict[str, torch.nn.Parameter]:
+        """{name in the diffusion model's state dict (no `diffusion_model.`): trained copy}."""
+        return {
+            f"{layer[len(PREFIX) :]}.{name}": tensor
+            for layer, copy in self.copies.items()
+            for name, tensor in copy.tensors().items()
+        }
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return self.listed
+
+    def parameter_groups(self, learning_rate: float, block_lr: str, text_encoder_lr: float) -> list[dict[str, Any]]:
+        """One group per block_lr multiplier, in order of first appearance."""
+        multipliers = block_multipliers(self.copies.layer_names, block_lr) if block_lr.strip() else {}
+        by_multiplier: dict[float, list[torch.nn.Parameter]] = {}
+        for layer, copy in self.copies.items():
+            by_multiplier.setdefault(multipliers.get(layer, 1.0), []).extend(copy.parameters())
+        return [{"params": p, "lr": learning_rate * m} for m, p in by_multiplier.items()]
+
+    def file_content(self, metadata: dict[str, str]) -> DiffusionModelFile:
+        meta = {
+            TRAINED_KIND: "weights",
+            "eridiffusion_adapter_spec": json.dumps(dataclasses.asdict(self.copies.spec)),  # what a resume reads
+            "eridiffusion_modules": json.dumps(list(self.copies.layer_names)),
+            **metadata,
+        }
+        return DiffusionModelFile(diffusion_model_tensors(self.diffusion_model, self.named_tensors()), meta)
+
+    def apply_to(self, patcher: Any) -> None:
+        """The copies as ComfyUI's "set" patches: loading `patcher` writes them into its weights (the
+        input's come back when it unloads), which ModelSave saves and later patches (a LoRA) add to."""
+        patches = {
+            PREFIX + name: ("set", (tensor.detach().to(patcher.offload_device, copy=True),))
+            for name, tensor in self.named_tensors().items()
+        }
+        patcher.add_patches(patches, 1.0)
+
+    def result_clip(self) -> Any:
+        return None
+
+    def bypassed(self) -> contextlib.AbstractContextManager[None]:
+        return self.copies.bypassed()
+
+    def requires_grad_(self, requires_grad: bool) -> None:
+        self.copies.requires_grad_(requires_grad)
+
+    def model_part(self) -> torch.nn.Module:
+        return self.copies
+
+
+def trained_weights(setup: TrainedSetup) -> TrainedWeights:
+    """Trainable copies of the layers `setup.spec` chooses (targets, include, exclude; convs with conv_rank >
+    0, norms with train_norms_and_biases), at the model's values or a resume file's, injected on the clone."""
+    patcher, spec = setup.patcher, setup.spec
+    if setup.clip is not None or not spec.train_diffusion_model:
+        raise EriDiffusionError(
+            "training a model's own weights trains the diffusion model alone: set text_encoder_lr to 0 and "
+            "train_diffusion_model on, or train adapters."
+        )
+    layers = target_layers(patcher.model, spec, loadable_weight_keys(patcher.model))
+    quantized = [name for name, layer in layers if linear_like(layer)]
+    if quantized:
+        raise EriDiffusionError(
+            f"{len(quantized)} of the chosen layers (e.g. {quantized[0]}) are ComfyUI's quantized or mixed-precision "
+            "layers, whose weights cannot be trained as they are: load the model in bf16 or fp16 to train its weights."
+        )
+    with torch.inference_mode(False):  # ComfyUI runs nodes under inference mode; these must stay trainable
+        copies = AdapterSet(spec, {name: LayerCopy(layer) for name, layer in layers})
+        trained = TrainedWeights(copies, patcher.model.diffusion_model)
+        if setup.saved is not None:
+            _load_saved(trained, setup.saved, setup.saved_path)
+    copies.to(patcher.load_device).attach_to(patcher)
+    return trained
+
+
+def _load_saved(trained: TrainedWeights, saved: dict[str, torch.Tensor], path: str | None) -> None:
+    """Set the copies to a resume file's tensors (a diffusion model file a weights run wrote)."""
+    with torch.no_grad():
+        for name, tensor in trained.named_tensors().items():
+            value = saved.get(name)
+            if value is None or value.shape != tensor.shape:
+                found = "no such tensor" if value is None else f"shape {tuple(value.shape)}"
+                raise EriDiffusionError(
+                    f"{path} does not hold this model's {name} of shape {tuple(tensor.shape)} ({found}): it is no "
+                    "diffusion model file of a weights run on this model. Resume from one, or start a new run."
+                )
+            tensor.copy_(value)
