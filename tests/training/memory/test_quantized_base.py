@@ -1,8 +1,9 @@
-"""A base held quantized by bitsandbytes for the run (training/memory/quantized_base.py, issue 43): NF4 and
-int8 LoRAs of the tiny SD1.5 reach the evaluation loss of the unquantized base's run within 5% after 200
-steps on a GPU (80 on the CPU, where bitsandbytes dequantizes slowly); the run computes on the quantized copies while the MODEL it hands on is the graph's own,
-unquantized, with the LoRA (its weights never change, the LoRA loads on it in stock ComfyUI); what
-cannot train on a quantized base is refused before the run."""
+"""A base held quantized by bitsandbytes for the run (training/memory/quantized_base.py, issue 43): NF4
+and int8 LoRAs of the tiny SD1.5 reach the evaluation loss of the unquantized base's run within 5%
+after 200 steps on a GPU (80 on the CPU, where bitsandbytes dequantizes slowly); the run computes on
+the quantized copies while the MODEL it hands on is the graph's own, unquantized, with the LoRA (its
+weights never change, the LoRA loads on it in stock ComfyUI); what cannot train on a quantized base is
+refused before the run."""
 
 import dataclasses
 import os
