@@ -9,7 +9,7 @@ import json
 import os
 
 from devkit.example_graphs import COLORS, NOTE_BGCOLOR, NOTE_COLOR, Group, Node, lay_out, training_graph
-from devkit.family_examples import FAMILY_EXAMPLES
+from devkit.family_examples import FAMILY_EXAMPLES, SINCE
 from devkit.node_sizes import NOTE
 from devkit.paths import ROOT
 
@@ -224,9 +224,19 @@ def _socket_index(ui_nodes, node_id, name):
     return next(i for i, s in enumerate(node["inputs"]) if s["name"] == name)
 
 
+def examples_on_host():
+    """The examples that run on the running ComfyUI (family_examples.SINCE)."""
+    from devkit.tiny_models import version_key
+    from eridiffusion.comfy_compat import host_version
+
+    host = version_key(host_version())
+    return {name: build for name, build in ALL_EXAMPLES.items() if version_key(SINCE.get(name, "0")) <= host}
+
+
 def render_examples():
-    """{file name: JSON text} of every example workflow."""
-    return {name: json.dumps(to_ui(build()), indent=1) + "\n" for name, build in ALL_EXAMPLES.items()}
+    """{file name: JSON text} of every example workflow that runs on this host (the files are written
+    on the newest tested one)."""
+    return {name: json.dumps(to_ui(build()), indent=1) + "\n" for name, build in examples_on_host().items()}
 
 
 def load_example(name):

@@ -235,3 +235,7 @@ FAMILY_EXAMPLES = {
     "flux2_klein_lora.json": flux2_klein,
     "qwen_image_edit_lora.json": qwen_image_edit,
 }
+# The oldest tested ComfyUI each example runs on, where that is newer than the oldest tested one: Flux.2-
+# klein's text encoder and FluxKontextMultiReferenceLatentMethod's index_timestep_zero came after
+# 0.3.75 (whose CFGNorm also lacks pre_cfg, so the file written on 0.28 differs there).
+SINCE = {"flux2_klein_lora.json": "0.28.0", "qwen_image_edit_lora.json": "0.28.0"}

@@ -128,7 +128,7 @@ def test_a_family_example_trains_saves_its_lora_and_draws_through_the_templates_
     prompt = tiny_prompt(example, family, dataset)
     missing = not_on_host(prompt)
     if missing:
-        pytest.skip(f"ComfyUI {host_version()} has no {', '.join(missing)}")
+        pytest.skip(f"ComfyUI {host_version()} has no {', '.join(sorted(set(missing)))}")
     executor, server = run_prompt(prompt)
     assert executor.success, execution_error(executor)
     stem = example[: -len(".json")]
