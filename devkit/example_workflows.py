@@ -129,8 +129,6 @@ def to_ui(graph):
     """A UI-format (browser) workflow of `graph`, (nodes, groups) as lay_out returns them."""
     import nodes as comfy_nodes
 
-    from devkit.workflow import has_control_widget, is_widget, widget_default
-
     graph_nodes, groups = graph
     graph_nodes = sorted(graph_nodes, key=lambda n: n.id)
     links, ui_nodes = [], []
@@ -160,37 +158,7 @@ def to_ui(graph):
                 bgcolor=NOTE_BGCOLOR,
             )
         else:
-            cls = comfy_nodes.NODE_CLASS_MAPPINGS[node.type]
-            definition = cls.INPUT_TYPES()
-            specs = list(definition.get("required", {}).items()) + list(definition.get("optional", {}).items())
-            sockets, values, widget_sockets = [], [], []
-            for name, spec in specs:
-                if not is_widget(spec):
-                    sockets.append({"name": name, "type": spec[0], "link": link_ids.get((node.id, name))})
-                    continue
-                values.append(node.widgets.get(name, widget_default(spec)))
-                if has_control_widget(name, spec):
-                    values.append("fixed")
-                if (node.id, name) in link_ids:  # a widget fed by a link: its socket, as the page saves it
-                    link = link_ids[(node.id, name)]
-                    widget_sockets.append({"name": name, "type": spec[0], "widget": {"name": name}, "link": link})
-            sockets += widget_sockets  # after the node's own sockets, where the page puts them
-            names = getattr(cls, "RETURN_NAMES", None) or cls.RETURN_TYPES
-            outputs = [
-                {"name": n, "type": t, "links": outgoing.get((node.id, i), []), "slot_index": i}
-                for i, (n, t) in enumerate(zip(names, cls.RETURN_TYPES))
-            ]
-            if getattr(cls, "OUTPUT_NODE", False):
-                # unlinked outputs of output nodes are left out: they differ between ComfyUI versions
-                # (0.28's SaveImage and PreviewImage pass their images on), the page adds them on load
-                while outputs and not outputs[-1]["links"]:
-                    outputs.pop()
-            entry.update(
-                inputs=sockets,
-                outputs=outputs,
-                properties={"Node name for S&R": node.type},
-                widgets_values=values,
-            )
+            entry.update(_ui_sockets(node, link_ids, outgoing))
         if node.title:
             entry["title"] = node.title
         ui_nodes.append(entry)
@@ -216,6 +184,46 @@ def to_ui(graph):
         "config": {},
         "extra": {},
         "version": 0.4,
+    }
+
+
+def _ui_sockets(node, link_ids, outgoing):
+    """A node's inputs, outputs, properties and widget values as the page saves them; `link_ids`:
+    {(node id, input name): link id}, `outgoing`: {(node id, output slot): [link id, ...]}."""
+    import nodes as comfy_nodes
+
+    from devkit.workflow import has_control_widget, is_widget, widget_default
+
+    cls = comfy_nodes.NODE_CLASS_MAPPINGS[node.type]
+    definition = cls.INPUT_TYPES()
+    specs = list(definition.get("required", {}).items()) + list(definition.get("optional", {}).items())
+    sockets, values, widget_sockets = [], [], []
+    for name, spec in specs:
+        if not is_widget(spec):
+            sockets.append({"name": name, "type": spec[0], "link": link_ids.get((node.id, name))})
+            continue
+        values.append(node.widgets.get(name, widget_default(spec)))
+        if has_control_widget(name, spec):
+            values.append("fixed")
+        if (node.id, name) in link_ids:  # a widget fed by a link: its socket, as the page saves it
+            link = link_ids[(node.id, name)]
+            widget_sockets.append({"name": name, "type": spec[0], "widget": {"name": name}, "link": link})
+    sockets += widget_sockets  # after the node's own sockets, where the page puts them
+    names = getattr(cls, "RETURN_NAMES", None) or cls.RETURN_TYPES
+    outputs = [
+        {"name": n, "type": t, "links": outgoing.get((node.id, i), []), "slot_index": i}
+        for i, (n, t) in enumerate(zip(names, cls.RETURN_TYPES))
+    ]
+    if getattr(cls, "OUTPUT_NODE", False):
+        # unlinked outputs of output nodes are left out: they differ between ComfyUI versions
+        # (0.28's SaveImage and PreviewImage pass their images on), the page adds them on load
+        while outputs and not outputs[-1]["links"]:
+            outputs.pop()
+    return {
+        "inputs": sockets,
+        "outputs": outputs,
+        "properties": {"Node name for S&R": node.type},
+        "widgets_values": values,
     }
 
 
