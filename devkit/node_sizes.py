@@ -33,6 +33,10 @@ NOTE_CHARACTERS, NOTE_LINE = 46, 15  # a classic Note's characters per line, and
 VUE_FRAME = 2 + 36 + 4 + 12 - TITLE
 VUE_SLOT, VUE_GAP, VUE_FOOTER = 24, 4, 28
 VUE_WIDGETS = {"number": 28, "combo": 28, "text": 32, "toggle": 24, "text box": 64}
+# An image combo with an upload button (LoadImage): the button and the picked image's preview below the
+# combo; Nodes 2.0 gives them 232 (measured in frontend 1.45, with no image picked yet), the classic
+# canvas a button widget and the preview.
+VUE_IMAGE_UPLOAD = 232
 # A Note's text: 12 px type on 16 px lines, about 40 characters to a line (36 counted, for wider
 # letters), 20 + 8 padding around it.
 VUE_NOTE_CHARACTERS, VUE_NOTE_LINE, VUE_NOTE_PADDING = 36, 16, 28
@@ -76,6 +80,8 @@ def _parts(node_type):
         else:
             kind = spec[0] if isinstance(spec[0], str) else "COMBO"  # (a list of choices: a combo)
             widgets.append({"INT": "number", "FLOAT": "number", "BOOLEAN": "toggle"}.get(kind, "combo"))
+            if len(spec) > 1 and spec[1].get("image_upload"):
+                widgets.append("image upload")
             if has_control_widget(name, spec):
                 widgets.append("control")  # classic: a widget of its own; Nodes 2.0: part of the seed's
     if node_type == "EriDiffusion_LoRATrainer":
@@ -88,7 +94,12 @@ def _parts(node_type):
 
 
 def _classic_height(parts):
-    heights = {"panel": script_constant("PANEL_HEIGHT"), "image": IMAGE_PREVIEW, "text box": TEXT_BOX}
+    heights = {
+        "panel": script_constant("PANEL_HEIGHT"),
+        "image": IMAGE_PREVIEW,
+        "text box": TEXT_BOX,
+        "image upload": WIDGET + 4 + IMAGE_PREVIEW,
+    }
     widgets = [heights.get(kind, WIDGET) for kind in parts["widgets"]]
     room = TEXT_ROOM * sum(kind == "text box" for kind in parts["widgets"])
     height = max(parts["sockets"], parts["outputs"], 1) * SLOT
@@ -98,7 +109,12 @@ def _classic_height(parts):
 
 
 def _vue_height(parts):
-    heights = {**VUE_WIDGETS, "panel": script_constant("PANEL_HEIGHT"), "image": IMAGE_PREVIEW}
+    heights = {
+        **VUE_WIDGETS,
+        "panel": script_constant("PANEL_HEIGHT"),
+        "image": IMAGE_PREVIEW,
+        "image upload": VUE_IMAGE_UPLOAD,
+    }
     widgets = [heights[kind] + VUE_GAP for kind in parts["widgets"] if kind != "control"]
     return VUE_FRAME + max(parts["sockets"], parts["outputs"]) * VUE_SLOT + sum(widgets) + VUE_GAP + VUE_FOOTER
 

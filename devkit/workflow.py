@@ -84,6 +84,31 @@ def substitute(prompt, replacements=None, overrides=None):
     return prompt
 
 
+# The outputs of ComfyUI's separate loaders, by the (MODEL, CLIP, VAE) slot of a checkpoint's stack.
+LOADER_SLOTS = {"UNETLoader": 0, "CLIPLoader": 1, "DualCLIPLoader": 1, "VAELoader": 2}
+
+
+def with_family_stack(prompt, family):
+    """A copy of `prompt` whose loaders (UNETLoader, CLIPLoader or DualCLIPLoader, VAELoader) are one
+    tiny stack of `family` (tiny_family_node), every link to a loader's output linked to the stack's
+    MODEL, CLIP or VAE instead."""
+    from devkit import tiny_family_node
+
+    prompt = copy.deepcopy(prompt)
+    loaders = {i: LOADER_SLOTS[n["class_type"]] for i, n in prompt.items() if n["class_type"] in LOADER_SLOTS}
+    if sorted(loaders.values()) != [0, 1, 2]:
+        raise ValueError(f"the prompt's loaders are not one diffusion model, text encoder and VAE: {loaders}")
+    for node_id in loaders:
+        del prompt[node_id]
+    stack = str(max(int(i) for i in prompt) + 1)
+    prompt[stack] = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": family, "seed": 0}}
+    for node in prompt.values():
+        for name, value in node["inputs"].items():
+            if isinstance(value, list) and value[0] in loaders:
+                node["inputs"][name] = [stack, loaders[value[0]]]
+    return prompt
+
+
 class HeadlessServer:
     """What PromptExecutor needs of ComfyUI's web server when none runs: it keeps the events."""
 

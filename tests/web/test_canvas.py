@@ -18,7 +18,15 @@ OLD_WORKFLOW = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_de
 TRAINER = 5
 # Which group each node of an example belongs in, by type: the graph reads Model → Data → Train → Test.
 GROUPS = {
-    "Model": {"Note", "CheckpointLoaderSimple", "EriDiffusion_TinyDemoModel"},
+    "Model": {
+        "Note",
+        "CheckpointLoaderSimple",
+        "EriDiffusion_TinyDemoModel",
+        "UNETLoader",
+        "CLIPLoader",
+        "DualCLIPLoader",
+        "VAELoader",
+    },
     "Data": {"Note", "EriDiffusion_LoadDataset", "EriDiffusion_CacheLatents"},
     "Train": {
         "Note",
@@ -31,7 +39,12 @@ GROUPS = {
         "EriDiffusion_LossGraph",
         "PreviewImage",
     },
-    "Test": {"Note", "CLIPTextEncode", "EmptyLatentImage", "KSampler", "VAEDecode", "SaveImage"},
+    "Test": {"Note", "CLIPTextEncode", "EmptyLatentImage", "KSampler", "VAEDecode", "SaveImage"}
+    # the model templates' own (devkit/family_examples.py)
+    | {"EmptySD3LatentImage", "ModelSamplingAuraFlow", "FluxGuidance", "ConditioningZeroOut", "CFGNorm"}
+    | {"EmptyFlux2LatentImage", "RandomNoise", "KSamplerSelect", "Flux2Scheduler", "CFGGuider", "SamplerCustomAdvanced"}
+    | {"LoadImage", "FluxKontextImageScale", "VAEEncode", "TextEncodeQwenImageEditPlus"}
+    | {"FluxKontextMultiReferenceLatentMethod"},
 }
 # The LoRA toolbox's example: Model → LoRA (convert, resize) → Compare (two images of one prompt).
 TOOL_GROUPS = {
@@ -45,6 +58,10 @@ OPTIONS = {
     "sdxl_lora.json": {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"},
     "sd15_lora.json": {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"},
     "tiny_demo_lora.json": {"EriDiffusion_AdapterOptions", "EriDiffusion_MemoryOptions"},
+    **{
+        name: {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"}
+        for name in ("z_image_lora.json", "flux_dev_lora.json", "flux2_klein_lora.json", "qwen_image_edit_lora.json")
+    },
     "lora_tools.json": set(),
 }
 

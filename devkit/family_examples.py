@@ -1,0 +1,241 @@
+"""The example workflows of the models trained most in 2026 (Z-Image, Flux.1-dev, Flux.2-klein,
+Qwen-Image-Edit): each model loaded and sampled as ComfyUI's own template for it does (UNETLoader,
+the text encoder loader of its type, VAELoader, the template's model and conditioning patches and
+sampler settings), trained and tested in the four groups of example_graphs.training_graph."""
+
+from devkit.example_graphs import TRAINED_MODEL, Node, chain, test_columns, training_graph
+
+# Where the loaders' outputs go: the diffusion model (UNETLoader, node 1), the text encoder and
+# the VAE; the family's own nodes are numbered from 31 on.
+LOADED = {"model": (1, 0), "clip": (31, 0), "vae": (32, 0)}
+DOG = "a photo of sks dog wearing a red scarf, in the snow"
+DOG_SAMPLES = "a photo of sks dog\na photo of sks dog on the beach"
+# A 24 GB card: the models of 12B and more do not fit with their activations, so a VRAM budget
+# a little under the card's memory (the setting's own advice) keeps the blocks that do not fit in
+# CPU memory; the smaller ones fit whole with gradient checkpointing (on by default).
+BUDGET_24GB = {"vram_budget_gib": 22.0}
+SHOWN = ("EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions")
+TRAINING = {"steps": 1500, "learning_rate": 1e-4, "rank": 16, "alpha": 16.0, "dtype": "bf16"}
+
+
+def unet_loaders(unet, clip_loader, vae):
+    """UNETLoader of the diffusion model `unet`, the text encoder loader `clip_loader` (a Node of id
+    31) and VAELoader of `vae`: the Model group of a template that loads the files apart."""
+    return [
+        Node(1, "UNETLoader", {"unet_name": unet}),
+        clip_loader,
+        Node(32, "VAELoader", {"vae_name": vae}),
+    ]
+
+
+def model_note(files, memory):
+    return (
+        f"The files ComfyUI's own template for this model loads: {files}. The MODEL is trained; the text "
+        f"encoder and VAE encode the dataset and draw the samples.\n{memory}"
+    )
+
+
+FITS = (
+    "24 GB card: the bf16 weights take about {} GB; keep MemoryOptions' gradient_checkpointing on, and set "
+    "its vram_budget_gib to 22 if a step runs out of memory (block swap)."
+)
+SWAPS = (
+    "24 GB card: the bf16 weights take about {} GB, so MemoryOptions' vram_budget_gib is 22: the blocks that "
+    "do not fit stay in CPU memory and are copied in ahead of the compute (0: no budget, on a larger card)."
+)
+
+
+def z_image():
+    """Z-Image (image_z_image.json): ModelSamplingAuraFlow shift 3, res_multistep / simple, 25 steps
+    at cfg 4."""
+    sampling = {"steps": 25, "cfg": 4.0, "sampler_name": "res_multistep", "scheduler": "simple"}
+    shift = Node(33, "ModelSamplingAuraFlow", {"shift": 3.0})
+    test = test_columns(DOG, 1024, sampling, LOADED, latent="EmptySD3LatentImage", negative="", model=[shift])
+    return training_graph(
+        None,
+        1024,
+        DOG,
+        DOG_SAMPLES,
+        model_note(
+            "z_image_bf16.safetensors (Z-Image base) in models/diffusion_models, qwen_3_4b.safetensors "
+            "(type lumina2) in models/text_encoders, ae.safetensors in models/vae",
+            FITS.format(12),
+        ),
+        loader=unet_loaders(
+            "z_image_bf16.safetensors",
+            Node(31, "CLIPLoader", {"clip_name": "qwen_3_4b.safetensors", "type": "lumina2"}),
+            "ae.safetensors",
+        ),
+        trainer=TRAINING,
+        options=SHOWN,
+        sampling=sampling,
+        sources=LOADED,
+        test=test,
+    )
+
+
+def flux_dev():
+    """Flux.1-dev (flux_dev_full_text_to_image.json): the prompt's guidance 3.5 (FluxGuidance), its
+    zeroed conditioning as the negative, euler / simple, 20 steps at cfg 1."""
+    sampling = {"steps": 20, "cfg": 1.0, "sampler_name": "euler", "scheduler": "simple"}
+    guidance = Node(33, "FluxGuidance", {"guidance": 3.5})
+    test = test_columns(DOG, 1024, sampling, LOADED, latent="EmptySD3LatentImage", negative=None, positive=[guidance])
+    encoders = {"clip_name1": "clip_l.safetensors", "clip_name2": "t5xxl_fp16.safetensors", "type": "flux"}
+    return training_graph(
+        None,
+        1024,
+        DOG,
+        DOG_SAMPLES,
+        model_note(
+            "flux1-dev.safetensors in models/diffusion_models, clip_l.safetensors and t5xxl_fp16.safetensors "
+            "(type flux) in models/text_encoders, ae.safetensors in models/vae",
+            SWAPS.format(24),
+        ),
+        loader=unet_loaders("flux1-dev.safetensors", Node(31, "DualCLIPLoader", encoders), "ae.safetensors"),
+        trainer={**TRAINING, **BUDGET_24GB},
+        options=SHOWN,
+        sampling=sampling,
+        sources=LOADED,
+        test=test,
+    )
+
+
+def klein_test(prompt, resolution, sampling, sources):
+    """The Test group of image_flux2_klein_text_to_image.json: CFGGuider (the trained MODEL, the prompt
+    and an empty negative one) sampled by SamplerCustomAdvanced with RandomNoise, KSamplerSelect and
+    Flux2Scheduler on an EmptyFlux2LatentImage."""
+    size = {"width": resolution, "height": resolution}
+    inputs = [
+        Node(9, "CLIPTextEncode", {"text": prompt}, {"clip": sources["clip"]}, title="Positive"),
+        Node(10, "CLIPTextEncode", {"text": ""}, {"clip": sources["clip"]}, title="Negative"),
+        Node(11, "EmptyFlux2LatentImage", {**size, "batch_size": 1}),
+    ]
+    sampler = [
+        Node(33, "RandomNoise", {"noise_seed": 42}),
+        Node(34, "KSamplerSelect", {"sampler_name": sampling["sampler_name"]}),
+        Node(35, "Flux2Scheduler", {"steps": sampling["steps"], **size}),
+        Node(
+            36, "CFGGuider", {"cfg": sampling["cfg"]}, {"model": TRAINED_MODEL, "positive": (9, 0), "negative": (10, 0)}
+        ),
+    ]
+    parts = {"noise": (33, 0), "sampler": (34, 0), "sigmas": (35, 0), "guider": (36, 0), "latent_image": (11, 0)}
+    outputs = [
+        Node(12, "SamplerCustomAdvanced", {}, parts),
+        Node(13, "VAEDecode", {}, {"samples": (12, 0), "vae": sources["vae"]}),
+        Node(14, "SaveImage", {"filename_prefix": "eridiffusion/sks_dog"}, {"images": (13, 0)}),
+    ]
+    return [inputs, sampler, outputs]
+
+
+def flux2_klein():
+    """Flux.2-klein 4B base (image_flux2_klein_text_to_image.json's base model): cfg 5, euler, 20 steps
+    (Flux2Scheduler in the Test group; the samples take the simple schedule)."""
+    sampling = {"steps": 20, "cfg": 5.0, "sampler_name": "euler", "scheduler": "simple"}
+    return training_graph(
+        None,
+        1024,
+        DOG,
+        DOG_SAMPLES,
+        model_note(
+            "flux-2-klein-base-4b.safetensors (the base model, not the 4-step distilled one) in "
+            "models/diffusion_models, qwen_3_4b.safetensors (type flux2) in models/text_encoders, "
+            "flux2-vae.safetensors in models/vae",
+            FITS.format(8),
+        ),
+        loader=unet_loaders(
+            "flux-2-klein-base-4b.safetensors",
+            Node(31, "CLIPLoader", {"clip_name": "qwen_3_4b.safetensors", "type": "flux2"}),
+            "flux2-vae.safetensors",
+        ),
+        trainer=TRAINING,
+        options=SHOWN,
+        sampling=sampling,
+        sources=LOADED,
+        test=klein_test(DOG, 1024, sampling, LOADED),
+    )
+
+
+EDIT_NOTE = (
+    "folder: the edited images (targets) inside ComfyUI's input/ folder, each with its instruction as a "
+    "caption .txt of the same name, and its reference image under the same name in control/ "
+    "(00.jpg ↔ control/00.png; control_2/ and control_3/ add a second and third). CacheLatents "
+    "encodes targets, references and instructions once and reuses them on the next run."
+)
+EDIT_TEST_NOTE = (
+    "Edits the Reference image (pick one in LoadImage) with the trained MODEL, as ComfyUI's Qwen-Image-Edit "
+    "2511 template does without its Lightning LoRA: change the instruction to try the LoRA. The saved file "
+    "also loads in a stock LoraLoader."
+)
+EDIT = "colorize the photo"
+EDIT_SAMPLES = f"{EDIT} --ref edit_pairs/control/00.png\n{EDIT} --ref edit_pairs/control/01.png"
+
+
+def edit_test(prompt, sampling, sources):
+    """The Test group of image_qwen_image_edit_2511.json without its Lightning LoRA: the reference scaled
+    by FluxKontextImageScale and encoded with the instruction by TextEncodeQwenImageEditPlus (an empty
+    instruction the negative), each through FluxKontextMultiReferenceLatentMethod; the trained MODEL
+    through ModelSamplingAuraFlow 3.1 and CFGNorm into KSampler, from the reference's latent."""
+    encode = {"clip": sources["clip"], "vae": sources["vae"], "image1": (34, 0)}
+    image = [
+        Node(33, "LoadImage", {"image": "edit_pairs/control/00.png"}, title="Reference"),
+        Node(34, "FluxKontextImageScale", {}, {"image": (33, 0)}),
+        Node(11, "VAEEncode", {}, {"pixels": (34, 0), "vae": sources["vae"]}),
+    ]
+    method = {"reference_latents_method": "index_timestep_zero"}
+    conditioning = [
+        Node(9, "TextEncodeQwenImageEditPlus", {"prompt": prompt}, dict(encode), title="Positive"),
+        Node(10, "TextEncodeQwenImageEditPlus", {"prompt": ""}, dict(encode), title="Negative"),
+        Node(35, "FluxKontextMultiReferenceLatentMethod", method, {"conditioning": (9, 0)}),
+        Node(36, "FluxKontextMultiReferenceLatentMethod", method, {"conditioning": (10, 0)}),
+    ]
+    model = [Node(37, "ModelSamplingAuraFlow", {"shift": 3.1}), Node(38, "CFGNorm", {"strength": 1.0})]
+    links = {"positive": (35, 0), "negative": (36, 0), "latent_image": (11, 0)}
+    outputs = [
+        *model,
+        Node(12, "KSampler", {"seed": 42, **sampling}, {"model": chain(model, "model", TRAINED_MODEL), **links}),
+        Node(13, "VAEDecode", {}, {"samples": (12, 0), "vae": sources["vae"]}),
+        Node(14, "SaveImage", {"filename_prefix": "eridiffusion/edit"}, {"images": (13, 0)}),
+    ]
+    return [image, conditioning, outputs]
+
+
+def qwen_image_edit():
+    """Qwen-Image-Edit 2511 (image_qwen_image_edit_2511.json): edit pairs with a reference each, samples
+    and the test image at the template's 40 steps, cfg 4, euler / simple."""
+    sampling = {"steps": 40, "cfg": 4.0, "sampler_name": "euler", "scheduler": "simple"}
+    encoder = {"clip_name": "qwen_2.5_vl_7b_fp8_scaled.safetensors", "type": "qwen_image"}
+    return training_graph(
+        None,
+        1024,
+        EDIT,
+        EDIT_SAMPLES,
+        model_note(
+            "qwen_image_edit_2511_bf16.safetensors in models/diffusion_models, "
+            "qwen_2.5_vl_7b_fp8_scaled.safetensors (type qwen_image) in models/text_encoders, "
+            "qwen_image_vae.safetensors in models/vae",
+            SWAPS.format(41),
+        ),
+        loader=unet_loaders(
+            "qwen_image_edit_2511_bf16.safetensors", Node(31, "CLIPLoader", encoder), "qwen_image_vae.safetensors"
+        ),
+        trainer={**TRAINING, **BUDGET_24GB},
+        options=SHOWN,
+        sampling=sampling,
+        sources=LOADED,
+        dataset={"folder": "edit_pairs", "trigger_word": ""},
+        data_note=EDIT_NOTE,
+        test=edit_test(EDIT, sampling, LOADED),
+        test_note=EDIT_TEST_NOTE,
+    )
+
+
+FAMILY_EXAMPLES = {
+    "z_image_lora.json": z_image,
+    "flux_dev_lora.json": flux_dev,
+    "flux2_klein_lora.json": flux2_klein,
+    "qwen_image_edit_lora.json": qwen_image_edit,
+}
+# The oldest tested ComfyUI each example runs on, where that is newer than the oldest tested one: Flux.2-
+# klein's text encoder and FluxKontextMultiReferenceLatentMethod's index_timestep_zero came after
+# 0.3.75 (whose CFGNorm also lacks pre_cfg, so the file written on 0.28 differs there).
+SINCE = {"flux2_klein_lora.json": "0.28.0", "qwen_image_edit_lora.json": "0.28.0"}

@@ -1,0 +1,139 @@
+"""The example workflows of Z-Image, Flux.1-dev, Flux.2-klein and Qwen-Image-Edit, run through ComfyUI's
+executor as committed, their three loaders swapped for one tiny stack of the family
+(devkit.workflow.with_family_stack) and their sizes and steps cut for a CPU: each trains, saves its
+LoRA into models/loras and draws its test image through the template's own nodes (ModelSamplingAuraFlow,
+FluxGuidance ...), which stay in the graph and run."""
+
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from devkit import tiny_family_node
+from devkit.edit_pairs import make_edit_pairs
+from devkit.example_workflows import load_example
+from devkit.tiny_models import family_params
+from devkit.workflow import (
+    execution_error,
+    load_extension,
+    run_prompt,
+    set_training_settings,
+    substitute,
+    ui_to_api,
+    with_family_stack,
+)
+from eridiffusion.comfy_compat import host_version
+
+SIZE = 64
+# Each example's tiny family, the template nodes its test image goes through and the side of that
+# image. Flux.2-klein's is 32: the tiny stack's TAEF2 decodes at 8x what EmptyFlux2LatentImage lays
+# out at 16x (the FLUX.2 VAE's packing); Qwen-Image-Edit's test image starts from the reference
+# scaled to SIZE (tiny_prompt).
+EXAMPLES = {
+    "z_image_lora.json": ("z_image", {"ModelSamplingAuraFlow"}, SIZE),
+    "flux_dev_lora.json": ("flux_dev", {"FluxGuidance", "ConditioningZeroOut"}, SIZE),
+    "flux2_klein_lora.json": ("flux2_klein_4b", {"CFGGuider", "Flux2Scheduler", "SamplerCustomAdvanced"}, SIZE // 2),
+    "qwen_image_edit_lora.json": (
+        "qwen_image_edit",
+        {"TextEncodeQwenImageEditPlus", "FluxKontextMultiReferenceLatentMethod", "ModelSamplingAuraFlow", "CFGNorm"},
+        SIZE,
+    ),
+}
+TINY = {
+    "steps": 4,
+    "dtype": "fp32",
+    "rank": 4,
+    "alpha": 4.0,
+    "gradient_checkpointing": False,
+    "vram_budget_gib": 0.0,  # a budget is for a CUDA GPU: the CPU refuses one
+}
+
+
+@pytest.fixture(scope="module")
+def registered():
+    mappings = load_extension()
+    tiny_family_node.register()
+    return mappings
+
+
+def tiny_prompt(example, family, dataset):
+    """`example` as an API prompt on the tiny stack of `family`, sized for a CPU."""
+    stem = example[: -len(".json")]
+    latent = {"width": SIZE, "height": SIZE}
+    prompt = substitute(
+        with_family_stack(ui_to_api(load_example(example)), family),
+        overrides={
+            "EriDiffusion_LoadDataset": {"folder": dataset},
+            "EriDiffusion_CacheLatents": {"resolution": SIZE},
+            "EriDiffusion_SampleDuringTraining": {**latent, "steps": 2, "every": TINY["steps"]},
+            "EriDiffusion_SaveLoRA": {"filename_prefix": f"family_workflow/{stem}"},
+            "EmptySD3LatentImage": latent,
+            "EmptyFlux2LatentImage": latent,
+            "Flux2Scheduler": {**latent, "steps": 2},
+            "KSampler": {"steps": 2},
+            "SaveImage": {"filename_prefix": f"family_workflow/{stem}"},
+        },
+    )
+    for node in prompt.values():
+        # FluxKontextImageScale scales the reference to about a megapixel, where the tiny VAE takes
+        # half a minute an image on a CPU: the test image starts from it at SIZE instead
+        # (TextEncodeQwenImageEditPlus still encodes it at a megapixel, as the template does)
+        if node["class_type"] == "FluxKontextImageScale":
+            scaled = {"upscale_method": "area", "width": SIZE, "height": SIZE, "crop": "center"}
+            node.update(class_type="ImageScale", inputs={"image": node["inputs"]["image"], **scaled})
+    return set_training_settings(prompt, {**TINY, "run_name": f"family_workflow_{stem}"})
+
+
+def not_on_host(prompt):
+    """The node types and choices of `prompt` this host does not offer (an older ComfyUI's)."""
+    import nodes
+
+    from devkit.workflow import widget_inputs
+
+    missing = []
+    for node in prompt.values():
+        if node["class_type"] not in nodes.NODE_CLASS_MAPPINGS:
+            missing.append(node["class_type"])
+            continue
+        for name, spec in widget_inputs(node["class_type"]):
+            options = spec[1] if len(spec) > 1 else {}
+            choices = spec[0] if isinstance(spec[0], list) else options.get("options")
+            value = node["inputs"].get(name)
+            if choices is not None and not options.get("image_upload") and value not in choices:
+                missing.append(f"{node['class_type']}'s {name} {value}")
+    return missing
+
+
+def example_params():
+    """Each example, skipped on a ComfyUI that lacks its family's classes (as the family's tests are)."""
+    params = []
+    for example, (family, _, _) in EXAMPLES.items():
+        (param,) = family_params([family])
+        params.append(pytest.param(example, id=example[: -len(".json")], marks=param.marks))
+    return params
+
+
+@pytest.mark.parametrize("example", example_params())
+def test_a_family_example_trains_saves_its_lora_and_draws_through_the_templates_nodes(
+    example, registered, datasets_dir, comfy_dirs
+):
+    import folder_paths
+
+    family, template_nodes, side = EXAMPLES[example]
+    photos = os.path.join(datasets_dir, "dreambooth_dog")
+    # the edit example's folder and references, where it names them: input/edit_pairs
+    make_edit_pairs(photos, os.path.join(folder_paths.get_input_directory(), "edit_pairs"), ("00", "01", "02"), 1)
+    dataset = "edit_pairs" if family == "qwen_image_edit" else photos
+    prompt = tiny_prompt(example, family, dataset)
+    missing = not_on_host(prompt)
+    if missing:
+        pytest.skip(f"ComfyUI {host_version()} has no {', '.join(sorted(set(missing)))}")
+    executor, server = run_prompt(prompt)
+    assert executor.success, execution_error(executor)
+    stem = example[: -len(".json")]
+    assert f"family_workflow/{stem}.safetensors" in folder_paths.get_filename_list("loras")
+    ran = {prompt[e["node"]]["class_type"] for kind, e in server.events if kind == "executing" and e.get("node")}
+    assert template_nodes | {"EriDiffusion_LoRATrainer", "VAEDecode"} <= ran
+    saved = os.path.join(comfy_dirs["output"], "family_workflow", f"{stem}_00001_.png")
+    assert np.asarray(Image.open(saved)).shape == (side, side, 3)
