@@ -168,12 +168,12 @@ def _model_options(weight_dtype):
 
 
 def load_models(source):
-    """(MODEL, CLIP, VAE) for `source`, each loaded as ComfyUI's loader node for it does."""
+    """(MODEL, CLIP, VAE) for `source`, each loaded as ComfyUI's loader node for it does (its files'
+    headers checked before, by check_model_files: run.checked_settings)."""
     if source.tiny:
         from ..tiny_models import build_tiny_demo
 
         return build_tiny_demo(source.tiny, seed=0)
-    check_model_files(source)
     options = _model_options(source.weight_dtype)
     if source.checkpoint:
         model, clip, vae = load_checkpoint(

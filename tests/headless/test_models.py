@@ -5,7 +5,7 @@ import safetensors.torch
 import torch
 
 from eridiffusion.errors import EriDiffusionError
-from eridiffusion.headless.models import ModelSource, load_models, load_vae, model_family
+from eridiffusion.headless.models import ModelSource, check_model_files, load_models, load_vae, model_family
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_missing_model_file_is_an_error_naming_it(tmp_path):
         diffusion_model=str(tmp_path / "nothing.safetensors"), text_encoders=("t5.safetensors",), vae="ae.safetensors"
     )
     with pytest.raises(EriDiffusionError, match=r"model.diffusion_model .*nothing.safetensors does not exist"):
-        load_models(source)
+        check_model_files(source)
 
 
 def test_file_comfyui_cannot_detect_is_an_error_naming_it(tmp_path):

@@ -150,6 +150,7 @@ def test_device_offers_each_gpu_by_name_only_where_there_are_several_to_choose_f
         "device",
         "vram_budget_gib",
         "blocks_to_swap",
+        "base_quantization",
     ]
     offered = memory["device"][1]["options"] if memory["device"][0] == "COMBO" else memory["device"][0]
     assert list(offered) == list(device_choices(torch.cuda.device_count()))

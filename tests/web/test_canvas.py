@@ -163,6 +163,7 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
                 "device": "auto",
                 "vram_budget_gib": 0.0,
                 "blocks_to_swap": 0,
+                "base_quantization": "none",
             },
         },
     }
