@@ -578,6 +578,7 @@ def run_job(job, timed, loaders, base_dir):
             # step itself (its CUDA graph capture included)
             setup_s=summary["setup_seconds"],
             first_step_own_s=summary["first_step_seconds"],
+            setup_phases_s=summary["setup_phases"],
         )
     else:
         bar = dedupe(progress_bar(events, trainer_id, queued))

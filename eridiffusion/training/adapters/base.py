@@ -129,7 +129,9 @@ def seeded(seed):
         def __enter__(self):
             self.fork = torch.random.fork_rng(devices=[])
             self.fork.__enter__()
-            torch.manual_seed(seed)
+            # the CPU generator alone (LyCORIS makes its tensors there): torch.manual_seed also seeds every
+            # GPU's, and XPU's lazily with a stack trace, 0.8 ms an adapter (0.5 s of SDXL's 560 layers)
+            torch.default_generator.manual_seed(seed)
 
         def __exit__(self, *exc):
             return self.fork.__exit__(*exc)

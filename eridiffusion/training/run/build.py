@@ -38,6 +38,7 @@ from .ema import AdapterEMA
 from .lr_schedule import lr_factor
 from .optimizers import make_optimizer
 from .resume import ResumePoint
+from .setup_clock import SetupClock
 
 
 class TrainingRun:
@@ -73,6 +74,8 @@ class TrainingRun:
     evaluation_range: tuple[float, float]  # the noise levels the evaluation loss spreads over (an expert: its own)
     block_swap: BlockSwap | None  # vram_budget_gib, blocks_to_swap: the blocks' weights placed from host memory
     quantized_base: QuantizedBase | None  # base_quantization: the linear layers held by bitsandbytes
+    setup: SetupClock  # the seconds of each setup phase (the summary's setup_phases)
+    starts_from_base: bool  # a fresh run: what is trained starts as the identity (no file's weights)
 
     def __init__(
         self,
@@ -86,6 +89,7 @@ class TrainingRun:
         trained: TrainedBuilder = trained_adapters,
     ) -> None:
         self.started = time.perf_counter()
+        self.setup = SetupClock()
         self.data, self.config, self.run_dir, self.processes = data, config, run_dir, processes
         self.source = trainable_model_clone(model_patcher)
         self.owns_model = self.source.model is not model_patcher.model
@@ -93,6 +97,7 @@ class TrainingRun:
         if config.device != "auto":  # another GPU than ComfyUI's; the result MODEL goes back to the input's
             self.patcher.load_device = torch.device(config.device)
         self.base, self.device = self.patcher.model, self.patcher.load_device
+        self.setup.mark("clone", self.device)
         self.fp8_products = Fp8Products(config.speed.fp8_min_macs) if config.fp8_compute else None
         self.preservation = None
         if config.preservation_prompt.strip():
@@ -101,9 +106,11 @@ class TrainingRun:
         self.family = family_of(self.base)
         self.objective = Objective(self.base.model_sampling, resolve_objective(config.objective, self.family))
         self.trained = self._trained(trained, clip, resume)
+        self.starts_from_base = resume is None  # (no file's weights: the trained change starts as the identity)
         processes.broadcast_parameters(self.trained.parameters())  # as DDP starts: rank 0's weights everywhere
         self.optimizer, self.scheduler, self.scaler, self.ema = self._optimization()
         self._data_order()
+        self.setup.mark("optimizer", self.device)
         self.progress = run_state.RunProgress()
         self.evaluation_range = (0.0, 1.0)
         if resume is not None and resume.state is not None:
@@ -122,6 +129,7 @@ class TrainingRun:
             held = self.owns_model and model_loading.hold_weights_in(self.base, config.torch_dtype)
             if not held:  # ComfyUI casts each weight in each forward
                 self.patcher.set_model_compute_dtype(config.torch_dtype)
+        self.setup.mark("weights_cast", self.device)
         frozen_weights_injection(self.patcher)
         # (before the adapters: their forwards wrap the quantized layer's)
         self.quantized_base = quantized_base_for(self.patcher, config, self.device)
@@ -146,6 +154,7 @@ class TrainingRun:
         )
         if config.gradient_checkpointing:
             checkpointing_injection(self.patcher, copy_saved=self.family.copies_saved_activations)
+        self.setup.mark("trained_built", self.device)
         return trained
 
     def _optimization(

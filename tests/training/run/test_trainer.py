@@ -18,6 +18,7 @@ from devkit.stock_comfyui import load_with_stock_comfyui, merged_tolerance, merg
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.adapters.oft import STOCK_MERGE_NOTE
 from eridiffusion.training.run.config import TrainConfig
+from eridiffusion.training.run.evaluation import evaluation_loss
 from eridiffusion.training.run.trainer import TrainingHooks, train_lora
 
 
@@ -30,6 +31,14 @@ def test_evaluation_loss_drops_at_least_30_percent(trained, record_property):
         result.eval_loss_before,
         result.eval_loss_after,
     )
+
+
+def test_the_loss_before_training_measured_at_the_end_is_the_input_models(trained):
+    """The evaluation loss "before" (measured at the run's end with the trained change bypassed, so the
+    first step comes sooner) is the input MODEL's own, for every algorithm."""
+    with torch.inference_mode(False):
+        before = evaluation_loss(trained["model"], trained["data"], trained["config"])
+    assert trained["result"].eval_loss_before == pytest.approx(before, rel=1e-5)
 
 
 def test_training_loss_is_recorded_for_every_step(trained):
@@ -171,6 +180,19 @@ def test_the_summary_times_the_setup_and_the_first_step_apart_from_the_steps(tra
         summary = json.load(f)
     setup, first, pace = summary["setup_seconds"], summary["first_step_seconds"], summary["seconds_per_step"]
     assert setup > 0 and first > 0 and pace > 0
+    # the setup's phases, in the order they run, add up to (nearly all of) it
+    phases = summary["setup_phases"]
+    assert list(phases) == [
+        "clone",
+        "weights_cast",
+        "trained_built",
+        "optimizer",
+        "evaluation_before",
+        "weights_loaded",
+        "data_prepared",
+        "step_path",
+    ]
+    assert 0.9 * setup <= sum(phases.values()) <= setup
     # the pace is timed from the first logging step (20) to the last: the setup, the first step and the
     # steps timed are parts of the run's wall time ((steps - 1) x pace takes the 19 steps between for as
     # slow as the rest, and a busy second test worker made it 0.6% more than the wall time)

@@ -14,6 +14,10 @@ from eridiffusion.training.run.trainer import train_lora
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 
 CASES = [(algorithm, False) for algorithm in sorted(ALGORITHMS)] + [("lora", True), ("dora", True)]
+# The GPU's run-to-run spread of these 4 steps: two eager runs of the same BOFT seed differ by up to 0.11%
+# at steps 1-3 on an H200 (its butterfly of small products amplifies the backward's reduction order;
+# LoRA's and OFT's differ by 0.004%), and graphed runs fall within it (2026-11-30); others: 1e-3.
+RUN_TO_RUN = {"boft": 5e-3}
 
 
 def _run(stack, adapter, cuda_graphs, folder):
@@ -32,7 +36,7 @@ def test_each_algorithm_replays_as_cuda_graphs_and_its_file_gives_the_graphed_mo
     )
     eager = _run(lora_stack, adapter, "off", tmp_path)
     graphed = _run(lora_stack, adapter, "on", tmp_path)
-    assert graphed.losses == pytest.approx(eager.losses, rel=1e-3)  # (the GPU's run-to-run noise)
+    assert graphed.losses == pytest.approx(eager.losses, rel=RUN_TO_RUN.get(algorithm, 1e-3))
 
     path = graphed.lora.save(str(tmp_path / "graphed.safetensors"), dtype="fp32")
     patched, unmatched = load_with_stock_comfyui(lora_stack["model"], path, 1.0, caplog)

@@ -1,0 +1,22 @@
+"""Where a run's time before its first step goes (the summary's `setup_phases`): each phase's
+seconds, its device work waited for, so a slow start names its cause."""
+
+import time
+
+import torch
+
+
+class SetupClock:
+    """Seconds per setup phase, each phase ending at `mark` (after the device finished its work)."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def mark(self, phase: str, device: torch.device | None = None) -> None:
+        """End `phase` (its seconds added to any earlier part of the same phase)."""
+        if device is not None and device.type == "cuda":
+            torch.cuda.synchronize(device)  # (once per phase of the setup: the next phase starts clean)
+        now = time.perf_counter()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - self.last
+        self.last = now
