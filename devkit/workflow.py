@@ -323,3 +323,15 @@ def run_training(dataset, run_name, resolution=64, trainer=None, **options):
     settings = {**QUICK, **(trainer or {}), "run_name": run_name}
     executor, _ = run_prompt(training_prompt(dataset, settings, resolution=resolution, **options))
     return Outcome(executor, os.path.join(folder_paths.get_output_directory(), run_name))
+
+
+def node_outputs(executor, node_id):
+    """The outputs (one value per output slot) a node of the last prompt run by `executor` left in ComfyUI's
+    output cache: its MODEL, its TRAINING_DATA ... as the next node got them. 0.28's cache is read with await."""
+    import inspect
+
+    entry = executor.caches.outputs.get(str(node_id))
+    if inspect.isawaitable(entry):
+        entry = asyncio.run(entry)
+    outputs = entry.outputs if hasattr(entry, "outputs") else entry
+    return [values[0] for values in outputs]

@@ -317,3 +317,14 @@ def load_leaving_out(patcher, modules):
         return load_all(device_to, 1e32, force_patch_weights, False)
 
     patcher._load_list, patcher.load = _load_list, load
+
+
+def clip_weights_for_saving(clip):
+    """{name: tensor} of a CLIP as ComfyUI's checkpoint save reads it (its patches applied, the tokenizer's
+    entries beside), copied to the CPU: 0.28's `state_dict_for_saving` computes the patched weights of
+    dynamically loaded ones; older hosts' `get_sd` reads the weights the load patched in place."""
+    import comfy.model_management
+
+    comfy.model_management.load_models_gpu([clip.load_model()], force_patch_weights=True)
+    read = getattr(clip, "state_dict_for_saving", None) or clip.get_sd
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in read().items()}

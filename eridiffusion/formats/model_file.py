@@ -16,6 +16,8 @@ TRAINED_KIND = "eridiffusion_trained"  # the metadata entry naming what a run tr
 class DiffusionModelFile(TrainedFile):
     """A diffusion model's every tensor under its state-dict name (fp32, CPU), and the metadata."""
 
+    source: Any = None  # the BaseModel (ComfyUI's) it is the diffusion model of: its config lays out a checkpoint
+
     what = "diffusion model"
 
 

@@ -52,11 +52,13 @@ def latent_bytes_of(record, dataset, resolution, model, vae):
 def adapter_parameters(model, settings, family):
     """(layers, parameters) of the adapters the trainer would attach to `model`."""
     from ..formats.lora_file import loadable_weight_keys
-    from ..training.adapters.attach import target_layers
+    from ..training.adapters.attach import FULL, target_layers
     from ..training.model.families import resolve_targets
 
     spec = dataclasses.replace(settings.adapter, targets=resolve_targets(settings.adapter.targets, family))
     layers = target_layers(model.model, spec, loadable_weight_keys(model.model).keys())
+    if spec.algorithm == FULL:  # the layers' own weight and bias, trained as fp32 copies
+        return len(layers), sum(p.numel() for _, layer in layers for p in layer.parameters(recurse=False))
     count = sum(p.numel() for index, (_, layer) in enumerate(layers) for p in spec.build(layer, index).parameters())
     return len(layers), count
 
@@ -91,14 +93,24 @@ def plan_lines(config: RunConfig, inputs: Inputs, settings: TrainConfig, output:
             + (f" x {processes} processes" if processes > 1 else "")
             + f" = {seen} images seen, {seen / images:.1f} epochs"
         ),
-        (
-            f"adapter  {settings.adapter.algorithm} rank {settings.adapter.rank} alpha {settings.adapter.alpha:g} on "
-            f"{layers} layers: {parameters / 1e6:.2f} M parameters"
-            + (" (and the text encoders')" if settings.text_encoder_lr > 0 else "")
-        ),
+        _trained_line(settings, layers, parameters),
         _memory_line(config, inputs, settings, parameters, processes),
         *_output_lines(config, settings, output),
     ]
+
+
+def _trained_line(settings, layers, parameters):
+    from ..training.adapters.attach import FULL
+
+    adapter = settings.adapter
+    if adapter.algorithm == FULL:
+        return (
+            f"weights  full fine-tune of {layers} layers: {parameters / 1e6:.2f} M parameters, trained as fp32 copies"
+        )
+    return (
+        f"adapter  {adapter.algorithm} rank {adapter.rank} alpha {adapter.alpha:g} on {layers} layers: "
+        f"{parameters / 1e6:.2f} M parameters" + (" (and the text encoders')" if settings.text_encoder_lr > 0 else "")
+    )
 
 
 def _memory_line(config, inputs, settings, parameters, processes):

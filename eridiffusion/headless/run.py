@@ -35,12 +35,14 @@ if TYPE_CHECKING:  # the run's heavy modules are imported once the config-only c
 
 
 def use_output_folder(output):
-    """ComfyUI's output folder for the run, and its loras/ as the folder SaveLoRA writes to."""
+    """ComfyUI's output folder for the run, and its loras/ (diffusion_models/: a full fine-tune's) as the folders
+    SaveLoRA writes to."""
     import folder_paths
 
     writable_folder(output, "output folder")
     folder_paths.set_output_directory(output)
-    folder_paths.add_model_folder_path("loras", os.path.join(output, "loras"), is_default=True)
+    for folder in ("loras", "diffusion_models"):
+        folder_paths.add_model_folder_path(folder, os.path.join(output, folder), is_default=True)
 
 
 @dataclass
@@ -213,10 +215,14 @@ def checked_settings(config: RunConfig, resume, output, processes=SINGLE_PROCESS
 
 
 def check_save_target(config):
-    """SaveLoRA's filename_prefix, checked before any work (SaveLoRA runs after training)."""
+    """SaveLoRA's filename_prefix, checked before any work (SaveLoRA runs after training) in the folder it
+    writes to: loras/, or diffusion_models/ for a full fine-tune."""
     import folder_paths
 
-    prefix, loras = config.save["filename_prefix"], folder_paths.get_folder_paths("loras")[0]
+    from ..training.adapters.attach import FULL
+
+    folder = "diffusion_models" if config.train["algorithm"] == FULL else "loras"
+    prefix, loras = config.save["filename_prefix"], folder_paths.get_folder_paths(folder)[0]
     names = [prefix]
     if config.model.low_noise_model:  # two experts: a file each
         from ..training.run.experts import EXPERTS

@@ -114,6 +114,8 @@ def _complete(path, raw, labels, output, unsupported, schema):
             labels = {**labels, ("model", "checkpoint"): (where, origin)}
         if not isinstance(given, (dict, type(None))):
             raise EriDiffusionError(f"{origin}: {where} must be a mapping of keys (got {given!r}).")
+        if section == "train" and given and "method" in given:
+            given = _with_method(given, *labels.get(("train", "method"), ("train.method", path)))
         resolved[section] = _complete_section(section, given or {}, labels, path)
         if section in DECLARED and section != "model":
             try:  # the declaration's checks of the values together (sample.prompts not empty ...)
@@ -138,6 +140,33 @@ def _complete(path, raw, labels, output, unsupported, schema):
     except EriDiffusionError as error:
         raise EriDiffusionError(f"{path}: {error}") from None
     return RunConfig(path=path, model=model, output=output or "", unsupported=unsupported, schema=schema, **resolved)
+
+
+# The design documents' `train.method`: what it asks of LoRATrainer's algorithm (None: an adapter, any algorithm).
+METHODS = {"lora": None, "full_finetune": "full"}
+
+
+def _with_method(given, where, origin):
+    """The `train` section `given` with its `method` (`where`, set in file `origin`) as the algorithm it means."""
+    from ..training.adapters.attach import FULL
+
+    given = dict(given)
+    method, algorithm = given.pop("method"), given.get("algorithm")
+    if method not in METHODS:
+        raise EriDiffusionError(
+            f"{origin}: {where} '{method}' unknown; choose one of {', '.join(METHODS)}"
+            f"{nearest_hint(str(method), METHODS)}."
+        )
+    wanted = METHODS[method]
+    if (wanted == FULL and algorithm not in (None, FULL)) or (wanted is None and algorithm == FULL):
+        raise EriDiffusionError(
+            f"{origin}: {where} {method} and train.algorithm {algorithm} ask for different runs: "
+            f"{'full_finetune trains the weights (algorithm full)' if wanted else 'lora trains an adapter'}; "
+            "keep one of the two keys."
+        )
+    if wanted is not None:
+        given["algorithm"] = wanted
+    return given
 
 
 def _check_training(resolved, labels, path):

@@ -12,7 +12,7 @@ from .objective_node import TrainingObjective
 from .options_nodes import OPTIONS_NODES
 from .resume_node import LoadLoRAForTraining
 from .sampling_node import SampleDuringTraining
-from .save_node import SaveLoRA
+from .save_node import SaveFineTune, SaveLoRA
 from .trainer_node import LoRATrainer
 
 NODES = [
@@ -23,6 +23,7 @@ NODES = [
     TrainingObjective,
     SampleDuringTraining,
     SaveLoRA,
+    SaveFineTune,
     LossGraph,
     LoadLoRAForTraining,
     TinyDemoModel,

@@ -79,7 +79,8 @@ class LoRATrainer(io.ComfyNode):
             node_id="EriDiffusion_LoRATrainer",
             display_name="LoRATrainer",
             category=CATEGORY,
-            description="Trains a LoRA on the MODEL and returns a copy of it with the LoRA applied.",
+            description="Trains a LoRA on the MODEL and returns a copy of it with the LoRA applied (algorithm full: "
+            "the model's own weights, a full fine-tune).",
             inputs=[
                 io.Model.Input("model", tooltip="The model to train on; it is not changed."),
                 sockets.TrainingData.Input("training_data", tooltip="From CacheLatents."),
@@ -120,8 +121,12 @@ class LoRATrainer(io.ComfyNode):
                 ),
             ],
             outputs=[
-                io.Model.Output(display_name="model", tooltip="A copy of the input model with the trained LoRA."),
-                sockets.LoRA.Output(display_name="lora", tooltip="Connect to SaveLoRA."),
+                io.Model.Output(
+                    display_name="model", tooltip="A copy of the input model with the trained LoRA (or weights)."
+                ),
+                sockets.LoRA.Output(
+                    display_name="lora", tooltip="Connect to SaveLoRA (algorithm full: SaveFineTune, or SaveLoRA)."
+                ),
                 sockets.Loss.Output(display_name="loss", tooltip="Loss history; connect to LossGraph."),
                 io.Image.Output(
                     display_name="samples", tooltip="Latest sample grid (a black 64×64 image without a sample_config)."

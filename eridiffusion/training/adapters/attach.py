@@ -33,9 +33,9 @@ from .norm_diff import NormDiff, is_norm
 from .oft import BOFT, OFT
 
 ALGORITHMS = {"lora": LoRA, "dora": DoRA, "lokr": LoKr, "loha": LoHa, "oft": OFT, "boft": BOFT, "glora": GLoRA}
-# what trains on a layer that is not torch's Linear (ComfyUI's quantized layers): the algorithms whose
-# bypass adds a product of their own to the layer's output, needing only its sizes, not its weight
+# what trains on ComfyUI's quantized layers: the algorithms whose bypass adds a product needing the layer's sizes alone
 LINEAR_LIKE_ALGORITHMS = ("lora", "loha", "lokr")
+FULL = "full"  # full fine-tuning: no adapter, the chosen layers' own weights train (training/trained/weights.py)
 _INJECTION_IDS = itertools.count()
 
 
@@ -81,9 +81,9 @@ class AdapterSpec:
 
     algorithm: str = setting(
         "lora",
-        "lora; dora (LoRA + learned magnitude); lokr (Kronecker); loha (Hadamard); oft and boft (the weight "
-        "rotated, block-diagonal or butterfly: rank sizes the blocks, alpha unused); glora (W·A + B).",
-        choices=tuple(ALGORITHMS),
+        "lora; dora (+ magnitude); lokr; loha; oft, boft (the weight rotated: rank sizes the blocks, alpha unused); "
+        "glora (W·A + B); full: the layers' own weights (full fine-tuning at ~1e-5: rank unused; SaveFineTune).",
+        choices=(*ALGORITHMS, FULL),
         group="trainer",
     )
     rank: int = setting(16, "Adapter rank (its size).", minimum=1, maximum=1024, group="trainer")

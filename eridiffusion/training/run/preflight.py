@@ -17,6 +17,7 @@ from ..model.text_encoder import check_text_encoders
 from ..samples.inputs import reads_condition, takes_inpaint_channels
 from ..speed.fp8_products import check_fp8_compute
 from ..speed.step_path import check_graphs_can_run
+from ..trained import check_weights_trainable, trained_weights
 from .experts import check_expert_boundary, check_expert_pair, check_experts, check_one_model
 from .optimizers import check_optimizer_runs
 from .request import RunRequest
@@ -117,10 +118,18 @@ def check_models_read_data(request: RunRequest) -> None:
         check_samples_read(model, samples)
 
 
+def check_weights_train(request: RunRequest) -> None:
+    """A model's own weights (algorithm full, or a weights run resumed) trained from weights ComfyUI loaded
+    as they can be trained and saved, with settings that train beside them."""
+    if request.builder is trained_weights:
+        for model in request.models:
+            check_weights_trainable(model.model, request.config)
+
+
 def check_adapters_attach(request: RunRequest) -> None:
     """The adapter's targets match layers of each model, and block_lr leaves some of them training."""
     config = request.config
-    spec = request.resume.spec if request.resume is not None else config.adapter
+    spec = request.spec
     if not spec.train_diffusion_model:  # the text encoders alone train
         return
     for model in (each.model for each in request.models):
@@ -327,6 +336,7 @@ CHECKS = SETTINGS_CHECKS + (
     check_data_fits_settings,
     check_resume_fits_run,
     check_models,
+    check_weights_train,
     check_models_read_data,
     check_adapters_attach,
     check_device_runs,

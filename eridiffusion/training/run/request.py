@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
+from ..adapters import AdapterSpec
 from ..data.training_data import DataFacts, TrainingData
 from ..samples.render import SampleSettings
-from ..trained import TrainedBuilder, trained_adapters
+from ..trained import TrainedBuilder, trained_for
 from .config import TrainConfig
 from .distributed import SINGLE_PROCESS, TrainingProcesses
 from .resume import ResumePoint
@@ -30,7 +31,19 @@ class RunRequest:
     samples: SampleSettings | None = None
     processes: TrainingProcesses = SINGLE_PROCESS
     low_noise_model: Any = None  # two experts in one run (Wan 2.2 14B): the low-noise MODEL
-    trained: TrainedBuilder = trained_adapters  # what the run trains (trained/): the adapters `config` asks for
+    # what the run trains (trained/): None, what its AdapterSpec asks for (the resume point's, else `config`'s):
+    # the model's own weights for algorithm full, else adapters
+    trained: TrainedBuilder | None = None
+
+    @property
+    def spec(self) -> AdapterSpec:
+        """The settings of what is trained: a resume point's (its file's), else the config's."""
+        return self.resume.spec if self.resume is not None else self.config.adapter
+
+    @property
+    def builder(self) -> TrainedBuilder:
+        """The TrainedBuilder of what the run trains (`trained`, else what its spec asks for)."""
+        return self.trained if self.trained is not None else trained_for(self.spec)
 
     @property
     def models(self) -> tuple[Any, ...]:

@@ -353,11 +353,11 @@ def train_run(request: RunRequest, run_dir: str, hooks: TrainingHooks | None = N
     data, config, clip, processes = request.training_data, request.config, request.clip, request.processes
     runs: tuple[TrainingRun, ...]
     if request.low_noise_model is None:
-        run = TrainingRun(request.model, data, config, run_dir, clip, request.resume, processes, request.trained)
+        run = TrainingRun(request.model, data, config, run_dir, clip, request.resume, processes, request.builder)
         runs, pick = (run,), None
     else:
         runs, pick = expert_runs(
-            request.model, request.low_noise_model, data, config, run_dir, clip, processes, request.trained
+            request.model, request.low_noise_model, data, config, run_dir, clip, processes, request.builder
         )
     try:
         result = train(runs, request.samples, hooks, pick)

@@ -2,9 +2,16 @@
 the file they are saved as, the change they make to a MODEL; adapters.py is the adapters' (LoRA, DoRA,
 LoKr, ... and the text encoder's), weights.py a model's own weights (full fine-tuning)."""
 
+from ..adapters.attach import FULL, AdapterSpec
 from .adapters import TrainedAdapters, trained_adapters
 from .base import Trained, TrainedBuilder, TrainedSetup
-from .weights import TrainedWeights, trained_weights
+from .weights import TrainedWeights, check_weights_trainable, trained_weights
+
+
+def trained_for(spec: AdapterSpec) -> TrainedBuilder:
+    """What a run of AdapterSpec `spec` trains: the model's own weights for algorithm full, else adapters."""
+    return trained_weights if spec.algorithm == FULL else trained_adapters
+
 
 __all__ = [
     "Trained",
@@ -12,6 +19,8 @@ __all__ = [
     "TrainedBuilder",
     "TrainedSetup",
     "TrainedWeights",
+    "check_weights_trainable",
     "trained_adapters",
+    "trained_for",
     "trained_weights",
 ]

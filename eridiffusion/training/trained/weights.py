@@ -21,6 +21,7 @@ from ..adapters.layer_selection import PREFIX, block_multipliers
 from .base import Trained, TrainedSetup
 
 CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+TRAINABLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what a saved model's weights can start from
 NORMS = (torch.nn.GroupNorm, torch.nn.LayerNorm, torch.nn.RMSNorm)
 
 
@@ -62,8 +63,9 @@ class TrainedWeights(Trained):
     """`copies` of the chosen layers of the diffusion model, each under its layer's name as in the
     model's state dict (`diffusion_model.…`), held in an AdapterSet (their injection and bypass)."""
 
-    def __init__(self, copies: AdapterSet, diffusion_model: torch.nn.Module) -> None:
-        self.copies, self.diffusion_model = copies, diffusion_model
+    def __init__(self, copies: AdapterSet, base_model: Any) -> None:
+        self.copies, self.base_model = copies, base_model  # (ComfyUI's BaseModel: its file lays out a checkpoint)
+        self.diffusion_model = base_model.diffusion_model
         self.listed = list(copies.parameters())
 
     def named_tensors(self) -> dict[str, torch.nn.Parameter]:
@@ -92,7 +94,8 @@ class TrainedWeights(Trained):
             "eridiffusion_modules": json.dumps(list(self.copies.layer_names)),
             **metadata,
         }
-        return DiffusionModelFile(diffusion_model_tensors(self.diffusion_model, self.named_tensors()), meta)
+        tensors = diffusion_model_tensors(self.diffusion_model, self.named_tensors())
+        return DiffusionModelFile(tensors, meta, source=self.base_model)
 
     def apply_to(self, patcher: Any) -> None:
         """The copies as ComfyUI's "set" patches: loading `patcher` writes them into its weights (the
@@ -120,21 +123,10 @@ def trained_weights(setup: TrainedSetup) -> TrainedWeights:
     """Trainable copies of the layers `setup.spec` chooses (targets, include, exclude; convs with conv_rank >
     0, norms with train_norms_and_biases), at the model's values or a resume file's, injected on the clone."""
     patcher, spec = setup.patcher, setup.spec
-    if setup.clip is not None or not spec.train_diffusion_model:
-        raise EriDiffusionError(
-            "training a model's own weights trains the diffusion model alone: set text_encoder_lr to 0 and "
-            "train_diffusion_model on, or train adapters."
-        )
     layers = target_layers(patcher.model, spec, loadable_weight_keys(patcher.model))
-    quantized = [name for name, layer in layers if linear_like(layer)]
-    if quantized:
-        raise EriDiffusionError(
-            f"{len(quantized)} of the chosen layers (e.g. {quantized[0]}) are ComfyUI's quantized or mixed-precision "
-            "layers, whose weights cannot be trained as they are: load the model in bf16 or fp16 to train its weights."
-        )
     with torch.inference_mode(False):  # ComfyUI runs nodes under inference mode; these must stay trainable
         copies = AdapterSet(spec, {name: LayerCopy(layer) for name, layer in layers})
-        trained = TrainedWeights(copies, patcher.model.diffusion_model)
+        trained = TrainedWeights(copies, patcher.model)
         if setup.saved is not None:
             _load_saved(trained, setup.saved, setup.saved_path)
     copies.to(patcher.load_device).attach_to(patcher)
@@ -153,3 +145,38 @@ def _load_saved(trained: TrainedWeights, saved: dict[str, torch.Tensor], path: s
                     "diffusion model file of a weights run on this model. Resume from one, or start a new run."
                 )
             tensor.copy_(value)
+
+
+def check_weights_trainable(base_model: Any, config: Any) -> None:
+    """What a run training `base_model`'s own weights (ComfyUI's BaseModel) with TrainConfig `config` cannot do,
+    before anything loads: the text encoder or the adapters' speed paths, and a base loaded quantized, whose
+    weights (fp8, GGUF's, NF4's, a mixed-quantized checkpoint's) a saved model would carry rounded."""
+    if config.text_encoder_lr > 0 or not config.adapter.train_diffusion_model:
+        raise EriDiffusionError(
+            "algorithm full trains the diffusion model's own weights alone: set text_encoder_lr to 0 and "
+            "train_diffusion_model on, or train the text encoder with an adapter (lora)."
+        )
+    if config.fp8_compute:
+        raise EriDiffusionError(
+            "fp8_compute computes the frozen layers under adapters in fp8, and algorithm full trains those layers "
+            "themselves: turn fp8_compute off."
+        )
+    odd = [
+        (name, str(tensor.dtype) if type(tensor) in (torch.Tensor, torch.nn.Parameter) else type(tensor).__name__)
+        for name, tensor in base_model.diffusion_model.named_parameters()
+        if type(tensor) not in (torch.Tensor, torch.nn.Parameter) or tensor.dtype not in TRAINABLE_DTYPES
+    ]
+    odd += [  # ComfyUI's mixed-precision layers, whose own forward a weight copy cannot stand in for
+        (f"{name}.weight", type(module).__qualname__)
+        for name, module in base_model.diffusion_model.named_modules()
+        if linear_like(module)
+    ]
+    if odd:
+        name, held = odd[0]
+        raise EriDiffusionError(
+            f"algorithm full trains the weights as loaded, and ComfyUI loaded {len(odd)} of this model's weights "
+            f"quantized (e.g. diffusion_model.{name}: {held}), as UNETLoader's weight_dtype fp8, an fp8_scaled or "
+            "mixed-quantized checkpoint, a GGUF or an NF4 loader give them: the fine-tune would start from, and save, "
+            "rounded weights. Load the model in bf16, fp16 or fp32 (weight_dtype default, a bf16/fp16 file), or train "
+            "an adapter (lora) on the quantized model."
+        )

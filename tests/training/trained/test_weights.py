@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from devkit.stock_comfyui import ProbeInput, relative_error
+from eridiffusion.errors import EriDiffusionError
 from eridiffusion.formats.model_file import TRAINED_KIND
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.run.config import TrainConfig
@@ -22,7 +23,7 @@ from eridiffusion.training.run.trainer import train_run
 from eridiffusion.training.trained import TrainedWeights, trained_weights
 
 # the output blocks' attention: 48 linear layers of the tiny SD1.5 (q, k, v, out of attn1 and attn2 in 6 blocks)
-OUTPUT_ATTENTION = AdapterSpec(targets="attention", include="output_blocks")
+OUTPUT_ATTENTION = AdapterSpec(algorithm="full", targets="attention", include="output_blocks")
 
 
 def config(**values):
@@ -44,7 +45,7 @@ def config(**values):
 
 def trained(stack, cfg, folder, resume=None):
     model, _, _, data = stack
-    request = RunRequest(model, data, cfg, resume=resume, trained=trained_weights)
+    request = RunRequest(model, data, cfg, resume=resume)  # (algorithm full: the weights train)
     preflight(request)
     with torch.inference_mode(False):
         return train_run(request, str(folder))
@@ -129,3 +130,47 @@ def test_three_steps_then_three_resumed_equal_six_straight(quality_stack, tmp_pa
     a, b = whole.lora.tensors, resumed.lora.tensors
     assert a.keys() == b.keys() and [k for k in a if not torch.equal(a[k], b[k])] == []
     assert [k for k in a if not torch.equal(a[k], middle.tensors[k])] != []  # (the last three steps changed some)
+
+
+def test_algorithm_full_builds_the_weights_kind_and_other_algorithms_adapters(quality_stack):
+    model, _, _, data = quality_stack
+    assert RunRequest(model, data, config()).builder is trained_weights
+    assert RunRequest(model, data, config(adapter=AdapterSpec())).builder is not trained_weights
+
+
+@pytest.mark.parametrize(
+    "settings, named",
+    [
+        ({"text_encoder_lr": 1e-5}, "set text_encoder_lr to 0"),
+        ({"fp8_compute": True}, "turn fp8_compute off"),
+        ({"base_quantization": "nf4"}, "base_quantization nf4 holds each layer's weight quantized, and full needs"),
+    ],
+)
+def test_settings_that_cannot_train_beside_the_weights_are_refused_in_the_preflight(quality_stack, settings, named):
+    model, clip, _, data = quality_stack
+    with pytest.raises(EriDiffusionError, match=named):
+        preflight(RunRequest(model, data, config(**settings), clip=clip))
+
+
+def test_a_base_loaded_in_fp8_is_refused_by_name_in_the_preflight(quality_stack):
+    """UNETLoader's weight_dtype fp8_e4m3fn: the weights are stored rounded to fp8 and would be saved so."""
+    from eridiffusion.tiny_models import tiny_sd15
+
+    fp8 = tiny_sd15(seed=0, weight_dtype=torch.float8_e4m3fn)[0]
+    with pytest.raises(
+        EriDiffusionError, match=r"diffusion_model\.\S+: torch\.float8_e4m3fn\).*Load the model in bf16"
+    ):
+        preflight(RunRequest(fp8, quality_stack[3], config()))
+
+
+def test_a_mixed_quantized_base_is_refused_by_name_in_the_preflight(quality_stack):
+    """An fp8_scaled checkpoint as ComfyUI 0.28 loads it (MixedPrecisionOps layers holding QuantizedTensors)."""
+    from devkit.quantized_bases import LOADS_PER_LAYER_QUANTIZATION, tiny_sd15_fp8_scaled
+
+    if not LOADS_PER_LAYER_QUANTIZATION:
+        pytest.skip("this ComfyUI loads no per-layer quantization (0.28 on)")
+    scaled = tiny_sd15_fp8_scaled(seed=0)[0]
+    with pytest.raises(
+        EriDiffusionError, match=r"loaded \d+ of this model's weights quantized \(e\.g\. diffusion_model"
+    ):
+        preflight(RunRequest(scaled, quality_stack[3], config()))

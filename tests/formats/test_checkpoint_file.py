@@ -1,0 +1,80 @@
+"""A model's trained weights saved as ComfyUI's own loaders read them: the checkpoint (SaveFineTune's layout,
+CheckpointSave's) in stock CheckpointLoaderSimple and the diffusion model alone in stock UNETLoader give the
+trained MODEL's output, on an SD1.5 whose widths stock detection knows (devkit/checkpoint_models.py)."""
+
+import os
+
+import pytest
+import safetensors
+import torch
+
+from devkit.checkpoint_models import loadable_sd15, unet_output
+from devkit.stock_comfyui import relative_error
+from eridiffusion.formats.checkpoint_file import checkpoint_of
+from eridiffusion.training.adapters import AdapterSpec
+from eridiffusion.training.trained import TrainedSetup, trained_weights
+
+
+@pytest.fixture(scope="module")
+def changed():
+    """(input MODEL, its output before, the MODEL with changed attention weights, their diffusion model file,
+    the VAE): the copies moved by a seeded step, as an optimizer moves them."""
+    model, vae = loadable_sd15()
+    before = unet_output(model)
+    spec = AdapterSpec(algorithm="full", targets="attention")
+    with torch.inference_mode(False):
+        trained = trained_weights(TrainedSetup(model.clone(), spec, seed=0))
+        generator = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for tensor in trained.parameters():
+                tensor.add_(0.05 * tensor.abs().mean() * torch.randn(tensor.shape, generator=generator))
+    result = model.clone()
+    trained.apply_to(result)
+    return model, before, result, trained.file_content({"eridiffusion_test": "stock loaders"}), vae
+
+
+def saved(file, folder, name, dtype="fp32"):
+    import folder_paths
+
+    path = os.path.join(folder_paths.get_folder_paths(folder)[0], "eridiffusion_tests", name + ".safetensors")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return file.save(path, dtype=dtype, overwrite=True)
+
+
+def test_the_checkpoint_loads_in_stock_checkpointloadersimple_and_gives_the_trained_output(changed):
+    import nodes  # ComfyUI's own
+
+    model, before, result, file, vae = changed
+    path = saved(checkpoint_of(file, None, vae), "checkpoints", "fine_tune")
+    with safetensors.safe_open(path, "pt") as f:
+        keys, metadata = set(f.keys()), f.metadata()
+    assert metadata["eridiffusion_trained"] == "weights" and metadata["eridiffusion_test"] == "stock loaders"
+    assert {k.split(".")[0] for k in keys} == {"model", "first_stage_model"}
+    loaded, _, loaded_vae = nodes.CheckpointLoaderSimple().load_checkpoint("eridiffusion_tests/fine_tune.safetensors")
+    trained_output = unet_output(result)
+    assert relative_error(unet_output(loaded), trained_output) < 1e-5
+    assert relative_error(trained_output, before) > 1e-3  # (the weights changed the output)
+    assert torch.equal(unet_output(model), before)  # the input MODEL computes as before
+    assert loaded_vae is not None
+
+
+def test_the_diffusion_model_loads_in_stock_unetloader_and_gives_the_trained_output(changed):
+    import nodes
+
+    _, _, result, file, _ = changed
+    saved(file, "diffusion_models", "fine_tune")
+    loaded = nodes.UNETLoader().load_unet("eridiffusion_tests/fine_tune.safetensors", "default")[0]
+    assert relative_error(unet_output(loaded), unet_output(result)) < 1e-5
+
+
+def test_a_bf16_checkpoint_holds_bf16_weights_and_loads_close_to_the_trained_output(changed):
+    import nodes
+
+    _, _, result, file, vae = changed
+    path = saved(checkpoint_of(file, None, vae), "checkpoints", "fine_tune_bf16", dtype="bf16")
+    with safetensors.safe_open(path, "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys() if k.startswith("model.")} == {"BF16"}
+    loaded = nodes.CheckpointLoaderSimple().load_checkpoint("eridiffusion_tests/fine_tune_bf16.safetensors")[0]
+    error = relative_error(unet_output(loaded), unet_output(result))
+    print(f"bf16 checkpoint relative error {error:.3g}")
+    assert error < 2e-2

@@ -1,0 +1,63 @@
+"""`train: {method: full_finetune}` from the command line (a subprocess): the same request as LoRATrainer's
+algorithm full, its --dry-run plan naming the weights it trains, the diffusion model saved where UNETLoader
+reads it, and a method the run cannot be refused by the file and key."""
+
+import json
+import os
+
+import pytest
+import safetensors
+
+from devkit.headless import refused_train, run_cli, write_yaml
+from devkit.paths import shared_datasets
+
+RUN_NAME = "headless_fine_tune"
+
+
+def config_text(train):
+    dog = os.path.join(shared_datasets(), "dreambooth_dog")
+    return f"""
+model: tiny-sd15
+dataset: {{folder: {dog}}}
+cache: {{resolution: 64}}
+train: {{{train}}}
+save: {{filename_prefix: fine_tunes/dog, dtype: fp32}}
+"""
+
+
+FULL = "method: full_finetune, steps: 3, learning_rate: 1.0e-3, dtype: fp32, gradient_checkpointing: false, "
+
+
+def test_dry_run_of_a_full_finetune_prints_the_weights_it_trains_and_writes_nothing(tmp_path):
+    config = write_yaml(tmp_path / "full.yaml", config_text(FULL + "targets: all-linear"))
+    done = run_cli("train", config, "--dry-run", "--output", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(None, 1) for line in done.stdout.splitlines())
+    assert lines["weights"].startswith("full fine-tune of ") and "trained as fp32 copies" in lines["weights"]
+    assert "adapter" not in lines and os.listdir(tmp_path / "out") == []
+
+
+def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tmp_path):
+    config = write_yaml(tmp_path / "full.yaml", config_text(FULL + f"run_name: {RUN_NAME}"))
+    done = run_cli("train", config, "--output", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "out" / "diffusion_models" / "fine_tunes" / "dog.safetensors"
+    with safetensors.safe_open(path, "pt") as f:
+        assert f.metadata()["eridiffusion_trained"] == "weights"
+        assert any(key.startswith("output_blocks.") for key in f.keys())  # (the whole model, UNETLoader's names)
+    with open(tmp_path / "out" / RUN_NAME / "summary.json") as f:
+        assert json.load(f)["config"]["adapter"]["algorithm"] == "full"
+
+
+@pytest.mark.parametrize(
+    "train, error",
+    [
+        ("method: full_tune", "train.method 'full_tune' unknown; choose one of lora, full_finetune; did you mean"),
+        ("method: full_finetune, algorithm: lokr", "train.method full_finetune and train.algorithm lokr ask for"),
+        (FULL + "text_encoder_lr: 1.0e-5", "algorithm full trains the diffusion model's own weights alone"),
+    ],
+)
+def test_a_full_finetune_the_run_cannot_do_is_refused_by_file_and_key(tmp_path, train, error):
+    config = write_yaml(tmp_path / "bad.yaml", config_text(train))
+    message, left = refused_train(config, tmp_path / "out", "--dry-run", cwd=tmp_path)
+    assert error in message and left == []
