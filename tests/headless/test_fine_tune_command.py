@@ -38,7 +38,9 @@ def test_dry_run_of_a_full_finetune_prints_the_weights_it_trains_and_writes_noth
 
 
 def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tmp_path):
-    config = write_yaml(tmp_path / "full.yaml", config_text(FULL + f"run_name: {RUN_NAME}"))
+    # (with the fused backward and Adafactor, as a full fine-tune on a small card runs)
+    fused = "fused_backward: true, optimizer: Adafactor, "
+    config = write_yaml(tmp_path / "full.yaml", config_text(FULL + fused + f"run_name: {RUN_NAME}"))
     done = run_cli("train", config, "--output", tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     path = tmp_path / "out" / "diffusion_models" / "fine_tunes" / "dog.safetensors"
@@ -46,7 +48,9 @@ def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tm
         assert f.metadata()["eridiffusion_trained"] == "weights"
         assert any(key.startswith("output_blocks.") for key in f.keys())  # (the whole model, UNETLoader's names)
     with open(tmp_path / "out" / RUN_NAME / "summary.json") as f:
-        assert json.load(f)["config"]["adapter"]["algorithm"] == "full"
+        summary = json.load(f)
+    assert summary["config"]["adapter"]["algorithm"] == "full"
+    assert summary["config"]["fused_backward"] is True and summary["config"]["optimizer"] == "Adafactor"
 
 
 @pytest.mark.parametrize(
@@ -55,6 +59,7 @@ def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tm
         ("method: full_tune", "train.method 'full_tune' unknown; choose one of lora, full_finetune; did you mean"),
         ("method: full_finetune, algorithm: lokr", "train.method full_finetune and train.algorithm lokr ask for"),
         (FULL + "text_encoder_lr: 1.0e-5", "algorithm full trains the diffusion model's own weights alone"),
+        (FULL + "fused_backward: true, on_nan: skip", "fused_backward steps each tensor as its gradient completes"),
     ],
 )
 def test_a_full_finetune_the_run_cannot_do_is_refused_by_file_and_key(tmp_path, train, error):

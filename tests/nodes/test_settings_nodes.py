@@ -117,7 +117,7 @@ def test_registering_the_nodes_imports_no_test_support_module_and_warns_of_nothi
     )
     assert done.returncode == 0, done.stderr
     count, *modules = done.stdout.split()
-    assert int(count) == 21  # the 15 training nodes and the 6 of the LoRA toolbox
+    assert int(count) == 22  # the 16 training nodes (SaveFineTune the 16th) and the 6 of the LoRA toolbox
     assert any(m.startswith("EriDiffusion.eridiffusion.nodes") for m in modules)
     support = [
         m
@@ -151,6 +151,7 @@ def test_device_offers_each_gpu_by_name_only_where_there_are_several_to_choose_f
         "vram_budget_gib",
         "blocks_to_swap",
         "base_quantization",
+        "fused_backward",
     ]
     offered = memory["device"][1]["options"] if memory["device"][0] == "COMBO" else memory["device"][0]
     assert list(offered) == list(device_choices(torch.cuda.device_count()))

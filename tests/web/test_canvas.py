@@ -164,6 +164,7 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
                 "vram_budget_gib": 0.0,
                 "blocks_to_swap": 0,
                 "base_quantization": "none",
+                "fused_backward": False,
             },
         },
     }

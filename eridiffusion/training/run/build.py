@@ -35,6 +35,7 @@ from . import run_state
 from .config import TrainConfig
 from .distributed import SINGLE_PROCESS, TrainingProcesses
 from .ema import AdapterEMA
+from .fused_backward import FusedBackward
 from .lr_schedule import lr_factor
 from .optimizers import make_optimizer
 from .resume import ResumePoint
@@ -76,6 +77,7 @@ class TrainingRun:
     quantized_base: QuantizedBase | None  # base_quantization: the linear layers held by bitsandbytes
     setup: SetupClock  # the seconds of each setup phase (the summary's setup_phases)
     starts_from_base: bool  # a fresh run: what is trained starts as the identity (no file's weights)
+    fused_backward: FusedBackward | None  # fused_backward: each tensor stepped as its gradient completes
 
     def __init__(
         self,
@@ -170,6 +172,9 @@ class TrainingRun:
         ema = None
         if config.ema_decay > 0:
             ema = AdapterEMA(self.trained.parameters(), config.ema_decay, config.ema_warmup)
+        self.fused_backward = None
+        if config.fused_backward:  # (each tensor stepped in the backward)
+            self.fused_backward = FusedBackward(optimizer, self.trained.parameters(), config.max_grad_norm)
         return optimizer, scheduler, scaler, ema
 
     def _data_order(self) -> None:
@@ -193,6 +198,8 @@ class TrainingRun:
             self.block_swap.release()
         if self.quantized_base is not None:
             self.quantized_base.release()
+        if self.fused_backward is not None:
+            self.fused_backward.remove()
         self.trained.release()
         release_graph_memory()
 

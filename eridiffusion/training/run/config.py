@@ -183,6 +183,13 @@ class TrainConfig:
         choices=("none", "nf4", "int8"),
         group="memory",
     )
+    fused_backward: bool = setting(
+        False,
+        "Step each trained tensor when its gradient is ready and free it (kohya's fused backward pass): saves the "
+        "memory of every gradient at once (a full fine-tune's weights' size); clips per tensor. AdamW, AdamW8bit, "
+        "Adafactor or Lion; not with fp16, on_nan skip, several GPUs or CUDA graphs.",
+        group="memory",
+    )
     keep_last: int = setting(
         0, "Keep only the newest N periodic checkpoints (0: keep all).", minimum=0, maximum=1000, group="checkpoint"
     )
@@ -357,8 +364,7 @@ class TrainConfig:
         return DTYPES[self.dtype]
 
     def as_dict(self):
-        """Plain values for metadata and the run's config file (the speed paths left out: they change
-        no number)."""
+        """Plain values for metadata and the run's config file (the speed paths left out: no number changes)."""
         nested = ("adapter", "objective")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in nested + ("speed",)}
         for name in nested:

@@ -3,6 +3,7 @@ averaged over the processes, unscaled and clipped, the update (left out for a no
 on_nan=skip), the EMA and the schedule. Nothing is read back: the step's loss and gradient norm stay
 on the device (non_finite.StepHealth) until the next logging step."""
 
+import contextlib
 import time
 
 import torch
@@ -45,21 +46,26 @@ class OptimizerStep:
         return time.perf_counter()
 
     def _step(self, step):
-        run, config = self.run, self.run.config
+        run, config, fused = self.run, self.run.config, self.run.fused_backward
         step_loss = torch.zeros((), device=run.device)
         with self.path.step():
-            for _ in range(config.grad_accum):
-                for batch, weight in self.micro_batches.of_step(step):
+            for accumulated in range(config.grad_accum):
+                for (batch, weight), last in _with_last(self.micro_batches.of_step(step)):
                     loss = self.path.loss(batch)
                     loss = (loss if weight is None else weight * loss) / config.grad_accum
-                    self.path.backward(loss, run.scaler)
+                    updating = fused is not None and last and accumulated == config.grad_accum - 1
+                    with fused.stepping() if updating else contextlib.nullcontext():
+                        self.path.backward(loss, run.scaler)
                     step_loss += loss.detach()
-        # several processes: the gradients summed over the micro-batches, then averaged (DDP with no_sync)
-        step_loss = run.processes.average_gradients(run.trained.parameters(), step_loss)
-        run.scaler.unscale_(run.optimizer)
-        norm = gradient_norm(run.trained.parameters(), config.max_grad_norm)
-        finite = self.health.finite(step_loss, norm) if config.on_nan == "skip" else None
-        self.update(finite)
+        if fused is not None:  # (each tensor stepped in the backward: fused_backward.py)
+            norm = fused.step_norm(run.device)
+        else:
+            # several processes: the gradients summed over the micro-batches, then averaged (DDP with no_sync)
+            step_loss = run.processes.average_gradients(run.trained.parameters(), step_loss)
+            run.scaler.unscale_(run.optimizer)
+            norm = gradient_norm(run.trained.parameters(), config.max_grad_norm)
+            finite = self.health.finite(step_loss, norm) if config.on_nan == "skip" else None
+            self.update(finite)
         if run.ema is not None:
             run.ema.update()
         run.scheduler.step()
@@ -82,3 +88,16 @@ class OptimizerStep:
         elif bool(finite):
             run.scaler.step(run.optimizer)
         run.scaler.update()
+
+
+def _with_last(items):
+    """(item, whether it is the last) of each of `items`, looking one ahead."""
+    iterator = iter(items)
+    try:
+        current = next(iterator)
+    except StopIteration:
+        return
+    for following in iterator:
+        yield current, False
+        current = following
+    yield current, True

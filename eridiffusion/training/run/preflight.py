@@ -19,6 +19,7 @@ from ..speed.fp8_products import check_fp8_compute
 from ..speed.step_path import check_graphs_can_run
 from ..trained import check_weights_trainable, trained_weights
 from .experts import check_expert_boundary, check_expert_pair, check_experts, check_one_model
+from .fused_backward import check_fused_backward
 from .optimizers import check_optimizer_runs
 from .request import RunRequest
 from .resume import check_resume_fits
@@ -140,8 +141,10 @@ def check_adapters_attach(request: RunRequest) -> None:
 
 
 def check_device_runs(request: RunRequest) -> None:
-    """The optimizer, fp8 products and CUDA graphs the settings ask for run on the training device."""
+    """The optimizer (stepping as fused_backward asks), fp8 products and CUDA graphs the settings ask for
+    run on the training device."""
     config, device = request.config, request.device
+    check_fused_backward(config, request.processes.world_size)
     check_optimizer_runs(config.optimizer, device)
     if config.fp8_compute:
         check_fp8_compute(device)

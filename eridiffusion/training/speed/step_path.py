@@ -85,7 +85,8 @@ def graphs_wanted(config, device):
     setting = config.cuda_graphs
     streamed = config.weights_vram_gib > 0
     quantized = config.base_quantization != "none"  # (bitsandbytes' kernels not yet measured in a capture)
-    return setting == "on" or (setting == "auto" and device.type == "cuda" and not streamed and not quantized)
+    eager = streamed or quantized or config.fused_backward  # (fused: the updates run inside the backward)
+    return setting == "on" or (setting == "auto" and device.type == "cuda" and not eager)
 
 
 def check_graphs_can_run(config, device):

@@ -1,0 +1,87 @@
+"""The fused backward pass (MemoryOptions' fused_backward, as kohya's --fused_backward_pass): each trained
+tensor stepped by the run's optimizer the moment the step's last backward has accumulated its gradient,
+which is then freed, so no step holds every gradient at once (a full fine-tune's gradients are as large as
+its weights). The optimizer, its state, the schedule and the saved state stay the run's own: each update
+is the optimizer's step over that one tensor. Gradients are clipped per tensor (max_grad_norm), as kohya's
+fused pass clips them; the step's gradient norm is still the total one."""
+
+import contextlib
+
+import torch
+
+from ...errors import EriDiffusionError
+
+# optimizers whose step over one tensor is their step over all (Prodigy estimates one step size from
+# every tensor's gradient at once)
+PER_TENSOR_OPTIMIZERS = ("AdamW", "AdamW8bit", "Adafactor", "Lion", "Lion8bit")
+
+
+class FusedBackward:
+    """Hooks on `parameters` that step `optimizer` over each as its gradient completes (while `stepping`)."""
+
+    def __init__(self, optimizer, parameters, max_grad_norm):
+        self.optimizer, self.max_grad_norm = optimizer, max_grad_norm
+        self.group_of = {id(p): group for group in optimizer.param_groups for p in group["params"]}
+        self.armed, self.norm_squared = False, None
+        self.handles = [p.register_post_accumulate_grad_hook(self._step_one) for p in parameters if p.requires_grad]
+
+    @contextlib.contextmanager
+    def stepping(self):
+        """Within: the backward steps each tensor when its gradient is whole (the step's last backward; the
+        earlier ones of grad_accum or several micro-batches only accumulate)."""
+        self.armed = True
+        try:
+            yield
+        finally:
+            self.armed = False
+
+    def _step_one(self, param):
+        if not self.armed:
+            return
+        norm = torch.linalg.vector_norm(param.grad.detach(), dtype=torch.float32)
+        self.norm_squared = norm.square() if self.norm_squared is None else self.norm_squared + norm.square()
+        if self.max_grad_norm > 0:
+            param.grad.mul_(torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0))  # (clip_grad_norm_'s rule)
+        groups = self.optimizer.param_groups
+        kept = [group["params"] for group in groups]
+        for group in groups:
+            group["params"] = []
+        self.group_of[id(param)]["params"] = [param]
+        try:
+            self.optimizer.step()
+        finally:
+            for group, params in zip(groups, kept):
+                group["params"] = params
+        param.grad = None
+
+    def step_norm(self, device):
+        """The total gradient norm of the step just taken (before clipping), a device tensor; reset."""
+        norm = torch.zeros((), device=device) if self.norm_squared is None else self.norm_squared.sqrt()
+        self.norm_squared = None
+        return norm
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+def check_fused_backward(config, world_size=1):
+    """fused_backward with settings that step per tensor: an optimizer whose step is per tensor, no loss
+    scaler (fp16 on CUDA), no skipped steps (on_nan skip decides after every gradient is known), one
+    process (the gradients are averaged over processes whole), and no CUDA graphs (the hooks step outside
+    a replayed backward)."""
+    if not config.fused_backward:
+        return
+    clashes = [
+        (config.optimizer not in PER_TENSOR_OPTIMIZERS, f"optimizer {config.optimizer}", "AdamW or Adafactor"),
+        (config.dtype == "fp16", "dtype fp16 (its loss scaler unscales every gradient at once)", "dtype bf16"),
+        (config.on_nan == "skip", "on_nan skip (it decides after every gradient is known)", "on_nan stop"),
+        (world_size > 1, f"{world_size} processes (their gradients are averaged whole)", "one process"),
+        (config.cuda_graphs == "on", "cuda_graphs on (the updates run outside a replay)", "cuda_graphs auto"),
+    ]
+    for clash, what, fix in clashes:
+        if clash:
+            raise EriDiffusionError(
+                f"fused_backward steps each tensor as its gradient completes, which {what} cannot do: set {fix}, "
+                "or fused_backward off."
+            )

@@ -1,0 +1,109 @@
+"""The fused backward pass (fused_backward.py): each trained tensor stepped as its gradient completes
+gives the run an unfused step gives (full fine-tune and LoRA, AdamW and Adafactor, grad_accum), never
+holds more than one tensor's gradient past its update, and is refused beside what cannot step per tensor."""
+
+import pytest
+import torch
+
+from eridiffusion.errors import EriDiffusionError
+from eridiffusion.training.adapters import AdapterSpec
+from eridiffusion.training.run.config import TrainConfig
+from eridiffusion.training.run.preflight import preflight
+from eridiffusion.training.run.request import RunRequest
+from eridiffusion.training.run.trainer import train_run
+
+FULL = AdapterSpec(algorithm="full", targets="attention", include="output_blocks")
+LORA = AdapterSpec(rank=4, alpha=4.0, targets="all-linear")
+
+
+def config(**values):
+    settings = dict(
+        steps=4,
+        learning_rate=1e-3,
+        dtype="fp32",
+        seed=3,
+        log_every=1,
+        gradient_checkpointing=False,
+        max_grad_norm=0.0,
+        run_name="fused",
+        adapter=FULL,
+    )
+    return TrainConfig(**{**settings, **values})
+
+
+def run(stack, cfg, folder):
+    request = RunRequest(stack["model"], stack["data"], cfg)
+    preflight(request)
+    with torch.inference_mode(False):
+        return train_run(request, str(folder))
+
+
+def trained_tensors(result):
+    return [p.detach().clone() for p in result.trained.parameters()]
+
+
+@pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
+@pytest.mark.parametrize(
+    "adapter, optimizer, grad_accum",
+    [(FULL, "AdamW", 1), (FULL, "Adafactor", 2), (LORA, "AdamW", 1)],
+    ids=["full-AdamW", "full-Adafactor-accum2", "lora-AdamW"],
+)
+def test_a_fused_run_trains_what_the_unfused_run_trains(lora_stack, adapter, optimizer, grad_accum, tmp_path):
+    values = dict(adapter=adapter, optimizer=optimizer, grad_accum=grad_accum)
+    plain = run(lora_stack, config(**values), tmp_path / "plain")
+    fused = run(lora_stack, config(fused_backward=True, **values), tmp_path / "fused")
+    assert fused.losses == pytest.approx(plain.losses, rel=1e-5)
+    assert plain.losses[-1] != plain.losses[0]  # (the runs moved)
+    for a, b in zip(trained_tensors(fused), trained_tensors(plain), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
+def test_no_gradient_outlives_its_update_in_a_fused_step(lora_stack, tmp_path):
+    """A hook after the fused one counts the gradients held at each tensor's update: at most one (the
+    tensor's own, just freed, is not among them) where an unfused step holds every one by its end."""
+    held = {"most": 0, "updates": 0}
+    cfg = config(fused_backward=True, steps=2)
+    request = RunRequest(lora_stack["model"], lora_stack["data"], cfg)
+    preflight(request)
+    original = torch.Tensor.register_post_accumulate_grad_hook
+    tensors = []
+
+    def counting(self, hook):  # the run registers its hooks first; this one follows each of them
+        handle = original(self, hook)
+        tensors.append(self)
+
+        def count(param):
+            held["updates"] += 1
+            held["most"] = max(held["most"], sum(t.grad is not None for t in tensors))
+
+        original(self, count)
+        return handle
+
+    torch.Tensor.register_post_accumulate_grad_hook = counting
+    try:
+        with torch.inference_mode(False):
+            result = train_run(request, str(tmp_path))
+    finally:
+        torch.Tensor.register_post_accumulate_grad_hook = original
+    assert len(tensors) == len(result.trained.parameters()) > 40
+    assert held["updates"] == 2 * len(tensors)
+    assert held["most"] <= 1
+    assert all(p.grad is None for p in result.trained.parameters())
+
+
+@pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
+@pytest.mark.parametrize(
+    "values, named",
+    [
+        (dict(optimizer="Prodigy", learning_rate=1.0), "optimizer Prodigy"),
+        (dict(on_nan="skip"), "on_nan skip"),
+        (dict(cuda_graphs="on"), "cuda_graphs on"),
+    ],
+    ids=["prodigy", "skip", "graphs"],
+)
+def test_fused_backward_beside_what_cannot_step_per_tensor_is_refused(lora_stack, values, named, tmp_path):
+    request = RunRequest(lora_stack["model"], lora_stack["data"], config(fused_backward=True, **values))
+    with pytest.raises(EriDiffusionError, match=f"fused_backward.*{named}.*fused_backward off"):
+        preflight(request)
+    assert not list(tmp_path.iterdir())
