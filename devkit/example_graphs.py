@@ -134,8 +134,10 @@ def training_graph(
     overrides LoadDataset's widget values, parts["data_note"] the Data group's Note and
     parts["train_note"] the Train group's;
     parts["test"] gives the Test group's columns (default: test_columns') and parts["test_note"] its
-    Note; parts["low_noise_model"] (node id, output slot) is the low-noise expert of a two-expert run
-    (Wan 2.2 14B), linked to LoRATrainer's low_noise_model, each expert's LoRA saved by its own SaveLoRA."""
+    Note; parts["cache"] overrides CacheLatents' widget values and parts["start_image"] links the
+    samples' first frame (image-to-video); parts["low_noise_model"] (node id, output slot) is the
+    low-noise expert of a two-expert run (Wan 2.2 14B), linked to LoRATrainer's low_noise_model, each
+    expert's LoRA saved by its own SaveLoRA."""
     sampling = sampling or {}
     sources = parts.get("sources", CHECKPOINT_SOURCES)
     if not isinstance(loader, list):
@@ -146,13 +148,11 @@ def training_graph(
         Node(
             3,
             "EriDiffusion_CacheLatents",
-            {"resolution": resolution},
+            {"resolution": resolution, **parts.get("cache", {})},
             {"dataset": (2, 0), "vae": sources["vae"], "clip": sources["clip"]},
         ),
     ]
-    train = _train_columns(
-        resolution, sample_prompts, trainer or {}, options, sampling, sources, parts.get("low_noise_model")
-    )
+    train = _train_columns(resolution, sample_prompts, trainer or {}, options, sampling, sources, parts)
     test = parts.get("test") or test_columns(prompt, resolution, sampling, sources)
     groups = [
         [
@@ -171,10 +171,11 @@ def training_graph(
 LOW_NOISE_SAVE, LOW_NOISE_LORA = 30, (5, 6)
 
 
-def _train_columns(resolution, sample_prompts, trainer, options, sampling, sources, low_noise_model=None):
+def _train_columns(resolution, sample_prompts, trainer, options, sampling, sources, parts):
     """The Train group's columns: SampleDuringTraining and the options nodes, LoRATrainer, and what it
-    gives (SaveLoRA, LossGraph, the samples' preview); with a `low_noise_model`, two experts trained
-    and a SaveLoRA for each."""
+    gives (SaveLoRA, LossGraph, the samples' preview); with parts["low_noise_model"], two experts trained
+    and a SaveLoRA for each, with parts["start_image"] the samples' first frame."""
+    low_noise_model = parts.get("low_noise_model")
     trainer_node = Node(
         5,
         "EriDiffusion_LoRATrainer",
@@ -188,6 +189,8 @@ def _train_columns(resolution, sample_prompts, trainer, options, sampling, sourc
         {"prompts": sample_prompts, "width": resolution, "height": resolution, **sampling},
         {"clip": sources["clip"], "vae": sources["vae"]},
     )
+    if "start_image" in parts:
+        sampler.links["start_image"] = parts["start_image"]
     saves = [Node(6, "EriDiffusion_SaveLoRA", {"filename_prefix": "eridiffusion/sks_dog"}, {"lora": (5, 1)})]
     if low_noise_model is not None:
         trainer_node.links["low_noise_model"] = low_noise_model

@@ -7,6 +7,7 @@ in the graph and run."""
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -48,8 +49,13 @@ EXAMPLES = {
         {"ModelSamplingSD3", "EmptyHunyuanLatentVideo", "KSamplerAdvanced", "CreateVideo", "SaveVideo"},
         SIZE,
     ),
+    "wan22_i2v_experts_lora.json": (
+        "wan22_i2v_14b",
+        {"ModelSamplingSD3", "LoadImage", "WanImageToVideo", "KSamplerAdvanced", "CreateVideo", "SaveVideo"},
+        SIZE,
+    ),
 }
-EXPERTS = "wan22_t2v_experts_lora.json"
+EXPERTS = {"wan22_t2v_experts_lora.json", "wan22_i2v_experts_lora.json"}
 TEST_FRAMES = 5  # the test clip's and the samples' frames: 4k+1, as the tiny Wan VAE takes them
 TINY = {
     "steps": 4,
@@ -87,6 +93,7 @@ def tiny_prompt(example, family, dataset):
             "KSampler": {"steps": 2},
             "SaveImage": {"filename_prefix": f"family_workflow/{stem}"},
             "EmptyHunyuanLatentVideo": {**latent, "length": TEST_FRAMES},
+            "WanImageToVideo": {**latent, "length": TEST_FRAMES},
             "SaveVideo": {"filename_prefix": f"family_workflow/{stem}"},
         },
     )
@@ -144,11 +151,11 @@ def test_a_family_example_trains_saves_its_lora_and_draws_through_the_templates_
     photos = os.path.join(datasets_dir, "dreambooth_dog")
     # the edit example's folder and references, where it names them: input/edit_pairs
     make_edit_pairs(photos, os.path.join(folder_paths.get_input_directory(), "edit_pairs"), ("00", "01", "02"), 1)
-    datasets = {
-        "qwen_image_edit": lambda: "edit_pairs",
-        "wan21_t2v": lambda: request.getfixturevalue("dog_clips").folder,
-    }
-    prompt = tiny_prompt(example, family, datasets.get(family, lambda: photos)())
+    # the image-to-video example's Start image, where it names it: input/dreambooth_dog/00.jpg
+    shutil.copytree(photos, os.path.join(folder_paths.get_input_directory(), "dreambooth_dog"), dirs_exist_ok=True)
+    clips = TINY_FAMILIES[family].video_frames
+    dataset = "edit_pairs" if family == "qwen_image_edit" else photos
+    prompt = tiny_prompt(example, family, request.getfixturevalue("dog_clips").folder if clips else dataset)
     missing = not_on_host(prompt)
     if missing:
         pytest.skip(f"ComfyUI {host_version()} has no {', '.join(sorted(set(missing)))}")
@@ -158,7 +165,7 @@ def test_a_family_example_trains_saves_its_lora_and_draws_through_the_templates_
     assert f"family_workflow/{stem}.safetensors" in folder_paths.get_filename_list("loras")
     ran = {prompt[e["node"]]["class_type"] for kind, e in server.events if kind == "executing" and e.get("node")}
     assert template_nodes | {"EriDiffusion_LoRATrainer", "VAEDecode"} <= ran
-    if example == EXPERTS:
+    if example in EXPERTS:
         assert_both_experts_trained_and_drew_the_clip(stem, side, comfy_dirs["output"])
         return
     saved = os.path.join(comfy_dirs["output"], "family_workflow", f"{stem}_00001_.png")

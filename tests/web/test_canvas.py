@@ -45,7 +45,8 @@ GROUPS = {
     | {"EmptyFlux2LatentImage", "RandomNoise", "KSamplerSelect", "Flux2Scheduler", "CFGGuider", "SamplerCustomAdvanced"}
     | {"LoadImage", "FluxKontextImageScale", "VAEEncode", "TextEncodeQwenImageEditPlus"}
     | {"FluxKontextMultiReferenceLatentMethod"}
-    | {"EmptyHunyuanLatentVideo", "ModelSamplingSD3", "KSamplerAdvanced", "CreateVideo", "SaveVideo"},
+    | {"EmptyHunyuanLatentVideo", "ModelSamplingSD3", "KSamplerAdvanced", "CreateVideo", "SaveVideo"}
+    | {"WanImageToVideo"},
 }
 # The LoRA toolbox's example: Model → LoRA (convert, resize) → Compare (two images of one prompt).
 TOOL_GROUPS = {
@@ -67,6 +68,7 @@ OPTIONS = {
             "flux2_klein_lora.json",
             "qwen_image_edit_lora.json",
             "wan22_t2v_experts_lora.json",
+            "wan22_i2v_experts_lora.json",
         )
     },
     "lora_tools.json": set(),
