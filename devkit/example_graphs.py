@@ -131,9 +131,13 @@ def training_graph(
     "clip", "vae": (node id, output slot)}) naming where each comes from; `trainer` sets training
     settings (on the trainer or the options node that holds them), `options` names options nodes to
     show even at their defaults, `sampling` overrides widget values of the samplers. parts["dataset"]
-    overrides LoadDataset's widget values and parts["data_note"] the Data group's Note;
+    overrides LoadDataset's widget values, parts["data_note"] the Data group's Note and
+    parts["train_note"] the Train group's;
     parts["test"] gives the Test group's columns (default: test_columns') and parts["test_note"] its
-    Note."""
+    Note; parts["cache"] overrides CacheLatents' widget values and parts["start_image"] links the
+    samples' first frame (image-to-video); parts["low_noise_model"] (node id, output slot) is the
+    low-noise expert of a two-expert run (Wan 2.2 14B), linked to LoRATrainer's low_noise_model, each
+    expert's LoRA saved by its own SaveLoRA."""
     sampling = sampling or {}
     sources = parts.get("sources", CHECKPOINT_SOURCES)
     if not isinstance(loader, list):
@@ -144,27 +148,34 @@ def training_graph(
         Node(
             3,
             "EriDiffusion_CacheLatents",
-            {"resolution": resolution},
+            {"resolution": resolution, **parts.get("cache", {})},
             {"dataset": (2, 0), "vae": sources["vae"], "clip": sources["clip"]},
         ),
     ]
-    train = _train_columns(resolution, sample_prompts, trainer or {}, options, sampling, sources)
+    train = _train_columns(resolution, sample_prompts, trainer or {}, options, sampling, sources, parts)
     test = parts.get("test") or test_columns(prompt, resolution, sampling, sources)
     groups = [
         [
             Group("Model", COLORS["Model"], model_note, [loader]),
             Group("Data", COLORS["Data"], parts.get("data_note", DATA_NOTE), [data]),
         ],
-        [Group("Train", COLORS["Train"], TRAIN_NOTE, train)],
+        [Group("Train", COLORS["Train"], parts.get("train_note", TRAIN_NOTE), train)],
         [Group("Test", COLORS["Test"], parts.get("test_note", TEST_NOTE), test)],
     ]
     last = max(node.id for stack in groups for group in stack for column in group.columns for node in column)
     return lay_out(groups, first_note_id=last + 1)
 
 
-def _train_columns(resolution, sample_prompts, trainer, options, sampling, sources):
+# The SaveLoRA of a two-expert run's low-noise LoRA (LoRATrainer's output 6); the high-noise one is
+# SaveLoRA 6, of its output 1.
+LOW_NOISE_SAVE, LOW_NOISE_LORA = 30, (5, 6)
+
+
+def _train_columns(resolution, sample_prompts, trainer, options, sampling, sources, parts):
     """The Train group's columns: SampleDuringTraining and the options nodes, LoRATrainer, and what it
-    gives (SaveLoRA, LossGraph, the samples' preview)."""
+    gives (SaveLoRA, LossGraph, the samples' preview); with parts["low_noise_model"], two experts trained
+    and a SaveLoRA for each, with parts["start_image"] the samples' first frame."""
+    low_noise_model = parts.get("low_noise_model")
     trainer_node = Node(
         5,
         "EriDiffusion_LoRATrainer",
@@ -178,8 +189,25 @@ def _train_columns(resolution, sample_prompts, trainer, options, sampling, sourc
         {"prompts": sample_prompts, "width": resolution, "height": resolution, **sampling},
         {"clip": sources["clip"], "vae": sources["vae"]},
     )
+    if "start_image" in parts:
+        sampler.links["start_image"] = parts["start_image"]
+    saves = [Node(6, "EriDiffusion_SaveLoRA", {"filename_prefix": "eridiffusion/sks_dog"}, {"lora": (5, 1)})]
+    if low_noise_model is not None:
+        trainer_node.links["low_noise_model"] = low_noise_model
+        saves[0].widgets["filename_prefix"] += "_high_noise"
+        saves[0].title = "SaveLoRA: high-noise expert"
+        low = {"filename_prefix": "eridiffusion/sks_dog_low_noise"}
+        saves.append(
+            Node(
+                LOW_NOISE_SAVE,
+                "EriDiffusion_SaveLoRA",
+                low,
+                {"lora": LOW_NOISE_LORA},
+                title="SaveLoRA: low-noise expert",
+            )
+        )
     results = [
-        Node(6, "EriDiffusion_SaveLoRA", {"filename_prefix": "eridiffusion/sks_dog"}, {"lora": (5, 1)}),
+        *saves,
         Node(7, "EriDiffusion_LossGraph", {}, {"loss": (5, 2)}),
         Node(8, "PreviewImage", {}, {"images": (5, 3)}, title="Samples during training"),
     ]

@@ -233,7 +233,7 @@ def _socket_index(ui_nodes, node_id, name):
 
 
 def examples_on_host():
-    """The examples that run on the running ComfyUI (family_examples.SINCE)."""
+    """The examples whose files the running ComfyUI writes as committed (family_examples.SINCE)."""
     from devkit.tiny_models import version_key
     from eridiffusion.comfy_compat import host_version
 

@@ -22,7 +22,7 @@ WIDTH = 360  # every column: wider than any node's content in either renderer (a
 # + 8, + 6; its title bar (TITLE) sits above `pos`.
 TITLE, SLOT, WIDGET, TEXT_BOX = 30, 20, 20, 50  # TEXT_BOX: a multiline text's least height
 IMAGE_PREVIEW = 220  # the image a preview node shows after a run
-SHOWS_IMAGES = {"PreviewImage", "SaveImage", "EriDiffusion_LossGraph"}
+SHOWS_IMAGES = {"PreviewImage", "SaveImage", "SaveVideo", "EriDiffusion_LossGraph"}  # (SaveVideo: its clip)
 TEXT_ROOM = 40  # more than the least height for the prompts, so a few lines show
 NOTE_CHARACTERS, NOTE_LINE = 46, 15  # a classic Note's characters per line, and line height
 

@@ -91,21 +91,27 @@ LOADER_SLOTS = {"UNETLoader": 0, "CLIPLoader": 1, "DualCLIPLoader": 1, "VAELoade
 def with_family_stack(prompt, family):
     """A copy of `prompt` whose loaders (UNETLoader, CLIPLoader or DualCLIPLoader, VAELoader) are one
     tiny stack of `family` (tiny_family_node), every link to a loader's output linked to the stack's
-    MODEL, CLIP or VAE instead."""
+    MODEL, CLIP or VAE instead. A second UNETLoader (Wan 2.2 14B's low-noise expert beside the
+    high-noise one) is the MODEL of a stack of its own, seeded 1: in node id order, the k-th
+    diffusion model is the stack of seed k."""
     from devkit import tiny_family_node
 
     prompt = copy.deepcopy(prompt)
     loaders = {i: LOADER_SLOTS[n["class_type"]] for i, n in prompt.items() if n["class_type"] in LOADER_SLOTS}
-    if sorted(loaders.values()) != [0, 1, 2]:
-        raise ValueError(f"the prompt's loaders are not one diffusion model, text encoder and VAE: {loaders}")
+    counts = [list(loaders.values()).count(slot) for slot in (0, 1, 2)]
+    if counts[0] < 1 or counts[1:] != [1, 1]:
+        raise ValueError(f"the prompt's loaders are not diffusion models, one text encoder and one VAE: {loaders}")
     for node_id in loaders:
         del prompt[node_id]
-    stack = str(max(int(i) for i in prompt) + 1)
-    prompt[stack] = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": family, "seed": 0}}
+    first = max(int(i) for i in prompt) + 1
+    models = sorted((i for i, slot in loaders.items() if slot == 0), key=int)
+    stacks = {node_id: str(first + seed) for seed, node_id in enumerate(models)}
+    for seed, stack in enumerate(stacks.values()):
+        prompt[stack] = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": family, "seed": seed}}
     for node in prompt.values():
         for name, value in node["inputs"].items():
             if isinstance(value, list) and value[0] in loaders:
-                node["inputs"][name] = [stack, loaders[value[0]]]
+                node["inputs"][name] = [stacks.get(value[0], stacks[models[0]]), loaders[value[0]]]
     return prompt
 
 

@@ -44,7 +44,9 @@ GROUPS = {
     | {"EmptySD3LatentImage", "ModelSamplingAuraFlow", "FluxGuidance", "ConditioningZeroOut", "CFGNorm"}
     | {"EmptyFlux2LatentImage", "RandomNoise", "KSamplerSelect", "Flux2Scheduler", "CFGGuider", "SamplerCustomAdvanced"}
     | {"LoadImage", "FluxKontextImageScale", "VAEEncode", "TextEncodeQwenImageEditPlus"}
-    | {"FluxKontextMultiReferenceLatentMethod"},
+    | {"FluxKontextMultiReferenceLatentMethod"}
+    | {"EmptyHunyuanLatentVideo", "ModelSamplingSD3", "KSamplerAdvanced", "CreateVideo", "SaveVideo"}
+    | {"WanImageToVideo"},
 }
 # The LoRA toolbox's example: Model → LoRA (convert, resize) → Compare (two images of one prompt).
 TOOL_GROUPS = {
@@ -60,7 +62,14 @@ OPTIONS = {
     "tiny_demo_lora.json": {"EriDiffusion_AdapterOptions", "EriDiffusion_MemoryOptions"},
     **{
         name: {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"}
-        for name in ("z_image_lora.json", "flux_dev_lora.json", "flux2_klein_lora.json", "qwen_image_edit_lora.json")
+        for name in (
+            "z_image_lora.json",
+            "flux_dev_lora.json",
+            "flux2_klein_lora.json",
+            "qwen_image_edit_lora.json",
+            "wan22_t2v_experts_lora.json",
+            "wan22_i2v_experts_lora.json",
+        )
     },
     "lora_tools.json": set(),
 }
