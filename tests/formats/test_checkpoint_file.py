@@ -9,7 +9,7 @@ import safetensors
 import torch
 
 from devkit.checkpoint_models import loadable_sd15, unet_output
-from devkit.stock_comfyui import relative_error
+from devkit.stock_comfyui import merged_tolerance, relative_error
 from eridiffusion.formats.checkpoint_file import checkpoint_of
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.trained import TrainedSetup, trained_weights
@@ -27,7 +27,8 @@ def changed():
         generator = torch.Generator().manual_seed(3)
         with torch.no_grad():
             for tensor in trained.parameters():
-                tensor.add_(0.05 * tensor.abs().mean() * torch.randn(tensor.shape, generator=generator))
+                step = torch.randn(tensor.shape, generator=generator).to(tensor.device)
+                tensor.add_(0.05 * tensor.abs().mean() * step)
     result = model.clone()
     trained.apply_to(result)
     return model, before, result, trained.file_content({"eridiffusion_test": "stock loaders"}), vae
@@ -52,7 +53,8 @@ def test_the_checkpoint_loads_in_stock_checkpointloadersimple_and_gives_the_trai
     assert {k.split(".")[0] for k in keys} == {"model", "first_stage_model"}
     loaded, _, loaded_vae = nodes.CheckpointLoaderSimple().load_checkpoint("eridiffusion_tests/fine_tune.safetensors")
     trained_output = unet_output(result)
-    assert relative_error(unet_output(loaded), trained_output) < 1e-5
+    # (a GPU computes the stock model in half precision)
+    assert relative_error(unet_output(loaded), trained_output) < merged_tolerance(result, 1e-5, 5e-3)
     assert relative_error(trained_output, before) > 1e-3  # (the weights changed the output)
     assert torch.equal(unet_output(model), before)  # the input MODEL computes as before
     assert loaded_vae is not None
@@ -64,7 +66,7 @@ def test_the_diffusion_model_loads_in_stock_unetloader_and_gives_the_trained_out
     _, _, result, file, _ = changed
     saved(file, "diffusion_models", "fine_tune")
     loaded = nodes.UNETLoader().load_unet("eridiffusion_tests/fine_tune.safetensors", "default")[0]
-    assert relative_error(unet_output(loaded), unet_output(result)) < 1e-5
+    assert relative_error(unet_output(loaded), unet_output(result)) < merged_tolerance(result, 1e-5, 5e-3)
 
 
 def test_a_bf16_checkpoint_holds_bf16_weights_and_loads_close_to_the_trained_output(changed):

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from devkit.stock_comfyui import ProbeInput, relative_error
+from devkit.stock_comfyui import ProbeInput, merged_tolerance, relative_error
 from devkit.workflow import load_extension, node_outputs, run_prompt, training_prompt, widget_defaults
 
 # the tiny SD1.5's every linear layer (its attention and feed-forward projections, the time embedding's)
@@ -95,7 +95,7 @@ def test_saved_diffusion_model_loads_as_unetloader_loads_it_and_samples_as_the_t
     assert {k: detected[k] for k in detected if k in own} == {k: own[k] for k in detected if k in own}
     error = relative_error(_loaded(model, data, saved, ""), _output(trained, model, data))
     print(f"diffusion model reload relative error {error:.3g}")
-    assert error < 1e-5
+    assert error < merged_tolerance(trained, 1e-5, 5e-3)  # (a GPU computes the stock model in half precision)
 
 
 def test_saved_checkpoint_holds_the_graph_s_clip_and_vae_and_samples_as_the_trained_model(fine_tuned):
@@ -112,17 +112,17 @@ def test_saved_checkpoint_holds_the_graph_s_clip_and_vae_and_samples_as_the_trai
     config = model.model.model_config
     vae_sd = comfy.utils.state_dict_prefix_replace(saved, {k: "" for k in config.vae_key_prefix}, filter_keys=True)
     expected_vae = vae.get_sd()
-    assert vae_sd.keys() == expected_vae.keys() and all(torch.equal(vae_sd[k], expected_vae[k]) for k in vae_sd)
+    assert vae_sd.keys() == expected_vae.keys() and all(torch.equal(vae_sd[k], expected_vae[k].cpu()) for k in vae_sd)
     loaded_clip = build_tiny("sd15", seed=1)[1]  # other random weights, which the file's replace
     with torch.inference_mode():  # (as ComfyUI's loader nodes run)
         missing, unexpected = loaded_clip.load_sd(config.process_clip_state_dict(dict(saved)), full_model=True)
     # (what ComfyUI's SD15 config leaves out of every checkpoint it saves, as SD1.5 checkpoints lack them)
     assert sorted(missing) == ["clip_l.logit_scale", "clip_l.transformer.text_projection.weight"] and not unexpected
     expected_clip, read_back = clip.get_sd(), loaded_clip.get_sd()
-    assert all(torch.equal(read_back[k], expected_clip[k]) for k in expected_clip if k not in missing)
+    assert all(torch.equal(read_back[k].cpu(), expected_clip[k].cpu()) for k in expected_clip if k not in missing)
     error = relative_error(_loaded(model, data, saved, "model.diffusion_model."), _output(trained, model, data))
     print(f"checkpoint reload relative error {error:.3g}")
-    assert error < 1e-5
+    assert error < merged_tolerance(trained, 1e-5, 5e-3)  # (a GPU computes the stock model in half precision)
 
 
 def _output(trained, model, data):

@@ -39,6 +39,11 @@ class MicroBatches:
     def __init__(self, run, training, prior=None):
         self.run, self.training, self.prior = run, training, prior
 
+    @property
+    def per_round(self):
+        """How many micro-batches of_step yields: the training one, and a prior one with regularization images."""
+        return 1 if self.prior is None else 2
+
     def of_step(self, step):
         """(batch, weight) of each micro-batch of one accumulation round, in turn: a training one
         (with the preservation prompt's inputs on every preservation_every-th step) with weight None,

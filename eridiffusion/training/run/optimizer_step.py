@@ -49,11 +49,13 @@ class OptimizerStep:
         run, config, fused = self.run, self.run.config, self.run.fused_backward
         step_loss = torch.zeros((), device=run.device)
         with self.path.step():
-            for accumulated in range(config.grad_accum):
-                for (batch, weight), last in _with_last(self.micro_batches.of_step(step)):
+            backwards, last = 0, config.grad_accum * self.micro_batches.per_round
+            for _ in range(config.grad_accum):
+                for batch, weight in self.micro_batches.of_step(step):
                     loss = self.path.loss(batch)
                     loss = (loss if weight is None else weight * loss) / config.grad_accum
-                    updating = fused is not None and last and accumulated == config.grad_accum - 1
+                    backwards += 1
+                    updating = fused is not None and backwards == last
                     with fused.stepping() if updating else contextlib.nullcontext():
                         self.path.backward(loss, run.scaler)
                     step_loss += loss.detach()
@@ -88,16 +90,3 @@ class OptimizerStep:
         elif bool(finite):
             run.scaler.step(run.optimizer)
         run.scaler.update()
-
-
-def _with_last(items):
-    """(item, whether it is the last) of each of `items`, looking one ahead."""
-    iterator = iter(items)
-    try:
-        current = next(iterator)
-    except StopIteration:
-        return
-    for following in iterator:
-        yield current, False
-        current = following
-    yield current, True

@@ -25,6 +25,7 @@ def config(**values):
         log_every=1,
         gradient_checkpointing=False,
         max_grad_norm=0.0,
+        cuda_graphs="off",  # (auto replays the unfused run's steps on a GPU: fused against unfused alone)
         run_name="fused",
         adapter=FULL,
     )
@@ -52,10 +53,12 @@ def test_a_fused_run_trains_what_the_unfused_run_trains(lora_stack, adapter, opt
     values = dict(adapter=adapter, optimizer=optimizer, grad_accum=grad_accum)
     plain = run(lora_stack, config(**values), tmp_path / "plain")
     fused = run(lora_stack, config(fused_backward=True, **values), tmp_path / "fused")
-    assert fused.losses == pytest.approx(plain.losses, rel=1e-5)
+    # a GPU's backward sums in no fixed order: two eager LoRA runs there differ by up to 4e-5 (2026-11-30)
+    rel = 1e-5 if lora_stack["model"].load_device.type == "cpu" else 2e-4
+    assert fused.losses == pytest.approx(plain.losses, rel=rel)
     assert plain.losses[-1] != plain.losses[0]  # (the runs moved)
     for a, b in zip(trained_tensors(fused), trained_tensors(plain), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(a, b, rtol=rel, atol=1e-7 if rel == 1e-5 else 1e-5)
 
 
 @pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
