@@ -1,7 +1,6 @@
 """Running the command line (`python -m eridiffusion train ...`) as a subprocess of the test, and
 the node graph a config file describes, to run the same settings through ComfyUI's executor."""
 
-import json
 import os
 import subprocess
 import sys
@@ -30,44 +29,23 @@ def run_cli(*args, cwd, timeout=600):
     )
 
 
-def refused_train(config, output, *args, cwd):
+def refused_train(config, output, *args, cwd, process=None):
     """`train config --output output *args`, which must be refused: (its one error line without the
-    `eridiffusion: error: ` prefix, the names it left in the output folder)."""
-    done = run_cli("train", config, *args, "--output", output, cwd=cwd)
+    `eridiffusion: error: ` prefix, the names it left in the output folder). Run by `process` (a
+    command_process() of the test module) where given, else a process of its own."""
+    run = run_cli if process is None else process.run
+    done = run("train", config, *args, "--output", output, cwd=cwd)
     assert done.returncode == 2, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("eridiffusion: error: ")]
     assert len(errors) == 1, done.stderr
     return errors[0][len("eridiffusion: error: ") :], sorted(os.listdir(output)) if os.path.isdir(output) else []
 
 
-def refused_trains(runs, cwd):
-    """`train config --output output *args` of each of `runs` ((config, output, *args)), which must all be
-    refused, in one process (devkit.command_batch: main() of the command line once for each, the start of
-    torch and ComfyUI paid once): refused_train's (error line, names left in the output folder) of each."""
-    commands = [["train", str(config), *map(str, args), "--output", str(output)] for config, output, *args in runs]
-    request, answer = os.path.join(cwd, "commands.json"), os.path.join(cwd, "results.json")
-    with open(request, "w", encoding="utf-8") as f:
-        json.dump(commands, f)
-    done = subprocess.run(
-        [sys.executable, "-m", "devkit.command_batch", request, answer],
-        cwd=cwd,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    with open(answer, encoding="utf-8") as f:
-        results = json.load(f)
-    refusals = []
-    for (config, output, *_), (status, stderr) in zip(runs, results, strict=True):
-        assert status == 2, (config, stderr)
-        errors = [line for line in stderr.splitlines() if line.startswith("eridiffusion: error: ")]
-        assert len(errors) == 1, (config, stderr)
-        left = sorted(os.listdir(output)) if os.path.isdir(output) else []
-        refusals.append((errors[0][len("eridiffusion: error: ") :], left))
-    return refusals
+def command_process():
+    """A devkit.command_process.CommandProcess with this test's environment (cli_env)."""
+    from devkit.command_process import CommandProcess
+
+    return CommandProcess(cli_env())
 
 
 def start_cli(*args, cwd):
