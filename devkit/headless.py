@@ -29,14 +29,23 @@ def run_cli(*args, cwd, timeout=600):
     )
 
 
-def refused_train(config, output, *args, cwd):
+def refused_train(config, output, *args, cwd, process=None):
     """`train config --output output *args`, which must be refused: (its one error line without the
-    `eridiffusion: error: ` prefix, the names it left in the output folder)."""
-    done = run_cli("train", config, *args, "--output", output, cwd=cwd)
+    `eridiffusion: error: ` prefix, the names it left in the output folder). Run by `process` (a
+    command_process() of the test module) where given, else a process of its own."""
+    run = run_cli if process is None else process.run
+    done = run("train", config, *args, "--output", output, cwd=cwd)
     assert done.returncode == 2, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("eridiffusion: error: ")]
     assert len(errors) == 1, done.stderr
     return errors[0][len("eridiffusion: error: ") :], sorted(os.listdir(output)) if os.path.isdir(output) else []
+
+
+def command_process():
+    """A devkit.command_process.CommandProcess with this test's environment (cli_env)."""
+    from devkit.command_process import CommandProcess
+
+    return CommandProcess(cli_env())
 
 
 def start_cli(*args, cwd):
