@@ -16,9 +16,11 @@ TINY = os.path.join(CONFIGS, "tiny_demo.yaml")
 
 
 @pytest.mark.parametrize("mode", [["--dry-run"], []], ids=["dry run", "train"])
-def test_inpaint_on_a_model_without_inpainting_inputs_is_refused_before_any_image_is_encoded(mode, tmp_path):
+def test_inpaint_on_a_model_without_inpainting_inputs_is_refused_before_any_image_is_encoded(
+    mode, tmp_path, command_line
+):
     config = write_yaml(tmp_path / "run.yaml", f"_base_: {TINY}\nmodel: tiny-sd15\ncache: {{inpaint: true}}\n")
-    error, left = refused_train(config, tmp_path / "out", *mode, cwd=tmp_path)
+    error, left = refused_train(config, tmp_path / "out", *mode, cwd=tmp_path, process=command_line)
     assert error == (
         "CacheLatents' inpaint is on (masked images), but SD15 has no inpainting inputs to read them; turn inpaint "
         "off (masks/ then weigh the loss), or train an inpainting model (Flux Fill)."
