@@ -162,3 +162,22 @@ def test_a_bf16_run_replays_graphs_that_compute_with_the_steps_copies_and_trains
     assert ups and all(a[name].abs().max() > 0 for name in ups)  # trained (they start at zero)
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-2, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_gradients_accumulated_over_replays_are_the_sum_an_eager_run_accumulates(stack, dtype, tmp_path):
+    """grad_accum 2: each micro-batch's backward replays the same graph, whose gradients land in one
+    static buffer per tensor. A tensor's first gradient of a step may be taken by autograd as its .grad
+    without a copy (AccumulateGrad keeps a gradient no one else holds), and the next replay would then
+    write over it: the step would train on twice the last micro-batch's gradient instead of the sum.
+    (A fused-backward GPU run, 2026-11-30, saw an unfused graphed Adafactor run with grad_accum 2 0.23%
+    from the eager one after its first update; this compares graphs with eager directly.)"""
+    model, data = stack
+    values = dict(grad_accum=2, dtype=dtype, learning_rate=1e-3, steps=3)
+    with torch.inference_mode(False):
+        eager = train_lora(model, data, config("off", f"accum_eager_{dtype}", **values), str(tmp_path / "eager"))
+        graphed = train_lora(model, data, config("on", f"accum_graphs_{dtype}", **values), str(tmp_path / "graphs"))
+    assert graphed.losses == pytest.approx(eager.losses, rel=1e-3)  # (the GPU's run-to-run noise)
+    a, b = graphed.trained.adapters.state_dict(), eager.trained.adapters.state_dict()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-2, atol=1e-5)
