@@ -57,7 +57,7 @@ class OptimizerStep:
                     backwards += 1
                     updating = fused is not None and backwards == last
                     with fused.stepping() if updating else contextlib.nullcontext():
-                        self.path.backward(loss, run.scaler)
+                        self.path.backward(loss, run.scaler, more=backwards < last)
                     step_loss += loss.detach()
         if fused is not None:  # (each tensor stepped in the backward: fused_backward.py)
             norm = fused.step_norm(run.device)

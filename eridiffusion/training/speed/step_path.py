@@ -26,9 +26,12 @@ class StepPath:
     ComputeCopies the adapted layers compute with; `fp8_products`: the frozen layers' fp8 products
     (under `adapters`, the AdapterSet trained, or None where no adapter is)."""
 
-    def __init__(self, adapters, loss_of, graphed=None, copies=None, fp8_products=None, fused_rope=True):
+    def __init__(
+        self, adapters, loss_of, graphed=None, copies=None, fp8_products=None, fused_rope=True, trained_tensors=()
+    ):
         self.adapters, self.loss_of, self.graphed = adapters, loss_of, graphed
         self.copies, self.fp8_products, self.fused_rope = copies, fp8_products, fused_rope
+        self.trained_tensors = trained_tensors  # (every trained tensor, the text encoder's too: _own_gradients)
         self.steps_taken = 0
 
     @contextlib.contextmanager
@@ -53,11 +56,25 @@ class StepPath:
         loss = self.graphed(batch) if self.graphed is not None else None
         return loss if loss is not None else self.loss_of(batch)
 
-    def backward(self, loss, scaler):
-        """Backpropagate the (scaled) loss; the compute copies' gradients join the fp32 masters'."""
+    def backward(self, loss, scaler, more=False):
+        """Backpropagate the (scaled) loss; the compute copies' gradients join the fp32 masters'. `more`:
+        another backward follows in this optimizer step (grad_accum, a prior micro-batch)."""
         scaler.scale(loss).backward()
         if self.copies is not None:
             self.copies.fold_gradients()
+        if more and self.graphed is not None:
+            self._own_gradients()
+
+    def _own_gradients(self):
+        """The trained tensors' gradients copied out of the replayed graph: its backward hands each
+        gradient over in a static buffer, which autograd keeps as a tensor's .grad without a copy when no
+        one else holds it (AccumulateGrad), and the next replay writes over that buffer: the step would
+        sum twice the last micro-batch's gradient instead of each one's."""
+        held = [p for p in self.trained_tensors if p.grad is not None]
+        if held:
+            with torch.no_grad():
+                for tensor, grad in zip(held, torch._foreach_mul([p.grad for p in held], 1.0)):
+                    tensor.grad = grad
 
     def drop_graphs(self):
         """Let go of the CUDA graphs captured so far (the weights they read are about to move), and of
@@ -149,4 +166,5 @@ def step_path(
         call = GraphedCall(loss_of, inputs, strict, frozen=frozen, placed=placed)
         if block_swap is not None:
             block_swap.graphed = True
-    return StepPath(adapters, loss_of, call, copies, fp8_products, fused_rope=config.speed.fused_rope)
+    fused_rope, tensors = config.speed.fused_rope, trained.parameters()
+    return StepPath(adapters, loss_of, call, copies, fp8_products, fused_rope=fused_rope, trained_tensors=tensors)
