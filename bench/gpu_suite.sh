@@ -5,7 +5,7 @@
 # precision there), on the lent GPU machine through bench/gpu_host.sh (carry .whl). Writes the
 # pytest report to $OUT (or bench/results/) as <date>_gpu_suite_<part>_<gpu>_comfyui028.txt:
 #     bash bench/gpu_suite.sh graphs      # speed, memory and model tests (~4 min on an H200)
-#     bash bench/gpu_suite.sh files       # adapters, trained files, nodes, compat (~4 min)
+#     bash bench/gpu_suite.sh files       # adapters, trained files, fine-tunes, nodes, compat (~5 min)
 #     bash bench/gpu_suite.sh trainer     # tests/training/run/test_trainer.py (~5 min)
 # Extra arguments go to pytest.
 set -euo pipefail
@@ -17,7 +17,8 @@ case "$part" in
           tests/training/model/test_text_encoder.py" ;;
   files) paths="tests/training/adapters tests/training/run/test_trained.py tests/nodes/test_trainer_node.py
          tests/nodes/test_family_training_node.py tests/reliability/test_gpu_memory.py tests/test_comfy_compat.py
-         tests/headless/test_multi_gpu.py" ;;
+         tests/headless/test_multi_gpu.py tests/training/trained tests/training/run/test_fused_backward.py
+         tests/nodes/test_fine_tune_node.py tests/formats/test_checkpoint_file.py" ;;
   trainer) paths="tests/training/run/test_trainer.py" ;;
   *) echo "unknown part $part: graphs, files or trainer" >&2; exit 2 ;;
 esac
