@@ -57,12 +57,15 @@ def test_a_fused_run_trains_what_the_unfused_run_trains(lora_stack, adapter, opt
     rel = 1e-5 if lora_stack["model"].load_device.type == "cpu" else 2e-4
     assert fused.losses == pytest.approx(plain.losses, rel=rel)
     assert plain.losses[-1] != plain.losses[0]  # (the runs moved)
-    # AdamW divides each gradient by its own running size, so a near-zero gradient's GPU noise moves
-    # its element by a fraction of a step: 2.9e-5 at most in 4 of 4096 (2026-11-30, learning rate 1e-3);
-    # a step missed or taken twice moves every element by about the learning rate
-    atol = 1e-7 if rel == 1e-5 else 1e-4
     for a, b in zip(trained_tensors(fused), trained_tensors(plain), strict=True):
-        torch.testing.assert_close(a, b, rtol=rel, atol=atol)
+        if rel == 1e-5:
+            torch.testing.assert_close(a, b, rtol=rel, atol=1e-7)
+            continue
+        # AdamW moves an element by about the learning rate (1e-3) a step whatever its gradient's size, so
+        # a near-zero gradient's GPU noise moves it by a fraction of a step (2026-11-30, H200: single
+        # elements by up to 1.6e-4); a step missed or taken twice moves every element by about a step
+        moved = (a - b).abs()
+        assert moved.max() <= 1e-3 and moved.mean() <= 5e-5, (moved.max(), moved.mean())
 
 
 @pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
