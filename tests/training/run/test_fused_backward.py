@@ -62,10 +62,11 @@ def test_a_fused_run_trains_what_the_unfused_run_trains(lora_stack, adapter, opt
             torch.testing.assert_close(a, b, rtol=rel, atol=1e-7)
             continue
         # AdamW moves an element by about the learning rate (1e-3) a step whatever its gradient's size, so
-        # a near-zero gradient's GPU noise moves it by a fraction of a step (2026-11-30, H200: single
-        # elements by up to 1.6e-4); a step missed or taken twice moves every element by about a step
+        # a near-zero gradient's GPU noise moves single elements by up to two steps and the mean by little
+        # (2026-11-30, H200: means 1.8e-6 full, 5.8e-5 LoRA); a step missed or taken twice moves the mean
+        # by about a step
         moved = (a - b).abs()
-        assert moved.max() <= 1e-3 and moved.mean() <= 5e-5, (moved.max(), moved.mean())
+        assert moved.mean() <= 2.5e-4, (moved.max(), moved.mean())
 
 
 @pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)

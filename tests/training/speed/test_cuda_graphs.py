@@ -178,11 +178,11 @@ def test_gradients_accumulated_over_replays_are_the_sum_an_eager_run_accumulates
         eager = train_lora(model, data, config("off", f"accum_eager_{dtype}", **values), str(tmp_path / "eager"))
         graphed = train_lora(model, data, config("on", f"accum_graphs_{dtype}", **values), str(tmp_path / "graphs"))
     assert graphed.losses == pytest.approx(eager.losses, rel=1e-3)  # (the GPU's run-to-run noise)
-    # AdamW moves an element by about the learning rate a step whatever its gradient's size, so the GPU's
-    # noise in a near-zero gradient moves it by a fraction of a step (2026-11-30, H200: 18 of 128 bf16
-    # elements by up to 1.1e-4, one fp32 element by 1.6e-5); twice the last micro-batch's gradient turns
-    # every element where the two micro-batches disagree by up to two steps
+    # AdamW moves an element by about the learning rate (1e-3) a step whatever its gradient's size, so the
+    # GPU's noise in a near-zero gradient moves single elements by up to two steps and the mean by little
+    # (2026-11-30, H200, graphs against eager: fp32 mean 9.2e-6, bf16 2.5e-5); without the gradients
+    # copied out between replays the fp32 run's mean was 1.2e-3 (the check was run with the copy removed)
     a, b = graphed.trained.adapters.state_dict(), eager.trained.adapters.state_dict()
     for name in a:
         moved = (a[name].float() - b[name].float()).abs()
-        assert moved.max() <= 1e-3 and moved.mean() <= 5e-5, (name, moved.max(), moved.mean())
+        assert moved.mean() <= 2.5e-4, (name, moved.max(), moved.mean())
