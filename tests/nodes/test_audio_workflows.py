@@ -116,7 +116,7 @@ def test_the_ltx2_sound_example_trains_both_streams_and_draws_its_test_clip_with
     assert LTX2_NODES | {"EriDiffusion_LoRATrainer", tiny_family_node.AUDIO_VAE_NODE} <= ran
     assert "audio_workflow/ltx2_sound_lora.safetensors" in folder_paths.get_filename_list("loras")
     summary = summary_of(example, comfy_dirs["output"])
-    assert set(summary["stream_losses"]) == {"video", "audio"}, summary
+    assert set(summary["stream_losses"] or ()) == {"video", "audio"}, summary  # None: trained without sound
     with pyav().open(summary["samples"][-1]) as container:  # the samples during training: with their sound
         assert [s.type for s in container.streams] == ["video", "audio"]
     with pyav().open(os.path.join(comfy_dirs["output"], "audio_workflow", "ltx2_sound_lora_00001_.mp4")) as container:
