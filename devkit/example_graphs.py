@@ -135,7 +135,9 @@ def training_graph(
     parts["train_note"] the Train group's;
     parts["test"] gives the Test group's columns (default: test_columns') and parts["test_note"] its
     Note; parts["cache"] overrides CacheLatents' widget values and parts["start_image"] links the
-    samples' first frame (image-to-video); parts["low_noise_model"] (node id, output slot) is the
+    samples' first frame (image-to-video), parts["audio_vae"] (node id, output slot) the audio VAE that
+    CacheLatents encodes each clip's sound with and the samples are drawn with (LTX-2);
+    parts["low_noise_model"] (node id, output slot) is the
     low-noise expert of a two-expert run (Wan 2.2 14B), linked to LoRATrainer's low_noise_model, each
     expert's LoRA saved by its own SaveLoRA."""
     sampling = sampling or {}
@@ -152,6 +154,8 @@ def training_graph(
             {"dataset": (2, 0), "vae": sources["vae"], "clip": sources["clip"]},
         ),
     ]
+    if "audio_vae" in parts:
+        data[1].links["audio_vae"] = parts["audio_vae"]
     train = _train_columns(resolution, sample_prompts, trainer or {}, options, sampling, sources, parts)
     test = parts.get("test") or test_columns(prompt, resolution, sampling, sources)
     groups = [
@@ -174,7 +178,8 @@ LOW_NOISE_SAVE, LOW_NOISE_LORA = 30, (5, 6)
 def _train_columns(resolution, sample_prompts, trainer, options, sampling, sources, parts):
     """The Train group's columns: SampleDuringTraining and the options nodes, LoRATrainer, and what it
     gives (SaveLoRA, LossGraph, the samples' preview); with parts["low_noise_model"], two experts trained
-    and a SaveLoRA for each, with parts["start_image"] the samples' first frame."""
+    and a SaveLoRA for each, with parts["start_image"] the samples' first frame, with parts["audio_vae"]
+    their sound."""
     low_noise_model = parts.get("low_noise_model")
     trainer_node = Node(
         5,
@@ -189,8 +194,9 @@ def _train_columns(resolution, sample_prompts, trainer, options, sampling, sourc
         {"prompts": sample_prompts, "width": resolution, "height": resolution, **sampling},
         {"clip": sources["clip"], "vae": sources["vae"]},
     )
-    if "start_image" in parts:
-        sampler.links["start_image"] = parts["start_image"]
+    for name in ("start_image", "audio_vae"):
+        if name in parts:
+            sampler.links[name] = parts[name]
     saves = [Node(6, "EriDiffusion_SaveLoRA", {"filename_prefix": "eridiffusion/sks_dog"}, {"lora": (5, 1)})]
     if low_noise_model is not None:
         trainer_node.links["low_noise_model"] = low_noise_model

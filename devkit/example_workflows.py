@@ -1,15 +1,18 @@
 """The example workflows in example_workflows/, generated from the host's node definitions so the
 widget order always matches the nodes, and laid out on a grid (devkit/example_graphs.py): groups
 Model, Data, Train and Test, each with a Note, at the sizes the page gives the nodes; the SD
-checkpoints' and the tiny demo's here, the 2026 models' in devkit/family_examples.py. `python -m
+checkpoints' and the tiny demo's here, the 2026 models' in devkit/family_examples.py, those that train on
+sound in devkit/audio_examples.py. `python -m
 devkit.example_workflows` (with the host started) rewrites the files; a test checks that the committed
 ones are current, the browser test that the page shows them without overlaps."""
 
 import json
 import os
 
+from devkit.audio_examples import AUDIO_EXAMPLES, AUDIO_SINCE
 from devkit.example_graphs import COLORS, NOTE_BGCOLOR, NOTE_COLOR, Group, Node, lay_out, training_graph
-from devkit.family_examples import FAMILY_EXAMPLES, SINCE
+from devkit.family_examples import FAMILY_EXAMPLES
+from devkit.family_examples import SINCE as FAMILY_SINCE
 from devkit.node_sizes import NOTE
 from devkit.paths import ROOT
 
@@ -122,7 +125,8 @@ def lora_tools_graph():
 
 # The toolbox's example: no training, so its groups differ from the training examples'.
 TOOL_EXAMPLES = {"lora_tools.json": lora_tools_graph}
-ALL_EXAMPLES = {**EXAMPLES, **FAMILY_EXAMPLES, **TOOL_EXAMPLES}
+ALL_EXAMPLES = {**EXAMPLES, **FAMILY_EXAMPLES, **AUDIO_EXAMPLES, **TOOL_EXAMPLES}
+SINCE = {**FAMILY_SINCE, **AUDIO_SINCE}
 
 
 def to_ui(graph):
@@ -233,7 +237,8 @@ def _socket_index(ui_nodes, node_id, name):
 
 
 def examples_on_host():
-    """The examples whose files the running ComfyUI writes as committed (family_examples.SINCE)."""
+    """The examples whose files the running ComfyUI writes as committed (SINCE: family_examples and
+    audio_examples)."""
     from devkit.tiny_models import version_key
     from eridiffusion.comfy_compat import host_version
 

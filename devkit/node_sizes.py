@@ -23,6 +23,9 @@ WIDTH = 360  # every column: wider than any node's content in either renderer (a
 TITLE, SLOT, WIDGET, TEXT_BOX = 30, 20, 20, 50  # TEXT_BOX: a multiline text's least height
 IMAGE_PREVIEW = 220  # the image a preview node shows after a run
 SHOWS_IMAGES = {"PreviewImage", "SaveImage", "SaveVideo", "EriDiffusion_LossGraph"}  # (SaveVideo: its clip)
+# A saved audio's player: Nodes 2.0 gives SaveAudioMP3 a row of 16 for it at load (measured in frontend
+# 1.45), the classic canvas a widget.
+PLAYS_AUDIO = {"SaveAudioMP3"}
 TEXT_ROOM = 40  # more than the least height for the prompts, so a few lines show
 NOTE_CHARACTERS, NOTE_LINE = 46, 15  # a classic Note's characters per line, and line height
 
@@ -32,7 +35,7 @@ NOTE_CHARACTERS, NOTE_LINE = 46, 15  # a classic Note's characters per line, and
 # the box's height less the title bar LiteGraph counts above `pos`.
 VUE_FRAME = 2 + 36 + 4 + 12 - TITLE
 VUE_SLOT, VUE_GAP, VUE_FOOTER = 24, 4, 28
-VUE_WIDGETS = {"number": 28, "combo": 28, "text": 32, "toggle": 24, "text box": 64}
+VUE_WIDGETS = {"number": 28, "combo": 28, "text": 32, "toggle": 24, "text box": 64, "audio": 16}
 # An image combo with an upload button (LoadImage): the button and the picked image's preview below the
 # combo; Nodes 2.0 gives them 232 (measured in frontend 1.45, with no image picked yet), the classic
 # canvas a button widget and the preview.
@@ -90,6 +93,8 @@ def _parts(node_type):
         widgets.append("text box")  # the box of the text it reports after a run
     if node_type in SHOWS_IMAGES:
         widgets.append("image")
+    if node_type in PLAYS_AUDIO:
+        widgets.append("audio")
     return {"sockets": sockets, "outputs": len(cls.RETURN_TYPES), "widgets": widgets}
 
 

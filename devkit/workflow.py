@@ -84,35 +84,62 @@ def substitute(prompt, replacements=None, overrides=None):
     return prompt
 
 
-# The outputs of ComfyUI's separate loaders, by the (MODEL, CLIP, VAE) slot of a checkpoint's stack.
-LOADER_SLOTS = {"UNETLoader": 0, "CLIPLoader": 1, "DualCLIPLoader": 1, "VAELoader": 2}
+# The (MODEL, CLIP, VAE) slot of a checkpoint's stack that each output of a loader gives: ComfyUI's
+# separate loaders one each, a checkpoint loader its own three (LTX-2's, whose text encoder is read apart).
+LOADER_SLOTS = {
+    "UNETLoader": (0,),
+    "CheckpointLoaderSimple": (0, 1, 2),
+    "CLIPLoader": (1,),
+    "DualCLIPLoader": (1,),
+    "LTXAVTextEncoderLoader": (1,),
+    "VAELoader": (2,),
+}
 
 
 def with_family_stack(prompt, family):
-    """A copy of `prompt` whose loaders (UNETLoader, CLIPLoader or DualCLIPLoader, VAELoader) are one
-    tiny stack of `family` (tiny_family_node), every link to a loader's output linked to the stack's
-    MODEL, CLIP or VAE instead. A second UNETLoader (Wan 2.2 14B's low-noise expert beside the
-    high-noise one) is the MODEL of a stack of its own, seeded 1: in node id order, the k-th
-    diffusion model is the stack of seed k."""
+    """A copy of `prompt` whose loaders (LOADER_SLOTS) are one tiny stack of `family` (tiny_family_node),
+    every link to a loader's output linked to the stack's MODEL, CLIP or VAE instead, and whose
+    LTXVAudioVAELoader is LTX-2's tiny audio VAE. A second diffusion model's loader (Wan 2.2 14B's
+    low-noise expert beside the high-noise one) is the MODEL of a stack of its own, seeded 1: in node id
+    order, the k-th diffusion model is the stack of seed k."""
     from devkit import tiny_family_node
 
     prompt = copy.deepcopy(prompt)
     loaders = {i: LOADER_SLOTS[n["class_type"]] for i, n in prompt.items() if n["class_type"] in LOADER_SLOTS}
-    counts = [list(loaders.values()).count(slot) for slot in (0, 1, 2)]
-    if counts[0] < 1 or counts[1:] != [1, 1]:
-        raise ValueError(f"the prompt's loaders are not diffusion models, one text encoder and one VAE: {loaders}")
+    models = sorted((i for i, slots in loaders.items() if slots[0] == 0), key=int)
+    if not models:
+        raise ValueError(f"the prompt loads no diffusion model: {sorted(loaders)}")
     for node_id in loaders:
         del prompt[node_id]
     first = max(int(i) for i in prompt) + 1
-    models = sorted((i for i, slot in loaders.items() if slot == 0), key=int)
     stacks = {node_id: str(first + seed) for seed, node_id in enumerate(models)}
-    for seed, stack in enumerate(stacks.values()):
-        prompt[stack] = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": family, "seed": seed}}
     for node in prompt.values():
         for name, value in node["inputs"].items():
             if isinstance(value, list) and value[0] in loaders:
-                node["inputs"][name] = [stacks.get(value[0], stacks[models[0]]), loaders[value[0]]]
+                node["inputs"][name] = [stacks.get(value[0], stacks[models[0]]), loaders[value[0]][value[1]]]
+        if node["class_type"] == "LTXVAudioVAELoader":
+            node.update(class_type=tiny_family_node.AUDIO_VAE_NODE, inputs={"seed": 0})
+    for seed, stack in enumerate(stacks.values()):
+        prompt[stack] = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": family, "seed": seed}}
     return prompt
+
+
+def missing_on_host(prompt):
+    """The node types and choices of `prompt` the running host does not offer (an older ComfyUI's)."""
+    import nodes
+
+    missing = []
+    for node in prompt.values():
+        if node["class_type"] not in nodes.NODE_CLASS_MAPPINGS:
+            missing.append(node["class_type"])
+            continue
+        for name, spec in widget_inputs(node["class_type"]):
+            options = spec[1] if len(spec) > 1 else {}
+            choices = spec[0] if isinstance(spec[0], list) else options.get("options")
+            value = node["inputs"].get(name)
+            if choices is not None and not options.get("image_upload") and value not in choices:
+                missing.append(f"{node['class_type']}'s {name} {value}")
+    return missing
 
 
 class HeadlessServer:

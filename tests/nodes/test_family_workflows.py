@@ -21,6 +21,7 @@ from devkit.tiny_models import TINY_FAMILIES, family_params
 from devkit.workflow import (
     execution_error,
     load_extension,
+    missing_on_host,
     run_prompt,
     set_training_settings,
     substitute,
@@ -112,26 +113,6 @@ def tiny_prompt(example, family, dataset):
     return set_training_settings(prompt, {**TINY, "run_name": f"family_workflow_{stem}"})
 
 
-def not_on_host(prompt):
-    """The node types and choices of `prompt` this host does not offer (an older ComfyUI's)."""
-    import nodes
-
-    from devkit.workflow import widget_inputs
-
-    missing = []
-    for node in prompt.values():
-        if node["class_type"] not in nodes.NODE_CLASS_MAPPINGS:
-            missing.append(node["class_type"])
-            continue
-        for name, spec in widget_inputs(node["class_type"]):
-            options = spec[1] if len(spec) > 1 else {}
-            choices = spec[0] if isinstance(spec[0], list) else options.get("options")
-            value = node["inputs"].get(name)
-            if choices is not None and not options.get("image_upload") and value not in choices:
-                missing.append(f"{node['class_type']}'s {name} {value}")
-    return missing
-
-
 def example_params():
     """Each example, skipped on a ComfyUI that lacks its family's classes (as the family's tests are)."""
     params = []
@@ -156,7 +137,7 @@ def test_a_family_example_trains_saves_its_lora_and_draws_through_the_templates_
     clips = TINY_FAMILIES[family].video_frames
     dataset = "edit_pairs" if family == "qwen_image_edit" else photos
     prompt = tiny_prompt(example, family, request.getfixturevalue("dog_clips").folder if clips else dataset)
-    missing = not_on_host(prompt)
+    missing = missing_on_host(prompt)
     if missing:
         pytest.skip(f"ComfyUI {host_version()} has no {', '.join(sorted(set(missing)))}")
     executor, server = run_prompt(prompt)

@@ -26,6 +26,8 @@ GROUPS = {
         "CLIPLoader",
         "DualCLIPLoader",
         "VAELoader",
+        "LTXAVTextEncoderLoader",
+        "LTXVAudioVAELoader",
     },
     "Data": {"Note", "EriDiffusion_LoadDataset", "EriDiffusion_CacheLatents"},
     "Train": {
@@ -46,7 +48,10 @@ GROUPS = {
     | {"LoadImage", "FluxKontextImageScale", "VAEEncode", "TextEncodeQwenImageEditPlus"}
     | {"FluxKontextMultiReferenceLatentMethod"}
     | {"EmptyHunyuanLatentVideo", "ModelSamplingSD3", "KSamplerAdvanced", "CreateVideo", "SaveVideo"}
-    | {"WanImageToVideo"},
+    | {"WanImageToVideo"}
+    | {"LTXVConditioning", "EmptyLTXVLatentVideo", "LTXVEmptyLatentAudio", "LTXVConcatAVLatent", "LTXVScheduler"}
+    | {"LTXVSeparateAVLatent", "VAEDecodeTiled", "LTXVAudioVAEDecode"}
+    | {"TextEncodeAceStepAudio1.5", "EmptyAceStep1.5LatentAudio", "VAEDecodeAudio", "SaveAudioMP3"},
 }
 # The LoRA toolbox's example: Model → LoRA (convert, resize) → Compare (two images of one prompt).
 TOOL_GROUPS = {
@@ -69,6 +74,8 @@ OPTIONS = {
             "qwen_image_edit_lora.json",
             "wan22_t2v_experts_lora.json",
             "wan22_i2v_experts_lora.json",
+            "ltx2_sound_lora.json",
+            "ace_step15_lora.json",
         )
     },
     "lora_tools.json": set(),
