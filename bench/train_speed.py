@@ -24,7 +24,8 @@ and ours_<model>_<ckpt|nockpt> with flags: _graphs (CUDA
 graphs on; else off), _alllinear (targets; else attention for SDXL, the family default for Flux),
 _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _budgetN (vram_budget_gib=N: block
-swap as the budget plans), _swapN (blocks_to_swap=N), _adamw8bit, _compile
+swap as the budget plans), _swapN (blocks_to_swap=N), _adamw8bit, _adafactor, _full (algorithm full: the
+targets' own weights trained, full fine-tuning), _fused (MemoryOptions' fused_backward), _compile
 (torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8; _minmacsX sets its
 threshold SpeedPaths.fp8_min_macs to X multiply-adds, e.g. _minmacs1e10), _plainrope (Flux's RoPE in
 the host's plain PyTorch, not fused), _cpuencodings (the trained text encoders' encodings handed over
@@ -292,6 +293,8 @@ def ours(
     warmup=4,
     vram_budget_gib=0.0,
     blocks_to_swap=0,
+    algorithm="lora",
+    fused_backward=False,
 ):
     import torch
 
@@ -356,8 +359,9 @@ def ours(
         blocks_to_swap=blocks_to_swap,
         torch_compile=torch_compile,
         fp8_compute=fp8_compute,
+        fused_backward=fused_backward,
         text_encoder_lr=1e-5 if clip is not None else 0.0,
-        adapter=AdapterSpec(rank=work.rank, alpha=float(work.rank), targets=targets),
+        adapter=AdapterSpec(algorithm=algorithm, rank=work.rank, alpha=float(work.rank), targets=targets),
         log_every=steps,
         eval_images=1,
         eval_timesteps=1,
@@ -616,7 +620,7 @@ def main():
                     targets,
                     work,
                     cuda_graphs="graphs" in parts,
-                    optimizer="AdamW8bit" if "adamw8bit" in parts else "AdamW",
+                    optimizer=next((o for o in ("AdamW8bit", "Adafactor") if o.lower() in parts), "AdamW"),
                     weights_vram_gib=stream,
                     torch_compile="compile" in parts,
                     clip=full_size_clip(model_name) if "te" in parts else None,
@@ -627,6 +631,8 @@ def main():
                     layer_casts="layercasts" in parts,
                     vram_budget_gib=next((float(p[6:]) for p in parts if p.startswith("budget")), 0.0),
                     blocks_to_swap=next((int(p[4:]) for p in parts if p.startswith("swap")), 0),
+                    algorithm="full" if "full" in parts else "lora",
+                    fused_backward="fused" in parts,
                 )
             else:
                 options = {
