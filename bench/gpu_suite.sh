@@ -14,7 +14,7 @@ part=${1:?which part: graphs, files or trainer}
 shift
 case "$part" in
   graphs) paths="tests/training/speed tests/training/memory tests/training/model/test_model_loading.py
-          tests/training/model/test_text_encoder.py" ;;
+          tests/training/model/test_text_encoder.py tests/training/model/test_text_encoder_fp8.py" ;;
   files) paths="tests/training/adapters tests/training/run/test_trained.py tests/nodes/test_trainer_node.py
          tests/nodes/test_family_training_node.py tests/reliability/test_gpu_memory.py tests/test_comfy_compat.py
          tests/headless/test_multi_gpu.py tests/training/trained tests/training/run/test_fused_backward.py

@@ -5,6 +5,7 @@ detection (the tiny config replaces what detection would read from a full-size f
 ComfyUI is on sys.path."""
 
 import contextlib
+import inspect
 import json
 
 import comfy.model_management as mm
@@ -77,3 +78,35 @@ def _tiny_sd15_fp8_scaled(seed):
     base.load_model_weights(state, "")
     patcher = comfy.model_patcher.ModelPatcher(base, load_device=device, offload_device=mm.unet_offload_device())
     return patcher, clip, vae
+
+
+def tiny_flux_clip_fp8(clip, scaled=False):
+    """The tiny Flux `clip` with its T5 stored as users' files store it and loaded through ComfyUI's own
+    detection (comfy.sd's t5xxl_detect): t5xxl_fp8_e4m3fn (every tensor float8, manual_cast layers) or,
+    `scaled`, t5xxl_fp8_e4m3fn_scaled (per-layer `comfy_quant` entries: mixed-precision layers holding
+    QuantizedTensors; ComfyUI 0.28's loader). CLIP-L stays as it was."""
+    import comfy.sd
+    import comfy.text_encoders.flux
+    import comfy.text_encoders.sd3_clip
+    from comfy.supported_models_base import ClipTarget
+
+    from devkit.tiny_flux import T5_TINY
+    from eridiffusion.tiny_models import CLIP_L
+
+    t5 = clip.cond_stage_model.t5xxl.transformer
+    if scaled:
+        layers = [name for name, module in t5.named_modules() if isinstance(module, torch.nn.Linear)]
+        state = fp8_scaled_state_dict(t5, layers)
+    else:
+        state = {name: tensor.to(torch.float8_e4m3fn) for name, tensor in t5.state_dict().items()}
+    detected = comfy.text_encoders.sd3_clip.t5_xxl_detect(state)
+    target = ClipTarget(comfy.text_encoders.flux.FluxTokenizer, comfy.text_encoders.flux.flux_clip(**detected))
+    options = {"dtype": torch.float32, "clip_l_model_config": CLIP_L, "t5xxl_model_config": T5_TINY}
+    files = [clip.cond_stage_model.clip_l.transformer.state_dict(), state]  # (clip_l.safetensors, the T5 file)
+    with torch.inference_mode():  # (as CLIPLoader runs)
+        if "state_dict" in inspect.signature(comfy.sd.CLIP).parameters:  # (0.28 loads as it builds)
+            return comfy.sd.CLIP(target=target, state_dict=files, model_options=options)
+        loaded = comfy.sd.CLIP(target=target, model_options=options)
+        for file in files:
+            loaded.load_sd(file)
+        return loaded
