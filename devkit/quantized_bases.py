@@ -80,33 +80,32 @@ def _tiny_sd15_fp8_scaled(seed):
     return patcher, clip, vae
 
 
-def tiny_flux_clip_fp8(clip, scaled=False):
-    """The tiny Flux `clip` with its T5 stored as users' files store it and loaded through ComfyUI's own
-    detection (comfy.sd's t5xxl_detect): t5xxl_fp8_e4m3fn (every tensor float8, manual_cast layers) or,
-    `scaled`, t5xxl_fp8_e4m3fn_scaled (per-layer `comfy_quant` entries: mixed-precision layers holding
-    QuantizedTensors; ComfyUI 0.28's loader). CLIP-L stays as it was."""
+def tiny_clip_fp8(model, clip, encoder, te_options, scaled=False, tokenizer_data=None):
+    """The tiny `clip` with its `encoder` (e.g. "t5xxl") stored as users' fp8 files store it and loaded
+    through ComfyUI's own detection (the model config's clip_target reads the file's dtype and per-layer
+    quantization): `scaled` off, every tensor float8 (t5xxl_fp8_e4m3fn: manual_cast layers); on, the
+    linear layers fp8_scaled with `comfy_quant` entries (…_fp8_scaled, ComfyUI 0.28: mixed-precision
+    layers holding QuantizedTensors). `te_options`, `tokenizer_data`: what the tiny clip was built with."""
     import comfy.sd
-    import comfy.text_encoders.flux
-    import comfy.text_encoders.sd3_clip
-    from comfy.supported_models_base import ClipTarget
 
-    from devkit.tiny_flux import T5_TINY
-    from eridiffusion.tiny_models import CLIP_L
-
-    t5 = clip.cond_stage_model.t5xxl.transformer
+    stored = clip.get_sd()
+    ours = f"{encoder}.transformer."
+    part = {k.removeprefix(ours): v for k, v in stored.items() if k.startswith(ours)}
     if scaled:
-        layers = [name for name, module in t5.named_modules() if isinstance(module, torch.nn.Linear)]
-        state = fp8_scaled_state_dict(t5, layers)
+        module = getattr(clip.cond_stage_model, encoder).transformer
+        layers = [
+            name for name, m in module.named_modules() if isinstance(m, torch.nn.Linear) and f"{name}.weight" in part
+        ]
+        part = fp8_scaled_state_dict(module, layers)
     else:
-        state = {name: tensor.to(torch.float8_e4m3fn) for name, tensor in t5.state_dict().items()}
-    detected = comfy.text_encoders.sd3_clip.t5_xxl_detect(state)
-    target = ClipTarget(comfy.text_encoders.flux.FluxTokenizer, comfy.text_encoders.flux.flux_clip(**detected))
-    options = {"dtype": torch.float32, "clip_l_model_config": CLIP_L, "t5xxl_model_config": T5_TINY}
-    files = [clip.cond_stage_model.clip_l.transformer.state_dict(), state]  # (clip_l.safetensors, the T5 file)
+        part = {name: tensor.to(torch.float8_e4m3fn) for name, tensor in part.items()}
+    stored = {k: v for k, v in stored.items() if not k.startswith(ours)} | {ours + k: v for k, v in part.items()}
+    config = model.model.model_config
+    target = config.clip_target(state_dict={config.text_encoder_key_prefix[0] + k: v for k, v in stored.items()})
+    options = {"model_options": {"dtype": torch.float32, **te_options}, "tokenizer_data": tokenizer_data or {}}
     with torch.inference_mode():  # (as CLIPLoader runs)
         if "state_dict" in inspect.signature(comfy.sd.CLIP).parameters:  # (0.28 loads as it builds)
-            return comfy.sd.CLIP(target=target, state_dict=files, model_options=options)
-        loaded = comfy.sd.CLIP(target=target, model_options=options)
-        for file in files:
-            loaded.load_sd(file)
+            return comfy.sd.CLIP(target=target, state_dict=stored, **options)
+        loaded = comfy.sd.CLIP(target=target, **options)
+        loaded.load_sd(stored, full_model=True)
         return loaded
