@@ -36,6 +36,7 @@ GROUPS = {
         "EriDiffusion_OptimizerOptions",
         "EriDiffusion_MemoryOptions",
         "EriDiffusion_SaveLoRA",
+        "EriDiffusion_SaveFineTune",
         "EriDiffusion_LossGraph",
         "PreviewImage",
     },
@@ -58,6 +59,11 @@ EXAMPLE_GROUPS = {"lora_tools.json": TOOL_GROUPS}
 # The options nodes each example shows: the tiny demo's settings, and where small GPUs find help.
 OPTIONS = {
     "sdxl_lora.json": {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"},
+    "sdxl_finetune.json": {
+        "EriDiffusion_AdapterOptions",
+        "EriDiffusion_OptimizerOptions",
+        "EriDiffusion_MemoryOptions",
+    },
     "sd15_lora.json": {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"},
     "tiny_demo_lora.json": {"EriDiffusion_AdapterOptions", "EriDiffusion_MemoryOptions"},
     **{
