@@ -120,10 +120,16 @@ def _memory_line(config, inputs, settings, parameters, processes):
     """An estimate of the device memory the run takes: weights, adapters and their state, latents."""
     import comfy.model_management
 
+    from ..training.adapters.attach import FULL
+
     dataset, model = inputs.dataset, inputs.model
     weights = sum(p.numel() * p.element_size() for p in model.model.parameters())
     resident = min(weights, settings.weights_vram_gib * GIB) if settings.weights_vram_gib else weights
-    adapter_bytes = parameters * (4 + 4 + OPTIMIZER_STATE_BYTES[settings.optimizer])  # fp32 master + gradient
+    # the trained tensors (fp32, or a fine-tune's bf16 ones), their gradients (fused: one tensor's at a time)
+    held = 2 if settings.adapter.algorithm == FULL and settings.precision.fine_tune_dtype == "bf16" else 4
+    adapter_bytes = parameters * (
+        held + (0 if settings.fused_backward else held) + OPTIMIZER_STATE_BYTES[settings.optimizer]
+    )
     latent_bytes = sum(
         latent_bytes_of(record, dataset, resolution, model, inputs.vae)
         for resolution in resolutions(config)

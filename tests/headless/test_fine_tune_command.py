@@ -37,6 +37,15 @@ def test_dry_run_of_a_full_finetune_prints_the_weights_it_trains_and_writes_noth
     assert "adapter" not in lines and os.listdir(tmp_path / "out") == []
 
 
+def test_dry_run_of_a_bf16_fine_tune_names_its_copies_and_their_rounding(tmp_path):
+    config = write_yaml(tmp_path / "bf16.yaml", config_text(FULL + "fine_tune_dtype: bf16, targets: all-linear"))
+    done = run_cli("train", config, "--dry-run", "--output", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(None, 1) for line in done.stdout.splitlines())
+    assert lines["weights"].endswith("trained as bf16 copies (updates rounded stochastically)")
+    assert os.listdir(tmp_path / "out") == []
+
+
 def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tmp_path):
     # (with the fused backward, Adafactor and bf16 weights, as a full fine-tune on a small card runs)
     fused = "fused_backward: true, optimizer: Adafactor, fine_tune_dtype: bf16, "
