@@ -25,7 +25,6 @@ class PrecisionSpec:
         "Adapters (lora, ...) always keep fp32.",
         choices=tuple(FINE_TUNE_DTYPES),
         group="memory",
-        optional=True,
     )
     stochastic_rounding: bool = setting(
         True,
