@@ -132,7 +132,7 @@ def training_graph(
     settings (on the trainer or the options node that holds them), `options` names options nodes to
     show even at their defaults, `sampling` overrides widget values of the samplers. parts["dataset"]
     overrides LoadDataset's widget values, parts["data_note"] the Data group's Note and
-    parts["train_note"] the Train group's;
+    parts["train_note"] the Train group's, parts["save"] a node in SaveLoRA's place (SaveFineTune);
     parts["test"] gives the Test group's columns (default: test_columns') and parts["test_note"] its
     Note; parts["cache"] overrides CacheLatents' widget values and parts["start_image"] links the
     samples' first frame (image-to-video), parts["audio_vae"] (node id, output slot) the audio VAE that
@@ -197,7 +197,10 @@ def _train_columns(resolution, sample_prompts, trainer, options, sampling, sourc
     for name in ("start_image", "audio_vae"):
         if name in parts:
             sampler.links[name] = parts[name]
-    saves = [Node(6, "EriDiffusion_SaveLoRA", {"filename_prefix": "eridiffusion/sks_dog"}, {"lora": (5, 1)})]
+    saves = [
+        parts.get("save")
+        or Node(6, "EriDiffusion_SaveLoRA", {"filename_prefix": "eridiffusion/sks_dog"}, {"lora": (5, 1)})
+    ]
     if low_noise_model is not None:
         trainer_node.links["low_noise_model"] = low_noise_model
         saves[0].widgets["filename_prefix"] += "_high_noise"

@@ -63,6 +63,50 @@ EXAMPLES = {
 }
 
 
+FINE_TUNE_TRAIN_NOTE = (
+    "LoRATrainer with algorithm full trains the model's own weights (AdapterOptions: every linear layer, "
+    "convolution and norm). For SDXL on a 24 GB card: Adafactor at about 1e-5 (OptimizerOptions); "
+    "gradient_checkpointing, fused_backward and fine_tune_dtype bf16 with stochastic_rounding (MemoryOptions, "
+    "OptimizerOptions). SaveFineTune writes a checkpoint with the CLIP and VAE to models/checkpoints/eridiffusion/."
+)
+FINE_TUNE_TEST_NOTE = (
+    "Draws one image with the fine-tuned MODEL: change the prompt to try it. The saved checkpoint loads in a "
+    "stock Load Checkpoint node."
+)
+# Full fine-tunes: the model's own weights trained and saved whole (SaveFineTune), no LoRA.
+FINE_TUNE_EXAMPLES = {
+    "sdxl_finetune.json": lambda: training_graph(
+        "sd_xl_base_1.0.safetensors",
+        1024,
+        "a photo of sks dog wearing a red scarf, in the snow",
+        "a photo of sks dog\na photo of sks dog on the beach",
+        SD_MODEL_NOTE.format("SDXL base 1.0 here"),
+        trainer={
+            "algorithm": "full",
+            "learning_rate": 1e-5,
+            "steps": 1000,
+            "run_name": "sks_dog_sdxl_finetune",
+            "targets": "all-linear",
+            "conv_rank": 1,
+            "train_norms_and_biases": True,
+            "optimizer": "Adafactor",
+            "gradient_checkpointing": True,
+            "fused_backward": True,
+            "fine_tune_dtype": "bf16",
+            "stochastic_rounding": True,
+        },
+        train_note=FINE_TUNE_TRAIN_NOTE,
+        test_note=FINE_TUNE_TEST_NOTE,
+        save=Node(
+            6,
+            "EriDiffusion_SaveFineTune",
+            {"filename_prefix": "eridiffusion/sks_dog_sdxl"},
+            {"fine_tune": (5, 1), "clip": (1, 1), "vae": (1, 2)},
+        ),
+    ),
+}
+
+
 TOOLS_MODEL_NOTE = (
     "Load the checkpoint the LoRA was made for (SDXL base 1.0 here; pick yours). Convert LoRA reads its "
     "layers to name the LoRA's keys; both samplers draw with it."
@@ -125,7 +169,7 @@ def lora_tools_graph():
 
 # The toolbox's example: no training, so its groups differ from the training examples'.
 TOOL_EXAMPLES = {"lora_tools.json": lora_tools_graph}
-ALL_EXAMPLES = {**EXAMPLES, **FAMILY_EXAMPLES, **AUDIO_EXAMPLES, **TOOL_EXAMPLES}
+ALL_EXAMPLES = {**EXAMPLES, **FINE_TUNE_EXAMPLES, **FAMILY_EXAMPLES, **AUDIO_EXAMPLES, **TOOL_EXAMPLES}
 SINCE = {**FAMILY_SINCE, **AUDIO_SINCE}
 
 

@@ -26,6 +26,7 @@ DESCRIPTIONS = {
     "ltx2_sound_lora": "LTX-2: a video LoRA with its sound",
     "qwen_image_edit_lora": "Qwen-Image-Edit: an edit LoRA from before/after pairs",
     "sd15_lora": "SD1.5: an image LoRA",
+    "sdxl_finetune": "SDXL: a full fine-tune, saved as a checkpoint",
     "sdxl_lora": "SDXL: an image LoRA",
     "tiny_demo_lora": "The tiny demo: a LoRA trained in a minute on the CPU",
     "wan22_i2v_experts_lora": "Wan 2.2 14B image-to-video: both experts in one run",

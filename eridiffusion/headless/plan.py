@@ -57,7 +57,7 @@ def adapter_parameters(model, settings, family):
 
     spec = dataclasses.replace(settings.adapter, targets=resolve_targets(settings.adapter.targets, family))
     layers = target_layers(model.model, spec, loadable_weight_keys(model.model).keys())
-    if spec.algorithm == FULL:  # the layers' own weight and bias, trained as fp32 copies
+    if spec.algorithm == FULL:  # the layers' own weight and bias, trained as copies (fine_tune_dtype)
         return len(layers), sum(p.numel() for _, layer in layers for p in layer.parameters(recurse=False))
     count = sum(p.numel() for index, (_, layer) in enumerate(layers) for p in spec.build(layer, index).parameters())
     return len(layers), count
@@ -104,9 +104,12 @@ def _trained_line(settings, layers, parameters):
 
     adapter = settings.adapter
     if adapter.algorithm == FULL:
-        return (
-            f"weights  full fine-tune of {layers} layers: {parameters / 1e6:.2f} M parameters, trained as fp32 copies"
+        held = settings.precision.fine_tune_dtype
+        rounded = (
+            " (updates rounded stochastically)" if held == "bf16" and settings.precision.stochastic_rounding else ""
         )
+        trained = f"{parameters / 1e6:.2f} M parameters, trained as {held} copies{rounded}"
+        return f"weights  full fine-tune of {layers} layers: {trained}"
     return (
         f"adapter  {adapter.algorithm} rank {adapter.rank} alpha {adapter.alpha:g} on {layers} layers: "
         f"{parameters / 1e6:.2f} M parameters" + (" (and the text encoders')" if settings.text_encoder_lr > 0 else "")
@@ -117,10 +120,16 @@ def _memory_line(config, inputs, settings, parameters, processes):
     """An estimate of the device memory the run takes: weights, adapters and their state, latents."""
     import comfy.model_management
 
+    from ..training.adapters.attach import FULL
+
     dataset, model = inputs.dataset, inputs.model
     weights = sum(p.numel() * p.element_size() for p in model.model.parameters())
     resident = min(weights, settings.weights_vram_gib * GIB) if settings.weights_vram_gib else weights
-    adapter_bytes = parameters * (4 + 4 + OPTIMIZER_STATE_BYTES[settings.optimizer])  # fp32 master + gradient
+    # the trained tensors (fp32, or a fine-tune's bf16 ones), their gradients (fused: one tensor's at a time)
+    held = 2 if settings.adapter.algorithm == FULL and settings.precision.fine_tune_dtype == "bf16" else 4
+    adapter_bytes = parameters * (
+        held + (0 if settings.fused_backward else held) + OPTIMIZER_STATE_BYTES[settings.optimizer]
+    )
     latent_bytes = sum(
         latent_bytes_of(record, dataset, resolution, model, inputs.vae)
         for resolution in resolutions(config)

@@ -37,9 +37,18 @@ def test_dry_run_of_a_full_finetune_prints_the_weights_it_trains_and_writes_noth
     assert "adapter" not in lines and os.listdir(tmp_path / "out") == []
 
 
+def test_dry_run_of_a_bf16_fine_tune_names_its_copies_and_their_rounding(tmp_path):
+    config = write_yaml(tmp_path / "bf16.yaml", config_text(FULL + "fine_tune_dtype: bf16, targets: all-linear"))
+    done = run_cli("train", config, "--dry-run", "--output", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(None, 1) for line in done.stdout.splitlines())
+    assert lines["weights"].endswith("trained as bf16 copies (updates rounded stochastically)")
+    assert os.listdir(tmp_path / "out") == []
+
+
 def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tmp_path):
-    # (with the fused backward and Adafactor, as a full fine-tune on a small card runs)
-    fused = "fused_backward: true, optimizer: Adafactor, "
+    # (with the fused backward, Adafactor and bf16 weights, as a full fine-tune on a small card runs)
+    fused = "fused_backward: true, optimizer: Adafactor, fine_tune_dtype: bf16, "
     config = write_yaml(tmp_path / "full.yaml", config_text(FULL + fused + f"run_name: {RUN_NAME}"))
     done = run_cli("train", config, "--output", tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -51,6 +60,7 @@ def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tm
         summary = json.load(f)
     assert summary["config"]["adapter"]["algorithm"] == "full"
     assert summary["config"]["fused_backward"] is True and summary["config"]["optimizer"] == "Adafactor"
+    assert summary["config"]["precision"] == {"fine_tune_dtype": "bf16", "stochastic_rounding": True}
 
 
 @pytest.mark.parametrize(
@@ -60,6 +70,7 @@ def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tm
         ("method: full_finetune, algorithm: lokr", "train.method full_finetune and train.algorithm lokr ask for"),
         (FULL + "text_encoder_lr: 1.0e-5", "algorithm full trains the diffusion model's own weights alone"),
         (FULL + "fused_backward: true, on_nan: skip", "fused_backward steps each tensor as its gradient completes"),
+        ("algorithm: lora, fine_tune_dtype: bf16", "fine_tune_dtype bf16 holds algorithm full's trained weights"),
     ],
 )
 def test_a_full_finetune_the_run_cannot_do_is_refused_by_file_and_key(tmp_path, train, error):

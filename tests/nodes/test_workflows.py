@@ -10,7 +10,7 @@ import safetensors.torch
 
 from demo.run_demo import demo_prompt
 from devkit.example_workflows import EXAMPLES, FOLDER, render_examples
-from devkit.workflow import execution_error, load_extension, run_prompt, substitute
+from devkit.workflow import execution_error, load_extension, run_prompt, set_training_settings, substitute
 
 NODE_IDS = {
     "EriDiffusion_LoadDataset",
@@ -92,6 +92,43 @@ def test_example_workflow_runs_headless_and_its_lora_loads_in_loraloader(
     nodes.LoraLoader().load_lora(model, clip, name, 1.0, 1.0)
     assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
     assert any(event == "executed" for event, _ in server.events)
+
+
+def test_fine_tune_example_trains_with_its_memory_settings_saves_a_checkpoint_and_samples_it(
+    registered, datasets_dir, comfy_dirs
+):
+    """sdxl_finetune.json on the tiny SDXL: algorithm full with Adafactor, gradient checkpointing, the fused
+    backward and bf16 weights rounded stochastically, as the example sets them for a 24 GB card; SaveFineTune
+    writes a checkpoint with the graph's CLIP and VAE, and the KSampler draws with the fine-tuned MODEL."""
+    dog = os.path.join(datasets_dir, "dreambooth_dog")
+    prompt = demo_prompt(None, 12, dog, example="sdxl_finetune.json", size=64)
+    prompt = substitute(
+        set_training_settings(prompt, {"gradient_checkpointing": True, "run_name": "sdxl_finetune_example"}),
+        overrides={
+            "EriDiffusion_SampleDuringTraining": {"every": 12, "steps": 2},
+            "EriDiffusion_SaveFineTune": {"filename_prefix": "workflow/sdxl_finetune", "overwrite": True},
+            "KSampler": {"steps": 2},
+            "SaveImage": {"filename_prefix": "workflow/sdxl_finetune"},
+        },
+    )
+    executor, _ = run_prompt(prompt)
+    assert executor.success, execution_error(executor)
+    with open(os.path.join(comfy_dirs["output"], "sdxl_finetune_example", "summary.json")) as f:
+        summary = json.load(f)
+    config = summary["config"]
+    assert (config["adapter"]["algorithm"], config["optimizer"]) == ("full", "Adafactor")
+    assert config["gradient_checkpointing"] is True and config["fused_backward"] is True
+    assert config["precision"] == {"fine_tune_dtype": "bf16", "stochastic_rounding": True}
+    print(f"eval loss {summary['eval_loss_before']:.4f} -> {summary['eval_loss_after']:.4f}")
+    assert summary["eval_loss_after"] < 0.9 * summary["eval_loss_before"]
+    path = os.path.join(folder_paths.get_folder_paths("checkpoints")[0], "workflow", "sdxl_finetune.safetensors")
+    with safetensors.safe_open(path, "pt") as f:
+        keys, metadata = set(f.keys()), f.metadata()
+    assert metadata["eridiffusion_trained"] == "weights"
+    for prefix in ("model.diffusion_model.", "conditioner.embedders.", "first_stage_model."):  # model, CLIP, VAE
+        assert any(key.startswith(prefix) for key in keys), prefix
+    images = os.listdir(os.path.join(comfy_dirs["output"], "workflow"))
+    assert [name for name in images if name.startswith("sdxl_finetune")], images
 
 
 def bad_dataset(datasets_dir, tmp_path, case):

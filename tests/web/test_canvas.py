@@ -38,6 +38,7 @@ GROUPS = {
         "EriDiffusion_OptimizerOptions",
         "EriDiffusion_MemoryOptions",
         "EriDiffusion_SaveLoRA",
+        "EriDiffusion_SaveFineTune",
         "EriDiffusion_LossGraph",
         "PreviewImage",
     },
@@ -63,6 +64,11 @@ EXAMPLE_GROUPS = {"lora_tools.json": TOOL_GROUPS}
 # The options nodes each example shows: the tiny demo's settings, and where small GPUs find help.
 OPTIONS = {
     "sdxl_lora.json": {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"},
+    "sdxl_finetune.json": {
+        "EriDiffusion_AdapterOptions",
+        "EriDiffusion_OptimizerOptions",
+        "EriDiffusion_MemoryOptions",
+    },
     "sd15_lora.json": {"EriDiffusion_OptimizerOptions", "EriDiffusion_MemoryOptions"},
     "tiny_demo_lora.json": {"EriDiffusion_AdapterOptions", "EriDiffusion_MemoryOptions"},
     **{
@@ -181,6 +187,7 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
                 "blocks_to_swap": 0,
                 "base_quantization": "none",
                 "fused_backward": False,
+                "fine_tune_dtype": "fp32",
             },
         },
     }

@@ -38,6 +38,7 @@ from .ema import AdapterEMA
 from .fused_backward import FusedBackward
 from .lr_schedule import lr_factor
 from .optimizers import make_optimizer
+from .precision import StochasticRounding, stochastic_rounding_for
 from .resume import ResumePoint
 from .setup_clock import SetupClock
 
@@ -78,6 +79,7 @@ class TrainingRun:
     setup: SetupClock  # the seconds of each setup phase (the summary's setup_phases)
     starts_from_base: bool  # a fresh run: what is trained starts as the identity (no file's weights)
     fused_backward: FusedBackward | None  # fused_backward: each tensor stepped as its gradient completes
+    stochastic_rounding: StochasticRounding | None  # bf16 weights (fine_tune_dtype): updates rounded stochastically
 
     def __init__(
         self,
@@ -146,6 +148,7 @@ class TrainingRun:
                 encodings_on_device=config.speed.encodings_on_device,
                 saved=resume.tensors if resume is not None else None,
                 saved_path=resume.path if resume is not None else None,
+                weights_dtype=config.precision.torch_dtype,
             )
         )
         if config.torch_compile:
@@ -172,6 +175,8 @@ class TrainingRun:
         ema = None
         if config.ema_decay > 0:
             ema = AdapterEMA(self.trained.parameters(), config.ema_decay, config.ema_warmup)
+        trained = self.trained.parameters()
+        self.stochastic_rounding = stochastic_rounding_for(optimizer, trained, config.precision, config.seed + 4)
         self.fused_backward = None
         if config.fused_backward:  # (each tensor stepped in the backward)
             self.fused_backward = FusedBackward(optimizer, self.trained.parameters(), config.max_grad_norm)
@@ -200,6 +205,8 @@ class TrainingRun:
             self.quantized_base.release()
         if self.fused_backward is not None:
             self.fused_backward.remove()
+        if self.stochastic_rounding is not None:
+            self.stochastic_rounding.remove()
         self.trained.release()
         release_graph_memory()
 

@@ -15,6 +15,7 @@ from ..model.text_encoder import check_what_trains
 from ..speed.paths import SpeedPaths
 from .non_finite import MAX_SKIPS_IN_A_ROW, ON_NAN
 from .optimizers import OPTIMIZERS, check_learning_rates
+from .precision import PrecisionSpec
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 LR_SCHEDULES = ("constant", "cosine")
@@ -28,8 +29,7 @@ def device_choices(cuda_devices):
 
 
 DEVICES = device_choices(torch.cuda.device_count())  # counts without starting CUDA
-# 255 bytes (the usual file-name limit) less the longest name a run writes after it:
-# "<run_name>_step1000000.training_state".
+# 255 bytes (the usual file-name limit) less the longest name a run writes after it (<run_name>_step1000000…)
 MAX_RUN_NAME_BYTES = 255 - len("_step1000000.training_state")
 
 
@@ -329,6 +329,7 @@ class TrainConfig:
         group="objective",
         optional=True,
     )
+    precision: PrecisionSpec = PrecisionSpec()  # fine_tune_dtype (MemoryOptions), stochastic_rounding (optimizer)
     log_every: int = 10  # steps between loss read-backs (each one is a device sync)
     eval_timesteps: int = 8  # fixed (noise, timestep) pairs per image for the evaluation loss
     eval_images: int = 8  # the first N images make the evaluation set
@@ -365,16 +366,14 @@ class TrainConfig:
 
     def as_dict(self):
         """Plain values for metadata and the run's config file (the speed paths left out: no number changes)."""
-        nested = ("adapter", "objective")
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in nested + ("speed",)}
-        for name in nested:
-            value = getattr(self, name)
-            out[name] = {f.name: getattr(value, f.name) for f in fields(value)}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*NESTED, "speed")}
+        for name in NESTED:  # (its settings as a mapping of their own)
+            out[name] = {f.name: getattr(getattr(self, name), f.name) for f in fields(getattr(self, name))}
         return out
 
 
 # The nested settings dataclasses and the TrainConfig field that holds each.
-NESTED = {"adapter": AdapterSpec, "objective": ObjectiveSpec}
+NESTED = {"adapter": AdapterSpec, "objective": ObjectiveSpec, "precision": PrecisionSpec}
 
 
 def training_settings():

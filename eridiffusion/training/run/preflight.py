@@ -121,10 +121,16 @@ def check_models_read_data(request: RunRequest) -> None:
 
 def check_weights_train(request: RunRequest) -> None:
     """A model's own weights (algorithm full, or a weights run resumed) trained from weights ComfyUI loaded
-    as they can be trained and saved, with settings that train beside them."""
+    as they can be trained and saved, with settings that train beside them; fine_tune_dtype for them alone."""
     if request.builder is trained_weights:
         for model in request.models:
             check_weights_trainable(model.model, request.config)
+    elif request.config.precision.fine_tune_dtype != "fp32":
+        raise EriDiffusionError(
+            f"fine_tune_dtype {request.config.precision.fine_tune_dtype} holds algorithm full's trained weights in "
+            f"it, and this run trains adapters ({request.spec.algorithm}), which keep fp32 master weights: set "
+            "fine_tune_dtype to fp32, or algorithm to full."
+        )
 
 
 def check_adapters_attach(request: RunRequest) -> None:

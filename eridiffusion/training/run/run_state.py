@@ -61,8 +61,8 @@ def _best(v):
     return isinstance(v, dict) and _whole()(v.get("step")) and _number_or_none(v.get("loss")) and "path" in v
 
 
-def _settings(v):  # TrainConfig.as_dict(): its nested adapter and objective settings are mappings too
-    return isinstance(v, dict) and all(isinstance(v.get(name, {}), dict) for name in ("adapter", "objective"))
+def _settings(v):  # TrainConfig.as_dict(): its nested settings (adapter, objective, precision) are mappings too
+    return isinstance(v, dict) and all(isinstance(v.get(name, {}), dict) for name in NESTED)
 
 
 # The training state's schema: (key, required, what it must be, its test). States written before a

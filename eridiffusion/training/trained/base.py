@@ -26,6 +26,7 @@ class TrainedSetup:
     encodings_on_device: bool = True  # a trained text encoder's encodings kept on its device (SpeedPaths)
     saved: dict[str, torch.Tensor] | None = None  # a resume file's tensors: the trained values start there
     saved_path: str | None = None  # that file (its errors name it)
+    weights_dtype: torch.dtype = torch.float32  # a model's own trained weights are held in (fine_tune_dtype)
 
 
 class Trained(ABC):

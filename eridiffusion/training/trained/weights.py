@@ -1,5 +1,5 @@
 """A model's own weights trained (full fine-tuning, issue 47): the weight and bias of each layer
-AdapterSpec's targets/include/exclude choose, as trainable fp32 copies the training clone computes
+AdapterSpec's targets/include/exclude choose, as trainable copies (fp32, or bf16) the training clone computes
 with, standing in the bypass injection as adapters do: the MODEL's tensors are never written. Saved as
 the whole diffusion model in UNETLoader's layout (formats/model_file.py); the result MODEL gets the
 copies as ComfyUI weight patches ("set"), so it samples, merges and saves like a loaded model."""
@@ -26,15 +26,16 @@ NORMS = (torch.nn.GroupNorm, torch.nn.LayerNorm, torch.nn.RMSNorm)
 
 
 class LayerCopy(torch.nn.Module):
-    """A layer's weight and bias as trainable fp32 copies. In the bypass injection (adapters/attach.py)
-    it computes the layer with the copies; at multiplier 0 (bypassed) with the layer's own tensors."""
+    """A layer's weight and bias as trainable copies in `dtype` (fp32, or bf16: fine_tune_dtype). In the bypass
+    injection (adapters/attach.py) it computes the layer with the copies; at multiplier 0 (bypassed) with the
+    layer's own tensors."""
 
-    def __init__(self, layer: torch.nn.Module) -> None:
+    def __init__(self, layer: torch.nn.Module, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.layer = [layer]  # not a submodule: the frozen layer stays the model's
-        self.weight = torch.nn.Parameter(layer.weight.detach().to(torch.float32, copy=True))
+        self.weight = torch.nn.Parameter(layer.weight.detach().to(dtype, copy=True))
         bias = getattr(layer, "bias", None)
-        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(torch.float32, copy=True))
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(dtype, copy=True))
         self.multiplier = 1.0
         self.frozen_products = None  # (fp8 products are the adapters' speed path)
 
@@ -125,7 +126,7 @@ def trained_weights(setup: TrainedSetup) -> TrainedWeights:
     patcher, spec = setup.patcher, setup.spec
     layers = target_layers(patcher.model, spec, loadable_weight_keys(patcher.model))
     with torch.inference_mode(False):  # ComfyUI runs nodes under inference mode; these must stay trainable
-        copies = AdapterSet(spec, {name: LayerCopy(layer) for name, layer in layers})
+        copies = AdapterSet(spec, {name: LayerCopy(layer, setup.weights_dtype) for name, layer in layers})
         trained = TrainedWeights(copies, patcher.model)
         if setup.saved is not None:
             _load_saved(trained, setup.saved, setup.saved_path)

@@ -131,7 +131,7 @@ def test_a_state_written_before_a_setting_existed_resumes_with_that_setting_at_i
     run(stack, config(), tmp_path / "first")
     point = load_resume_point(os.path.join(tmp_path / "first", "checkpoints", "resumable_step000006.safetensors"))
     older = dict(point.state["config"])
-    for newer in ("ema_decay", "ema_warmup", "mask_min", "block_lr", "device"):
+    for newer in ("ema_decay", "ema_warmup", "mask_min", "block_lr", "device", "precision"):
         del older[newer]
     older["adapter"] = {k: v for k, v in older["adapter"].items() if k not in ("include", "exclude")}
     older["objective"] = {k: v for k, v in older["objective"].items() if not k.startswith("timestep_m")}
