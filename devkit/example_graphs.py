@@ -137,25 +137,27 @@ def training_graph(
     Note; parts["cache"] overrides CacheLatents' widget values and parts["start_image"] links the
     samples' first frame (image-to-video), parts["audio_vae"] (node id, output slot) the audio VAE that
     CacheLatents encodes each clip's sound with and the samples are drawn with (LTX-2);
-    parts["low_noise_model"] (node id, output slot) is the
-    low-noise expert of a two-expert run (Wan 2.2 14B), linked to LoRATrainer's low_noise_model, each
-    expert's LoRA saved by its own SaveLoRA."""
+    parts["low_noise_model"] (node id, output slot) is the low-noise expert of a two-expert run (Wan 2.2
+    14B), linked to TrainingObjective's low_noise_model, each expert's LoRA saved by its own SaveLoRA.
+    Values and links a node holds in its media options node (frames, start_image, audio_vae ...) go
+    there, below the node (with_media_options)."""
     sampling = sampling or {}
     sources = parts.get("sources", CHECKPOINT_SOURCES)
     if not isinstance(loader, list):
         loader = [loader or Node(1, "CheckpointLoaderSimple", {"ckpt_name": checkpoint})]
     dataset = {"folder": "dreambooth_dog", "trigger_word": "sks", **parts.get("dataset", {})}
     data = [
-        Node(2, "EriDiffusion_LoadDataset", dataset),
-        Node(
-            3,
-            "EriDiffusion_CacheLatents",
-            {"resolution": resolution, **parts.get("cache", {})},
-            {"dataset": (2, 0), "vae": sources["vae"], "clip": sources["clip"]},
+        *with_media_options(Node(2, "EriDiffusion_LoadDataset", dataset), MEDIA_IDS[0]),
+        *with_media_options(
+            Node(
+                3,
+                "EriDiffusion_CacheLatents",
+                {"resolution": resolution, **parts.get("cache", {})},
+                {"dataset": (2, 0), "vae": sources["vae"], "clip": sources["clip"], **_audio_vae(parts)},
+            ),
+            MEDIA_IDS[1],
         ),
     ]
-    if "audio_vae" in parts:
-        data[1].links["audio_vae"] = parts["audio_vae"]
     train = _train_columns(resolution, sample_prompts, trainer or {}, options, sampling, sources, parts)
     test = parts.get("test") or test_columns(prompt, resolution, sampling, sources)
     groups = [
@@ -168,6 +170,34 @@ def training_graph(
     ]
     last = max(node.id for stack in groups for group in stack for column in group.columns for node in column)
     return lay_out(groups, first_note_id=last + 1)
+
+
+def _audio_vae(parts):
+    """{"audio_vae": link} where parts["audio_vae"] is given (LTX-2), else {}."""
+    return {"audio_vae": parts["audio_vae"]} if "audio_vae" in parts else {}
+
+
+MEDIA_IDS = (25, 26, 27)  # the media options nodes of LoadDataset, CacheLatents and SampleDuringTraining
+
+
+def with_media_options(node, media_id):
+    """[node] holding its own widgets and links; [node, its media options node] (of id `media_id`, linked to
+    its media_options) when some of them are that one's (frames, start_image ...)."""
+    from devkit.workflow import input_names, media_options_node
+
+    holder = media_options_node(node.type)
+    own = input_names(node.type)
+    widgets = {k: v for k, v in node.widgets.items() if k not in own}
+    links = {k: v for k, v in node.links.items() if k not in own}
+    if not widgets and not links:
+        return [node]
+    for name in (*widgets, *links):
+        if holder is None or name not in input_names(holder):
+            raise KeyError(f"no input {name!r} on {node.type} or its media options")
+    node.widgets = {k: v for k, v in node.widgets.items() if k in own}
+    node.links = {k: v for k, v in node.links.items() if k in own}
+    node.links["media_options"] = (media_id, 0)
+    return [node, Node(media_id, holder, widgets, links)]
 
 
 # The SaveLoRA of a two-expert run's low-noise LoRA (LoRATrainer's output 6); the high-noise one is
@@ -187,6 +217,8 @@ def _train_columns(resolution, sample_prompts, trainer, options, sampling, sourc
         {"run_name": "sks_dog"},
         {"model": sources["model"], "training_data": (3, 0), "sample_config": (4, 0)},
     )
+    if low_noise_model is not None:
+        options = (*options, "EriDiffusion_TrainingObjective")
     options = _place_settings(trainer_node, trainer, options, first_id=15)
     sampler = Node(
         4,
@@ -197,12 +229,14 @@ def _train_columns(resolution, sample_prompts, trainer, options, sampling, sourc
     for name in ("start_image", "audio_vae"):
         if name in parts:
             sampler.links[name] = parts[name]
+    sampler_nodes = with_media_options(sampler, MEDIA_IDS[2])
     saves = [
         parts.get("save")
         or Node(6, "EriDiffusion_SaveLoRA", {"filename_prefix": "eridiffusion/sks_dog"}, {"lora": (5, 1)})
     ]
     if low_noise_model is not None:
-        trainer_node.links["low_noise_model"] = low_noise_model
+        objective = next(n for n in options if n.type == "EriDiffusion_TrainingObjective")
+        objective.links["low_noise_model"] = low_noise_model
         saves[0].widgets["filename_prefix"] += "_high_noise"
         saves[0].title = "SaveLoRA: high-noise expert"
         low = {"filename_prefix": "eridiffusion/sks_dog_low_noise"}
@@ -220,7 +254,7 @@ def _train_columns(resolution, sample_prompts, trainer, options, sampling, sourc
         Node(7, "EriDiffusion_LossGraph", {}, {"loss": (5, 2)}),
         Node(8, "PreviewImage", {}, {"images": (5, 3)}, title="Samples during training"),
     ]
-    return [[sampler, *options], [trainer_node], results]
+    return [[*sampler_nodes, *options], [trainer_node], results]
 
 
 KSAMPLER_SETTINGS = ("steps", "cfg", "sampler_name", "scheduler")

@@ -240,15 +240,16 @@ WAN_NEGATIVE = (
 )
 CLIPS_NOTE = (
     "folder: your clips (mp4, webm, gif, or a folder of frames) inside ComfyUI's input/ folder, each with a "
-    "caption .txt of the same name. frames: the frames of each training clip, taken at fps (Wan: 4k+1 at "
-    "16 fps); a shorter clip is an error. CacheLatents encodes them once at its resolution and reuses them "
-    "on the next run."
+    "caption .txt of the same name. DatasetMediaOptions' frames: the frames of each training clip, taken at "
+    "fps (Wan: 4k+1 at 16 fps); a shorter clip is an error. CacheLatents encodes them once at its resolution "
+    "and reuses them on the next run."
 )
 EXPERTS_TRAIN_NOTE = (
-    "LoRATrainer trains both experts in one run: model is the high-noise one, low_noise_model the low-noise "
-    "one; each step trains the expert whose noise range its noise level falls in (TrainingObjective's "
-    "expert_boundary), and each expert's LoRA is saved by its own SaveLoRA. Change steps, learning_rate and "
-    "rank first; the samples are drawn with both experts, as the Test group does."
+    "LoRATrainer trains both experts in one run: model is the high-noise one, TrainingObjective's "
+    "low_noise_model the low-noise one; each step trains the expert whose noise range its noise level "
+    "falls in (TrainingObjective's expert_boundary), and each expert's LoRA is saved by its own SaveLoRA. "
+    "Change steps, learning_rate and rank first; the samples are drawn with both experts, as the Test group "
+    "does."
 )
 EXPERTS_TEST_NOTE = (
     "Draws one clip with both trained experts, as ComfyUI's Wan 2.2 14B template does: the high-noise one "
@@ -329,7 +330,7 @@ def wan22_experts(task):
     """Wan 2.2 A14B of `task` ("t2v" or "i2v": video_wan2_2_14B_<task>.json's 20-step graph, without its
     Lightning LoRAs): both experts loaded apart and trained in one run on clips of 33 frames at 16 fps,
     samples and the test clip at the template's euler / simple, 20 steps, cfg 3.5 (the samples 33 frames,
-    the test clip 81). Image-to-video trains with CacheLatents' start_image (each clip's first frame) and
+    the test clip 81). Image-to-video trains with CacheMediaOptions' start_image (each clip's first frame) and
     starts its samples and test clip from the Test group's Start image."""
     sampling = {"steps": 20, "cfg": 3.5, "sampler_name": "euler", "scheduler": "simple"}
     high, low = (f"wan2.2_{task}_{expert}_noise_14B_fp16.safetensors" for expert in ("high", "low"))

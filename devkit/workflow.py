@@ -195,6 +195,14 @@ def widget_defaults(class_type):
     return {name: widget_default(spec) for name, spec in widget_inputs(class_type)}
 
 
+def input_names(class_type):
+    """The names of a node's inputs, widgets and sockets, required and optional."""
+    import nodes
+
+    definition = nodes.NODE_CLASS_MAPPINGS[class_type].INPUT_TYPES()
+    return [*definition.get("required", {}), *definition.get("optional", {})]
+
+
 def trainer_setting_nodes():
     """{node type: LoRATrainer input it is linked to ('' for the trainer itself)} of the nodes that
     hold training settings: the trainer, its options nodes and TrainingObjective."""
@@ -205,21 +213,50 @@ def trainer_setting_nodes():
     return nodes
 
 
+def _linked_holder(prompt, host_id, holder, socket):
+    """The id of node type `holder` linked to input `socket` of node `host_id`: added with its defaults
+    and linked when there is none."""
+    link = prompt[host_id]["inputs"].get(socket)
+    if link is None:
+        node_id = str(max(int(i) for i in prompt) + 1)
+        prompt[node_id] = {"class_type": holder, "inputs": widget_defaults(holder)}
+        prompt[host_id]["inputs"][socket] = link = [node_id, 0]
+    return link[0]
+
+
 def set_training_settings(prompt, settings):
-    """Put each of `settings` ({name: value}) on the node of `prompt` that holds it: the trainer's own
-    widget, else its options node (or TrainingObjective), which is added and linked when missing."""
+    """Put each of `settings` ({name: value or link}) on the node of `prompt` that holds it: the trainer's
+    own input, else its options node (or TrainingObjective), which is added and linked when missing."""
     trainer_id = next(i for i, n in prompt.items() if n["class_type"] == "EriDiffusion_LoRATrainer")
     for name, value in settings.items():
-        holder = next((t for t in trainer_setting_nodes() if name in widget_defaults(t)), None)
+        holder = next((t for t in trainer_setting_nodes() if name in input_names(t)), None)
         if holder is None:
             raise KeyError(f"no node holds the training setting {name!r}")
         socket = trainer_setting_nodes()[holder]
-        node_id = trainer_id if not socket else next((i for i, n in prompt.items() if n["class_type"] == holder), None)
-        if node_id is None:
-            node_id = str(max(int(i) for i in prompt) + 1)
-            prompt[node_id] = {"class_type": holder, "inputs": widget_defaults(holder)}
-            prompt[trainer_id]["inputs"][socket] = [node_id, 0]
+        node_id = _linked_holder(prompt, trainer_id, holder, socket) if socket else trainer_id
         prompt[node_id]["inputs"][name] = value
+    return prompt
+
+
+def media_options_node(class_type):
+    """The media options node type that feeds node type `class_type`'s media_options, or None."""
+    from eridiffusion.nodes.media_options import MEDIA_OPTIONS_NODES
+
+    return next((n.NODE_ID for n in MEDIA_OPTIONS_NODES if f"EriDiffusion_{n.HOST}" == class_type), None)
+
+
+def set_inputs(prompt, node_id, values):
+    """Put each of `values` ({input: value or link}) on node `node_id` of `prompt`: its own input, else
+    its media options node's (DatasetMediaOptions ...), which is added and linked when missing."""
+    node = prompt[node_id]
+    for name, value in values.items():
+        holder = media_options_node(node["class_type"])
+        if name in input_names(node["class_type"]):
+            node["inputs"][name] = value
+        elif holder is not None and name in input_names(holder):
+            prompt[_linked_holder(prompt, node_id, holder, "media_options")]["inputs"][name] = value
+        else:
+            raise KeyError(f"no input {name!r} on {node['class_type']} or its media options")
     return prompt
 
 
@@ -240,10 +277,10 @@ def training_prompt(
 ):
     """An API prompt: tiny demo model → LoadDataset(`dataset`) → CacheLatents → LoRATrainer → SaveLoRA.
     `trainer` holds training settings (each goes to the trainer or the options node that holds it),
-    `save`, `dataset_options` and `cache_options` override the widget values of SaveLoRA, LoadDataset
-    and CacheLatents; `resume` is a
+    `save`, `dataset_options` and `cache_options` override the inputs of SaveLoRA, LoadDataset and
+    CacheLatents (or of their media options nodes, set_inputs); `resume` is a
     LoadLoRAForTraining path linked to the trainer; `train_text_encoder` links the CLIP to it;
-    `cache_options` override CacheLatents' widget values; `stack` ({class_type, inputs}) replaces
+    `stack` ({class_type, inputs}) replaces
     the demo model node (tiny_family_node: any family);
     `validation_dataset` and `regularization_dataset` are folders of second LoadDatasets into
     CacheLatents' inputs of those names."""
@@ -252,7 +289,7 @@ def training_prompt(
         "1": stack or {"class_type": "EriDiffusion_TinyDemoModel", "inputs": {"architecture": architecture, "seed": 0}},
         "2": {
             "class_type": "EriDiffusion_LoadDataset",
-            "inputs": {**defaults("EriDiffusion_LoadDataset"), "folder": str(dataset), **(dataset_options or {})},
+            "inputs": {**defaults("EriDiffusion_LoadDataset"), "folder": str(dataset)},
         },
         "3": {
             "class_type": "EriDiffusion_CacheLatents",
@@ -263,7 +300,6 @@ def training_prompt(
                 "vae": ["1", 2],
                 "clip": ["1", 1],
                 "cache_folder": str(cache_folder),
-                **(cache_options or {}),
             },
         },
         "4": {
@@ -282,6 +318,8 @@ def training_prompt(
             load = {**defaults("EriDiffusion_LoadDataset"), "folder": str(folder)}
             prompt[str(node_id)] = {"class_type": "EriDiffusion_LoadDataset", "inputs": load}
             prompt["3"]["inputs"][name] = [str(node_id), 0]
+    set_inputs(prompt, "2", dataset_options or {})
+    set_inputs(prompt, "3", cache_options or {})
     set_training_settings(prompt, trainer or {})
     if train_text_encoder:
         prompt["4"]["inputs"]["clip"] = ["1", 1]
@@ -331,11 +369,12 @@ def family_prompt(name, dataset, run_name, **options):
 
 
 def with_sampler(prompt, **values):
-    """`prompt` with a SampleDuringTraining (the stack's CLIP and VAE; `values` over its widget
-    defaults) linked to its LoRATrainer."""
+    """`prompt` with a SampleDuringTraining (the stack's CLIP and VAE; `values` over its inputs' defaults,
+    set_inputs) linked to its LoRATrainer."""
     node_id = str(max(int(i) for i in prompt) + 1)
-    inputs = {**widget_defaults("EriDiffusion_SampleDuringTraining"), "clip": ["1", 1], "vae": ["1", 2], **values}
+    inputs = {**widget_defaults("EriDiffusion_SampleDuringTraining"), "clip": ["1", 1], "vae": ["1", 2]}
     prompt[node_id] = {"class_type": "EriDiffusion_SampleDuringTraining", "inputs": inputs}
+    set_inputs(prompt, node_id, values)
     prompt["4"]["inputs"]["sample_config"] = [node_id, 0]
     return prompt
 

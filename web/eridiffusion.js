@@ -1,7 +1,7 @@
 // EriDiffusion in the ComfyUI page: a live panel on LoRATrainer (loss chart, step, s/step, ETA,
 // learning rate, peak VRAM, samples, Stop & save) fed by the trainer's "eridiffusion.progress"
-// events, the text other EriDiffusion nodes report when they finish, and the migration of
-// LoRATrainer nodes saved before its settings moved to the options nodes.
+// events, the text other EriDiffusion nodes report when they finish, and the migration of nodes
+// saved before their widgets moved to the options nodes.
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 import { ComfyWidgets } from "../../scripts/widgets.js";
@@ -261,45 +261,48 @@ function notify(summary, detail) {
   app.extensionManager.toast.add({ severity: "warn", summary: `EriDiffusion: ${summary}`, detail });
 }
 
-// ---- Workflows saved before LoRATrainer's settings moved to the options nodes (issue 12) ----
+// ---- Workflows saved before widgets moved to options nodes (issues 12 and 45) ----
 
-// LoRATrainer's widgets in the layouts EriDiffusion used before, newest first. A saved node's
-// widgets_values are in one of these orders, told apart by their count.
-const OLD_TRAINER_LAYOUTS = [
-  [
-    "steps", "learning_rate", "algorithm", "rank", "alpha", "conv_rank", "conv_alpha", "lokr_factor",
-    "lokr_full_rank", "batch_size", "grad_accum", "optimizer", "text_encoder_lr", "lr_schedule", "warmup_steps",
-    "seed", "dtype", "gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs", "targets",
-    "save_every", "keep_last", "on_nan", "run_name",
-  ],
-  [
-    "steps", "learning_rate", "algorithm", "rank", "alpha", "conv_rank", "conv_alpha", "lokr_factor",
-    "lokr_full_rank", "batch_size", "grad_accum", "optimizer", "text_encoder_lr", "lr_schedule", "warmup_steps",
-    "seed", "dtype", "gradient_checkpointing", "weights_vram_gib", "torch_compile", "cuda_graphs", "targets",
-    "save_every", "keep_last", "run_name",
-  ],
-  [
-    "steps", "learning_rate", "algorithm", "rank", "alpha", "conv_rank", "conv_alpha", "lokr_factor",
-    "lokr_full_rank", "batch_size", "grad_accum", "optimizer", "text_encoder_lr", "lr_schedule", "warmup_steps",
-    "seed", "dtype", "gradient_checkpointing", "targets", "save_every", "keep_last", "run_name",
-  ],
-];
+// Every widget order each EriDiffusion node was released with, oldest first ({node type: [[name, ...],
+// ...]}): a saved node's widgets_values are in one of them, told apart by their count and the types of
+// the values (tests/nodes/test_widget_order.py checks that they can be).
+const RELEASED_ORDERS = fetch(new URL("./widget_orders.json", import.meta.url)).then((response) => response.json());
 
 // The node definitions of EriDiffusion's nodes, as the server sent them.
 const definitions = new Map();
+const WIDGET_TYPES = { INT: "number", FLOAT: "number", BOOLEAN: "boolean", STRING: "string", COMBO: "string" };
 
-/** {setting: {type, socket}}: the options node type that holds each setting now and the trainer
- * input it links to, read from the node definitions (an options node's one output is the type of
- * one of LoRATrainer's optional inputs). */
-function settingHolders() {
-  const sockets = Object.entries(definitions.get(TRAINER)?.input?.optional ?? {});
+/** The type a saved value of a widget input `spec` has ("string" for a combo); undefined for a socket. */
+function valueType(spec) {
+  return Array.isArray(spec[0]) ? "string" : WIDGET_TYPES[spec[0]];
+}
+
+function inputsOf(type) {
+  const input = definitions.get(type)?.input ?? {};
+  return { ...(input.required ?? {}), ...(input.optional ?? {}) };
+}
+
+/** {input: {type, socket, spec}}: the node types that hold inputs for a node of `nodeType` now, and the
+ * input of it they link to: a node of one output, the type of one of its optional inputs, that needs no
+ * other socket (the options nodes, TrainingObjective). */
+function holdersOf(nodeType) {
+  const sockets = Object.entries(definitions.get(nodeType)?.input?.optional ?? {});
   const holders = {};
   for (const [type, definition] of definitions) {
     const socket = sockets.find(([, spec]) => definition.output?.length === 1 && spec[0] === definition.output[0]);
-    if (!socket) continue;
-    for (const setting of Object.keys(definition.input?.required ?? {})) holders[setting] = { type, socket: socket[0] };
+    const required = Object.values(definition.input?.required ?? {});
+    if (!socket || required.some((spec) => valueType(spec) === undefined)) continue;
+    for (const [name, spec] of Object.entries(inputsOf(type))) holders[name] = { type, socket: socket[0], spec };
   }
   return holders;
+}
+
+/** Whether saved `values` have the types of the widgets `names` (of `specs`) in order. */
+function fits(values, names, specs) {
+  return values.every((value, i) => {
+    const spec = specs[names[i]];
+    return spec !== undefined && valueType(spec) === typeof value;
+  });
 }
 
 /** The default of a widget input `spec` of a node definition. */
@@ -352,55 +355,85 @@ function freeSpotBeside(anchor, node) {
   return [anchor.pos[0], Math.max(...others.map((b) => b[1] + b[3])) + title + gap];
 }
 
-/** Put an old-layout trainer's settings where they live now: its own widgets, and options nodes
- * (made, set and linked to it) for the moved settings whose value is not the default, so the run
- * is the one that was saved. Returns the problems: settings it could not carry over, which keep
- * their defaults. */
-function migrateTrainer(trainer, names, values) {
+/** The node of type `type` that `node`'s input `socket` is linked from; one made and linked (placed
+ * beside `node`) when there is none. `made` ({type: node}) keeps those made by this migration. */
+function holderNode(node, type, socket, made) {
+  if (made.has(type)) return made.get(type);
+  const holder = LiteGraph.createNode(type);
+  node.graph.add(holder);
+  holder.pos = freeSpotBeside(node, holder);
+  holder.connect(0, node, node.findInputSlot(socket));
+  made.set(type, holder);
+  return holder;
+}
+
+function linkOf(graph, id) {
+  return graph.links instanceof Map ? graph.links.get(id) : graph.links[id];
+}
+
+/** Put `node`'s saved widget values (`values`, in the order `names`) where their widgets live now: its
+ * own widgets, and options nodes (made, set and linked to it) for moved widgets whose value is not the
+ * default, so the run is the one that was saved; its links into inputs that moved go to those nodes'
+ * inputs. Returns the problems: what it could not carry over, which keeps its default. */
+function migrateNode(node, names, values) {
   const problems = [];
-  const holders = settingHolders();
-  const optionsNodes = new Map(); // node type → {holder, node, changed}
-  resetToDefaults(trainer); // the page has put the old values into its widgets by position
-  names.forEach((name, i) => {
+  const holders = holdersOf(node.type);
+  const made = new Map(); // node type → options node
+  const pending = new Map(); // node type → [[widget name, value], ...] not at their defaults
+  if (names) resetToDefaults(node); // the page has put the old values into its widgets by position
+  (names ?? []).forEach((name, i) => {
     const value = values[i];
-    let widget = trainer.widgets.find((w) => w.name === name && w.serialize !== false);
-    let entry = null;
+    let widget = node.widgets.find((w) => w.name === name && w.serialize !== false);
     if (!widget && holders[name]) {
-      const { type } = holders[name];
-      if (!optionsNodes.has(type)) {
-        optionsNodes.set(type, { holder: holders[name], node: LiteGraph.createNode(type), changed: false });
+      const probe = LiteGraph.createNode(holders[name].type);
+      widget = probe.widgets.find((w) => w.name === name);
+      const why = widget && refusal(widget, value);
+      if (why) problems.push(`${name}: ${why}`);
+      else if (widget && widget.value !== value) {
+        pending.set(holders[name].type, [...(pending.get(holders[name].type) ?? []), [name, value]]);
       }
-      entry = optionsNodes.get(type);
-      widget = entry.node.widgets.find((w) => w.name === name);
+      return;
     }
     if (!widget) {
       problems.push(`${name} (no node holds it any more)`);
       return;
     }
     const why = refusal(widget, value);
-    if (why) {
-      problems.push(`${name}: ${why}`);
-      return;
-    }
-    if (entry && widget.value !== value) entry.changed = true;
-    widget.value = value;
+    if (why) problems.push(`${name}: ${why}`);
+    else widget.value = value;
   });
-  const placed = [];
-  for (const { holder, node, changed } of optionsNodes.values()) {
-    if (!changed) continue; // all its settings at their defaults: the trainer needs no such node
-    trainer.graph.add(node);
-    node.pos = freeSpotBeside(trainer, node);
-    node.connect(0, trainer, trainer.findInputSlot(holder.socket));
-    placed.push(node);
+  for (const [type, settings] of pending) {
+    const holder = holderNode(node, type, holders[settings[0][0]].socket, made);
+    for (const [name, value] of settings) holder.widgets.find((w) => w.name === name).value = value;
   }
-  fitToContent(trainer);
+  moveLinks(node, holders, made);
+  fitToContent(node);
   // Nodes 2.0 measures its nodes only once it has drawn them, taller than the sizes known now:
   // the new nodes are placed again at the sizes drawn.
-  afterSizesSettle(trainer.graph, () => {
-    for (const node of placed) node.pos = freeSpotBeside(trainer, node);
-    trainer.graph.setDirtyCanvas(true, true);
+  if (!made.size) return problems;
+  afterSizesSettle(node.graph, () => {
+    for (const holder of made.values()) holder.pos = freeSpotBeside(node, holder);
+    node.graph.setDirtyCanvas(true, true);
   });
   return problems;
+}
+
+/** Move the links into `node`'s sockets that moved to options nodes (`holders`) onto those nodes' inputs,
+ * and drop the sockets. */
+function moveLinks(node, holders, made) {
+  const own = inputsOf(node.type);
+  for (let slot = (node.inputs ?? []).length - 1; slot >= 0; slot--) {
+    const input = node.inputs[slot];
+    const held = holders[input.name];
+    if (input.name in own || !held || valueType(held.spec) !== undefined) continue; // not a moved socket
+    const link = input.link != null ? linkOf(node.graph, input.link) : null;
+    if (link) {
+      const holder = holderNode(node, held.type, held.socket, made);
+      node.disconnectInput(slot);
+      node.graph.getNodeById(link.origin_id).connect(link.origin_slot, holder, holder.findInputSlot(input.name));
+    }
+    node.removeInput(slot);
+  }
 }
 
 /** Call `then` once the graph's node sizes have stayed the same for three frames (at most `frames`
@@ -418,42 +451,58 @@ function afterSizesSettle(graph, then, frames = 120) {
   requestAnimationFrame(() => check(frames));
 }
 
-/** Set the trainer's own settings to their defaults. */
-function resetToDefaults(trainer) {
-  const required = definitions.get(TRAINER).input.required;
-  for (const widget of trainer.widgets) if (widget.name in required) widget.value = defaultOf(required[widget.name]);
+/** Set the node's own widgets to their defaults. */
+function resetToDefaults(node) {
+  const specs = inputsOf(node.type);
+  for (const widget of node.widgets ?? []) if (widget.name in specs) widget.value = defaultOf(specs[widget.name]);
 }
 
-/** {names, settings} of saved trainer `values` in an old layout; names is undefined when none fits. */
-function oldLayout(values) {
+/** {names, values} of `node`'s saved `values` in an older released order (of `orders`): null when they
+ * are in its widgets' order of today (none to migrate), undefined when no order fits. */
+function savedLayout(node, values, orders) {
+  const own = node.widgets.filter((w) => w.serialize !== false).map((w) => w.name);
+  const specs = { ...Object.fromEntries(Object.entries(holdersOf(node.type)).map(([k, v]) => [k, v.spec])) };
+  Object.assign(specs, inputsOf(node.type));
   const candidates = [values];
-  // pages of earlier versions saved the panel's empty value after the settings (a run_name is never empty)
-  if (values.at(-1) === "" || values.at(-1) == null) candidates.unshift(values.slice(0, -1));
-  for (const settings of candidates) {
-    const names = OLD_TRAINER_LAYOUTS.find((layout) => layout.length === settings.length);
-    if (names) return { names, settings };
+  // pages of earlier versions saved the trainer panel's empty value after the settings
+  if (node.type === TRAINER && (values.at(-1) === "" || values.at(-1) == null)) candidates.unshift(values.slice(0, -1));
+  for (const saved of candidates) {
+    if (saved.length <= own.length && fits(saved, own, specs)) return null;
   }
-  return { names: undefined, settings: values };
+  for (const saved of candidates) {
+    const names = [...orders].reverse().find((order) => order.length === saved.length && fits(saved, order, specs));
+    if (names) return { names, values: saved };
+  }
+  return values.length > own.length ? undefined : null;
 }
 
-function migrateOldTrainers(graph) {
-  for (const trainer of graph._nodes.filter((n) => n.eridiffusionOldValues)) {
-    const values = trainer.eridiffusionOldValues;
-    delete trainer.eridiffusionOldValues;
-    const { names, settings } = oldLayout(values);
-    if (!names) {
-      resetToDefaults(trainer);
+async function migrateSavedNodes(graph) {
+  const saved = graph._nodes.filter((n) => n.eridiffusionSaved);
+  if (!saved.length) return;
+  let released = {};
+  try {
+    released = await RELEASED_ORDERS;
+  } catch (error) {
+    notify("saved workflows cannot be migrated", `widget_orders.json did not load (${error}).`);
+  }
+  for (const node of saved) {
+    const values = node.eridiffusionSaved;
+    delete node.eridiffusionSaved;
+    const layout = savedLayout(node, values, released[node.type] ?? []);
+    if (layout === undefined && node.type === TRAINER) resetToDefaults(node);
+    if (layout === undefined) {
       notify(
-        `LoRATrainer #${trainer.id} could not be migrated`,
+        `${node.title} #${node.id} could not be migrated`,
         `It holds ${values.length} saved settings, a layout this version does not know, so its settings are ` +
-          "back at their defaults: set them (and the options nodes) before queueing.",
+          `${node.type === TRAINER ? "back at their defaults" : "as the page placed them"}: set them (and the ` +
+          "options nodes) before queueing.",
       );
       continue;
     }
-    const problems = migrateTrainer(trainer, names, settings);
+    const problems = migrateNode(node, layout?.names, layout?.values);
     if (problems.length) {
       notify(
-        `LoRATrainer #${trainer.id}: some settings could not be migrated`,
+        `${node.title} #${node.id}: some settings could not be migrated`,
         `These keep their defaults: ${problems.join("; ")}. Set them before queueing.`,
       );
     }
@@ -479,7 +528,7 @@ app.registerExtension({
     });
   },
   async afterConfigureGraph() {
-    migrateOldTrainers(app.graph);
+    await migrateSavedNodes(app.graph);
   },
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (!nodeData.name.startsWith("EriDiffusion_")) return;
@@ -503,15 +552,10 @@ app.registerExtension({
     const onConfigure = nodeType.prototype.onConfigure;
     nodeType.prototype.onConfigure = function (info) {
       onConfigure?.apply(this, arguments);
-      if (trainer) {
-        const own = this.widgets.filter((w) => w.serialize !== false).length;
-        const values = info.widgets_values ?? [];
-        // more values than settings (one more: the panel's, saved by earlier versions): an old
-        // layout, which the page has put into the widgets by position. The migration, once the
-        // whole graph is there, puts them where they belong.
-        if (values.length > own + 1) this.eridiffusionOldValues = values.slice();
-        this.eridiffusionPanel?.restore();
-      }
+      // The saved values, which the page has put into the widgets by position: once the whole graph
+      // is there, the migration puts those of an older layout where they belong.
+      if (Array.isArray(info.widgets_values)) this.eridiffusionSaved = info.widgets_values.slice();
+      if (trainer) this.eridiffusionPanel?.restore();
       fitToContent(this);
     };
     const onExecuted = nodeType.prototype.onExecuted;

@@ -11,7 +11,8 @@ from ..settings import settings_of
 from ..training.data.dataset import Dataset
 from ..training.data.training_data import CacheSettings, build_training_data
 from . import sockets
-from .setting_inputs import inputs_for
+from .media_options import HOST_INPUT, media_values
+from .setting_inputs import SettingValues, inputs_for
 from .sockets import CATEGORY
 
 
@@ -27,7 +28,7 @@ class CacheLatents(io.ComfyNode):
             display_name="CacheLatents",
             category=CATEGORY,
             description="Encodes every image, clip and reference image with the graph's VAE and every caption "
-            "with its CLIP, once.",
+            "with its CLIP, once (video, audio, edit and inpainting runs: CacheMediaOptions).",
             inputs=[
                 sockets.Dataset.Input("dataset", tooltip="From LoadDataset."),
                 io.Vae.Input(
@@ -35,7 +36,7 @@ class CacheLatents(io.ComfyNode):
                     tooltip="The VAE of the model you train (encodes the images; clips need a video model's VAE).",
                 ),
                 io.Clip.Input("clip", tooltip="The text encoder of the model you train (encodes the captions)."),
-                *inputs_for(settings_of(CacheSettings)),
+                *inputs_for(settings_of(CacheSettings), ""),
                 sockets.Dataset.Input(
                     "validation_dataset",
                     optional=True,
@@ -49,18 +50,11 @@ class CacheLatents(io.ComfyNode):
                     "each training micro-batch comes with one of these, its loss weighted by TrainingExtras' "
                     "prior_weight, so the class keeps its look.",
                 ),
-                io.Vae.Input(
-                    "audio_vae",
+                sockets.CacheMediaOptions.Input(
+                    HOST_INPUT,
                     optional=True,
-                    tooltip="Audio-video models (optional; LTX-2's audio VAE, from LTXVAudioVAELoader): each clip's "
-                    "audio track is encoded beside its frames and trained on too (clip files with sound).",
-                ),
-                io.ClipVision.Input(
-                    "clip_vision",
-                    optional=True,
-                    tooltip="Image-to-video with start_image (optional; Wan 2.1 I2V: CLIP-ViT-H, HunyuanVideo 1.5 I2V: "
-                    "SigLIP): the start image's features too, as CLIPVisionEncode gives them to WanImageToVideo / "
-                    "HunyuanVideo15ImageToVideo.",
+                    tooltip="From CacheMediaOptions (optional): inpainting, edit instructions, the image-to-video "
+                    "start image, the clips' audio track.",
                 ),
             ],
             outputs=[sockets.TrainingData.Output(display_name="training_data", tooltip="Latents and conditionings.")],
@@ -75,11 +69,12 @@ class CacheLatents(io.ComfyNode):
         clip: Any,
         validation_dataset: Dataset | None = None,
         regularization_dataset: Dataset | None = None,
-        audio_vae: Any = None,
-        clip_vision: Any = None,
+        media_options: SettingValues | None = None,
         **values: Any,
     ) -> io.NodeOutput:
-        settings = CacheSettings(**values)
+        media = media_values(media_options)
+        audio_vae, clip_vision = media.pop("audio_vae", None), media.pop("clip_vision", None)
+        settings = CacheSettings(**values, **media)
         progress = ProgressBar(len(dataset.records), node_id=cls.hidden.unique_id)
         data = build_training_data(
             dataset,

@@ -10,7 +10,8 @@ from ..settings import settings_of
 from ..training.data.dataset import dataset_of
 from ..training.data.dataset_settings import DatasetSettings
 from . import sockets
-from .setting_inputs import inputs_for
+from .media_options import HOST_INPUT, media_values
+from .setting_inputs import SettingValues, inputs_for
 from .sockets import CATEGORY
 
 
@@ -30,11 +31,18 @@ class LoadDataset(io.ComfyNode):
             description="Reads a folder of images, video clips or frame folders with same-name caption files "
             "(or a metadata.jsonl); a control/ subfolder makes it an edit-pair dataset, a masks/ subfolder "
             "gives each image a loss mask.",
-            inputs=inputs_for(settings_of(DatasetSettings)),
+            inputs=[
+                *inputs_for(settings_of(DatasetSettings), ""),
+                sockets.DatasetMediaOptions.Input(
+                    HOST_INPUT,
+                    optional=True,
+                    tooltip="From DatasetMediaOptions (optional; video clips and audio files: frames, fps, seconds).",
+                ),
+            ],
             outputs=[sockets.Dataset.Output(display_name="dataset", tooltip="The images and their captions.")],
         )
 
     @classmethod
-    def execute(cls, **values: Any) -> io.NodeOutput:
-        settings = DatasetSettings(**values)
+    def execute(cls, media_options: SettingValues | None = None, **values: Any) -> io.NodeOutput:
+        settings = DatasetSettings(**values, **media_values(media_options))
         return io.NodeOutput(dataset_of(settings, resolve_dataset_folder(settings.folder)))

@@ -8,6 +8,7 @@ from .dataset_node import LoadDataset
 from .demo_model_node import TinyDemoModel
 from .lora_tools_nodes import LORA_TOOL_NODES
 from .loss_graph_node import LossGraph
+from .media_options import MEDIA_OPTIONS_NODES
 from .objective_node import TrainingObjective
 from .options_nodes import OPTIONS_NODES
 from .resume_node import LoadLoRAForTraining
@@ -20,6 +21,7 @@ NODES = [
     CacheLatents,
     LoRATrainer,
     *OPTIONS_NODES,
+    *MEDIA_OPTIONS_NODES,
     TrainingObjective,
     SampleDuringTraining,
     SaveLoRA,

@@ -9,7 +9,8 @@ from ..settings import settings_of
 from ..training.samples.config import sample_config
 from ..training.samples.sampler_settings import SamplerSettings
 from . import sockets
-from .setting_inputs import inputs_for
+from .media_options import HOST_INPUT, media_values
+from .setting_inputs import SettingValues, inputs_for
 from .sockets import CATEGORY
 
 
@@ -24,24 +25,12 @@ class SampleDuringTraining(io.ComfyNode):
             inputs=[
                 io.Clip.Input("clip", tooltip="Encodes the prompts."),
                 io.Vae.Input("vae", tooltip="Decodes the samples."),
-                *inputs_for(settings_of(SamplerSettings)),
-                io.Image.Input(
-                    "start_image",
+                *inputs_for(settings_of(SamplerSettings), ""),
+                sockets.SampleMediaOptions.Input(
+                    HOST_INPUT,
                     optional=True,
-                    tooltip="Image-to-video models (optional): the first frame every sample starts from, fed as "
-                    "WanImageToVideo / HunyuanVideo15ImageToVideo feed it.",
-                ),
-                io.Vae.Input(
-                    "audio_vae",
-                    optional=True,
-                    tooltip="Audio-video models (optional; LTX-2's audio VAE, from LTXVAudioVAELoader): the samples "
-                    "are drawn with their sound and saved as mp4.",
-                ),
-                io.ClipVision.Input(
-                    "clip_vision",
-                    optional=True,
-                    tooltip="Image-to-video (optional): the start image's features too, as CacheLatents' clip_vision "
-                    "gives them in training.",
+                    tooltip="From SampleMediaOptions (optional): video and audio samples (frames, seconds, the "
+                    "image-to-video start image, the audio VAE).",
                 ),
             ],
             outputs=[sockets.SampleConfig.Output(display_name="sample_config", tooltip="Connect to LoRATrainer.")],
@@ -66,21 +55,19 @@ class SampleDuringTraining(io.ComfyNode):
         cls,
         clip: Any,
         vae: Any,
-        start_image: Any = None,
-        audio_vae: Any = None,
-        clip_vision: Any = None,
+        media_options: SettingValues | None = None,
         **values: Any,
     ) -> io.NodeOutput:
         import folder_paths
 
-        settings = SamplerSettings(**values)
+        media = media_values(media_options)
+        connected = {name: media.pop(name, None) for name in ("start_image", "audio_vae", "clip_vision")}
+        settings = SamplerSettings(**values, **media)
         config = sample_config(
             clip,
             vae,
             settings,
             folder_paths.get_input_directory(),
-            start_image=start_image,
-            audio_vae=audio_vae,
-            clip_vision=clip_vision,
+            **connected,
         )
         return io.NodeOutput(config)

@@ -32,7 +32,8 @@ def input_for(s: Setting):
 
 
 def inputs_for(settings: dict[str, Setting], group: str | None = None) -> list:
-    """Inputs for `settings` ({name: Setting}, in their order), those of `group` alone when given."""
+    """Inputs for `settings` ({name: Setting}, in their order), those of `group` alone when given ("": those
+    of no group, a node's own where options nodes hold the others)."""
     return [input_for(s) for s in settings.values() if group is None or s.info.group == group]
 
 

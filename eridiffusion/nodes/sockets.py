@@ -15,5 +15,8 @@ MemoryOptions = io.Custom("ERI_MEMORY_OPTIONS")
 CheckpointOptions = io.Custom("ERI_CHECKPOINT_OPTIONS")
 ValidationOptions = io.Custom("ERI_VALIDATION_OPTIONS")
 TrainingExtras = io.Custom("ERI_TRAINING_EXTRAS")
+DatasetMediaOptions = io.Custom("ERI_DATASET_MEDIA_OPTIONS")
+CacheMediaOptions = io.Custom("ERI_CACHE_MEDIA_OPTIONS")
+SampleMediaOptions = io.Custom("ERI_SAMPLE_MEDIA_OPTIONS")
 
 CATEGORY = "EriDiffusion"

@@ -102,7 +102,7 @@ class LoRATrainer(io.ComfyNode):
                     "objective",
                     optional=True,
                     tooltip="From TrainingObjective (optional): timestep sampling, loss weighting, "
-                    "noise offset, guidance. Without it: the model family's defaults.",
+                    "noise offset, guidance; two experts' low-noise model. Without it: the model family's defaults.",
                 ),
                 *[
                     node.SOCKET.Input(
@@ -112,13 +112,6 @@ class LoRATrainer(io.ComfyNode):
                     )
                     for node in OPTIONS_NODES
                 ],
-                io.Model.Input(
-                    "low_noise_model",
-                    optional=True,
-                    tooltip="Two experts in one run (optional; Wan 2.2 14B): the low-noise model, `model` being the "
-                    "high-noise one. Each step trains the expert whose noise range the step's noise level falls in "
-                    "(TrainingObjective's expert_boundary, switch_boundary_every); both are returned and saved.",
-                ),
             ],
             outputs=[
                 io.Model.Output(
@@ -137,11 +130,12 @@ class LoRATrainer(io.ComfyNode):
                 ),
                 io.Model.Output(
                     display_name="low_noise_model",
-                    tooltip="With a low_noise_model: a copy of it with its trained LoRA (else the input's None).",
+                    tooltip="With TrainingObjective's low_noise_model: a copy of it with its trained LoRA (else None).",
                 ),
                 sockets.LoRA.Output(
                     display_name="low_noise_lora",
-                    tooltip="With a low_noise_model: its LoRA; connect to a second SaveLoRA (…_low_noise).",
+                    tooltip="With TrainingObjective's low_noise_model: its LoRA; connect to a second SaveLoRA "
+                    "(…_low_noise).",
                 ),
             ],
             hidden=[io.Hidden.unique_id, io.Hidden.extra_pnginfo],
@@ -155,9 +149,9 @@ class LoRATrainer(io.ComfyNode):
         sample_config: SampleSettings | None = None,
         clip: Any = None,
         resume: ResumePoint | None = None,
-        low_noise_model: Any = None,
         **inputs: Any,
     ) -> io.NodeOutput:
+        low_noise_model = getattr(inputs.get("objective"), "low_noise_model", None)  # two experts
         connected = [inputs.pop(name, None) for name in SETTING_SOCKETS]
         config = train_config_from(inputs, [settings.values for settings in connected if settings is not None])
         request = RunRequest(model, training_data, config, clip, resume, sample_config, low_noise_model=low_noise_model)

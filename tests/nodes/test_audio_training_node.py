@@ -12,7 +12,7 @@ import pytest
 
 from devkit import tiny_family_node
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
-from devkit.workflow import QUICK, Outcome, load_extension, run_prompt, training_prompt, widget_defaults
+from devkit.workflow import QUICK, Outcome, load_extension, run_prompt, training_prompt, with_sampler
 
 FAMILY = "ace_step15"
 SECONDS = TINY_FAMILIES[FAMILY].audio_seconds
@@ -36,12 +36,7 @@ def _prompt(music_folder, run_name):
         stack=stack,
         dataset_options={"seconds": SECONDS},
     )
-    sampler = {**widget_defaults("EriDiffusion_SampleDuringTraining"), "clip": ["1", 1], "vae": ["1", 2]}
-    sampler.update(prompts="rock, distorted guitar, drums, energetic", steps=2, cfg=1.0, seconds=SECONDS)
-    node_id = str(max(int(i) for i in prompt) + 1)
-    prompt[node_id] = {"class_type": "EriDiffusion_SampleDuringTraining", "inputs": sampler}
-    prompt["4"]["inputs"]["sample_config"] = [node_id, 0]
-    return prompt
+    return with_sampler(prompt, prompts="rock, distorted guitar, drums, energetic", steps=2, cfg=1.0, seconds=SECONDS)
 
 
 @pytest.mark.parametrize("family", family_params([FAMILY]))

@@ -12,7 +12,7 @@ import pytest
 from devkit import tiny_family_node
 from devkit.photo_clips import CLIP_FRAMES, write_dog_clips_with_sound
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
-from devkit.workflow import QUICK, load_extension, run_prompt, training_prompt, widget_defaults
+from devkit.workflow import QUICK, load_extension, run_prompt, set_inputs, training_prompt, with_sampler
 
 FAMILY = "ltx2"
 
@@ -43,11 +43,9 @@ def test_ltx2_trains_on_clips_with_sound_through_the_executor_and_samples_them_w
         dataset_options={"frames": CLIP_FRAMES, "fps": 16.0},
     )
     prompt["40"] = {"class_type": tiny_family_node.AUDIO_VAE_NODE, "inputs": {"seed": 0}}
-    prompt["3"]["inputs"]["audio_vae"] = ["40", 0]
-    sample = {**widget_defaults("EriDiffusion_SampleDuringTraining"), "clip": ["1", 1], "vae": ["1", 2]}
-    sample.update(prompts="a photo of sks dog, rock", steps=2, cfg=1.0, width=96, height=64, frames=CLIP_FRAMES)
-    prompt["41"] = {"class_type": "EriDiffusion_SampleDuringTraining", "inputs": {**sample, "audio_vae": ["40", 0]}}
-    prompt["4"]["inputs"]["sample_config"] = ["41", 0]
+    set_inputs(prompt, "3", {"audio_vae": ["40", 0]})
+    sample = {"prompts": "a photo of sks dog, rock", "steps": 2, "cfg": 1.0, "width": 96, "height": 64}
+    with_sampler(prompt, **sample, frames=CLIP_FRAMES, audio_vae=["40", 0])
     executor, _ = run_prompt(prompt)
     assert executor.success
     run_dir = os.path.join(folder_paths.get_output_directory(), "node_av")

@@ -85,8 +85,10 @@ def tiny_prompt(example, family, dataset):
         with_family_stack(ui_to_api(load_example(example)), family),
         overrides={
             "EriDiffusion_CacheLatents": {"resolution": SIZE},
-            "EriDiffusion_LoadDataset": {"folder": dataset, **clips},
-            "EriDiffusion_SampleDuringTraining": {**latent, "steps": 2, "every": TINY["steps"], **sample_frames},
+            "EriDiffusion_LoadDataset": {"folder": dataset},
+            "EriDiffusion_DatasetMediaOptions": clips,  # (the video examples' own)
+            "EriDiffusion_SampleDuringTraining": {**latent, "steps": 2, "every": TINY["steps"]},
+            "EriDiffusion_SampleMediaOptions": sample_frames,
             "EriDiffusion_SaveLoRA": {"filename_prefix": f"family_workflow/{stem}"},
             "EmptySD3LatentImage": latent,
             "EmptyFlux2LatentImage": latent,

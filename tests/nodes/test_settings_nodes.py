@@ -117,7 +117,7 @@ def test_registering_the_nodes_imports_no_test_support_module_and_warns_of_nothi
     )
     assert done.returncode == 0, done.stderr
     count, *modules = done.stdout.split()
-    assert int(count) == 22  # the 16 training nodes (SaveFineTune the 16th) and the 6 of the LoRA toolbox
+    assert int(count) == 25  # the 19 training nodes (the 3 media options the last) and the 6 of the LoRA toolbox
     assert any(m.startswith("EriDiffusion.eridiffusion.nodes") for m in modules)
     support = [
         m

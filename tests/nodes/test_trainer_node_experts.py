@@ -13,7 +13,7 @@ from devkit import tiny_family_node
 from devkit.photo_clips import CLIP_FRAMES
 from devkit.stock_comfyui import ProbeInput, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny
-from devkit.workflow import QUICK, load_extension, run_prompt, training_prompt
+from devkit.workflow import QUICK, load_extension, run_prompt, set_training_settings, training_prompt
 
 FAMILY = "wan21_t2v"
 
@@ -47,7 +47,7 @@ def test_two_experts_train_through_the_executor_into_two_loras_that_stock_comfyu
     settings = {**QUICK, "steps": 300, "rank": 8, "alpha": 8.0, "targets": "all-linear", "run_name": "node_experts"}
     prompt = _prompt(dog_clips, settings, "node_experts/lora_high_noise")
     prompt["30"] = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": FAMILY, "seed": 1}}
-    prompt["4"]["inputs"]["low_noise_model"] = ["30", 0]
+    set_training_settings(prompt, {"low_noise_model": ["30", 0]})  # on TrainingObjective
     prompt["31"] = {**prompt["5"], "inputs": {**prompt["5"]["inputs"], "lora": ["4", 6]}}
     prompt["31"]["inputs"]["filename_prefix"] = "node_experts/lora_low_noise"
     executor, _ = run_prompt(prompt)
@@ -82,7 +82,7 @@ def test_the_same_model_as_both_experts_is_refused_through_the_executor_before_t
     from devkit.workflow import execution_error
 
     prompt = _prompt(dog_clips, {**QUICK, "steps": 5, "run_name": "node_experts_same_model"}, "node_experts/same")
-    prompt["4"]["inputs"]["low_noise_model"] = ["1", 0]  # the high-noise expert's MODEL again
+    set_training_settings(prompt, {"low_noise_model": ["1", 0]})  # the high-noise expert's MODEL again
     executor, _ = run_prompt(prompt)
     assert not executor.success
     message = execution_error(executor)

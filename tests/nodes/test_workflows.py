@@ -9,8 +9,15 @@ import pytest
 import safetensors.torch
 
 from demo.run_demo import demo_prompt
-from devkit.example_workflows import EXAMPLES, FOLDER, render_examples
-from devkit.workflow import execution_error, load_extension, run_prompt, set_training_settings, substitute
+from devkit.example_workflows import EXAMPLES, FOLDER, load_example, render_examples
+from devkit.workflow import (
+    execution_error,
+    input_names,
+    load_extension,
+    run_prompt,
+    set_training_settings,
+    substitute,
+)
 
 NODE_IDS = {
     "EriDiffusion_LoadDataset",
@@ -52,6 +59,23 @@ def test_committed_example_workflows_match_the_node_definitions(registered):
     for name, text in render_examples().items():
         with open(os.path.join(FOLDER, name)) as f:
             assert f.read() == text, f"{name} is stale: run `python -m devkit.example_workflows`"
+
+
+# Inputs that only a video, audio, edit, inpainting or two-expert run uses (issue 45: an image user sees none).
+MEDIA_ONLY = {"frames", "fps", "seconds", "start_image", "audio_vae", "clip_vision", "low_noise_model"}
+MEDIA_ONLY |= {"inpaint", "edit_instructions"}
+
+
+@pytest.mark.parametrize("example", ["sdxl_lora.json", "sd15_lora.json"])
+def test_the_image_examples_nodes_show_no_video_audio_edit_or_inpaint_input(registered, example):
+    shown = {
+        (node["type"], name)
+        for node in load_example(example)["nodes"]
+        if node["type"].startswith("EriDiffusion_")
+        for name in input_names(node["type"])
+    }
+    assert {(t, name) for t, name in shown if name in MEDIA_ONLY} == set()
+    assert ("EriDiffusion_LoadDataset", "media_options") in shown  # where a clip dataset's settings go
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES))

@@ -1,6 +1,7 @@
 """The canvas of a real ComfyUI page: every example workflow laid out on a grid in its groups, no
 node over another at the sizes the page computes; a workflow saved when LoRATrainer still held all
-its settings loads with them moved to the options nodes, and trains."""
+its settings loads with them moved to the options nodes, and trains; one saved when the dataset,
+cache and sample nodes held the video inputs loads with them (values and links) on the media options."""
 
 import copy
 import json
@@ -15,6 +16,12 @@ from devkit.example_workflows import ALL_EXAMPLES, load_example
 # tiny_demo_lora.json as EriDiffusion wrote it before the options nodes (commit 918dab5): its
 # LoRATrainer holds 26 settings, gradient_checkpointing off and targets all-linear among them.
 OLD_WORKFLOW = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_demo_lora_before_options_nodes.json")
+# wan22_i2v_experts_lora.json as EriDiffusion wrote it before the media options nodes (issue 45): frames
+# 33 on LoadDataset, start_image on CacheLatents, a start image linked into SampleDuringTraining and the
+# low-noise expert into LoRATrainer.
+OLD_VIDEO_WORKFLOW = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "wan22_i2v_experts_lora_before_media_options.json"
+)
 TRAINER = 5
 # Which group each node of an example belongs in, by type: the graph reads Model → Data → Train → Test.
 GROUPS = {
@@ -29,10 +36,18 @@ GROUPS = {
         "LTXAVTextEncoderLoader",
         "LTXVAudioVAELoader",
     },
-    "Data": {"Note", "EriDiffusion_LoadDataset", "EriDiffusion_CacheLatents"},
+    "Data": {
+        "Note",
+        "EriDiffusion_LoadDataset",
+        "EriDiffusion_CacheLatents",
+        "EriDiffusion_DatasetMediaOptions",
+        "EriDiffusion_CacheMediaOptions",
+    },
     "Train": {
         "Note",
         "EriDiffusion_SampleDuringTraining",
+        "EriDiffusion_SampleMediaOptions",
+        "EriDiffusion_TrainingObjective",
         "EriDiffusion_LoRATrainer",
         "EriDiffusion_AdapterOptions",
         "EriDiffusion_OptimizerOptions",
@@ -102,6 +117,28 @@ TRAINER_STATE = """(id) => {
   }
   const saved = graph.serialize().nodes.find((n) => n.id === id);
   return { widgets: values(trainer), options, saved: saved.widgets_values };
+}"""
+
+
+# A node's widgets, its linked inputs (name: the node it is linked from) and the settings nodes linked
+# into it (input: that node's type, widgets and linked inputs).
+NODE_STATE = """(id) => {
+  const graph = window.app.graph;
+  const node = graph.getNodeById(id);
+  const origin = (input) =>
+    (graph.links instanceof Map ? graph.links.get(input.link) : graph.links[input.link]).origin_id;
+  const values = (n) => Object.fromEntries(
+    n.widgets.filter((w) => w.serialize !== false && w.options?.serialize !== false).map((w) => [w.name, w.value]));
+  const links = (n) => Object.fromEntries(n.inputs.filter((i) => i.link != null).map((i) => [i.name, origin(i)]));
+  const options = {};
+  for (const input of node.inputs.filter((i) => i.link != null)) {
+    const source = graph.getNodeById(origin(input));
+    if (/(Options|Objective)$/.test(source.type)) {
+      options[input.name] = { type: source.type, values: values(source), links: links(source) };
+    }
+  }
+  const saved = graph.serialize().nodes.find((n) => n.id === id);
+  return { widgets: values(node), inputs: node.inputs.map((i) => i.name), options, saved: saved.widgets_values };
 }"""
 
 
@@ -257,6 +294,51 @@ def test_old_trainer_settings_that_cannot_move_are_named_in_a_message(page):
     )
     assert defaults["run_name"] == "eridiffusion_lora"
     assert page.page.evaluate(TRAINER_STATE, TRAINER)["widgets"] == defaults  # not the values by position
+
+
+def test_a_video_workflow_saved_before_the_media_options_keeps_its_values_and_links_on_them(page):
+    with open(OLD_VIDEO_WORKFLOW) as f:
+        page.load(json.load(f))
+    dataset, cache, sampler, trainer = (page.page.evaluate(NODE_STATE, node_id) for node_id in (2, 3, 4, 5))
+    page.show_node(3)
+    page.screenshot(f"canvas_migrated_video_workflow_{page.renderer}.png")
+    assert list(dataset["widgets"].values()) == [
+        "sks_dog_clips",
+        ".txt",
+        "sks",
+        "error",
+        0.0,
+        False,
+        1,
+        1,
+        0.0,
+        "error",
+        False,
+    ]
+    assert dataset["options"] == {
+        "media_options": {
+            "type": "EriDiffusion_DatasetMediaOptions",
+            "values": {"frames": 33, "fps": 16.0, "seconds": 120.0},
+            "links": {},
+        }
+    }
+    assert cache["widgets"] == {"resolution": 512, "shuffle_variants": 4, "cache_folder": "", "extra_resolutions": ""}
+    assert cache["options"]["media_options"] == {
+        "type": "EriDiffusion_CacheMediaOptions",
+        "values": {"inpaint": False, "edit_instructions": False, "start_image": True},
+        "links": {},
+    }
+    assert sampler["options"]["media_options"] == {
+        "type": "EriDiffusion_SampleMediaOptions",
+        "values": {"frames": 33, "seconds": 10.0},
+        "links": {"start_image": 38},  # the Test group's Start image
+    }
+    assert [v for k, v in sampler["widgets"].items() if k in ("every", "width", "height")] == [250, 512, 512]
+    assert trainer["options"]["objective"]["links"] == {"low_noise_model": 33}  # the low-noise UNETLoader
+    assert "low_noise_model" not in trainer["inputs"] and "start_image" not in sampler["inputs"]
+    for state in (dataset, cache, sampler):
+        assert state["saved"] == list(state["widgets"].values())  # saved again: the new layout
+    assert page.our_errors() == []
 
 
 # What the page does with a finished node's "executed" message, as the server sends it.

@@ -63,6 +63,7 @@ class DatasetSettings:
         minimum=1,
         maximum=1025,
         step=4,
+        group="media",
     )
     fps: float = setting(
         16.0,
@@ -71,6 +72,7 @@ class DatasetSettings:
         minimum=0.0,
         maximum=240.0,
         step=1.0,
+        group="media",
     )
     validation: float = setting(
         0.0,
@@ -105,6 +107,7 @@ class DatasetSettings:
         maximum=600.0,
         step=1.0,
         optional=True,
+        group="media",
     )
 
     def __post_init__(self):

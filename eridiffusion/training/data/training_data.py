@@ -1,6 +1,5 @@
-"""What CacheLatents hands the trainer: every image, clip, reference image and caption variant of a
-dataset encoded (or read back from the latent cache) into TrainingData, with its validation and
-regularization parts."""
+"""What CacheLatents hands the trainer: every image, clip, reference image and caption variant of a dataset
+encoded (or read back from the latent cache) into TrainingData, with its validation and regularization parts."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ class CacheSettings:
         "given with its mask, as InpaintModelConditioning gives them, so the model learns to fill the white "
         "region (an image without a mask: all of it).",
         optional=True,
+        group="media",
     )
     edit_instructions: bool = setting(
         False,
@@ -46,6 +46,7 @@ class CacheSettings:
         "edit instructions, as TextEncodeQwenImageEditPlus does without images. Edit pairs with "
         "references are always encoded so.",
         optional=True,
+        group="media",
     )
     extra_resolutions: str = setting(
         "",
@@ -54,13 +55,13 @@ class CacheSettings:
         "interleave. Validation images stay at resolution.",
         optional=True,
     )
-
     start_image: bool = setting(
         False,
         "Image-to-video models (Wan 2.1 / Wan 2.2 14B I2V, HunyuanVideo 1.5 I2V): each clip's first frame (a "
         "still: the image itself) conditions it, encoded as ComfyUI's WanImageToVideo / "
         "HunyuanVideo15ImageToVideo encode the start image (ai-toolkit's do_i2v).",
         optional=True,
+        group="media",
     )
 
     def __post_init__(self):

@@ -49,6 +49,7 @@ class SamplerSettings:
         minimum=1,
         maximum=1024,
         optional=True,
+        group="media",
     )
     seconds: float = setting(
         10.0,
@@ -58,6 +59,7 @@ class SamplerSettings:
         maximum=600.0,
         step=0.1,
         optional=True,
+        group="media",
     )
 
     def __post_init__(self):
