@@ -1,4 +1,4 @@
-"""Wan 2.2 14B's two experts trained in one run (LoRATrainer's low_noise_model) against two runs of
+"""Wan 2.2 14B's two experts trained in one run (TrainingObjective's low_noise_model) against two runs of
 one expert each, on full-size Wan 14B models with random weights (nothing downloaded; the layout of
 Wan 2.2 T2V A14B's experts, which is Wan 2.1 14B's), bf16, 480p clips of 33 frames, gradient
 checkpointing, rank 16: the one run must cost no more per step than the two.

@@ -3,7 +3,7 @@ no number (issue 41). Each run trains 3-6 fp32 steps at batch 1 on 2 photos or 2
 
     graph    LoadDataset → CacheLatents → LoRATrainer → SaveLoRA through ComfyUI's executor (tiny SDXL)
     cli      `python -m eridiffusion train cfg.yaml` in a process of its own (tiny SD1.5)
-    experts  two tiny Wan 2.2 experts in one run (LoRATrainer's low_noise_model), two SaveLoRAs
+    experts  two tiny Wan 2.2 experts in one run (TrainingObjective's low_noise_model), two SaveLoRAs
     resume   3 steps, then a run resumed from its checkpoint to 6, against 6 straight (tiny SD1.5)
     edit     tiny Qwen-Image-Edit on targets with two references each (control/, control_2/)
     audio    tiny ACE-Step 1.5 on two music clips (skipped on a host without its classes)
@@ -198,6 +198,7 @@ class Runs:
         import nodes
 
         from devkit.photo_clips import CLIP_FRAMES
+        from devkit.workflow import set_training_settings
 
         outputs = list(nodes.NODE_CLASS_MAPPINGS["EriDiffusion_LoRATrainer"].RETURN_NAMES)
         prompt = self.prompt(
@@ -208,13 +209,14 @@ class Runs:
             dataset_options={"frames": CLIP_FRAMES, "fps": 16.0},
         )
         prompt["30"] = self.family("wan21_t2v", seed=1)
-        prompt["4"]["inputs"]["low_noise_model"] = ["30", 0]  # the second expert: its own seed
         prompt["5"]["inputs"]["filename_prefix"] = "fixed_seed/experts/lora_high_noise"
         prompt["31"] = {
             **prompt["5"],
             "inputs": {**prompt["5"]["inputs"], "lora": ["4", outputs.index("low_noise_lora")]},
         }
         prompt["31"]["inputs"]["filename_prefix"] = "fixed_seed/experts/lora_low_noise"
+        # the second expert, its own seed, on TrainingObjective (node 32)
+        set_training_settings(prompt, {"low_noise_model": ["30", 0]})
         return self.execute(prompt, "experts", "fixed_seed/experts")
 
     def resume(self):

@@ -50,12 +50,14 @@ def family_run(run_name, steps, rank=8, **values):
 
 def quick_samples(clip, vae, prompt, width, height, frames=1, steps=2, **inputs):
     """SampleDuringTraining's SAMPLE_CONFIG for one prompt: `steps` euler steps at cfg 1, rendered at the
-    end of a run only; `inputs` are its other inputs (seconds, start_image, audio_vae)."""
+    end of a run only; `inputs` are SampleMediaOptions' other inputs (seconds, start_image, audio_vae)."""
+    from eridiffusion.nodes.media_options import SampleMediaOptions
     from eridiffusion.nodes.sampling_node import SampleDuringTraining
 
     values = dict(prompts=prompt, every=10_000, seed=0, steps=steps, cfg=1.0, sampler_name="euler")
-    values.update(scheduler="simple", width=width, height=height, frames=frames, **inputs)
-    return SampleDuringTraining.execute(clip, vae, **values).args[0]
+    values.update(scheduler="simple", width=width, height=height)
+    media = SampleMediaOptions.execute(frames=frames, **inputs).args[0]
+    return SampleDuringTraining.execute(clip, vae, media_options=media, **values).args[0]
 
 
 # The learning tests on CI's second host (0.3.75; tiny_models.TESTED_HOSTS[0]): that host proves what differs

@@ -25,7 +25,7 @@ def media_values(options: SettingValues | None) -> dict[str, Any]:
 
 
 class MediaOptionsNode(io.ComfyNode):
-    """Base of the media options nodes: SETTINGS' settings of GROUP, then SOCKETS, become the inputs."""
+    """Base of the media options nodes: the settings of GROUP in SETTINGS, then sockets(), are the inputs."""
 
     NODE_ID = DISPLAY_NAME = DESCRIPTION = HOST = ""
     SETTINGS: Any = None  # the settings dataclass of the node it feeds

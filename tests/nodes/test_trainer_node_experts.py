@@ -47,9 +47,9 @@ def test_two_experts_train_through_the_executor_into_two_loras_that_stock_comfyu
     settings = {**QUICK, "steps": 300, "rank": 8, "alpha": 8.0, "targets": "all-linear", "run_name": "node_experts"}
     prompt = _prompt(dog_clips, settings, "node_experts/lora_high_noise")
     prompt["30"] = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": FAMILY, "seed": 1}}
-    set_training_settings(prompt, {"low_noise_model": ["30", 0]})  # on TrainingObjective
     prompt["31"] = {**prompt["5"], "inputs": {**prompt["5"]["inputs"], "lora": ["4", 6]}}
     prompt["31"]["inputs"]["filename_prefix"] = "node_experts/lora_low_noise"
+    set_training_settings(prompt, {"low_noise_model": ["30", 0]})  # on TrainingObjective (added as node 32)
     executor, _ = run_prompt(prompt)
     assert executor.success
     with open(os.path.join(folder_paths.get_output_directory(), "node_experts", "summary.json")) as f:

@@ -93,11 +93,35 @@ OPTIONS = {
             "flux_dev_lora.json",
             "flux2_klein_lora.json",
             "qwen_image_edit_lora.json",
-            "wan22_t2v_experts_lora.json",
-            "wan22_i2v_experts_lora.json",
-            "ltx2_sound_lora.json",
-            "ace_step15_lora.json",
         )
+    },
+    # the clips' frames and the samples' (and image-to-video's start image) on the media options
+    "wan22_t2v_experts_lora.json": {
+        "EriDiffusion_OptimizerOptions",
+        "EriDiffusion_MemoryOptions",
+        "EriDiffusion_DatasetMediaOptions",
+        "EriDiffusion_SampleMediaOptions",
+    },
+    "wan22_i2v_experts_lora.json": {
+        "EriDiffusion_OptimizerOptions",
+        "EriDiffusion_MemoryOptions",
+        "EriDiffusion_DatasetMediaOptions",
+        "EriDiffusion_CacheMediaOptions",
+        "EriDiffusion_SampleMediaOptions",
+    },
+    # the clips' frames and their sound's audio VAE; the music's seconds
+    "ltx2_sound_lora.json": {
+        "EriDiffusion_OptimizerOptions",
+        "EriDiffusion_MemoryOptions",
+        "EriDiffusion_DatasetMediaOptions",
+        "EriDiffusion_CacheMediaOptions",
+        "EriDiffusion_SampleMediaOptions",
+    },
+    "ace_step15_lora.json": {
+        "EriDiffusion_OptimizerOptions",
+        "EriDiffusion_MemoryOptions",
+        "EriDiffusion_DatasetMediaOptions",
+        "EriDiffusion_SampleMediaOptions",
     },
     "lora_tools.json": set(),
 }

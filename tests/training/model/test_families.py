@@ -15,6 +15,7 @@ from devkit.photo_clips import CLIP_FRAMES, start_photo
 from devkit.short_runs import learning_bar, learning_steps
 from devkit.stock_comfyui import ProbeInput, load_with_stock_comfyui, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
+from eridiffusion.nodes.media_options import SampleMediaOptions
 from eridiffusion.nodes.sampling_node import SampleDuringTraining
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.data.dataset import load_dataset
@@ -91,13 +92,15 @@ def _train(name, request, tmp_path_factory):
 
 def _sample_settings(family, clip, vae):
     """SampleDuringTraining's output for one prompt, two euler steps at cfg 1, the family's sample size."""
-    size = {"width": family.sample_size[0], "height": family.sample_size[1], "frames": family.video_frames or 1}
+    size = {"width": family.sample_size[0], "height": family.sample_size[1]}
     prompt = "rock, distorted guitar, drums, energetic" if family.audio_seconds else "a photo of sks dog"
     values = {"prompts": prompt, "every": 10_000, "seed": 0, "steps": 2, "cfg": 1.0, **size}
-    values.update(sampler_name="euler", scheduler="simple", seconds=family.audio_seconds or 10.0)
+    values.update(sampler_name="euler", scheduler="simple")
+    media = {"frames": family.video_frames or 1, "seconds": family.audio_seconds or 10.0}
     if family.start_image:  # image-to-video: every sample starts from a photo
-        values["start_image"] = start_photo(*family.sample_size)
-    return SampleDuringTraining.execute(clip, vae, **values).args[0]
+        media["start_image"] = start_photo(*family.sample_size)
+    options = SampleMediaOptions.execute(**media).args[0]
+    return SampleDuringTraining.execute(clip, vae, media_options=options, **values).args[0]
 
 
 @pytest.fixture(scope="module", autouse=True)
