@@ -18,15 +18,16 @@ SOUND_SAMPLES = "a video of sks dog barking on the beach, waves rolling in"
 LTX2_NEGATIVE = "blurry, low quality, still frame, frames, watermark, overlay, titles, has blurbox, has subtitles"
 SOUND_CLIPS_NOTE = (
     "folder: your clips with their sound (mp4, webm or mov with an audio track) inside ComfyUI's input/ folder, "
-    "each with a caption .txt of the same name that says what is seen and heard. frames: the frames of each "
-    "training clip, taken at fps (LTX-2: 8k+1 at 24 fps); a shorter clip is an error, a shorter audio track is "
-    "padded with silence. CacheLatents encodes the frames with the VAE and the sound with the audio_vae (linked "
-    "from LTXVAudioVAELoader) once, and reuses them on the next run."
+    "each with a caption .txt of the same name that says what is seen and heard. DatasetMediaOptions' "
+    "frames: the frames of each training clip, taken at fps (LTX-2: 8k+1 at 24 fps); a shorter clip is an "
+    "error, a shorter audio track is padded with silence. CacheLatents encodes the frames with the VAE and "
+    "the sound with CacheMediaOptions' audio_vae (linked from LTXVAudioVAELoader) once, and reuses them on "
+    "the next run."
 )
 SOUND_TRAIN_NOTE = (
     "LoRATrainer trains LTX-2's video and audio streams together on each clip (TrainingObjective's "
     "video_loss_weight and audio_loss_weight weigh the two). Change steps, learning_rate and rank first. "
-    "SampleDuringTraining's audio_vae draws the samples with their sound, saved as mp4 (at 25 fps). "
+    "SampleMediaOptions' audio_vae draws the samples with their sound, saved as mp4 (at 25 fps). "
     "SaveLoRA writes models/loras/eridiffusion/."
 )
 SOUND_TEST_NOTE = (
@@ -121,14 +122,14 @@ MUSIC_SECONDS = 30.0
 MUSIC_NOTE = (
     "folder: your music (flac, wav, mp3, ogg, opus, m4a) inside ComfyUI's input/ folder, as ACE-Step's own "
     "trainer reads it: song.txt the tags (style, instruments, mood), song.lyrics.txt the lyrics (none: "
-    'instrumental), song.json {"bpm", "keyscale", "timesignature", "language"}. seconds: the length '
-    "trained from each file's start (a shorter one is padded with silence). CacheLatents encodes the music "
-    "and its captions once and reuses them on the next run; its resolution is unused."
+    'instrumental), song.json {"bpm", "keyscale", "timesignature", "language"}. DatasetMediaOptions\' '
+    "seconds: the length trained from each file's start (a shorter one is padded with silence). CacheLatents "
+    "encodes the music and its captions once and reuses them on the next run; its resolution is unused."
 )
 MUSIC_TRAIN_NOTE = (
     "LoRATrainer: change steps, learning_rate and rank first. SampleDuringTraining writes each prompt line "
-    "(tags) as seconds of instrumental music, FLAC, in the run's samples/ folder; its width, height and frames "
-    "are unused. SaveLoRA writes models/loras/eridiffusion/."
+    "(tags) as SampleMediaOptions' seconds of instrumental music, FLAC, in the run's samples/ folder; its "
+    "width and height are unused. SaveLoRA writes models/loras/eridiffusion/."
 )
 MUSIC_TEST_NOTE = (
     "Makes one song with the trained MODEL as ComfyUI's ACE-Step 1.5 template does (ModelSamplingAuraFlow 3, "

@@ -76,7 +76,7 @@ def tiny_prompt(example, family, dataset, overrides):
             "SaveVideo": prefix,
             "SaveAudioMP3": prefix,
             **overrides,
-            "EriDiffusion_LoadDataset": {"folder": dataset, **overrides.get("EriDiffusion_LoadDataset", {})},
+            "EriDiffusion_LoadDataset": {"folder": dataset},
         },
     )
     return set_training_settings(prompt, {**TINY, "run_name": f"audio_workflow_{stem}"})
@@ -107,8 +107,9 @@ def test_the_ltx2_sound_example_trains_both_streams_and_draws_its_test_clip_with
     clips = write_dog_clips_with_sound(os.path.join(datasets_dir, "dreambooth_dog"), str(tmp_path / "clips"))
     video = {"width": SIZE, "height": SIZE}
     overrides = {
-        "EriDiffusion_LoadDataset": {"frames": CLIP_FRAMES, "fps": 16.0},
-        "EriDiffusion_SampleDuringTraining": {**video, "steps": 2, "every": TINY["steps"], "frames": CLIP_FRAMES},
+        "EriDiffusion_DatasetMediaOptions": {"frames": CLIP_FRAMES, "fps": 16.0},
+        "EriDiffusion_SampleDuringTraining": {**video, "steps": 2, "every": TINY["steps"]},
+        "EriDiffusion_SampleMediaOptions": {"frames": CLIP_FRAMES},
         "EmptyLTXVLatentVideo": {**video, "length": CLIP_FRAMES},
         "LTXVEmptyLatentAudio": {"frames_number": CLIP_FRAMES},
     }
@@ -134,8 +135,9 @@ def test_the_ace_step15_example_trains_on_music_and_makes_its_test_song(family, 
 
     example = "ace_step15_lora.json"
     overrides = {
-        "EriDiffusion_LoadDataset": {"seconds": SECONDS},
-        "EriDiffusion_SampleDuringTraining": {"steps": 2, "every": TINY["steps"], "seconds": SECONDS},
+        "EriDiffusion_DatasetMediaOptions": {"seconds": SECONDS},
+        "EriDiffusion_SampleDuringTraining": {"steps": 2, "every": TINY["steps"]},
+        "EriDiffusion_SampleMediaOptions": {"seconds": SECONDS},
         "TextEncodeAceStepAudio1.5": {"duration": SECONDS},
         "EmptyAceStep1.5LatentAudio": {"seconds": SECONDS},
     }
