@@ -7,7 +7,7 @@ import json
 import os
 import urllib.request
 
-from PIL import Image, ImageChops, ImageStat
+from PIL import Image, ImageChops
 
 from devkit.example_workflows import FOLDER
 from devkit.thumbnails import DESCRIPTIONS, SIZE, draw, examples
@@ -23,8 +23,11 @@ def test_every_example_has_a_description_and_a_thumbnail_of_its_current_layout()
         with open(os.path.join(FOLDER, f"{name}.json")) as f:
             now = draw(json.load(f), DESCRIPTIONS[name])
         with Image.open(os.path.join(FOLDER, f"{name}.jpg")) as committed:
-            apart = ImageStat.Stat(ImageChops.difference(now, committed.convert("RGB"))).mean
-        assert max(apart) < 2.0, f"example_workflows/{name}.jpg is out of date: run python -m devkit.thumbnails"
+            saved = committed.convert("RGB")
+        # compared at a quarter of the size, where the jpg's own error is at most 5 of 255 (2026-11-30)
+        # and a node moved by 60 px, or one link fewer, differs by 17 or more somewhere
+        apart = ImageChops.difference(now.reduce(4), saved.reduce(4)).convert("L").getextrema()[1]
+        assert apart <= 12, f"example_workflows/{name}.jpg is out of date: run python -m devkit.thumbnails"
 
 
 def test_the_server_lists_every_example_and_serves_its_thumbnail(comfy_server):
