@@ -95,21 +95,23 @@ def section_nodes():
     """{section: the node classes whose inputs it holds}."""
     from eridiffusion.nodes.cache_node import CacheLatents
     from eridiffusion.nodes.dataset_node import LoadDataset
+    from eridiffusion.nodes.media_options import CacheMediaOptions, DatasetMediaOptions, SampleMediaOptions
     from eridiffusion.nodes.objective_node import TrainingObjective
     from eridiffusion.nodes.options_nodes import OPTIONS_NODES
     from eridiffusion.nodes.sampling_node import SampleDuringTraining
     from eridiffusion.nodes.save_node import SaveLoRA
     from eridiffusion.nodes.trainer_node import LoRATrainer
 
+    datasets = (LoadDataset, DatasetMediaOptions)
     return {
-        "dataset": (LoadDataset,),
-        "cache": (CacheLatents,),
+        "dataset": datasets,
+        "cache": (CacheLatents, CacheMediaOptions),
         "train": (LoRATrainer, *OPTIONS_NODES),
         "objective": (TrainingObjective,),
-        "sample": (SampleDuringTraining,),
+        "sample": (SampleDuringTraining, SampleMediaOptions),
         "save": (SaveLoRA,),
-        "validation_dataset": (LoadDataset,),
-        "regularization_dataset": (LoadDataset,),
+        "validation_dataset": datasets,
+        "regularization_dataset": datasets,
     }
 
 

@@ -85,6 +85,10 @@ NODE_SETTINGS = {
     "EriDiffusion_LoadDataset": DatasetSettings,
     "EriDiffusion_CacheLatents": CacheSettings,
     "EriDiffusion_SampleDuringTraining": SamplerSettings,
+    # the media options nodes show the rest of those nodes' settings (group "media")
+    "EriDiffusion_DatasetMediaOptions": DatasetSettings,
+    "EriDiffusion_CacheMediaOptions": CacheSettings,
+    "EriDiffusion_SampleMediaOptions": SamplerSettings,
     "EriDiffusion_TinyDemoModel": TinyDemoSettings,
     "EriDiffusion_ResizeLoRA": tool_settings.ResizeSettings,
     "EriDiffusion_MergeLoRAs": tool_settings.MergeSettings,
