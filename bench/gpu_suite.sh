@@ -18,7 +18,8 @@ case "$part" in
   files) paths="tests/training/adapters tests/training/run/test_trained.py tests/nodes/test_trainer_node.py
          tests/nodes/test_family_training_node.py tests/reliability/test_gpu_memory.py tests/test_comfy_compat.py
          tests/headless/test_multi_gpu.py tests/training/trained tests/training/run/test_fused_backward.py
-         tests/nodes/test_fine_tune_node.py tests/formats/test_checkpoint_file.py" ;;
+         tests/nodes/test_fine_tune_node.py tests/formats/test_checkpoint_file.py
+         tests/training/run/test_precision.py tests/nodes/test_audio_workflows.py" ;;
   trainer) paths="tests/training/run/test_trainer.py" ;;
   *) echo "unknown part $part: graphs, files or trainer" >&2; exit 2 ;;
 esac
