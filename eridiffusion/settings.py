@@ -75,6 +75,11 @@ def nearest_hint(word: str, known: Iterable[object]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
+def hinted_end(word: str, known: Iterable[object]) -> str:
+    """The end of a sentence that lists `known`: nearest_hint's question, or a full stop."""
+    return nearest_hint(word, known) or "."
+
+
 def _shown(value, quoted=True, limit=60):
     """`value` for a message: its repr (or str), cut to `limit` characters."""
     text = repr(value) if quoted else str(value)
@@ -114,7 +119,7 @@ def check_value(s: Setting, value: Any, where: str) -> Any:
     if choices is not None and value not in choices:
         raise EriDiffusionError(
             f"{where} '{_shown(value, quoted=False)}' unknown; choose one of {', '.join(map(str, choices))}"
-            f"{nearest_hint(str(value), choices)}."
+            f"{hinted_end(str(value), choices)}"
         )
     low, high = s.info.minimum, s.info.maximum
     if (low is not None and value < low) or (high is not None and value > high):

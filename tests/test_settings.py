@@ -41,3 +41,14 @@ def test_the_default_of_a_host_choice_is_one_of_the_hosts_choices(declaration, n
     setting = settings_of(declaration)[name]
     assert callable(setting.info.choices)
     assert setting.default in setting.info.options()
+
+
+def test_an_unknown_choice_ends_with_the_nearest_choice_asked_or_a_full_stop():
+    from eridiffusion.training.run.precision import PrecisionSpec
+
+    with pytest.raises(EriDiffusionError) as near:
+        PrecisionSpec(fine_tune_dtype="fp16")
+    assert str(near.value).endswith("choose one of fp32, bf16; did you mean bf16?")
+    with pytest.raises(EriDiffusionError) as far:
+        PrecisionSpec(fine_tune_dtype="int4")
+    assert str(far.value).endswith("choose one of fp32, bf16.")

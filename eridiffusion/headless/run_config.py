@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 import yaml
 
 from ..errors import EriDiffusionError
-from ..settings import nearest_hint, parsed_value
+from ..settings import hinted_end, nearest_hint, parsed_value
 from . import ai_toolkit
 from .config_file import read_config
 from .models import TINY_MODELS, ModelSource
@@ -155,7 +155,7 @@ def _with_method(given, where, origin):
     if method not in METHODS:
         raise EriDiffusionError(
             f"{origin}: {where} '{method}' unknown; choose one of {', '.join(METHODS)}"
-            f"{nearest_hint(str(method), METHODS)}."
+            f"{hinted_end(str(method), METHODS)}"
         )
     wanted = METHODS[method]
     if (wanted == FULL and algorithm not in (None, FULL)) or (wanted is None and algorithm == FULL):

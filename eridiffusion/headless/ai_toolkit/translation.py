@@ -4,7 +4,7 @@ EriDiffusion's sections from an ai-toolkit file, naming each value's ai-toolkit 
 from dataclasses import dataclass, field
 
 from ...errors import EriDiffusionError
-from ...settings import nearest_hint
+from ...settings import hinted_end, nearest_hint
 
 TRAINER_TYPES = ("sd_trainer", "ui_trainer", "diffusion_trainer")
 
@@ -111,6 +111,6 @@ class Translation:
         if name not in table:
             raise EriDiffusionError(
                 f"{self.text.origin(at)}: {label(at)} is {value!r}; EriDiffusion takes "
-                f"{', '.join(sorted(set(table)))}{nearest_hint(name, table)}."
+                f"{', '.join(sorted(set(table)))}{hinted_end(name, table)}"
             )
         return table[name]
