@@ -12,8 +12,8 @@ from ..training.data.dataset_settings import DatasetSettings
 from ..training.data.training_data import CacheSettings
 from ..training.samples.sampler_settings import SamplerSettings
 from . import sockets
+from .options_nodes import TrainerOptionsNode
 from .setting_inputs import SettingValues, inputs_for
-from .sockets import CATEGORY
 
 GROUP = "media"  # the settings' group that the media options nodes show
 HOST_INPUT = "media_options"  # the input of the node they feed
@@ -24,28 +24,24 @@ def media_values(options: SettingValues | None) -> dict[str, Any]:
     return dict(options.values) if options is not None else {}
 
 
-class MediaOptionsNode(io.ComfyNode):
+class MediaOptionsNode(TrainerOptionsNode):
     """Base of the media options nodes: the settings of GROUP in SETTINGS, then sockets(), are the inputs."""
 
-    NODE_ID = DISPLAY_NAME = DESCRIPTION = HOST = ""
+    HOST = ""
     SETTINGS: Any = None  # the settings dataclass of the node it feeds
     SOCKET: Any = None  # the io.Custom type that node takes it as
-    HOST_INPUT = HOST_INPUT
 
     @classmethod
     def sockets(cls) -> list:
         return []
 
     @classmethod
-    def define_schema(cls):
-        return io.Schema(
-            node_id=cls.NODE_ID,
-            display_name=cls.DISPLAY_NAME,
-            category=f"{CATEGORY}/options",
-            description=cls.DESCRIPTION,
-            inputs=[*inputs_for(settings_of(cls.SETTINGS), GROUP), *cls.sockets()],
-            outputs=[cls.SOCKET.Output(display_name="options", tooltip=f"Connect to {cls.HOST}'s {cls.HOST_INPUT}.")],
-        )
+    def inputs(cls) -> list:
+        return [*inputs_for(settings_of(cls.SETTINGS), GROUP), *cls.sockets()]
+
+    @classmethod
+    def feeds(cls) -> str:
+        return f"{cls.HOST}'s {HOST_INPUT}"
 
     @classmethod
     def execute(cls, **values: Any) -> io.NodeOutput:

@@ -22,16 +22,24 @@ class TrainerOptionsNode(io.ComfyNode):
     GROUP = ""  # the training settings of this group (their `group`) are its inputs
 
     @classmethod
+    def inputs(cls) -> list:
+        """The node's inputs: the training settings of GROUP."""
+        return inputs_for(training_settings(), cls.GROUP)
+
+    @classmethod
+    def feeds(cls) -> str:
+        """The input its output connects to, for the output's tooltip."""
+        return f"LoRATrainer's {cls.TRAINER_INPUT}"
+
+    @classmethod
     def define_schema(cls):
         return io.Schema(
             node_id=cls.NODE_ID,
             display_name=cls.DISPLAY_NAME,
             category=f"{CATEGORY}/options",
             description=cls.DESCRIPTION,
-            inputs=inputs_for(training_settings(), cls.GROUP),
-            outputs=[
-                cls.SOCKET.Output(display_name="options", tooltip=f"Connect to LoRATrainer's {cls.TRAINER_INPUT}.")
-            ],
+            inputs=cls.inputs(),
+            outputs=[cls.SOCKET.Output(display_name="options", tooltip=f"Connect to {cls.feeds()}.")],
         )
 
     @classmethod
