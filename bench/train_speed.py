@@ -25,7 +25,8 @@ graphs on; else off), _alllinear (targets; else attention for SDXL, the family d
 _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _budgetN (vram_budget_gib=N: block
 swap as the budget plans), _swapN (blocks_to_swap=N), _adamw8bit, _adafactor, _full (algorithm full: the
-targets' own weights trained, full fine-tuning), _fused (MemoryOptions' fused_backward), _compile
+targets' own weights trained, full fine-tuning), _bf16copies (fine_tune_dtype bf16: the trained weights held in
+bf16, updates rounded stochastically), _fused (MemoryOptions' fused_backward), _compile
 (torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8; _minmacsX sets its
 threshold SpeedPaths.fp8_min_macs to X multiply-adds, e.g. _minmacs1e10), _plainrope (Flux's RoPE in
 the host's plain PyTorch, not fused), _cpuencodings (the trained text encoders' encodings handed over
@@ -295,11 +296,13 @@ def ours(
     blocks_to_swap=0,
     algorithm="lora",
     fused_backward=False,
+    bf16_copies=False,
 ):
     import torch
 
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.precision import PrecisionSpec
     from eridiffusion.training.run.trainer import TrainingHooks, train_lora
     from eridiffusion.training.speed import fp8_products
     from eridiffusion.training.speed.paths import SpeedPaths
@@ -360,6 +363,7 @@ def ours(
         torch_compile=torch_compile,
         fp8_compute=fp8_compute,
         fused_backward=fused_backward,
+        precision=PrecisionSpec(fine_tune_dtype="bf16" if bf16_copies else "fp32"),
         text_encoder_lr=1e-5 if clip is not None else 0.0,
         adapter=AdapterSpec(algorithm=algorithm, rank=work.rank, alpha=float(work.rank), targets=targets),
         log_every=steps,
@@ -633,6 +637,7 @@ def main():
                     blocks_to_swap=next((int(p[4:]) for p in parts if p.startswith("swap")), 0),
                     algorithm="full" if "full" in parts else "lora",
                     fused_backward="fused" in parts,
+                    bf16_copies="bf16copies" in parts,
                 )
             else:
                 options = {

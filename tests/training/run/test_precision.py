@@ -84,7 +84,7 @@ def fine_tune(stack, folder, dtype="fp32", rounding=True, **values):
     trained = result.trained.copies.items()
     start = [getattr(copy.layer[0], name).to(copy.weight.dtype) for _, copy in trained for name in copy.tensors()]
     weights, start = (
-        torch.cat([t.detach().float().flatten() for t in ts]) for ts in (result.trained.parameters(), start)
+        torch.cat([t.detach().float().flatten().cpu() for t in ts]) for ts in (result.trained.parameters(), start)
     )
     return result, weights - start
 
@@ -127,8 +127,18 @@ def test_a_bf16_fine_tune_with_stochastic_rounding_repeats_under_its_seed(lora_s
     torch.manual_seed(1234)  # (the default generators play no part)
     _, again = fine_tune(lora_stack, tmp_path / "again", "bf16", True, steps=2)
     _, other = fine_tune(lora_stack, tmp_path / "other", "bf16", True, steps=2, seed=4)
-    assert torch.equal(first, again)
+    if torch.cuda.is_available():
+        # a GPU's backward (atomic adds in convolutions' and upsampling's gradients) is not bitwise repeatable:
+        # a draw meets a gradient a few ulps off and, rarely, rounds the other way; another seed's draws round
+        # a large share of the updated elements differently
+        assert differing(first, again) < 0.1 * differing(first, other)
+    else:
+        assert torch.equal(first, again)
     assert not torch.equal(first, other)
+
+
+def differing(one, other):
+    return (one != other).float().mean().item()
 
 
 @pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
