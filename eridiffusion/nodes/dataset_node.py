@@ -7,6 +7,7 @@ import folder_paths
 from comfy_api.latest import io
 
 from ..settings import settings_of
+from ..training.adapters.preload import preload_adapter_library
 from ..training.data.dataset import dataset_of
 from ..training.data.dataset_settings import DatasetSettings
 from . import sockets
@@ -45,4 +46,5 @@ class LoadDataset(io.ComfyNode):
     @classmethod
     def execute(cls, media_options: SettingValues | None = None, **values: Any) -> io.NodeOutput:
         settings = DatasetSettings(**values, **media_values(media_options))
+        preload_adapter_library()  # (a training graph starts here: LyCORIS loads while the next nodes run)
         return io.NodeOutput(dataset_of(settings, resolve_dataset_folder(settings.folder)))
