@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .trained_file import TrainedFile
+from .trained_file import FP8, TrainedFile
 
 TRAINED_KIND = "eridiffusion_trained"  # the metadata entry naming what a run trained: "weights" here
 
@@ -19,6 +19,17 @@ class DiffusionModelFile(TrainedFile):
     source: Any = None  # the BaseModel (ComfyUI's) it is the diffusion model of: its config lays out a checkpoint
 
     what = "diffusion model"
+
+    def saved_dtype(self, key: str, tensor: torch.Tensor, dtype: str) -> torch.dtype:
+        if dtype == FP8:
+            return torch.float8_e4m3fn if in_fp8(key, tensor) else torch.bfloat16
+        return super().saved_dtype(key, tensor, dtype)
+
+
+def in_fp8(key: str, tensor: torch.Tensor) -> bool:
+    """Whether a diffusion model's tensor `key` is held in float8 in an fp8 file: a weight matrix or kernel
+    (norms, biases and embeddings' vectors stay in bf16, as in ComfyUI's fp8 files)."""
+    return key.endswith(".weight") and tensor.dim() >= 2
 
 
 def diffusion_model_tensors(diffusion_model: torch.nn.Module, trained: dict[str, torch.Tensor]) -> dict[str, Any]:

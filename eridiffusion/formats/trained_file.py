@@ -13,6 +13,9 @@ from ..errors import EriDiffusionError
 from .atomic_file import write_safetensors_atomic
 
 SAVE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+# A model saved in fp8: its weight matrices and kernels in float8_e4m3fn, as the fp8 files UNETLoader loads hold
+# them (ComfyUI computes in its compute dtype from them), everything else in bf16.
+FP8 = "fp8_e4m3fn"
 
 
 @dataclass
@@ -29,6 +32,10 @@ class TrainedFile:
         """Whether the tensor `key` is saved in its own dtype, not the file's (a count, an index)."""
         return not tensor.is_floating_point()
 
+    def saved_dtype(self, key: str, tensor: torch.Tensor, dtype: str) -> torch.dtype:
+        """The dtype the tensor `key` is saved in when the file is saved in `dtype` (a SAVE_DTYPES name)."""
+        return SAVE_DTYPES[dtype]
+
     def save(self, path: str, dtype: str = "fp16", overwrite: bool = False) -> str:
         """Write the file (and, with `raw`, <name>_raw.safetensors beside it); returns its path."""
         converted = self._converted(path, dtype)
@@ -38,12 +45,21 @@ class TrainedFile:
         return write_safetensors_atomic(path, *converted, overwrite=overwrite)
 
     def _converted(self, path: str, dtype: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-        target = SAVE_DTYPES[dtype]
-        tensors = {k: (v if self.kept_as_is(k, v) else v.to(target)).contiguous() for k, v in self.tensors.items()}
+        tensors = {
+            k: (v if self.kept_as_is(k, v) else v.to(self.saved_dtype(k, v, dtype))).contiguous()
+            for k, v in self.tensors.items()
+        }
         check_finite(self.tensors, tensors, dtype, path, self.what)
         metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in self.metadata.items()}
         metadata["save_dtype"] = dtype
         return tensors, metadata
+
+
+def finite(tensor: torch.Tensor) -> bool:
+    """No NaN or infinite value in `tensor` (float8's are checked in bf16, which holds each exactly)."""
+    if tensor.element_size() == 1:
+        tensor = tensor.to(torch.bfloat16)
+    return bool(torch.isfinite(tensor).all())
 
 
 def raw_path(path: str) -> str:
@@ -57,14 +73,14 @@ def check_finite(
 ) -> None:
     """Refuse to write a file (`what` it is: "LoRA", ...) with NaN or infinite values (`converted`: `tensors` in
     the saved dtype)."""
-    bad = sorted(k for k, v in converted.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
+    bad = sorted(k for k, v in converted.items() if v.is_floating_point() and not finite(v))
     if not bad:
         return
     if all(bool(torch.isfinite(tensors[k]).all()) for k in bad):
         raise EriDiffusionError(
             f"{path} was not written: in {dtype}, {len(bad)} of its {len(converted)} tensors (e.g. "
-            f"{bad[0]}) hold values too large for {dtype}, which become infinite; save as bf16 or "
-            "fp32."
+            f"{bad[0]}) hold values too large for {dtype}, which cannot hold them (they become infinite or NaN); "
+            "save as bf16 or fp32."
         )
     raise EriDiffusionError(
         f"{path} was not written: {len(bad)} of this {what}'s {len(converted)} tensors (e.g. {bad[0]}) "
