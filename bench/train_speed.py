@@ -26,7 +26,9 @@ _fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the proc
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _budgetN (vram_budget_gib=N: block
 swap as the budget plans), _swapN (blocks_to_swap=N), _adamw8bit, _adafactor, _full (algorithm full: the
 targets' own weights trained, full fine-tuning), _bf16copies (fine_tune_dtype bf16: the trained weights held in
-bf16, updates rounded stochastically), _fused (MemoryOptions' fused_backward), _compile
+bf16, updates rounded stochastically), _everyweight (the resnet convolutions, norms and biases trained too,
+conv_rank and train_norms_and_biases: with _full _alllinear, every tensor of SDXL's UNet but conv_in and
+conv_out), _fused (MemoryOptions' fused_backward), _compile
 (torch_compile), _fp8compute (fp8_compute: the adapted layers' frozen products in fp8; _minmacsX sets its
 threshold SpeedPaths.fp8_min_macs to X multiply-adds, e.g. _minmacs1e10), _plainrope (Flux's RoPE in
 the host's plain PyTorch, not fused), _cpuencodings (the trained text encoders' encodings handed over
@@ -297,6 +299,7 @@ def ours(
     algorithm="lora",
     fused_backward=False,
     bf16_copies=False,
+    every_weight=False,
 ):
     import torch
 
@@ -365,7 +368,14 @@ def ours(
         fused_backward=fused_backward,
         precision=PrecisionSpec(fine_tune_dtype="bf16" if bf16_copies else "fp32"),
         text_encoder_lr=1e-5 if clip is not None else 0.0,
-        adapter=AdapterSpec(algorithm=algorithm, rank=work.rank, alpha=float(work.rank), targets=targets),
+        adapter=AdapterSpec(
+            algorithm=algorithm,
+            rank=work.rank,
+            alpha=float(work.rank),
+            targets=targets,
+            conv_rank=work.rank if every_weight else 0,
+            train_norms_and_biases=every_weight,
+        ),
         log_every=steps,
         eval_images=1,
         eval_timesteps=1,
@@ -638,6 +648,7 @@ def main():
                     algorithm="full" if "full" in parts else "lora",
                     fused_backward="fused" in parts,
                     bf16_copies="bf16copies" in parts,
+                    every_weight="everyweight" in parts,
                 )
             else:
                 options = {
