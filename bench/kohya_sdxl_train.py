@@ -138,6 +138,7 @@ def kohya_env(paths):
     return dict(
         os.environ,
         PYTHONUNBUFFERED="1",
+        PYTHONDONTWRITEBYTECODE="1",  # (no __pycache__ in the carried .kohya/)
         HF_HUB_OFFLINE="1",  # nothing here needs the hub; the GPU machine cannot reach it
         TRANSFORMERS_OFFLINE="1",
         PYTHONPATH=os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])]),
@@ -412,6 +413,7 @@ def run_in_kohya(cap_gib, record_path, argv):
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
+                record["allocated_at_start_GiB"] = torch.cuda.memory_allocated() / 2**30  # weights and state
             record["train_start"] = time.perf_counter()
             save()
         elif epoch is None:  # after each optimizer step
@@ -479,6 +481,7 @@ def run_experiment(name, checkpoint, folder, paths, steps, warmup, timeout_s, ou
         text = f.read()
     tqdm = re.findall(r"steps:[^\r\n]*?(\d+(?:\.\d+)?)(s/it|it/s)", text)  # kohya's progress bar, its average
     trainable = re.findall(r"number of trainable parameters: (\d+)", text)
+    losses = re.findall(r"avr_loss=(\S+?)\]", text)  # the progress bar's moving average of the losses
     r = {
         "exp": name,
         "trainer": "kohya sd-scripts sdxl_train.py",
@@ -496,6 +499,9 @@ def run_experiment(name, checkpoint, folder, paths, steps, warmup, timeout_s, ou
         "device": record.get("device"),
         "peak_GiB": record.get("peak_GiB"),
         "peak_reserved_GiB": record.get("peak_reserved_GiB"),
+        "allocated_at_start_GiB": record.get("allocated_at_start_GiB"),
+        "avr_loss_first_last": [float(losses[0]), float(losses[-1])] if losses else None,
+        "final_save_skipped": record.get("final_save_skipped", False),
         "wall_s": round(time.time() - started, 1),
         "log": os.path.basename(log_path),
     }
