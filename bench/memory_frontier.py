@@ -15,11 +15,16 @@ $OUT/memory_frontier.json.
 
     OUT=... ROWS=sdxl:6,flux:12,wan:24:16 python bench/memory_frontier.py
     OUT=... ROWS=qwen:24:16 MODES=eager,graphed python bench/memory_frontier.py
+    OUT=... ROWS=qwen:24fp8,flux2:24fp8:24nf4,klein:12 python bench/memory_frontier.py
+A cap may name the capped row's base weights: 24fp8 (UNETLoader's float8_e4m3fn), 24nf4 / 24int8
+(MemoryOptions' base_quantization); the uncapped row is bf16. Models as bench/train_speed.py's: sdxl, flux,
+wan, qwen, flux2 (Flux.2 dev 32B), klein (Flux.2 klein 9B).
 """
 
 import gc
 import json
 import os
+import re
 import sys
 import time
 
@@ -53,8 +58,9 @@ def host_bytes(gib):
     return gib * 2**30
 
 
-def run_row(model_name, cap, graphs=False):
-    """One training run of bench/train_speed.ours: uncapped (cap None) or capped with the budget."""
+def run_row(model_name, cap, graphs=False, base="bf16"):
+    """One training run of bench/train_speed.ours: uncapped (cap None) or capped with the budget, on base
+    weights `base`: bf16, fp8 (UNETLoader's weight_dtype float8_e4m3fn) or nf4 / int8 (base_quantization)."""
     import torch
 
     total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
@@ -64,12 +70,19 @@ def run_row(model_name, cap, graphs=False):
     started = time.time()
     patcher = None
     try:
-        patcher = train_speed.build(model_name)
+        patcher = train_speed.build(model_name, "fp8" if base == "fp8" else "bf16")
         torch.cuda.reset_peak_memory_stats()
         if cap:
             torch.cuda.set_per_process_memory_fraction(cap / total_gib)
         r = train_speed.ours(
-            patcher, model_name, True, targets, work, cuda_graphs=graphs, vram_budget_gib=float(cap or 0)
+            patcher,
+            model_name,
+            True,
+            targets,
+            work,
+            cuda_graphs=graphs,
+            vram_budget_gib=float(cap or 0),
+            base_quantization=base if base in ("nf4", "int8") else "none",
         )
     except Exception as error:  # one failure must not hide the other rows
         import traceback
@@ -84,9 +97,17 @@ def run_row(model_name, cap, graphs=False):
         comfy.model_management.unload_all_models()
         gc.collect()
         torch.cuda.empty_cache()
-    r.update({"model": model_name, "cap_GiB": cap, "cuda_graphs": graphs, **work.record()})
+    r.update({"model": model_name, "cap_GiB": cap, "base": base, "cuda_graphs": graphs, **work.record()})
     r["wall_s"] = round(time.time() - started, 1)
     return r
+
+
+def cap_and_base(spec):
+    """A ROWS cap: "24" (24 GiB, the bf16 base), "24fp8", "16nf4", "12int8" (that base for the capped row)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(fp8|nf4|int8)?", spec)
+    if match is None:
+        raise SystemExit(f"ROWS cap {spec!r}: GiB, then fp8, nf4, int8 or nothing (bf16), e.g. 24fp8")
+    return float(match[1]), match[2] or "bf16"
 
 
 def compared(row, base, link):
@@ -131,7 +152,8 @@ def main():
             base = run_row(model_name, None, graphs=graphs)
             record(base)
             for cap in caps:
-                record(compared(run_row(model_name, float(cap), graphs=graphs), base, link))
+                gib, weights = cap_and_base(cap)
+                record(compared(run_row(model_name, gib, graphs=graphs, base=weights), base, link))
     summary = {**train_speed.run_header(dynamic_vram), "link_GB_per_s": link, "rows": rows}
     with open(os.path.join(os.environ.get("OUT", "/tmp"), "memory_frontier.json"), "w") as f:
         json.dump(summary, f, indent=1)

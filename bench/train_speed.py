@@ -22,7 +22,8 @@ Experiments: builtin_<model>_<ckpt|nockpt> with the built-in's own flags where t
 _bypass (bypass_mode), _qbwd (quantized_backward), _offload (offloading), _depthN (checkpoint_depth);
 and ours_<model>_<ckpt|nockpt> with flags: _graphs (CUDA
 graphs on; else off), _alllinear (targets; else attention for SDXL, the family default for Flux),
-_fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _capN (the process may use N GiB:
+_fp8 (float8_e4m3fn base weights, as UNETLoader's weight_dtype), _nf4 / _int8 (MemoryOptions'
+base_quantization: the frozen linears held in bitsandbytes' NF4 or int8 for the run), _capN (the process may use N GiB:
 torch.cuda.set_per_process_memory_fraction), _streamN (weights_vram_gib=N), _budgetN (vram_budget_gib=N: block
 swap as the budget plans), _swapN (blocks_to_swap=N), _adamw8bit, _adafactor, _full (algorithm full: the
 targets' own weights trained, full fine-tuning), _bf16copies (fine_tune_dtype bf16: the trained weights held in
@@ -37,7 +38,8 @@ SpeedPaths.encodings_on_device off), _layercasts (no ComputeCopies: each
 adapted layer casts its fp32 LoRA weights to bf16 and their gradients back), _te (the text
 encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
 and CLIP-G, random weights, bf16); model: sdxl, flux, wan (Wan 2.1 14B text-to-video on 480p clips of
-33 frames; _wN, _framesN change them), qwen (Qwen-Image 20B text-to-image). Each result names its
+33 frames; _wN, _framesN change them), qwen (Qwen-Image 20B text-to-image), flux2 (Flux.2 dev 32B: its file
+in fp8, FP8_FILES), klein (Flux.2 klein 9B). Each result names its
 resolution, batch and rank and its images/s (clips/s); ours is compared with the fastest built-in of
 the same model, checkpointing, resolution, batch and rank in the run (best_builtin, speedup_vs_builtin).
 PROFILE=1 writes torch.profiler's tables of two steps, PROFILE=python cProfile's (Python functions by
@@ -57,7 +59,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.full_size import FLUX_DEV_LAYOUT, QWEN_IMAGE_LAYOUT, SDXL_UNET, WAN21_14B_LAYOUT  # noqa: E402
+from bench.full_size import (  # noqa: E402
+    FLUX2_DEV_LAYOUT,
+    FLUX2_KLEIN_9B_LAYOUT,
+    FLUX_DEV_LAYOUT,
+    QWEN_IMAGE_LAYOUT,
+    SDXL_UNET,
+    WAN21_14B_LAYOUT,
+)
 from devkit.dynamic_vram import enable_dynamic_vram, load_aimdo  # noqa: E402
 
 
@@ -80,13 +89,23 @@ def model_config(model_name):
         return detected_model_config(WAN21_14B_LAYOUT, expected_class="WAN21_T2V")
     if model_name == "qwen":
         return detected_model_config(QWEN_IMAGE_LAYOUT, expected_class="QwenImage")
+    if model_name == "flux2":
+        return detected_model_config(FLUX2_DEV_LAYOUT, expected_class="Flux2")
+    if model_name == "klein":
+        return detected_model_config(FLUX2_KLEIN_9B_LAYOUT, expected_class="Flux2")
     return detected_model_config(FLUX_DEV_LAYOUT, expected_class="Flux")
 
 
+# Models whose random file is written in fp8 (matrices float8_e4m3fn, the rest bf16): Flux.2 dev's 32B in
+# bf16 (64 GB) would not fit the GPU machine's 64 GiB disk; loaded with weight dtype bf16 they are upcast.
+FP8_FILES = {"flux2"}
+
+
 def weights_file(model_name):
-    """The full-size model (SDXL, Flux-dev, Wan 2.1 14B, Qwen-Image) from ComfyUI's own classes,
-    random weights (the baseline's init, so both trainers see the same kind of weights), built on the
-    GPU and saved once as a bf16 diffusion-model file (once per machine: the same seed gives the same weights)."""
+    """The full-size model (SDXL, Flux-dev, Wan 2.1 14B, Qwen-Image, Flux.2 dev, Flux.2 klein 9B) from ComfyUI's
+    own classes, random weights (the baseline's init, so both trainers see the same kind of weights), built on
+    the GPU and saved once as a bf16 diffusion-model file (FP8_FILES: fp8; once per machine: the same seed gives
+    the same weights)."""
     path = os.path.join(tempfile.gettempdir(), f"eridiffusion_bench_{model_name}.safetensors")
     if os.path.exists(path):  # an earlier process of this machine saved the same weights
         return path
@@ -107,7 +126,12 @@ def weights_file(model_name):
                 p.fill_(1.0)
             else:
                 p.normal_(0, 0.01, generator=generator)
-    state = {k: v.to("cpu", torch.bfloat16).contiguous() for k, v in model.diffusion_model.state_dict().items()}
+
+    def saved(value):
+        fp8 = model_name in FP8_FILES and value.dim() >= 2
+        return value.to("cpu", torch.float8_e4m3fn if fp8 else torch.bfloat16).contiguous()
+
+    state = {k: saved(v) for k, v in model.diffusion_model.state_dict().items()}
     del model
     torch.cuda.empty_cache()
     safetensors.torch.save_file(state, path + ".tmp")
@@ -134,7 +158,12 @@ SHAPES = {
     "flux": (16, 512, 4096, 768),
     "wan": (16, 512, 4096, None),
     "qwen": (16, 256, 3584, None),
+    # Flux.2: 128 latent channels at a sixteenth of the pixels (its VAE's 32, patched 2x2 by ComfyUI's latent
+    # format); dev's Mistral Small 3.1 gives 3 x 5120-wide states, klein 9B's Qwen3-8B 3 x 4096, no pooled one
+    "flux2": (128, 512, 15360, None),
+    "klein": (128, 512, 12288, None),
 }
+DOWNSCALE = {"flux2": 16, "klein": 16}  # pixels per latent (else 8)
 SHAPES["tiny_wan"] = (16, 16, 32, None)  # devkit's tiny Wan stacks (TINY=1 checks: bench/experts_speed.py)
 # The models whose latents have a frame axis (ComfyUI's latent_dimensions 3): Wan's clips, and
 # Qwen-Image's images, which its VAE (Wan 2.1's) encodes as clips of one frame, (C, 1, h, w).
@@ -204,7 +233,8 @@ def random_data(model_name, images=4, resolution=1024, work=None):
     samples = []
     for i in range(images):
         cond = conditioning(model_name, generator)
-        latent = torch.randn(channels, *frames, work.resolution // 8, work.width // 8, generator=generator)
+        scale = DOWNSCALE.get(model_name, 8)
+        latent = torch.randn(channels, *frames, work.resolution // scale, work.width // scale, generator=generator)
         bucket = (work.width, work.resolution)
         samples.append(TrainingSample(f"random_{i}", latent, [cond], bucket, ("random",), frames=work.frames))
     return TrainingData(samples, conditioning(model_name, scale=0.0), 0.0, 1, work.resolution, "random")
@@ -300,6 +330,7 @@ def ours(
     fused_backward=False,
     bf16_copies=False,
     every_weight=False,
+    base_quantization="none",
 ):
     import torch
 
@@ -367,6 +398,7 @@ def ours(
         fp8_compute=fp8_compute,
         fused_backward=fused_backward,
         precision=PrecisionSpec(fine_tune_dtype="bf16" if bf16_copies else "fp32"),
+        base_quantization=base_quantization,
         text_encoder_lr=1e-5 if clip is not None else 0.0,
         adapter=AdapterSpec(
             algorithm=algorithm,
@@ -649,6 +681,7 @@ def main():
                     fused_backward="fused" in parts,
                     bf16_copies="bf16copies" in parts,
                     every_weight="everyweight" in parts,
+                    base_quantization=next((q for q in ("nf4", "int8") if q in parts), "none"),
                 )
             else:
                 options = {
