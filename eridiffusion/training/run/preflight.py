@@ -17,7 +17,7 @@ from ..model.text_encoder import check_text_encoders
 from ..samples.inputs import reads_condition, takes_inpaint_channels
 from ..speed.fp8_products import check_fp8_compute
 from ..speed.step_path import check_graphs_can_run
-from ..trained import check_weights_trainable, trained_weights
+from ..trained import WEIGHTS_BUILDERS, check_sharding, check_weights_trainable
 from .experts import check_expert_boundary, check_expert_pair, check_experts, check_one_model
 from .fused_backward import check_fused_backward
 from .optimizers import check_optimizer_runs
@@ -122,7 +122,7 @@ def check_models_read_data(request: RunRequest) -> None:
 def check_weights_train(request: RunRequest) -> None:
     """A model's own weights (algorithm full, or a weights run resumed) trained from weights ComfyUI loaded
     as they can be trained and saved, with settings that train beside them; fine_tune_dtype for them alone."""
-    if request.builder is trained_weights:
+    if request.builder in WEIGHTS_BUILDERS:
         for model in request.models:
             check_weights_trainable(model.model, request.config)
     elif request.config.precision.fine_tune_dtype != "fp32":
@@ -131,6 +131,12 @@ def check_weights_train(request: RunRequest) -> None:
             f"it, and this run trains adapters ({request.spec.algorithm}), which keep fp32 master weights: set "
             "fine_tune_dtype to fp32, or algorithm to full."
         )
+
+
+def check_sharded_run(request: RunRequest) -> None:
+    """sharding fsdp: a model's own weights, trained by several processes, with settings FSDP runs with."""
+    weights, samples = request.builder in WEIGHTS_BUILDERS, request.samples is not None
+    check_sharding(request.config, weights, request.processes.world_size, samples, request.low_noise_model is not None)
 
 
 def check_adapters_attach(request: RunRequest) -> None:
@@ -346,6 +352,7 @@ CHECKS = SETTINGS_CHECKS + (
     check_resume_fits_run,
     check_models,
     check_weights_train,
+    check_sharded_run,
     check_models_read_data,
     check_adapters_attach,
     check_device_runs,
