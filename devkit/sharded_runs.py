@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-STEPS = 6
+STEPS = 12
 BATCH = 1  # per process of the sharded runs; the one-process run takes world size x this
 RESOLUTION = 64
 

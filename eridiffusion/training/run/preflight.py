@@ -345,14 +345,14 @@ def check_block_multipliers(multipliers, block_lr):
 
 # In the order a user meets them: the settings alone, the data and inputs, the settings against the data, the
 # resume point against the model and data, the models, what they read, the adapters, the device, its memory.
-SETTINGS_CHECKS = (check_processes, check_resume_settings)
+SETTINGS_CHECKS = (check_processes, check_resume_settings, check_sharded_run)
 CHECKS = SETTINGS_CHECKS + (
     check_data_and_inputs,
     check_data_fits_settings,
     check_resume_fits_run,
     check_models,
     check_weights_train,
-    check_sharded_run,
+    check_sharded_run,  # (again: with the samples and the experts the models bring)
     check_models_read_data,
     check_adapters_attach,
     check_device_runs,

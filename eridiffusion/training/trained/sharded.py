@@ -189,6 +189,7 @@ def check_sharding(config: Any, trains_weights: bool, processes: int, samples: b
         ),
         (config.cuda_graphs == "on", "cuda_graphs on (no graph replays the gathers FSDP issues from hooks)", "auto"),
         (config.torch_compile, "torch_compile (FSDP's hooks in compiled blocks are not tried yet)", "it off"),
+        (config.precision.fine_tune_dtype != "fp32", "fine_tune_dtype bf16 (rounded whole)", "fine_tune_dtype fp32"),
         (config.ema_decay > 0, "ema_decay (the average is kept whole, not sharded)", "ema_decay 0"),
         (config.dtype == "fp16", "dtype fp16 (its loss scaler unscales whole gradients)", "dtype bf16"),
         (config.weights_vram_gib > 0, "weights_vram_gib (FSDP places the trained weights)", "weights_vram_gib 0"),
