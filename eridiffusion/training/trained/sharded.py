@@ -62,20 +62,19 @@ class ShardedWeights(TrainedWeights):
         return self.file_of(gathered if self.is_main else None, metadata)
 
     def apply_to(self, patcher: Any) -> None:
-        """The whole copies (gathered by every process, in the model's dtype) as "set" patches on `patcher`."""
-        dtype = patcher.model.get_dtype()
-        gathered = self._gathered(True, patcher.offload_device, dtype)
+        """The whole copies, gathered by every process, as "set" patches on `patcher` (as TrainedWeights')."""
+        gathered = self._gathered(True, patcher.offload_device)
         patcher.add_patches({PREFIX + name: ("set", (tensor,)) for name, tensor in gathered.items()}, 1.0)
 
-    def _gathered(self, keep: bool, device: Any, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-        """{name: whole trained tensor} on `device` (in `dtype`, else fp32) where `keep`, else {}: each gathered
-        by every process, one at a time (no process holds two whole tensors on its GPU)."""
+    def _gathered(self, keep: bool, device: Any) -> dict[str, torch.Tensor]:
+        """{name: whole trained tensor} on `device` where `keep`, else {}: each gathered by every process, one
+        at a time (no process holds two whole tensors on its GPU)."""
         whole = {}
         with torch.no_grad():
             for name, tensor in self.named_tensors().items():
                 full = tensor.detach().full_tensor()
                 if keep:
-                    whole[name] = full.to(device, dtype or torch.float32, copy=True)
+                    whole[name] = full.to(device, copy=True)
         return whole
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer, folder: str) -> dict[str, Any]:
