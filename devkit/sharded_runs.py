@@ -4,10 +4,11 @@ fsdp) beside one process at the same global batch: what tests/training/trained/t
     python -m torch.distributed.run --standalone --nproc_per_node=2 -m devkit.sharded_runs OUT
 
 runs, in every process: a sharded run of STEPS steps (a checkpoint every STEPS // 2), then a sharded
-run resumed from that middle checkpoint; then rank 0 alone the same run in one process at twice the
-batch, unsharded. Rank 0 writes OUT/runs.json: each run's losses, evaluation losses, checkpoints and
-trained tensors' names."""
+run resumed from that middle checkpoint (a checkpoint every STEPS // 4, keep_last 1); then rank 0 alone
+the same run in one process at twice the batch, unsharded. Rank 0 writes OUT/runs.json: each run's
+losses, evaluation losses, checkpoints and trained tensors' names."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -87,7 +88,8 @@ def main(out):
         whole = train_lora(model, data, sharded, os.path.join(out, "sharded"), processes=processes)
         runs["sharded"] = summary(whole)
         middle = load_resume_point(whole.checkpoints[0])
-        resumed = train_lora(model, data, sharded, os.path.join(out, "resumed"), resume=middle, processes=processes)
+        often = dataclasses.replace(sharded, save_every=STEPS // 4, keep_last=1)  # (free to change on resume)
+        resumed = train_lora(model, data, often, os.path.join(out, "resumed"), resume=middle, processes=processes)
         runs["resumed"] = summary(resumed)
         if processes.is_main:
             one = fine_tune(batch_size=BATCH * processes.world_size)

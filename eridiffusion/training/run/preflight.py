@@ -8,6 +8,7 @@ import os
 
 from ...errors import EriDiffusionError
 from ...formats.lora_file import loadable_weight_keys
+from ...formats.state_file import shards_path
 from ..adapters.attach import LINEAR_LIKE_ALGORITHMS, target_layers
 from ..adapters.layer_selection import block_multipliers
 from ..memory import check_vram_budget
@@ -328,6 +329,11 @@ def check_resume_point(point, config, world_size):
     if point is None or point.state is None:
         return
     check_resumable(point.state, config, world_size, point.path)
+    if "shards" in point.state["optimizer"] and not os.path.isdir(shards_path(point.path)):
+        raise EriDiffusionError(
+            f"{shards_path(point.path)} is missing: the optimizer's state of a sharded run (sharding fsdp) is that "
+            "folder beside its checkpoint. Copy it back into the checkpoints folder, or start a new run."
+        )
     if point.state["step"] >= config.steps:
         raise EriDiffusionError(
             f"{point.path} is at step {point.state['step']}, and steps is {config.steps}: raise steps to train on."

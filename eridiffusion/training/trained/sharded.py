@@ -96,15 +96,11 @@ class ShardedWeights(TrainedWeights):
         return {"shards": os.path.basename(folder)}
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, saved: dict[str, Any], folder: str) -> None:
-        """`optimizer`'s state read from the shards in `folder`, resharded to this run's processes."""
+        """`optimizer`'s state read from the shards in `folder` (the preflight found it), resharded to this
+        run's processes."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
-        if saved.get("shards") != os.path.basename(folder) or not os.path.isdir(folder):
-            raise EriDiffusionError(
-                f"{folder} is missing: the optimizer's state of this sharded run (sharding fsdp) is a folder "
-                "of shards beside its checkpoint. Copy it back from the run's checkpoints folder, or start a new run."
-            )
         state = get_optimizer_state_dict(self.root, optimizer)  # (its tensors laid out as this run shards them)
         dcp.load(state, checkpoint_id=folder, process_group=self.group)
         set_optimizer_state_dict(self.root, optimizer, state)

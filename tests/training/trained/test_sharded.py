@@ -6,6 +6,7 @@ before anything loads."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ from eridiffusion.training.run.distributed import TrainingProcesses
 from eridiffusion.training.run.precision import PrecisionSpec
 from eridiffusion.training.run.preflight import SETTINGS_CHECKS, preflight
 from eridiffusion.training.run.request import RunRequest
+from eridiffusion.training.run.resume import load_resume_point
 from eridiffusion.training.trained import check_sharding
 
 pytestmark = pytest.mark.one_host("torch.distributed under torchrun (gloo)")
@@ -84,6 +86,25 @@ def test_a_checkpoint_is_the_whole_model_beside_the_optimizer_s_shards_of_each_p
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # (rank 0's index, a file of each process's)
     whole, one = last_checkpoint(runs, "sharded"), last_checkpoint(runs, "one")
     assert {k: v.shape for k, v in whole.items()} == {k: v.shape for k, v in one.items()}  # (UNETLoader's layout)
+
+
+def test_keep_last_drops_an_older_checkpoint_with_its_optimizer_s_shards(runs):
+    kept = f"sharded_step{STEPS:06d}"  # (the resumed run wrote one at 3/4 of the steps too)
+    assert [os.path.basename(path) for path in runs["resumed"]["checkpoints"]] == [f"{kept}.safetensors"]
+    expected = sorted(f"{kept}{suffix}" for suffix in (".safetensors", ".training_state", ".optimizer_shards"))
+    assert sorted(os.listdir(runs["folder"] / "resumed" / "checkpoints")) == expected
+
+
+def test_a_sharded_checkpoint_without_its_optimizer_s_shards_is_refused_before_the_run_starts(runs, tmp_path):
+    middle = runs["sharded"]["checkpoints"][0]
+    for suffix in (".safetensors", ".training_state"):  # (its shards folder left behind)
+        shutil.copy(middle[: -len(".safetensors")] + suffix, tmp_path / ("middle" + suffix))
+    point = load_resume_point(str(tmp_path / "middle.safetensors"))
+    request = RunRequest(None, None, fine_tune(precision=FSDP), resume=point, processes=TrainingProcesses(0, 2))
+    with pytest.raises(EriDiffusionError, match=r"middle\.optimizer_shards is missing: the optimizer's state of a"):
+        preflight(request, SETTINGS_CHECKS)
+    shutil.copytree(middle[: -len(".safetensors")] + ".optimizer_shards", tmp_path / "middle.optimizer_shards")
+    preflight(request, SETTINGS_CHECKS)
 
 
 def test_sharding_is_refused_with_adapters_one_process_and_the_settings_it_does_not_run_with():
