@@ -18,7 +18,7 @@ from ..model.text_encoder import check_text_encoders
 from ..samples.inputs import reads_condition, takes_inpaint_channels
 from ..speed.fp8_products import check_fp8_compute
 from ..speed.step_path import check_graphs_can_run
-from ..trained import WEIGHTS_BUILDERS, check_sharding, check_weights_trainable
+from ..trained import WEIGHTS_BUILDERS, check_sharded_inputs, check_sharding, check_weights_trainable
 from .experts import check_expert_boundary, check_expert_pair, check_experts, check_one_model
 from .fused_backward import check_fused_backward
 from .optimizers import check_optimizer_runs
@@ -136,8 +136,13 @@ def check_weights_train(request: RunRequest) -> None:
 
 def check_sharded_run(request: RunRequest) -> None:
     """sharding fsdp: a model's own weights, trained by several processes, with settings FSDP runs with."""
-    weights, samples = request.builder in WEIGHTS_BUILDERS, request.samples is not None
-    check_sharding(request.config, weights, request.processes.world_size, samples, request.low_noise_model is not None)
+    check_sharding(request.config, request.builder in WEIGHTS_BUILDERS, request.processes.world_size)
+
+
+def check_sharded_inputs_fit(request: RunRequest) -> None:
+    """sharding fsdp: no samples rendered during training, one model."""
+    samples, experts = request.samples is not None, request.low_noise_model is not None
+    check_sharded_inputs(request.config, samples, experts)
 
 
 def check_adapters_attach(request: RunRequest) -> None:
@@ -358,7 +363,7 @@ CHECKS = SETTINGS_CHECKS + (
     check_resume_fits_run,
     check_models,
     check_weights_train,
-    check_sharded_run,  # (again: with the samples and the experts the models bring)
+    check_sharded_inputs_fit,
     check_models_read_data,
     check_adapters_attach,
     check_device_runs,

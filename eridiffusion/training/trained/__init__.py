@@ -6,7 +6,7 @@ split over the processes of a run (sharding fsdp)."""
 from ..adapters.attach import FULL, AdapterSpec
 from .adapters import TrainedAdapters, trained_adapters
 from .base import Trained, TrainedBuilder, TrainedSetup
-from .sharded import FSDP, ShardedWeights, check_sharding, sharded_weights
+from .sharded import FSDP, ShardedWeights, check_sharded_inputs, check_sharding, sharded_weights
 from .weights import TrainedWeights, check_weights_trainable, trained_weights
 
 WEIGHTS_BUILDERS = (trained_weights, sharded_weights)  # the builders of a model's own weights
@@ -28,6 +28,7 @@ __all__ = [
     "TrainedBuilder",
     "TrainedSetup",
     "TrainedWeights",
+    "check_sharded_inputs",
     "check_sharding",
     "check_weights_trainable",
     "sharded_weights",

@@ -158,9 +158,9 @@ def _forward_inside(root: ShardedRoot, patcher: Any) -> None:
     patcher.set_injections(key, [comfy.patcher_extension.PatcherInjection(inject, eject)])
 
 
-def check_sharding(config: Any, trains_weights: bool, processes: int, samples: bool, experts: bool) -> None:
+def check_sharding(config: Any, trains_weights: bool, processes: int) -> None:
     """What sharding fsdp cannot do (TrainConfig `config`): adapters, one process, and the settings it does not
-    run with (`samples`: SampleDuringTraining renders; `experts`: two models trained)."""
+    run with."""
     if config.precision.sharding != FSDP:
         return
     if not trains_weights:
@@ -189,9 +189,25 @@ def check_sharding(config: Any, trains_weights: bool, processes: int, samples: b
         (config.dtype == "fp16", "dtype fp16 (its loss scaler unscales whole gradients)", "dtype bf16"),
         (config.weights_vram_gib > 0, "weights_vram_gib (FSDP places the trained weights)", "weights_vram_gib 0"),
         (config.vram_budget_gib > 0 or config.blocks_to_swap > 0, "block swap", "vram_budget_gib, blocks_to_swap 0"),
-        (samples, "samples during training (rank 0 renders alone)", "sample: null (and sample the saved model)"),
-        (experts, "two experts (one sharded model a run)", "one model"),
     ]
+    _refuse_clashes(clashes)
+
+
+def check_sharded_inputs(config: Any, samples: bool, experts: bool) -> None:
+    """What sharding fsdp cannot do with the run's inputs: `samples` (SampleDuringTraining renders), `experts`
+    (two models trained)."""
+    if config.precision.sharding != FSDP:
+        return
+    _refuse_clashes(
+        [
+            (samples, "samples during training (rank 0 renders alone)", "sample: null (and sample the saved model)"),
+            (experts, "two experts (one sharded model a run)", "one model"),
+        ]
+    )
+
+
+def _refuse_clashes(clashes: list[tuple[bool, str, str]]) -> None:
+    """The error of the first (clash, what, fix) that clashes with sharding fsdp."""
     for clash, what, fix in clashes:
         if clash:
             raise EriDiffusionError(f"sharding fsdp does not run with {what}: set {fix}, or sharding to none.")

@@ -23,7 +23,7 @@ from eridiffusion.training.run.precision import PrecisionSpec
 from eridiffusion.training.run.preflight import SETTINGS_CHECKS, preflight
 from eridiffusion.training.run.request import RunRequest
 from eridiffusion.training.run.resume import load_resume_point
-from eridiffusion.training.trained import check_sharding
+from eridiffusion.training.trained import check_sharded_inputs, check_sharding
 
 pytestmark = pytest.mark.one_host("torch.distributed under torchrun (gloo)")
 
@@ -113,7 +113,8 @@ def test_sharding_is_refused_with_adapters_one_process_and_the_settings_it_does_
     def refusal(processes=2, samples=False, experts=False, **values):
         config = fine_tune(**{"precision": FSDP, "adapter": full, **values})
         with pytest.raises(EriDiffusionError) as refused:
-            check_sharding(config, config.adapter.algorithm == "full", processes, samples, experts)
+            check_sharding(config, config.adapter.algorithm == "full", processes)
+            check_sharded_inputs(config, samples, experts)
         return str(refused.value)
 
     assert "this run trains adapters (lora)" in refusal(adapter=AdapterSpec())
@@ -124,8 +125,10 @@ def test_sharding_is_refused_with_adapters_one_process_and_the_settings_it_does_
     assert "fine_tune_dtype bf16" in refusal(precision=PrecisionSpec(sharding="fsdp", fine_tune_dtype="bf16"))
     assert "ema_decay" in refusal(ema_decay=0.9)
     assert "two experts" in refusal(experts=True)
-    check_sharding(fine_tune(precision=FSDP, adapter=full), True, 2, False, False)  # (what the runs above train)
-    check_sharding(fine_tune(adapter=AdapterSpec()), False, 1, True, False)  # (sharding none: nothing to refuse)
+    check_sharding(fine_tune(precision=FSDP, adapter=full), True, 2)  # (what the runs above train)
+    check_sharded_inputs(fine_tune(precision=FSDP, adapter=full), False, False)
+    check_sharding(fine_tune(adapter=AdapterSpec()), False, 1)  # (sharding none: nothing to refuse)
+    check_sharded_inputs(fine_tune(adapter=AdapterSpec()), True, True)
 
 
 def test_sharding_in_one_process_is_refused_by_the_preflight_s_settings_checks_before_any_model_loads():
