@@ -6,7 +6,7 @@ fsdp) beside one process at the same global batch: what tests/training/trained/t
 runs, in every process: a sharded run of STEPS steps (a checkpoint every STEPS // 2), then a sharded
 run resumed from that middle checkpoint (a checkpoint every STEPS // 4, keep_last 1); then rank 0 alone
 the same run in one process at twice the batch, unsharded. Rank 0 writes OUT/runs.json: each run's
-losses, evaluation losses, checkpoints and trained tensors' names."""
+losses, gradient norms, evaluation losses, checkpoints and trained tensors' names."""
 
 import dataclasses
 import json
@@ -58,9 +58,30 @@ def tiny_flux_data(processes):
     return model, data
 
 
-def summary(result):
+def recorded_norms():
+    """A list that gets the gradient norm of each optimizer step from now on (the step's gradient_norm, seen
+    from outside): what tells averaged gradients from summed ones, which AdamW's updates do not (they divide
+    the gradients' scale out)."""
+    from eridiffusion.training.run import optimizer_step
+
+    norms, own = [], optimizer_step.gradient_norm
+
+    def recording(parameters, max_norm):
+        norm = own(parameters, max_norm)
+        norms.append(norm)
+        return norm
+
+    optimizer_step.gradient_norm = recording
+    return norms
+
+
+def summary(result, norms):
+    """A run's figures for runs.json (`norms`: its steps' gradient norms, taken out of the list)."""
+    taken = [float(norm) for norm in norms]
+    norms.clear()
     return {
         "losses": result.losses,
+        "gradient_norms": taken,
         "eval_loss_before": result.eval_loss_before,
         "eval_loss_after": result.eval_loss_after,
         "checkpoints": result.checkpoints,
@@ -82,18 +103,19 @@ def main(out):
     from eridiffusion.training.run.trainer import train_lora
 
     model, data = tiny_flux_data(processes)
-    runs = {}
+    runs, norms = {}, recorded_norms()
     with torch.inference_mode(False):
         sharded = fine_tune(precision=PrecisionSpec(sharding="fsdp"))
         whole = train_lora(model, data, sharded, os.path.join(out, "sharded"), processes=processes)
-        runs["sharded"] = summary(whole)
+        runs["sharded"] = summary(whole, norms)
         middle = load_resume_point(whole.checkpoints[0])
         often = dataclasses.replace(sharded, save_every=STEPS // 4, keep_last=1)  # (free to change on resume)
         resumed = train_lora(model, data, often, os.path.join(out, "resumed"), resume=middle, processes=processes)
-        runs["resumed"] = summary(resumed)
+        runs["resumed"] = summary(resumed, norms)
         if processes.is_main:
             one = fine_tune(batch_size=BATCH * processes.world_size)
-            runs["one"] = summary(train_lora(model, data, one, os.path.join(out, "one"), processes=SINGLE_PROCESS))
+            alone = train_lora(model, data, one, os.path.join(out, "one"), processes=SINGLE_PROCESS)
+            runs["one"] = summary(alone, norms)
             with open(os.path.join(out, "runs.json"), "w") as f:
                 json.dump(runs, f)
     processes.barrier()

@@ -55,6 +55,9 @@ def test_two_sharded_processes_at_batch_1_train_what_one_process_at_batch_2_trai
     sharded, one = runs["sharded"], runs["one"]
     assert len(sharded["losses"]) == STEPS
     assert sharded["losses"] == pytest.approx(one["losses"], abs=1e-5, rel=0)
+    # the gradients averaged over the processes, not summed (AdamW's updates alone would not tell)
+    assert len(sharded["gradient_norms"]) == STEPS
+    assert sharded["gradient_norms"] == pytest.approx(one["gradient_norms"], rel=1e-4)
     assert sharded["eval_loss_after"] == pytest.approx(one["eval_loss_after"], abs=1e-5, rel=0)
     assert sharded["trained"] == one["trained"] and len(sharded["trained"]) == 16  # (2 blocks x qkv, proj x img, txt)
     a, b = last_checkpoint(runs, "sharded"), last_checkpoint(runs, "one")
@@ -69,6 +72,7 @@ def test_two_sharded_processes_at_batch_1_train_what_one_process_at_batch_2_trai
 def test_a_sharded_run_resumed_from_its_middle_checkpoint_ends_bit_for_bit_where_the_straight_run_ends(runs):
     straight, resumed = runs["sharded"], runs["resumed"]
     assert resumed["losses"] == straight["losses"]
+    assert resumed["gradient_norms"] == straight["gradient_norms"][STEPS // 2 :]
     assert resumed["eval_loss_after"] == straight["eval_loss_after"]
     a, b = last_checkpoint(runs, "sharded"), last_checkpoint(runs, "resumed")
     assert a.keys() == b.keys() and [k for k in a if not torch.equal(a[k], b[k])] == []
