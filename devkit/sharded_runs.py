@@ -31,6 +31,7 @@ def fine_tune(steps=STEPS, batch_size=BATCH, **values):
         batch_size=batch_size,
         log_every=1,
         save_every=steps // 2,
+        validate_every=steps // 2,
         gradient_checkpointing=True,
         run_name="sharded",
         adapter=AdapterSpec(algorithm="full", targets="attention", include="double_blocks"),
@@ -41,7 +42,8 @@ def fine_tune(steps=STEPS, batch_size=BATCH, **values):
 
 
 def tiny_flux_data(processes):
-    """The tiny FLUX.1 [dev] ModelPatcher and the dog photos encoded at RESOLUTION (a cache per process)."""
+    """The tiny FLUX.1 [dev] ModelPatcher and the dog photos encoded at RESOLUTION (a cache per process), one
+    of the five held out for validation."""
     import tempfile
 
     import torch
@@ -52,7 +54,7 @@ def tiny_flux_data(processes):
     from eridiffusion.training.data.training_data import build_training_data
 
     model, clip, vae = tiny_flux_dev(seed=0)
-    dataset = load_dataset(os.path.join(shared_datasets(), "dreambooth_dog"))
+    dataset = load_dataset(os.path.join(shared_datasets(), "dreambooth_dog"), validation=0.2)
     with torch.inference_mode():
         data = build_training_data(dataset, vae, clip, RESOLUTION, tempfile.mkdtemp(prefix="sharded-cache-"))
     return model, data
@@ -84,6 +86,8 @@ def summary(result, norms):
         "gradient_norms": taken,
         "eval_loss_before": result.eval_loss_before,
         "eval_loss_after": result.eval_loss_after,
+        "validation": result.validation,
+        "best": result.best,
         "checkpoints": result.checkpoints,
         "trained": sorted(result.trained.named_tensors()),
     }

@@ -59,6 +59,8 @@ def test_two_sharded_processes_at_batch_1_train_what_one_process_at_batch_2_trai
     assert len(sharded["gradient_norms"]) == STEPS
     assert sharded["gradient_norms"] == pytest.approx(one["gradient_norms"], rel=1e-4)
     assert sharded["eval_loss_after"] == pytest.approx(one["eval_loss_after"], abs=1e-5, rel=0)
+    assert [step for step, _ in sharded["validation"]] == [STEPS // 2, STEPS]  # (measured by every process)
+    assert [v for _, v in sharded["validation"]] == pytest.approx([v for _, v in one["validation"]], abs=1e-5)
     assert sharded["trained"] == one["trained"] and len(sharded["trained"]) == 16  # (2 blocks x qkv, proj x img, txt)
     a, b = last_checkpoint(runs, "sharded"), last_checkpoint(runs, "one")
     assert a.keys() == b.keys()
@@ -74,6 +76,7 @@ def test_a_sharded_run_resumed_from_its_middle_checkpoint_ends_bit_for_bit_where
     assert resumed["losses"] == straight["losses"]
     assert resumed["gradient_norms"] == straight["gradient_norms"][STEPS // 2 :]
     assert resumed["eval_loss_after"] == straight["eval_loss_after"]
+    assert resumed["validation"] == straight["validation"] and resumed["best"]["step"] == straight["best"]["step"]
     a, b = last_checkpoint(runs, "sharded"), last_checkpoint(runs, "resumed")
     assert a.keys() == b.keys() and [k for k in a if not torch.equal(a[k], b[k])] == []
 
@@ -82,21 +85,26 @@ def test_a_checkpoint_is_the_whole_model_beside_the_optimizer_s_shards_of_each_p
     checkpoints = runs["folder"] / "sharded" / "checkpoints"
     middle = f"sharded_step{STEPS // 2:06d}"
     assert sorted(os.listdir(checkpoints)) == sorted(
-        f"{name}{suffix}"
-        for name in (middle, f"sharded_step{STEPS:06d}")
-        for suffix in (".safetensors", ".training_state", ".optimizer_shards")
+        [
+            f"{name}{suffix}"
+            for name in (middle, f"sharded_step{STEPS:06d}")
+            for suffix in (".safetensors", ".training_state", ".optimizer_shards")
+        ]
+        + ["best.safetensors"]  # (the lowest validation loss: gathered by every process, written by rank 0)
     )
     shards = sorted(os.listdir(checkpoints / f"{middle}.optimizer_shards"))
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # (rank 0's index, a file of each process's)
     whole, one = last_checkpoint(runs, "sharded"), last_checkpoint(runs, "one")
     assert {k: v.shape for k, v in whole.items()} == {k: v.shape for k, v in one.items()}  # (UNETLoader's layout)
+    assert load_file(checkpoints / "best.safetensors").keys() == whole.keys()
 
 
 def test_keep_last_drops_an_older_checkpoint_with_its_optimizer_s_shards(runs):
     kept = f"sharded_step{STEPS:06d}"  # (the resumed run wrote one at 3/4 of the steps too)
     assert [os.path.basename(path) for path in runs["resumed"]["checkpoints"]] == [f"{kept}.safetensors"]
     expected = sorted(f"{kept}{suffix}" for suffix in (".safetensors", ".training_state", ".optimizer_shards"))
-    assert sorted(os.listdir(runs["folder"] / "resumed" / "checkpoints")) == expected
+    written = set(os.listdir(runs["folder"] / "resumed" / "checkpoints")) - {"best.safetensors"}
+    assert sorted(written) == expected
 
 
 def test_a_sharded_checkpoint_without_its_optimizer_s_shards_is_refused_before_the_run_starts(runs, tmp_path):
