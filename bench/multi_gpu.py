@@ -11,10 +11,14 @@ and the summary as JSON; writes $OUT/multi_gpu.json.
     PLAN=device python bench/multi_gpu.py                         # the node path on cuda:1
     WEIGHTS=fp8 STREAM_GIB=6 MODEL=flux python bench/multi_gpu.py # fp8 base weights, streamed weights
     MODEL=tiny PLAN=1x1,2x1 python bench/multi_gpu.py            # CPU smoke run: tiny SDXL, gloo
+    ALGORITHM=full SHARDING=fsdp MODEL=flux PLAN=1x1,2x1 python bench/multi_gpu.py  # full fine-tune, FSDP2
     python bench/multi_gpu.py --plan                              # print the commands, run nothing
 
-An experiment GxB is G processes (GPUs) x batch B per process; images/s = G x B / (s/step), s/step
-the median of CUDA-event times between steps after WARMUP steps, measured on every rank.
+ALGORITHM=full trains the model's own weights with AdamW (TARGETS, default all-linear, and INCLUDE choose
+them), and SHARDING=fsdp splits them over the processes of each experiment of 2 or more (sharding: fsdp;
+one process trains them whole). An experiment GxB is G processes (GPUs) x batch B per process;
+images/s = G x B / (s/step), s/step the median of CUDA-event times between steps after WARMUP steps,
+measured on every rank.
 """
 
 import json
@@ -105,6 +109,7 @@ def worker(name):
     from bench.train_speed import build, random_data
     from eridiffusion.training.adapters import AdapterSpec
     from eridiffusion.training.run.config import TrainConfig
+    from eridiffusion.training.run.precision import PrecisionSpec
     from eridiffusion.training.run.trainer import TrainingHooks, train_lora
 
     model_name = os.environ.get("MODEL", "sdxl")
@@ -127,16 +132,25 @@ def worker(name):
 
     stream = float(os.environ.get("STREAM_GIB", "0"))  # weights_vram_gib: graphs cannot replay streamed weights
     checkpointing = stream > 0 or os.environ.get("CKPT", "1" if model_name == "flux" else "0") == "1"
+    full = os.environ.get("ALGORITHM", "lora") == "full"
+    sharding = os.environ.get("SHARDING", "none") if processes.distributed else "none"
+    eager = stream > 0 or sharding != "none"  # (a sharded run's gathers run from hooks: no graphs)
+    if full:
+        targets = os.environ.get("TARGETS", "all-linear")
+        adapter = AdapterSpec(algorithm="full", targets=targets, include=os.environ.get("INCLUDE", ""))
+    else:
+        adapter = AdapterSpec(rank=16, alpha=16.0, targets="attention" if model_name in ("sdxl", "tiny") else "auto")
     config = TrainConfig(
         steps=STEPS,
         learning_rate=1e-4,
         dtype="bf16" if cuda else "fp32",
         batch_size=batch,
         gradient_checkpointing=checkpointing,
-        cuda_graphs="on" if cuda and not stream else "off",
+        cuda_graphs="on" if cuda and not eager else "off",
         weights_vram_gib=stream,
         device=device,
-        adapter=AdapterSpec(rank=16, alpha=16.0, targets="attention" if model_name in ("sdxl", "tiny") else "auto"),
+        adapter=adapter,
+        precision=PrecisionSpec(sharding=sharding),
         log_every=STEPS,
         eval_images=1,
         eval_timesteps=1,
@@ -173,6 +187,8 @@ def worker(name):
             "gradient_checkpointing": checkpointing,
             "weights": os.environ.get("WEIGHTS", "bf16"),
             "weights_vram_gib": stream,
+            "algorithm": adapter.algorithm,
+            "sharding": sharding,
         }
         if name == "device":  # trained on cuda:1: what each GPU of this process held at its peak
             r["peak_GiB_per_device"] = per_gpu

@@ -31,6 +31,11 @@ def state_path(adapter_path: str) -> str:
     return _beside(adapter_path, STATE_SUFFIX)
 
 
+def shards_path(adapter_path: str) -> str:
+    """The folder of a sharded run's optimizer state (sharding fsdp), beside its checkpoint."""
+    return _beside(adapter_path, ".optimizer_shards")
+
+
 def pickled_state_path(adapter_path: str) -> str:
     return _beside(adapter_path, PICKLED_STATE_SUFFIX)
 

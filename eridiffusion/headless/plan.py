@@ -130,6 +130,8 @@ def _memory_line(config, inputs, settings, parameters, processes):
     adapter_bytes = parameters * (
         held + (0 if settings.fused_backward else held) + OPTIMIZER_STATE_BYTES[settings.optimizer]
     )
+    sharded = f" (1/{processes} of them each: sharding fsdp)" if settings.precision.sharding == "fsdp" else ""
+    adapter_bytes //= processes if sharded else 1
     latent_bytes = sum(
         latent_bytes_of(record, dataset, resolution, model, inputs.vae)
         for resolution in resolutions(config)
@@ -147,7 +149,8 @@ def _memory_line(config, inputs, settings, parameters, processes):
         f"memory   about {(resident + adapter_bytes + latent_bytes) / GIB:.2f} GiB on "
         + (f"each of {processes} devices" if processes > 1 else f"{device}")
         + ": weights "
-        f"{resident / GIB:.2f}, adapters with gradients and {settings.optimizer} state {adapter_bytes / GIB:.2f}, "
+        f"{resident / GIB:.2f}, adapters with gradients and {settings.optimizer} state {adapter_bytes / GIB:.2f}"
+        f"{sharded}, "
         f"latents {latent_bytes / GIB:.3f}; {activations}"
     )
 

@@ -60,7 +60,8 @@ def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tm
         summary = json.load(f)
     assert summary["config"]["adapter"]["algorithm"] == "full"
     assert summary["config"]["fused_backward"] is True and summary["config"]["optimizer"] == "Adafactor"
-    assert summary["config"]["precision"] == {"fine_tune_dtype": "bf16", "stochastic_rounding": True}
+    precision = {"fine_tune_dtype": "bf16", "sharding": "none", "stochastic_rounding": True}
+    assert summary["config"]["precision"] == precision
 
 
 @pytest.mark.parametrize(
@@ -71,6 +72,7 @@ def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tm
         (FULL + "text_encoder_lr: 1.0e-5", "algorithm full trains the diffusion model's own weights alone"),
         (FULL + "fused_backward: true, on_nan: skip", "fused_backward steps each tensor as its gradient completes"),
         ("algorithm: lora, fine_tune_dtype: bf16", "fine_tune_dtype bf16 holds algorithm full's trained weights"),
+        (FULL + "sharding: fsdp", "sharding fsdp splits the trained weights over the processes of a run that torchrun"),
     ],
 )
 def test_a_full_finetune_the_run_cannot_do_is_refused_by_file_and_key(tmp_path, train, error):

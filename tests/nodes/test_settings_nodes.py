@@ -153,6 +153,7 @@ def test_device_offers_each_gpu_by_name_only_where_there_are_several_to_choose_f
         "base_quantization",
         "fused_backward",
         "fine_tune_dtype",
+        "sharding",
     ]
     offered = memory["device"][1]["options"] if memory["device"][0] == "COMBO" else memory["device"][0]
     assert list(offered) == list(device_choices(torch.cuda.device_count()))

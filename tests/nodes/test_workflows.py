@@ -142,7 +142,7 @@ def test_fine_tune_example_trains_with_its_memory_settings_saves_a_checkpoint_an
     config = summary["config"]
     assert (config["adapter"]["algorithm"], config["optimizer"]) == ("full", "Adafactor")
     assert config["gradient_checkpointing"] is True and config["fused_backward"] is True
-    assert config["precision"] == {"fine_tune_dtype": "bf16", "stochastic_rounding": True}
+    assert config["precision"] == {"fine_tune_dtype": "bf16", "sharding": "none", "stochastic_rounding": True}
     print(f"eval loss {summary['eval_loss_before']:.4f} -> {summary['eval_loss_after']:.4f}")
     assert summary["eval_loss_after"] < 0.9 * summary["eval_loss_before"]
     path = os.path.join(folder_paths.get_folder_paths("checkpoints")[0], "workflow", "sdxl_finetune.safetensors")

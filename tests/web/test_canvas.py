@@ -249,6 +249,7 @@ def test_old_trainer_layout_moves_settings_to_linked_options_nodes_and_the_run_u
                 "base_quantization": "none",
                 "fused_backward": False,
                 "fine_tune_dtype": "fp32",
+                "sharding": "none",
             },
         },
     }

@@ -149,6 +149,8 @@ class TrainingRun:
                 saved=resume.tensors if resume is not None else None,
                 saved_path=resume.path if resume is not None else None,
                 weights_dtype=config.precision.torch_dtype,
+                compute_dtype=config.torch_dtype,
+                group=self.processes.devices,
             )
         )
         if config.torch_compile:

@@ -5,10 +5,11 @@ Rank 0 writes; the other processes wait for it."""
 
 import contextlib
 import os
+import shutil
 
 from ...formats.atomic_file import write_json_atomic
 from ...formats.lora_file import run_metadata
-from ...formats.state_file import save_state, state_path
+from ...formats.state_file import save_state, shards_path, state_path
 from ...formats.trained_file import TrainedFile, check_finite, raw_path
 from . import run_state
 from .build import TrainingRun
@@ -44,14 +45,17 @@ def checkpoint_path(run, name):
 
 def save_checkpoint(run, step):
     """Rank 0 writes the checkpoint after `step` steps, with its training state (and drops those
-    keep_last lets go) while the others wait."""
+    keep_last lets go) while the others wait. Every process exports it and captures the state: sharded
+    weights are gathered, and their optimizer's state written, by all of them at once."""
     path = checkpoint_path(run, f"{run.config.run_name}_step{step:06d}.safetensors")
+    lora = lora_of(run, step)
     if run.processes.is_main:
-        lora = lora_of(run, step)
         check_finite(lora.tensors, lora.tensors, "fp32", path, lora.what)  # before its state is written
         if lora.raw is not None:
             check_finite(lora.raw.tensors, lora.raw.tensors, "fp32", raw_path(path), lora.what)
-        save_state(path, run_state.capture(run, step))
+    state = run_state.capture(run, step, path)
+    if run.processes.is_main:
+        save_state(path, state)
         lora.save(path, dtype="fp32", overwrite=True)
     kept = run.progress.checkpoints
     kept.append(path)
@@ -62,6 +66,8 @@ def save_checkpoint(run, step):
             for file in [f for old in dropped for f in (old, state_path(old), raw_path(old))]:
                 if os.path.exists(file):
                     os.remove(file)
+            for folder in [shards_path(old) for old in dropped if os.path.isdir(shards_path(old))]:
+                shutil.rmtree(folder)
     run.processes.barrier()
 
 
@@ -72,8 +78,8 @@ def record_validation(run, step, value):
     progress.validation_points.append([step, value])
     if progress.best is None or value < progress.best["loss"]:
         path = checkpoint_path(run, BEST)
+        lora = lora_of(run, step)  # (by every process: sharded weights are gathered by all)
         if run.processes.is_main:  # (every process measured the same value)
-            lora = lora_of(run, step)
             lora.metadata["validation_loss"] = repr(value)
             lora.save(path, dtype="fp32", overwrite=True)
         progress.best, progress.checks_since_best = {"step": step, "loss": value, "path": path}, 0

@@ -62,13 +62,14 @@ class TrainingProcesses:
     def average_gradients(self, parameters, loss):
         """Average the gradients of `parameters` and the step's `loss` (a device scalar) over the
         processes, in buckets of one all-reduce each; returns the averaged loss. A parameter without
-        a gradient counts as zeros, so every process sends buckets of one layout."""
+        a gradient counts as zeros, so every process sends buckets of one layout. A sharded one's
+        (sharding fsdp) arrived averaged: FSDP reduce-scatters it as backward leaves its layer."""
         if not self.distributed:
             return loss
         import torch.distributed as dist
 
         tensors = []
-        for p in parameters:
+        for p in _replicated(parameters):
             if not p.requires_grad:
                 continue
             if p.grad is None:
@@ -88,13 +89,14 @@ class TrainingProcesses:
         return loss[0]
 
     def broadcast_parameters(self, parameters):
-        """Rank 0's values of `parameters` in every process (as DDP does at start)."""
+        """Rank 0's values of `parameters` in every process (as DDP does at start). Sharded ones (sharding
+        fsdp) are each process's part of the model's weights, which every process loaded alike."""
         if not self.distributed:
             return
         import torch.distributed as dist
 
         with torch.no_grad():
-            for bucket in _buckets(list(parameters), BUCKET_BYTES):
+            for bucket in _buckets(_replicated(parameters), BUCKET_BYTES):
                 flat = torch.cat([p.detach().reshape(-1) for p in bucket])
                 dist.broadcast(flat, src=0, group=self._group_for(flat))
                 offset = 0
@@ -161,6 +163,13 @@ class TrainingProcesses:
 
 
 SINGLE_PROCESS = TrainingProcesses()
+
+
+def _replicated(parameters):
+    """Those of `parameters` that every process holds whole (not FSDP's DTensor shards)."""
+    from torch.distributed.tensor import DTensor
+
+    return [p for p in parameters if not isinstance(p, DTensor)]
 
 
 def _buckets(tensors, limit):

@@ -14,11 +14,14 @@ MAX_SKIPS_IN_A_ROW = 10
 
 def gradient_norm(parameters, max_norm):
     """The total gradient norm of `parameters` as a device tensor; the gradients are clipped to
-    `max_norm` first when it is > 0 (clip_grad_norm_, which computes the same norm)."""
+    `max_norm` first when it is > 0 (clip_grad_norm_, which computes the same norm). Sharded gradients
+    (sharding fsdp) give the norm of the whole, summed over the processes."""
     parameters = list(parameters)
     if max_norm > 0:
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
-    return torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
 class StepHealth:

@@ -1,8 +1,8 @@
-"""How a full fine-tune's trained weights are held (fine_tune_dtype) and how an update lands in bf16 ones
-(stochastic_rounding): the optimizer steps a bf16 tensor over an fp32 copy of it, and the result is
-rounded to one of its two bf16 neighbours at random, the nearer more often (as OneTrainer and kohya's
-fused Adafactor round): an update smaller than bf16's spacing moves the weight on average instead of
-being rounded away."""
+"""How a full fine-tune's trained weights are held (fine_tune_dtype), whether the processes of a run split
+them (sharding: trained/sharded.py), and how an update lands in bf16 ones (stochastic_rounding): the
+optimizer steps a bf16 tensor over an fp32 copy of it, and the result is rounded to one of its two bf16
+neighbours at random, the nearer more often (as OneTrainer and kohya's fused Adafactor round): an update
+smaller than bf16's spacing moves the weight on average instead of being rounded away."""
 
 from dataclasses import dataclass
 
@@ -11,11 +11,12 @@ import torch
 from ...settings import check_settings, setting
 
 FINE_TUNE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+SHARDINGS = ("none", "fsdp")
 
 
 @dataclass(frozen=True)
 class PrecisionSpec:
-    """The settings of the trained weights' precision (TrainConfig's `precision`)."""
+    """The settings of how the trained weights are held (TrainConfig's `precision`)."""
 
     fine_tune_dtype: str = setting(
         "fp32",
@@ -25,6 +26,16 @@ class PrecisionSpec:
         "Adapters (lora, ...) always keep fp32.",
         choices=tuple(FINE_TUNE_DTYPES),
         group="memory",
+    )
+    sharding: str = setting(
+        "none",
+        "algorithm full in a run of several processes (eridiffusion train --gpus N, torchrun): fsdp splits the "
+        "trained weights, their gradients and the optimizer's state over the processes (PyTorch FSDP2), each GPU "
+        "holding 1/N of them, for a model whose fine-tune does not fit one GPU (Flux.1-dev: 16 bytes a weight with "
+        "AdamW); checkpoints keep the optimizer's state as a folder of shards. none: every process holds them all.",
+        choices=SHARDINGS,
+        group="memory",
+        optional=True,
     )
     stochastic_rounding: bool = setting(
         True,

@@ -8,6 +8,7 @@ import os
 
 from ...errors import EriDiffusionError
 from ...formats.lora_file import loadable_weight_keys
+from ...formats.state_file import shards_path
 from ..adapters.attach import LINEAR_LIKE_ALGORITHMS, target_layers
 from ..adapters.layer_selection import block_multipliers
 from ..memory import check_vram_budget
@@ -17,7 +18,7 @@ from ..model.text_encoder import check_text_encoders
 from ..samples.inputs import reads_condition, takes_inpaint_channels
 from ..speed.fp8_products import check_fp8_compute
 from ..speed.step_path import check_graphs_can_run
-from ..trained import check_weights_trainable, trained_weights
+from ..trained import WEIGHTS_BUILDERS, check_sharded_inputs, check_sharding, check_weights_trainable
 from .experts import check_expert_boundary, check_expert_pair, check_experts, check_one_model
 from .fused_backward import check_fused_backward
 from .optimizers import check_optimizer_runs
@@ -122,7 +123,7 @@ def check_models_read_data(request: RunRequest) -> None:
 def check_weights_train(request: RunRequest) -> None:
     """A model's own weights (algorithm full, or a weights run resumed) trained from weights ComfyUI loaded
     as they can be trained and saved, with settings that train beside them; fine_tune_dtype for them alone."""
-    if request.builder is trained_weights:
+    if request.builder in WEIGHTS_BUILDERS:
         for model in request.models:
             check_weights_trainable(model.model, request.config)
     elif request.config.precision.fine_tune_dtype != "fp32":
@@ -131,6 +132,17 @@ def check_weights_train(request: RunRequest) -> None:
             f"it, and this run trains adapters ({request.spec.algorithm}), which keep fp32 master weights: set "
             "fine_tune_dtype to fp32, or algorithm to full."
         )
+
+
+def check_sharded_run(request: RunRequest) -> None:
+    """sharding fsdp: a model's own weights, trained by several processes, with settings FSDP runs with."""
+    check_sharding(request.config, request.builder in WEIGHTS_BUILDERS, request.processes.world_size)
+
+
+def check_sharded_inputs_fit(request: RunRequest) -> None:
+    """sharding fsdp: no samples rendered during training, one model."""
+    samples, experts = request.samples is not None, request.low_noise_model is not None
+    check_sharded_inputs(request.config, samples, experts)
 
 
 def check_adapters_attach(request: RunRequest) -> None:
@@ -322,6 +334,11 @@ def check_resume_point(point, config, world_size):
     if point is None or point.state is None:
         return
     check_resumable(point.state, config, world_size, point.path)
+    if "shards" in point.state["optimizer"] and not os.path.isdir(shards_path(point.path)):
+        raise EriDiffusionError(
+            f"{shards_path(point.path)} is missing: the optimizer's state of a sharded run (sharding fsdp) is that "
+            "folder beside its checkpoint. Copy it back into the checkpoints folder, or start a new run."
+        )
     if point.state["step"] >= config.steps:
         raise EriDiffusionError(
             f"{point.path} is at step {point.state['step']}, and steps is {config.steps}: raise steps to train on."
@@ -339,13 +356,14 @@ def check_block_multipliers(multipliers, block_lr):
 
 # In the order a user meets them: the settings alone, the data and inputs, the settings against the data, the
 # resume point against the model and data, the models, what they read, the adapters, the device, its memory.
-SETTINGS_CHECKS = (check_processes, check_resume_settings)
+SETTINGS_CHECKS = (check_processes, check_resume_settings, check_sharded_run)
 CHECKS = SETTINGS_CHECKS + (
     check_data_and_inputs,
     check_data_fits_settings,
     check_resume_fits_run,
     check_models,
     check_weights_train,
+    check_sharded_inputs_fit,
     check_models_read_data,
     check_adapters_attach,
     check_device_runs,

@@ -32,7 +32,7 @@ class RunRequest:
     processes: TrainingProcesses = SINGLE_PROCESS
     low_noise_model: Any = None  # two experts in one run (Wan 2.2 14B): the low-noise MODEL
     # what the run trains (trained/): None, what its AdapterSpec asks for (the resume point's, else `config`'s):
-    # the model's own weights for algorithm full, else adapters
+    # the model's own weights for algorithm full (sharded: sharding fsdp), else adapters
     trained: TrainedBuilder | None = None
 
     @property
@@ -43,7 +43,7 @@ class RunRequest:
     @property
     def builder(self) -> TrainedBuilder:
         """The TrainedBuilder of what the run trains (`trained`, else what its spec asks for)."""
-        return self.trained if self.trained is not None else trained_for(self.spec)
+        return self.trained if self.trained is not None else trained_for(self.spec, self.config.precision.sharding)
 
     @property
     def models(self) -> tuple[Any, ...]:

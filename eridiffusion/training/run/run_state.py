@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...errors import EriDiffusionError
-from ...formats.state_file import damaged_state_fix, state_path
+from ...formats.state_file import damaged_state_fix, shards_path, state_path
 from .config import NESTED, TrainConfig
 
 
@@ -179,11 +179,12 @@ def _global_batch_advice(state, config, world_size):
     )
 
 
-def capture(run, step):
-    """The loop state of TrainingRun `run` after `step` steps."""
+def capture(run, step, path):
+    """The loop state of TrainingRun `run` after `step` steps, for the checkpoint at `path` (asked of every
+    process: sharded weights write their optimizer's state beside it)."""
     return {
         "step": step,
-        "optimizer": run.optimizer.state_dict(),
+        "optimizer": run.trained.optimizer_state(run.optimizer, shards_path(path)),
         "scheduler": run.scheduler.state_dict(),
         "scaler": run.scaler.state_dict(),
         "batches": run.batches.state(),
@@ -238,7 +239,7 @@ def check_state_fits_data(state, path, samples, class_samples):
 def restore(run, state, path):
     """Put TrainingRun `run` back where `state` (read beside the adapter at `path`) left it (its settings
     and data checked by the preflight)."""
-    run.optimizer.load_state_dict(state["optimizer"])
+    run.trained.load_optimizer_state(run.optimizer, state["optimizer"], shards_path(path))
     run.scheduler.load_state_dict(state["scheduler"])
     run.scaler.load_state_dict(state["scaler"])
     run.batches.load_state(state["batches"])

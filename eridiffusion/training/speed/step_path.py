@@ -102,7 +102,8 @@ def graphs_wanted(config, device):
     setting = config.cuda_graphs
     streamed = config.weights_vram_gib > 0
     quantized = config.base_quantization != "none"  # (bitsandbytes' kernels not yet measured in a capture)
-    eager = streamed or quantized or config.fused_backward  # (fused: the updates run inside the backward)
+    sharded = config.precision.sharding != "none"  # (FSDP's gathers run from hooks: check_sharding)
+    eager = streamed or quantized or sharded or config.fused_backward  # (fused: the updates run inside the backward)
     return setting == "on" or (setting == "auto" and device.type == "cuda" and not eager)
 
 

@@ -27,6 +27,8 @@ class TrainedSetup:
     saved: dict[str, torch.Tensor] | None = None  # a resume file's tensors: the trained values start there
     saved_path: str | None = None  # that file (its errors name it)
     weights_dtype: torch.dtype = torch.float32  # a model's own trained weights are held in (fine_tune_dtype)
+    compute_dtype: torch.dtype = torch.float32  # the model computes in (TrainConfig's dtype)
+    group: Any = None  # the processes' device group (torch.distributed) in a run of several, else None
 
 
 class Trained(ABC):
@@ -51,7 +53,8 @@ class Trained(ABC):
     def file_content(self, metadata: dict[str, str]) -> TrainedFile:
         """The trained values as a file's content, of the kind's own format (adapters: a TrainedLoRA, a
         model's weights: a DiffusionModelFile), under the names ComfyUI's loaders apply (fp32, on the CPU),
-        with the run's `metadata` added: what checkpoints, best.safetensors and the result hold."""
+        with the run's `metadata` added: what checkpoints, best.safetensors and the result hold. Asked of
+        every process of a run at once (sharded weights are gathered by all of them); rank 0 writes it."""
 
     @abstractmethod
     def apply_to(self, patcher: Any) -> None:
@@ -74,6 +77,16 @@ class Trained(ABC):
     def model_part(self) -> torch.nn.Module:
         """The diffusion model's trained tensors as one module: what a CUDA graph of the step takes as
         trained inputs (the text encoder's reach it through the encoding)."""
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer, folder: str) -> dict[str, Any]:
+        """What the training state holds of `optimizer`'s state (asked of every process at once; rank 0 writes
+        the state): its state dict, which every process holds whole. Sharded weights write their shards to
+        `folder` and name it instead."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, saved: dict[str, Any], folder: str) -> None:
+        """Set `optimizer`'s state to what optimizer_state gave (`folder`: where it wrote shards)."""
+        optimizer.load_state_dict(saved)
 
     def adapter_set(self) -> AdapterSet | None:
         """The diffusion model's adapters, which the speed paths made for adapters work on (compute

@@ -89,13 +89,18 @@ class TrainedWeights(Trained):
         return [{"params": p, "lr": learning_rate * m} for m, p in by_multiplier.items()]
 
     def file_content(self, metadata: dict[str, str]) -> DiffusionModelFile:
+        return self.file_of(self.named_tensors(), metadata)
+
+    def file_of(self, trained: dict[str, torch.Tensor] | None, metadata: dict[str, str]) -> DiffusionModelFile:
+        """The whole diffusion model with the `trained` tensors in place of its own, and the run's `metadata`
+        (None: the metadata alone, what a process other than rank 0 of a sharded run holds)."""
         meta = {
             TRAINED_KIND: "weights",
             "eridiffusion_adapter_spec": json.dumps(dataclasses.asdict(self.copies.spec)),  # what a resume reads
             "eridiffusion_modules": json.dumps(list(self.copies.layer_names)),
             **metadata,
         }
-        tensors = diffusion_model_tensors(self.diffusion_model, self.named_tensors())
+        tensors = diffusion_model_tensors(self.diffusion_model, trained) if trained is not None else {}
         return DiffusionModelFile(tensors, meta, source=self.base_model)
 
     def apply_to(self, patcher: Any) -> None:
@@ -136,13 +141,20 @@ def trained_weights(setup: TrainedSetup) -> TrainedWeights:
 
 def _load_saved(trained: TrainedWeights, saved: dict[str, torch.Tensor], path: str | None) -> None:
     """Set the copies to a resume file's tensors (a diffusion model file a weights run wrote)."""
+    for layer, copy in trained.copies.items():
+        set_copy_from(copy, layer, saved, path)
+
+
+def set_copy_from(copy: LayerCopy, layer: str, saved: dict[str, torch.Tensor], path: str | None) -> None:
+    """Set LayerCopy `copy` of the model's layer `layer` to its tensors in a resume file's `saved` (at `path`)."""
     with torch.no_grad():
-        for name, tensor in trained.named_tensors().items():
-            value = saved.get(name)
+        for name, tensor in copy.tensors().items():
+            key = f"{layer[len(PREFIX) :]}.{name}"
+            value = saved.get(key)
             if value is None or value.shape != tensor.shape:
                 found = "no such tensor" if value is None else f"shape {tuple(value.shape)}"
                 raise EriDiffusionError(
-                    f"{path} does not hold this model's {name} of shape {tuple(tensor.shape)} ({found}): it is no "
+                    f"{path} does not hold this model's {key} of shape {tuple(tensor.shape)} ({found}): it is no "
                     "diffusion model file of a weights run on this model. Resume from one, or start a new run."
                 )
             tensor.copy_(value)
