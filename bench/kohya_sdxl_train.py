@@ -65,14 +65,11 @@ unless an earlier benchmark left it in the temp folder, and for the tokenizer fi
     KOHYA=.kohya PLAN=fused_adafactor bash bench/gpu_host.sh python3 bench/kohya_sdxl_train.py
 """
 
-import glob
 import json
 import math
-import multiprocessing
 import os
 import re
 import shutil
-import statistics
 import struct
 import subprocess
 import sys
@@ -81,6 +78,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from bench import peer_runs  # noqa: E402
 
 RESOLUTION, LATENT_CHANNELS = 1024, 4
 TOKENS, CLIP_L_WIDTH, CLIP_G_WIDTH = 77, 768, 1280  # SDXL's text encoders' outputs: 77 x (768 + 1280), pooled 1280
@@ -100,38 +99,7 @@ def kohya_paths(root):
             f"KOHYA={root}: no sdxl_train.py and library/ there; export sd-scripts' tree as this file's "
             "docstring says and carry it"
         )
-    commit_file = os.path.join(root, "COMMIT")
-    commit = open(commit_file).read().strip() if os.path.exists(commit_file) else None
-    return root, commit
-
-
-def kohya_site(root):
-    """KOHYA's wheels installed (once per machine) into a folder of their own; None if it carries none."""
-    wheels = sorted(glob.glob(os.path.join(root, "wheels", "*.whl")))
-    if not wheels:
-        return None
-    site = os.path.join(tempfile.gettempdir(), "kohya-site")
-    if not os.path.exists(os.path.join(site, ".installed")):
-        pip = "-m pip install -q --no-deps --no-index --no-compile --upgrade --target".split()
-        subprocess.run([sys.executable, *pip, site, *wheels], check=True)
-        open(os.path.join(site, ".installed"), "w").close()
-    return site
-
-
-def check_imports(paths):
-    """Refuse before anything is written when a package sd-scripts imports is not there."""
-    import importlib.util
-
-    sys.path[:0] = paths
-    try:
-        missing = [name for name in KOHYA_NEEDS if importlib.util.find_spec(name) is None]
-    finally:
-        del sys.path[: len(paths)]
-    if missing:
-        raise SystemExit(
-            f"sd-scripts needs {', '.join(missing)}: add their wheels to $KOHYA/wheels "
-            "(this file's docstring lists the ones the GPU image lacks)"
-        )
+    return root, peer_runs.exported_commit(root)
 
 
 def kohya_env(paths):
@@ -143,30 +111,6 @@ def kohya_env(paths):
         TRANSFORMERS_OFFLINE="1",
         PYTHONPATH=os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])]),
     )
-
-
-def write_unet():
-    """bench/train_speed.py's SDXL file (random bf16 weights, ComfyUI's keys), written once per machine with
-    ComfyUI's own model class."""
-    from bench import train_speed
-
-    train_speed.stub_pyav()
-    from eridiffusion.runtime import start_host_in_temp_dir
-
-    start_host_in_temp_dir("eridiffusion-bench-")
-    train_speed.weights_file("sdxl")
-
-
-def unet_file():
-    """The UNet file, written in a process of its own so that this one never holds the GPU."""
-    path = os.path.join(tempfile.gettempdir(), "eridiffusion_bench_sdxl.safetensors")  # train_speed.weights_file's
-    if not os.path.exists(path):
-        writer = multiprocessing.get_context("spawn").Process(target=write_unet)
-        writer.start()
-        writer.join()
-        if writer.exitcode != 0 or not os.path.exists(path):
-            raise SystemExit(f"writing {path} failed (exit {writer.exitcode}): run under bench/gpu_host.sh")
-    return path
 
 
 def checkpoint_file(unet_path, paths):
@@ -214,7 +158,7 @@ def write_checkpoint(unet_path, path):
     from diffusers import AutoencoderKL
     from library import model_util, sdxl_model_util, sdxl_original_unet
     from safetensors import safe_open
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection
 
     with init_empty_weights():
         unet = sdxl_original_unet.SdxlUNet2DConditionModel()
@@ -233,24 +177,8 @@ def write_checkpoint(unet_path, path):
     ]
 
     # CLIP-L and OpenCLIP bigG's text towers (the shapes their checkpoints have), VAE as kohya configures it
-    shared = {"vocab_size": 49408, "max_position_embeddings": TOKENS}
-    clip_l = CLIPTextConfig(
-        hidden_size=768,
-        intermediate_size=3072,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        projection_dim=768,
-        **shared,
-    )
-    clip_g = CLIPTextConfig(
-        hidden_size=1280,
-        intermediate_size=5120,
-        num_hidden_layers=32,
-        num_attention_heads=20,
-        projection_dim=1280,
-        hidden_act="gelu",
-        **shared,
-    )
+    clip_l = clip_text_config(CLIP_L_WIDTH, layers=12, heads=12)
+    clip_g = clip_text_config(CLIP_G_WIDTH, layers=32, heads=20, hidden_act="gelu")
     with init_empty_weights():
         text_l = CLIPTextModel._from_config(clip_l)
         text_g = CLIPTextModelWithProjection(clip_g)
@@ -282,6 +210,23 @@ def write_checkpoint(unet_path, path):
             entries.append((name, shape, dtype, lambda name=name, shape=shape, i=integer: draw(name, shape, i)))
     write_safetensors(path, entries, {"eridiffusion_bench": "random SDXL, SAI layout, UNet from " + unet_path})
     print(f"wrote {path}: {len(entries)} tensors, {os.path.getsize(path) / 2**30:.2f} GiB", flush=True)
+
+
+def clip_text_config(width, layers, heads, **options):
+    """A CLIP text tower's transformers config as SDXL's checkpoints have it: its MLP 4 times as wide as the tower,
+    its projection as wide, CLIP's vocabulary over TOKENS positions."""
+    from transformers import CLIPTextConfig
+
+    return CLIPTextConfig(
+        hidden_size=width,
+        intermediate_size=4 * width,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        projection_dim=width,
+        vocab_size=49408,
+        max_position_embeddings=TOKENS,
+        **options,
+    )
 
 
 def tokenizer_cache(folder):
@@ -367,14 +312,8 @@ def kohya_argv(checkpoint, dataset_toml, tokenizers, output_dir, steps, fused=Tr
         "max_data_loader_n_workers": 2,
         "persistent_data_loader_workers": True,
     }
-    argv = []
-    for name, value in options.items():
-        if value is True:
-            argv.append(f"--{name}")
-        elif value not in (None, False):
-            argv += [f"--{name}", str(value)]
     # (nargs="*": last)
-    return argv + [
+    return peer_runs.command_line(options) + [
         "--optimizer_args",
         "relative_step=False",
         "scale_parameter=False",
@@ -388,21 +327,7 @@ def run_in_kohya(cap_gib, record_path, argv):
     save, run its sdxl_train.py."""
     import runpy
 
-    import torch
-
-    cuda = torch.cuda.is_available()
-    record = {"step_ends": []}
-    if cuda:
-        total = torch.cuda.get_device_properties(0).total_memory
-        record.update(device=torch.cuda.get_device_name(0), total_GiB=total / 2**30)
-        if cap_gib:
-            torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total)
-
-    def save():
-        with open(record_path + ".tmp", "w") as f:
-            json.dump(record, f)
-        os.replace(record_path + ".tmp", record_path)
-
+    record = peer_runs.StepRecord(record_path, cap_gib)
     import library.sdxl_train_util as sdxl_train_util
 
     sample_images = sdxl_train_util.sample_images
@@ -410,26 +335,13 @@ def run_in_kohya(cap_gib, record_path, argv):
     def timed_sample_images(accelerator, args, epoch, steps, *rest, **kwargs):
         out = sample_images(accelerator, args, epoch, steps, *rest, **kwargs)
         if epoch == 0 and steps == 0:  # before the first step (--sample_at_first's call)
-            if cuda:
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                record["allocated_at_start_GiB"] = torch.cuda.memory_allocated() / 2**30  # weights and state
-            record["train_start"] = time.perf_counter()
-            save()
+            record.training_started(allocated=True)
         elif epoch is None:  # after each optimizer step
-            if cuda:
-                torch.cuda.synchronize()
-                record.update(
-                    peak_GiB=torch.cuda.max_memory_allocated() / 2**30,
-                    peak_reserved_GiB=torch.cuda.max_memory_reserved() / 2**30,
-                )
-            record["step_ends"].append(time.perf_counter())
-            save()
+            record.step_ended()
         return out
 
     def skip_final_save(*args, **kwargs):
-        record["final_save_skipped"] = True
-        save()
+        record.note(final_save_skipped=True)
 
     sdxl_train_util.sample_images = timed_sample_images
     sdxl_train_util.save_sd_model_on_train_end = skip_final_save
@@ -442,10 +354,7 @@ def experiment(name):
     """An experiment's memory cap in GiB (None: uncapped), resolution and sdxl_train options (this file's
     docstring)."""
     parts = name.split("_")
-
-    def number(prefix, kind):
-        return next((kind(p[len(prefix) :]) for p in parts if p.startswith(prefix) and p[len(prefix) :]), None)
-
+    number = lambda prefix, kind: peer_runs.experiment_number(parts, prefix, kind)
     return (
         number("cap", float),
         number("res", int) or RESOLUTION,
@@ -463,26 +372,10 @@ def run_experiment(name, checkpoint, folder, paths, steps, warmup, timeout_s, ou
     argv = kohya_argv(checkpoint, dataset_toml, tokenizers, os.path.join(folder, "output"), steps, lr=lr, **options)
     command = [sys.executable, os.path.abspath(__file__), "--in-kohya", str(cap or 0), record_path, "--", *argv]
     log_path = os.path.join(out_dir, f"kohya_sdxl_train_{name}.log")
-    started = time.time()
-    with open(log_path, "w") as log:
-        try:
-            code = subprocess.run(
-                command, env=kohya_env(paths), cwd=folder, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s
-            ).returncode
-        except subprocess.TimeoutExpired:
-            code = "timeout"
-    record = {}
-    if os.path.exists(record_path):
-        with open(record_path) as f:
-            record = json.load(f)
-    ends = [record["train_start"], *record["step_ends"]] if "train_start" in record else []
-    times = [b - a for a, b in zip(ends, ends[1:])]
-    with open(log_path, errors="replace") as f:
-        text = f.read()
-    tqdm = re.findall(r"steps:[^\r\n]*?(\d+(?:\.\d+)?)(s/it|it/s)", text)  # kohya's progress bar, its average
-    trainable = re.findall(r"number of trainable parameters: (\d+)", text)
-    losses = re.findall(r"avr_loss=(\S+?)\]", text)  # the progress bar's moving average of the losses
-    r = {
+    run = peer_runs.run_peer(command, kohya_env(paths), folder, log_path, timeout_s, record_path)
+    trainable = re.findall(r"number of trainable parameters: (\d+)", run.log)
+    losses = re.findall(r"avr_loss=(\S+?)\]", run.log)  # the progress bar's moving average of the losses
+    return {
         "exp": name,
         "trainer": "kohya sd-scripts sdxl_train.py",
         "model": "sdxl",
@@ -494,45 +387,26 @@ def run_experiment(name, checkpoint, folder, paths, steps, warmup, timeout_s, ou
         "full_bf16": True,
         "memory_cap_GiB": cap,
         "trainable_parameters": int(trainable[-1]) if trainable else None,
-        "steps_done": len(times),
-        "step_times_s": [round(t, 4) for t in times],
-        "device": record.get("device"),
-        "peak_GiB": record.get("peak_GiB"),
-        "peak_reserved_GiB": record.get("peak_reserved_GiB"),
-        "allocated_at_start_GiB": record.get("allocated_at_start_GiB"),
+        **run.measured(),
+        "allocated_at_start_GiB": run.record.get("allocated_at_start_GiB"),
         "avr_loss_first_last": [float(losses[0]), float(losses[-1])] if losses else None,
-        "final_save_skipped": record.get("final_save_skipped", False),
-        "wall_s": round(time.time() - started, 1),
+        "final_save_skipped": run.record.get("final_save_skipped", False),
+        "wall_s": run.wall_s,
         "log": os.path.basename(log_path),
+        **run.speed(warmup, "images_per_s"),
     }
-    if len(times) > warmup:
-        r["s_per_step"] = statistics.median(times[warmup:])
-        r["steps_timed"] = len(times) - warmup
-        r["images_per_s"] = 1 / r["s_per_step"]
-    if tqdm:
-        value, unit = tqdm[-1]
-        r["tqdm_s_per_step"] = float(value) if unit == "s/it" else 1 / float(value)
-    if code != 0:
-        errors = [line for line in text.splitlines() if re.match(r"[\w.]*(Error|Exception)\b", line)]
-        r["error"] = f"exit {code}: {errors[-1][:300] if errors else text[-300:]}"
-    return r
 
 
 def main():
-    kohya_root = os.environ.get("KOHYA")
-    if not kohya_root:
-        raise SystemExit("KOHYA=path to an exported sd-scripts tree (this file's docstring says how)")
-    src, commit = kohya_paths(os.path.abspath(kohya_root))
-    site = kohya_site(os.path.abspath(kohya_root))
+    kohya_root = peer_runs.peer_root("KOHYA", "sd-scripts")
+    src, commit = kohya_paths(kohya_root)
+    site = peer_runs.peer_site(kohya_root, "kohya")
     paths = [*([site] if site else []), src]
-    check_imports(paths)
-    plan = [p for p in os.environ.get("PLAN", DEFAULT_PLAN).split(",") if p]
-    steps, warmup = int(os.environ.get("STEPS", "14")), int(os.environ.get("WARMUP", "4"))
-    timeout_s = int(os.environ.get("TIMEOUT_S", "480"))
+    peer_runs.check_imports(paths, KOHYA_NEEDS, "sd-scripts", "KOHYA")
+    plan, steps, warmup, timeout_s, out_dir = peer_runs.plan_settings(DEFAULT_PLAN, default_timeout_s=480)
     lr = float(os.environ.get("LR", "1e-5"))
-    out_dir = os.environ.get("OUT", tempfile.gettempdir())
     started = time.time()
-    checkpoint = checkpoint_file(unet_file(), paths)
+    checkpoint = checkpoint_file(peer_runs.random_weights_file("sdxl"), paths)
     setup_s = round(time.time() - started, 1)
 
     import torch
@@ -553,10 +427,7 @@ def main():
         for name in plan:
             r = run_experiment(name, checkpoint, folder, paths, steps, warmup, timeout_s, out_dir, lr)
             r["kohya_commit"] = commit
-            results.append(r)
-            print("RESULT", json.dumps(r), flush=True)
-            with open(os.path.join(out_dir, "kohya_sdxl_train.json"), "w") as f:
-                json.dump({**header, "results": results}, f, indent=1)
+            peer_runs.report(r, results, header, os.path.join(out_dir, "kohya_sdxl_train.json"))
 
 
 if __name__ == "__main__":

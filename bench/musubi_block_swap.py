@@ -40,19 +40,15 @@ per machine, unless an earlier benchmark left it in the temp folder):
     MUSUBI=.musubi PLAN=cap24_swap24,cap16_swap35 bash bench/gpu_host.sh python3 bench/musubi_block_swap.py
 """
 
-import glob
-import json
-import multiprocessing
 import os
-import re
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from bench import peer_runs  # noqa: E402
 
 # The work, as bench/train_speed.py's Wan rows train it
 WIDTH, HEIGHT, FRAMES, RANK = 832, 480, 33, 16
@@ -71,66 +67,11 @@ def musubi_paths(root):
     """(the folder holding musubi_tuner, the commit it was exported at) of a MUSUBI tree."""
     for src in (os.path.join(root, "src"), root):
         if os.path.isfile(os.path.join(src, "musubi_tuner", "wan_train_network.py")):
-            commit_file = os.path.join(root, "COMMIT")
-            commit = open(commit_file).read().strip() if os.path.exists(commit_file) else None
-            return src, commit
+            return src, peer_runs.exported_commit(root)
     raise SystemExit(
         f"MUSUBI={root}: no src/musubi_tuner/wan_train_network.py there; export musubi-tuner's "
         "tree as this file's docstring says and carry it"
     )
-
-
-def musubi_site(root):
-    """MUSUBI's wheels installed (once per machine) into a folder of their own; None if it carries none."""
-    wheels = sorted(glob.glob(os.path.join(root, "wheels", "*.whl")))
-    if not wheels:
-        return None
-    site = os.path.join(tempfile.gettempdir(), "musubi-site")
-    if not os.path.exists(os.path.join(site, ".installed")):
-        pip = "-m pip install -q --no-deps --no-index --no-compile --upgrade --target".split()
-        subprocess.run([sys.executable, *pip, site, *wheels], check=True)
-        open(os.path.join(site, ".installed"), "w").close()
-    return site
-
-
-def check_imports(paths):
-    """Refuse before anything is written when a package musubi imports is not there."""
-    import importlib.util
-
-    sys.path[:0] = paths
-    try:
-        missing = [name for name in MUSUBI_NEEDS if importlib.util.find_spec(name) is None]
-    finally:
-        del sys.path[: len(paths)]
-    if missing:
-        raise SystemExit(
-            f"musubi-tuner needs {', '.join(missing)}: add their wheels to $MUSUBI/wheels "
-            "(this file's docstring lists the ones the GPU image lacks)"
-        )
-
-
-def write_dit():
-    """bench/train_speed.py's Wan 2.1 14B file (random bf16 weights, ComfyUI's keys), written once per machine
-    with ComfyUI's own model class; musubi's WanModel has the same 1095 keys and shapes."""
-    from bench import train_speed
-
-    train_speed.stub_pyav()
-    from eridiffusion.runtime import start_host_in_temp_dir
-
-    start_host_in_temp_dir("eridiffusion-bench-")
-    train_speed.weights_file("wan")
-
-
-def dit_file():
-    """The weights file, written in a process of its own so that this one never holds the GPU."""
-    path = os.path.join(tempfile.gettempdir(), "eridiffusion_bench_wan.safetensors")  # train_speed.weights_file's
-    if not os.path.exists(path):
-        writer = multiprocessing.get_context("spawn").Process(target=write_dit)
-        writer.start()
-        writer.join()
-        if writer.exitcode != 0 or not os.path.exists(path):
-            raise SystemExit(f"writing {path} failed (exit {writer.exitcode}): run under bench/gpu_host.sh")
-    return path
 
 
 def write_dataset(folder, width=WIDTH, height=HEIGHT, frames=FRAMES, repeats=1):
@@ -214,59 +155,28 @@ def musubi_argv(
         "fp8_base": fp8 is not None,
         "fp8_scaled": fp8 == "scaled",
     }
-    argv = []
-    for name, value in options.items():
-        if value is True:
-            argv.append(f"--{name}")
-        elif value not in (None, False):
-            argv += [f"--{name}", str(value)]
-    return argv
+    return peer_runs.command_line(options)
 
 
 def run_capped(cap_gib, record_path, argv):
     """In musubi's own process: cap the GPU's memory, time musubi's steps through its hooks, run its Wan trainer."""
     import runpy
 
-    import torch
-
     from bench.train_speed import stub_pyav
 
     stub_pyav()  # musubi imports PyAV at module level; the image lacks it and caches need no video
-    cuda = torch.cuda.is_available()
-    record = {"step_ends": []}
-    if cuda:
-        total = torch.cuda.get_device_properties(0).total_memory
-        record.update(device=torch.cuda.get_device_name(0), total_GiB=total / 2**30)
-        if cap_gib:
-            torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total)
-
-    def save():
-        with open(record_path + ".tmp", "w") as f:
-            json.dump(record, f)
-        os.replace(record_path + ".tmp", record_path)
-
+    record = peer_runs.StepRecord(record_path, cap_gib)
     from musubi_tuner.training.trainer_base import NetworkTrainer
 
     train_start, post_step = NetworkTrainer.on_train_start, NetworkTrainer.on_post_optimizer_step
 
     def on_train_start(self, *args, **kwargs):
         train_start(self, *args, **kwargs)
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        record["train_start"] = time.perf_counter()
-        save()
+        record.training_started()
 
     def on_post_optimizer_step(self, *args, **kwargs):
         post_step(self, *args, **kwargs)
-        if cuda:
-            torch.cuda.synchronize()
-            record.update(
-                peak_GiB=torch.cuda.max_memory_allocated() / 2**30,
-                peak_reserved_GiB=torch.cuda.max_memory_reserved() / 2**30,
-            )
-        record["step_ends"].append(time.perf_counter())
-        save()
+        record.step_ended()
 
     NetworkTrainer.on_train_start, NetworkTrainer.on_post_optimizer_step = on_train_start, on_post_optimizer_step
     sys.argv = ["wan_train_network.py", *argv]
@@ -276,10 +186,7 @@ def run_capped(cap_gib, record_path, argv):
 def experiment(name):
     """An experiment's memory cap in GiB (None: uncapped) and its block swap settings (this file's docstring)."""
     parts = name.split("_")
-
-    def number(prefix, kind):
-        return next((kind(p[len(prefix) :]) for p in parts if p.startswith(prefix) and p[len(prefix) :]), None)
-
+    number = lambda prefix, kind: peer_runs.experiment_number(parts, prefix, kind)
     swap = {"swap": number("swap", int) or 0, "h2d": "h2d" in parts, "pinned": "pinned" in parts}
     fp8 = "scaled" if "fp8scaled" in parts else "plain" if "fp8" in parts else None
     return number("cap", float), {**swap, "ring": number("ring", int), "fp8": fp8}
@@ -298,24 +205,8 @@ def run_experiment(name, dit, dataset_toml, folder, paths, steps, warmup, timeou
     )
     command = [sys.executable, os.path.abspath(__file__), "--in-musubi", str(cap or 0), record_path, "--", *argv]
     log_path = os.path.join(out_dir, f"musubi_block_swap_{name}.log")
-    started = time.time()
-    with open(log_path, "w") as log:
-        try:
-            code = subprocess.run(
-                command, env=env, cwd=folder, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s
-            ).returncode
-        except subprocess.TimeoutExpired:
-            code = "timeout"
-    record = {}
-    if os.path.exists(record_path):
-        with open(record_path) as f:
-            record = json.load(f)
-    ends = [record["train_start"], *record["step_ends"]] if "train_start" in record else []
-    times = [b - a for a, b in zip(ends, ends[1:])]
-    with open(log_path, errors="replace") as f:
-        text = f.read()
-    tqdm = re.findall(r"steps:[^\r\n]*?(\d+(?:\.\d+)?)(s/it|it/s)", text)  # musubi's progress bar, its average
-    r = {
+    run = peer_runs.run_peer(command, env, folder, log_path, timeout_s, record_path)
+    return {
         "exp": name,
         "trainer": "musubi-tuner",
         "model": "wan",
@@ -331,40 +222,21 @@ def run_experiment(name, dit, dataset_toml, folder, paths, steps, warmup, timeou
         "ring_size": swap["ring"],
         "fp8": swap["fp8"],
         "memory_cap_GiB": cap,
-        "steps_done": len(times),
-        "step_times_s": [round(t, 4) for t in times],
-        "device": record.get("device"),
-        "peak_GiB": record.get("peak_GiB"),
-        "peak_reserved_GiB": record.get("peak_reserved_GiB"),
-        "wall_s": round(time.time() - started, 1),
+        **run.measured(),
+        "wall_s": run.wall_s,
         "log": os.path.basename(log_path),
+        **run.speed(warmup, "clips_per_s"),
     }
-    if len(times) > warmup:
-        r["s_per_step"] = statistics.median(times[warmup:])
-        r["steps_timed"] = len(times) - warmup
-        r["clips_per_s"] = 1 / r["s_per_step"]
-    if tqdm:
-        value, unit = tqdm[-1]
-        r["tqdm_s_per_step"] = float(value) if unit == "s/it" else 1 / float(value)
-    if code != 0:
-        errors = [line for line in text.splitlines() if re.match(r"[\w.]*(Error|Exception)\b", line)]
-        r["error"] = f"exit {code}: {errors[-1][:300] if errors else text[-300:]}"
-    return r
 
 
 def main():
-    musubi_root = os.environ.get("MUSUBI")
-    if not musubi_root:
-        raise SystemExit("MUSUBI=path to an exported musubi-tuner tree (this file's docstring says how)")
-    src, commit = musubi_paths(os.path.abspath(musubi_root))
-    site = musubi_site(os.path.abspath(musubi_root))
+    musubi_root = peer_runs.peer_root("MUSUBI", "musubi-tuner")
+    src, commit = musubi_paths(musubi_root)
+    site = peer_runs.peer_site(musubi_root, "musubi")
     paths = [src, *([site] if site else [])]
-    check_imports(paths)
-    plan = [p for p in os.environ.get("PLAN", DEFAULT_PLAN).split(",") if p]
-    steps, warmup = int(os.environ.get("STEPS", "14")), int(os.environ.get("WARMUP", "4"))
-    timeout_s = int(os.environ.get("TIMEOUT_S", "300"))
-    out_dir = os.environ.get("OUT", tempfile.gettempdir())
-    dit = dit_file()
+    peer_runs.check_imports(paths, MUSUBI_NEEDS, "musubi-tuner", "MUSUBI")
+    plan, steps, warmup, timeout_s, out_dir = peer_runs.plan_settings(DEFAULT_PLAN, default_timeout_s=300)
+    dit = peer_runs.random_weights_file("wan")  # musubi's WanModel has the same 1095 keys and shapes
 
     import torch
 
@@ -383,10 +255,7 @@ def main():
         for name in plan:
             r = run_experiment(name, dit, dataset_toml, folder, paths, steps, warmup, timeout_s, out_dir)
             r["musubi_commit"] = commit
-            results.append(r)
-            print("RESULT", json.dumps(r), flush=True)
-            with open(os.path.join(out_dir, "musubi_block_swap.json"), "w") as f:
-                json.dump({**header, "results": results}, f, indent=1)
+            peer_runs.report(r, results, header, os.path.join(out_dir, "musubi_block_swap.json"))
 
 
 if __name__ == "__main__":
