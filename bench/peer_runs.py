@@ -104,7 +104,7 @@ def command_line(options):
     for name, value in options.items():
         if value is True:
             argv.append(f"--{name}")
-        elif value not in (None, False):
+        elif value is not None and value is not False:  # (0 == False: `not in (None, False)` dropped --seed 0)
             argv += [f"--{name}", str(value)]
     return argv
 
