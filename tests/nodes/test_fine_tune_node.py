@@ -133,8 +133,10 @@ def test_saved_diffusion_model_loads_as_unetloader_loads_it_and_samples_as_the_t
 
 
 def test_saved_checkpoint_holds_the_graph_s_clip_and_vae_and_samples_as_the_trained_model(fine_tuned):
-    """CheckpointLoaderSimple's steps (comfy.sd.load_state_dict_guess_config after detection) on the file: the
-    model under model.diffusion_model., the CLIP and VAE read back by the config's own prefixes."""
+    """CheckpointLoaderSimple's steps (comfy.sd.load_state_dict_guess_config, the MODEL's config in detection's
+    place) on the file: the model under the prefix stock loading finds, the CLIP and VAE read back by the
+    config's own prefixes."""
+    import comfy.model_detection
     import comfy.utils
 
     family = fine_tuned["family"]
@@ -152,7 +154,9 @@ def test_saved_checkpoint_holds_the_graph_s_clip_and_vae_and_samples_as_the_trai
     assert (sorted(missing), sorted(unexpected)) == CHECKPOINT_CLIP_KEYS[family]
     expected_clip, read_back = clip.get_sd(), loaded_clip.get_sd()
     assert all(torch.equal(read_back[k].cpu(), expected_clip[k].cpu()) for k in expected_clip if k not in missing)
-    error = relative_error(_loaded(model, data, saved, "model.diffusion_model."), _output(trained, model, data))
+    prefix = comfy.model_detection.unet_prefix_from_state_dict(saved)
+    assert prefix == "model.diffusion_model."
+    error = relative_error(_loaded(model, data, saved, prefix), _output(trained, model, data))
     print(f"checkpoint reload relative error {error:.3g}")
     assert error < merged_tolerance(trained, 1e-5, 5e-3)  # (a GPU computes the stock model in half precision)
 
