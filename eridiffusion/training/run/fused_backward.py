@@ -30,7 +30,9 @@ class FusedBackward:
     def __init__(self, optimizer, parameters, max_grad_norm):
         self.optimizer, self.max_grad_norm = optimizer, max_grad_norm
         self.bucket_bytes = BUCKET_BYTES
-        self.group_of = {id(p): group for group in optimizer.param_groups for p in group["params"]}
+        # each tensor's group by its place: a resumed run's optimizer.load_state_dict replaces the group dicts
+        # (keeping their order and tensors), and the groups' settings (the schedule's lr) are the new ones'
+        self.group_of = {id(p): i for i, group in enumerate(optimizer.param_groups) for p in group["params"]}
         self.armed, self.norm_squared = False, None
         self.pending, self.pending_bytes = [], 0
         self.handles = [p.register_post_accumulate_grad_hook(self._ready) for p in parameters if p.requires_grad]
@@ -72,7 +74,7 @@ class FusedBackward:
         for group in groups:
             group["params"] = []
         for param in params:
-            self.group_of[id(param)]["params"].append(param)
+            groups[self.group_of[id(param)]]["params"].append(param)
         try:
             self.optimizer.step()
         finally:
