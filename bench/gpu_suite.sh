@@ -8,21 +8,27 @@
 #     bash bench/gpu_suite.sh files       # adapters, trained files, nodes, compat (~5 min)
 #     bash bench/gpu_suite.sh runs        # fine-tunes, precision, trained weights, audio examples
 #     bash bench/gpu_suite.sh trainer     # tests/training/run/test_trainer.py (~5 min)
+#     bash bench/gpu_suite.sh all         # the four in one call
 # Extra arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-part=${1:?which part: graphs, files, runs or trainer}
+part=${1:?which part: graphs, files, runs, trainer or all}
 shift
+graphs="tests/training/speed tests/training/memory tests/training/model/test_model_loading.py
+  tests/training/model/test_text_encoder.py tests/training/model/test_text_encoder_fp8.py"
+files="tests/training/adapters tests/training/run/test_trained.py tests/nodes/test_trainer_node.py
+  tests/nodes/test_family_training_node.py tests/reliability/test_gpu_memory.py tests/test_comfy_compat.py
+  tests/training/run/test_fused_backward.py tests/formats/test_checkpoint_file.py"
+runs="tests/training/trained tests/nodes/test_fine_tune_node.py tests/training/run/test_precision.py
+  tests/nodes/test_audio_workflows.py"
+trainer="tests/training/run/test_trainer.py"
 case "$part" in
-  graphs) paths="tests/training/speed tests/training/memory tests/training/model/test_model_loading.py
-          tests/training/model/test_text_encoder.py tests/training/model/test_text_encoder_fp8.py" ;;
-  files) paths="tests/training/adapters tests/training/run/test_trained.py tests/nodes/test_trainer_node.py
-         tests/nodes/test_family_training_node.py tests/reliability/test_gpu_memory.py tests/test_comfy_compat.py
-         tests/training/run/test_fused_backward.py tests/formats/test_checkpoint_file.py" ;;
-  runs) paths="tests/training/trained tests/nodes/test_fine_tune_node.py tests/training/run/test_precision.py
-        tests/nodes/test_audio_workflows.py" ;;
-  trainer) paths="tests/training/run/test_trainer.py" ;;
-  *) echo "unknown part $part: graphs, files, runs or trainer" >&2; exit 2 ;;
+  graphs) paths=$graphs ;;
+  files) paths=$files ;;
+  runs) paths=$runs ;;
+  trainer) paths=$trainer ;;
+  all) paths="$graphs $files $runs $trainer" ;;  # (the four in one call)
+  *) echo "unknown part $part: graphs, files, runs, trainer or all" >&2; exit 2 ;;
 esac
 gpu=$(python3 -c "import torch; print(torch.cuda.get_device_name(0).split()[-1].lower() if torch.cuda.is_available() else 'none')" 2>/dev/null || echo none)
 out_dir=${OUT:-$root/bench/results}
