@@ -79,7 +79,7 @@ def check_finite(
     if all(bool(torch.isfinite(tensors[k]).all()) for k in bad):
         raise EriDiffusionError(
             f"{path} was not written: in {dtype}, {len(bad)} of its {len(converted)} tensors (e.g. "
-            f"{bad[0]}) hold values too large for {dtype}, which cannot hold them (they become infinite or NaN); "
+            f"{bad[0]}) hold values too large for {dtype}, which become {'NaN' if dtype == FP8 else 'infinite'}; "
             "save as bf16 or fp32."
         )
     raise EriDiffusionError(

@@ -108,3 +108,14 @@ def test_an_fp8_file_holds_float8_matrices_and_loads_as_the_trained_weights_roun
     # bf16's file 0.8%), the price of the fp8 files users load
     error = relative_error(unet_output(loaded), unet_output(result))
     assert error < 0.2
+
+
+def test_an_fp8_save_of_weights_beyond_fp8s_range_is_refused_and_writes_nothing(tmp_path):
+    from eridiffusion.errors import EriDiffusionError
+    from eridiffusion.formats.model_file import DiffusionModelFile
+
+    file = DiffusionModelFile({"out.weight": torch.full((2, 2), 1000.0), "out.bias": torch.zeros(2)})
+    path = str(tmp_path / "model.safetensors")
+    with pytest.raises(EriDiffusionError, match="too large for fp8_e4m3fn, which become NaN; save as bf16 or fp32"):
+        file.save(path, dtype="fp8_e4m3fn")
+    assert not os.listdir(tmp_path)
