@@ -55,11 +55,13 @@ class TrainedFile:
         return tensors, metadata
 
 
-def finite(tensor: torch.Tensor) -> bool:
-    """No NaN or infinite value in `tensor` (float8's are checked in bf16, which holds each exactly)."""
-    if tensor.element_size() == 1:
-        tensor = tensor.to(torch.bfloat16)
-    return bool(torch.isfinite(tensor).all())
+def representable(source: torch.Tensor, saved: torch.Tensor) -> bool:
+    """Whether `saved` (`source` in the saved dtype) holds no NaN or infinite value; for float8, whether every
+    value of `source` is finite and within float8's range (torch 2.11 casts one beyond it to NaN, 2.14 to the
+    largest float8: a silently clipped weight)."""
+    if saved.element_size() == 1:
+        return bool(torch.isfinite(source).all()) and not bool((source.abs() > torch.finfo(saved.dtype).max).any())
+    return bool(torch.isfinite(saved).all())
 
 
 def raw_path(path: str) -> str:
@@ -73,14 +75,14 @@ def check_finite(
 ) -> None:
     """Refuse to write a file (`what` it is: "LoRA", ...) with NaN or infinite values (`converted`: `tensors` in
     the saved dtype)."""
-    bad = sorted(k for k, v in converted.items() if v.is_floating_point() and not finite(v))
+    bad = sorted(k for k, v in converted.items() if v.is_floating_point() and not representable(tensors[k], v))
     if not bad:
         return
     if all(bool(torch.isfinite(tensors[k]).all()) for k in bad):
         raise EriDiffusionError(
             f"{path} was not written: in {dtype}, {len(bad)} of its {len(converted)} tensors (e.g. "
-            f"{bad[0]}) hold values too large for {dtype}, which become {'NaN' if dtype == FP8 else 'infinite'}; "
-            "save as bf16 or fp32."
+            f"{bad[0]}) hold values too large for {dtype}, which "
+            f"{'holds at most 448' if dtype == FP8 else 'become infinite'}; save as bf16 or fp32."
         )
     raise EriDiffusionError(
         f"{path} was not written: {len(bad)} of this {what}'s {len(converted)} tensors (e.g. {bad[0]}) "
