@@ -67,7 +67,9 @@ class FusedBackward:
         squared = torch.stack([norm.to(device) for norm in norms]).square().sum()
         self.norm_squared = squared if self.norm_squared is None else self.norm_squared + squared
         if self.max_grad_norm > 0:  # (clip_grad_norm_'s rule, per tensor)
-            factors = [torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0) for norm in norms]
+            factors = torch._foreach_reciprocal(torch._foreach_add(norms, 1e-6))  # (a few kernels a bucket)
+            torch._foreach_mul_(factors, self.max_grad_norm)
+            torch._foreach_clamp_max_(factors, 1.0)
             torch._foreach_mul_(grads, factors)
         groups = self.optimizer.param_groups
         kept = [group["params"] for group in groups]

@@ -143,3 +143,15 @@ def test_fused_backward_beside_what_cannot_step_per_tensor_is_refused(lora_stack
     with pytest.raises(EriDiffusionError, match=f"fused_backward.*{named}.*fused_backward off"):
         preflight(request)
     assert not list(tmp_path.iterdir())
+
+
+def test_each_tensor_is_clipped_to_max_grad_norm_on_its_own():
+    """SGD at lr 1 moves each tensor by its clipped gradient: one of norm 4 scaled to 1, one of norm 0.5 kept."""
+    big, small = (torch.nn.Parameter(torch.zeros(4)) for _ in range(2))
+    optimizer = torch.optim.SGD([big, small], lr=1.0)
+    fused = fused_backward.FusedBackward(optimizer, [big, small], max_grad_norm=1.0)
+    with fused.stepping():
+        (big * torch.full((4,), 2.0)).sum().add((small * torch.full((4,), 0.25)).sum()).backward()
+    torch.testing.assert_close(big.detach(), torch.full((4,), -0.5))
+    torch.testing.assert_close(small.detach(), torch.full((4,), -0.25))
+    torch.testing.assert_close(fused.step_norm("cpu"), torch.tensor((16.0 + 0.25) ** 0.5))
