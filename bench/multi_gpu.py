@@ -16,7 +16,11 @@ and the summary as JSON; writes $OUT/multi_gpu.json.
 
 ALGORITHM=full trains the model's own weights with AdamW (TARGETS, default all-linear, and INCLUDE choose
 them), and SHARDING=fsdp splits them over the processes of each experiment of 2 or more (sharding: fsdp;
-one process trains them whole). An experiment GxB is G processes (GPUs) x batch B per process;
+one process trains them whole). A sharded run holds fp32 weights with AdamW (all FSDP runs with), 16 bytes
+a weight: Flux.1-dev's whole fine-tune does not fit one GPU so. SINGLE=fit gives the experiments of one
+process the settings a one-GPU fine-tune fits with (Adafactor, bf16 weights with stochastic rounding, the
+fused backward: 4 bytes a weight), the baseline the sharded experiments are compared against.
+An experiment GxB is G processes (GPUs) x batch B per process;
 images/s = G x B / (s/step), s/step the median of CUDA-event times between steps after WARMUP steps,
 measured on every rank.
 """
@@ -62,18 +66,19 @@ def worker_command(name, processes):
 
 
 def comparisons(results):
-    """Speed-up of each Gx1 over 1x1 (and its scaling efficiency), and 2x1 against 1x2's losses."""
+    """Speed-up of each GxB over 1xB (one process at the same batch) and its scaling efficiency, and 2x1
+    against 1x2's losses."""
     by = {r["exp"]: r for r in results if "s_per_step" in r}
     out = {}
-    base = by.get("1x1")
     for name, r in by.items():
-        if base is not None and r["batch_per_process"] == 1 and r["processes"] > 1:
+        base = by.get(f"1x{r['batch_per_process']}")
+        if base is not None and r["processes"] > 1:
             speedup = r["images_per_s"] / base["images_per_s"]
-            out[f"{name}_vs_1x1"] = {
+            out[f"{name}_vs_{base['exp']}"] = {
                 "speedup": round(speedup, 3),
                 "scaling_efficiency": round(speedup / r["processes"], 3),
                 "peak_GiB_per_gpu": r["peak_GiB_per_process"],
-                "peak_GiB_1x1": base["peak_GiB_per_process"],
+                f"peak_GiB_{base['exp']}": base["peak_GiB_per_process"],
             }
     if "2x1" in by and "1x2" in by:
         a, b = by["2x1"]["losses"], by["1x2"]["losses"]
@@ -135,6 +140,7 @@ def worker(name):
     full = os.environ.get("ALGORITHM", "lora") == "full"
     sharding = os.environ.get("SHARDING", "none") if processes.distributed else "none"
     eager = stream > 0 or sharding != "none"  # (a sharded run's gathers run from hooks: no graphs)
+    fit_one_gpu = full and not processes.distributed and os.environ.get("SINGLE", "same") == "fit"
     if full:
         targets = os.environ.get("TARGETS", "all-linear")
         adapter = AdapterSpec(algorithm="full", targets=targets, include=os.environ.get("INCLUDE", ""))
@@ -148,9 +154,11 @@ def worker(name):
         gradient_checkpointing=checkpointing,
         cuda_graphs="on" if cuda and not eager else "off",
         weights_vram_gib=stream,
+        optimizer="Adafactor" if fit_one_gpu else "AdamW",
+        fused_backward=fit_one_gpu,
         device=device,
         adapter=adapter,
-        precision=PrecisionSpec(sharding=sharding),
+        precision=PrecisionSpec(sharding=sharding, fine_tune_dtype="bf16" if fit_one_gpu else "fp32"),
         log_every=STEPS,
         eval_images=1,
         eval_timesteps=1,
@@ -189,6 +197,9 @@ def worker(name):
             "weights_vram_gib": stream,
             "algorithm": adapter.algorithm,
             "sharding": sharding,
+            "optimizer": config.optimizer,
+            "fine_tune_dtype": config.precision.fine_tune_dtype,
+            "fused_backward": config.fused_backward,
         }
         if name == "device":  # trained on cuda:1: what each GPU of this process held at its peak
             r["peak_GiB_per_device"] = per_gpu
