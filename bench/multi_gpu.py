@@ -27,6 +27,7 @@ measured on every rank.
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -63,6 +64,16 @@ def worker_command(name, processes):
         "--worker",
         name,
     ]
+
+
+def first_error(stderr):
+    """The first exception a worker raised (its line and the three before), not torchrun's report of the failed
+    child that ends the output."""
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^[\w.]*(Error|Exception)\b", line) and "ChildFailedError" not in line:
+            return "\n".join(lines[max(0, i - 3) : i + 1])
+    return stderr[-2000:]
 
 
 def comparisons(results):
@@ -139,8 +150,9 @@ def worker(name):
     checkpointing = stream > 0 or os.environ.get("CKPT", "1" if model_name == "flux" else "0") == "1"
     full = os.environ.get("ALGORITHM", "lora") == "full"
     sharding = os.environ.get("SHARDING", "none") if processes.distributed else "none"
-    eager = stream > 0 or sharding != "none"  # (a sharded run's gathers run from hooks: no graphs)
     fit_one_gpu = full and not processes.distributed and os.environ.get("SINGLE", "same") == "fit"
+    # (a sharded run's gathers run from hooks, a fused backward's updates from the backward: no graphs)
+    eager = stream > 0 or sharding != "none" or fit_one_gpu
     if full:
         targets = os.environ.get("TARGETS", "all-linear")
         adapter = AdapterSpec(algorithm="full", targets=targets, include=os.environ.get("INCLUDE", ""))
@@ -228,7 +240,9 @@ def main():
         started = time.time()
         done = subprocess.run(worker_command(name, processes), env=env, capture_output=True, text=True, check=False)
         lines = [line[len("RESULT ") :] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-        r = json.loads(lines[-1]) if lines else {"exp": name, "error": done.stderr[-2000:]}
+        with open(os.path.join(os.environ.get("OUT", tempfile.gettempdir()), f"multi_gpu_{name}.log"), "w") as f:
+            f.write(done.stdout + "\n" + done.stderr)  # (each experiment's whole output, beside the summary)
+        r = json.loads(lines[-1]) if lines else {"exp": name, "error": first_error(done.stderr)}
         r["wall_s"] = round(time.time() - started, 1)
         results.append(r)
         print("RESULT", json.dumps(r), flush=True)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from devkit import tiny_family_node
+from devkit.repeats import no_further_than_a_repeat
 from devkit.stock_comfyui import ProbeInput, merged_tolerance, relative_error
 from devkit.tiny_flux import FLUX_SHRINK
 from devkit.tiny_models import build_tiny, family_params
@@ -24,7 +25,10 @@ SETTINGS = {
     "algorithm": "full",
     "targets": "all-linear",
     "steps": 30,
-    "learning_rate": 2e-3,
+    # 2e-3 was a coin toss: half the seeds (and a GPU's noise draws, on SDXL) collapsed the output towards zero, an
+    # eval loss near 1.0 (0.71 of SDXL's 1.41 before); at 1e-3 SDXL's six seeds ended at 0.41-0.53 of it, SD1.5's
+    # and Flux's three at 0.42-0.45 (CPU, 2026-11-30)
+    "learning_rate": 1e-3,
     "batch_size": 2,
     "dtype": "fp32",
     "gradient_checkpointing": False,
@@ -199,6 +203,9 @@ def test_six_steps_then_six_resumed_equal_twelve_straight(family, datasets_dir):
     assert len(whole.losses()) == 12
     if comfy.model_management.get_torch_device().type == "cpu":  # bit for bit
         assert resumed.losses() == whole.losses() and [k for k in a if not torch.equal(a[k], b[k])] == []
-    else:  # a GPU's backward sums in no fixed order: as close as two runs of the same steps there
-        assert resumed.losses() == pytest.approx(whole.losses(), rel=1e-4)
-        assert all(torch.allclose(a[k], b[k], rtol=1e-3, atol=1e-6) for k in a)
+        return
+    # a GPU's backward sums in no fixed order: no further apart than the 12 steps straight run again
+    again = run_named(fine_tune_prompt(family, dataset, f"{name}_again", **resumable), f"{name}_again")
+    assert again.success, again.error
+    no_further_than_a_repeat(resumed.losses(), whole.losses(), again.losses())
+    no_further_than_a_repeat(b, a, comfy.utils.load_torch_file(node_outputs(again.executor, 5)[0]))

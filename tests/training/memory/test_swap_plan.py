@@ -87,7 +87,11 @@ def test_the_ring_takes_the_blocks_computing_over_the_most_positions(blocks, act
 
 def test_a_unets_outer_blocks_compute_over_more_positions_than_its_inner_ones(quality_stack):
     """The positions each block's input spans, as the engine records them in a forward: a UNet's shrink
-    at each level down (64 px: 8×8 latents, then 4×4 ...)."""
+    at each level down (64 px: 8×8 latents, then 4×4 ...). The forward runs as the trainer runs its
+    (loaded outside inference mode: the engine's placement binds the parameters to its own tensors, which a
+    parameter ComfyUI made under inference mode, on a GPU, cannot take)."""
+    import comfy.model_management
+
     from devkit.stock_comfyui import ProbeInput
     from eridiffusion.training.memory.block_swap import BlockSwap
     from eridiffusion.training.model import loading
@@ -98,7 +102,11 @@ def test_a_unets_outer_blocks_compute_over_more_positions_than_its_inner_ones(qu
     engine.install(patcher)
     probe = ProbeInput.of(model, data)
     try:
-        probe.output(patcher)
+        with torch.inference_mode(False), torch.no_grad():
+            comfy.model_management.load_models_gpu([patcher], force_full_load=True)
+            device = patcher.load_device
+            inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in probe.inputs.items()}
+            patcher.model.apply_model(probe.x.to(device), probe.sigma.to(device), **inputs)
     finally:
         loading.unload(patcher)
     seen = engine.computed_over()

@@ -6,6 +6,7 @@ refused beside what cannot step per tensor."""
 import pytest
 import torch
 
+from devkit.repeats import largest_gap, no_further_than_a_repeat
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.adapters import AdapterSpec
 from eridiffusion.training.run import fused_backward
@@ -81,12 +82,16 @@ def test_a_fused_run_resumed_from_its_middle_checkpoint_trains_as_the_run_straig
     whole = run(lora_stack, cfg, tmp_path / "whole")
     middle = load_resume_point(str(tmp_path / "whole" / "checkpoints" / "fused_step000002.safetensors"))
     resumed = run(lora_stack, cfg, tmp_path / "resumed", resume=middle)
-    rel = 1e-5 if lora_stack["model"].load_device.type == "cpu" else 2e-4  # (a GPU's backward sums in no fixed order)
-    assert len(whole.losses) == 4 and resumed.losses == pytest.approx(whole.losses, rel=rel)
-    ends, stepped = trained_tensors(whole), trained_tensors(resumed)
-    for end, resumed_end in zip(ends, stepped, strict=True):
-        torch.testing.assert_close(resumed_end, end, rtol=rel, atol=1e-7)
+    assert len(whole.losses) == 4
     assert [k for k, t in middle.tensors.items() if not torch.equal(t, whole.lora.tensors[k])] != []  # (3-4 moved)
+    ends, stepped = dict(enumerate(trained_tensors(whole))), dict(enumerate(trained_tensors(resumed)))
+    if lora_stack["model"].load_device.type == "cpu":  # bit for bit
+        assert resumed.losses == whole.losses and largest_gap(stepped, ends) == 0.0
+        return
+    # a GPU's backward sums in no fixed order: no further apart than the run straight run again
+    again = run(lora_stack, cfg, tmp_path / "again")
+    no_further_than_a_repeat(resumed.losses, whole.losses, again.losses)
+    no_further_than_a_repeat(stepped, ends, dict(enumerate(trained_tensors(again))))
 
 
 @pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
