@@ -579,6 +579,7 @@ def run_job(job, timed, loaders, base_dir):
             setup_s=summary["setup_seconds"],
             first_step_own_s=summary["first_step_seconds"],
             setup_phases_s=summary["setup_phases"],
+            between_steps_phases_s=summary.get("between_steps_phases"),
         )
     else:
         bar = dedupe(progress_bar(events, trainer_id, queued))

@@ -25,4 +25,3 @@ def no_further_than_a_repeat(got, expected, repeat, margin=MARGIN):
     gap = largest_gap(got, expected)
     assert gap <= margin * noise, f"{gap:.3g} apart, where a repeat of the same run ends {noise:.3g} apart"
     return gap, noise
-

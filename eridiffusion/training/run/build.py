@@ -94,6 +94,7 @@ class TrainingRun:
     ) -> None:
         self.started = time.perf_counter()
         self.setup = SetupClock()
+        self.between_steps = SetupClock()  # (checkpoints, validation: restarted by each)
         self.data, self.config, self.run_dir, self.processes = data, config, run_dir, processes
         self.source = trainable_model_clone(model_patcher)
         self.owns_model = self.source.model is not model_patcher.model

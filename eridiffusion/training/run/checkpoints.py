@@ -48,15 +48,22 @@ def save_checkpoint(run, step):
     keep_last lets go) while the others wait. Every process exports it and captures the state: sharded
     weights are gathered, and their optimizer's state written, by all of them at once."""
     path = checkpoint_path(run, f"{run.config.run_name}_step{step:06d}.safetensors")
+    clock = run.between_steps
+    clock.restart(run.device)
     lora = lora_of(run, step)
+    clock.mark("checkpoint_export", run.device)
     if run.processes.is_main:
         check_finite(lora.tensors, lora.tensors, "fp32", path, lora.what)  # before its state is written
         if lora.raw is not None:
             check_finite(lora.raw.tensors, lora.raw.tensors, "fp32", raw_path(path), lora.what)
+    clock.mark("checkpoint_check")
     state = run_state.capture(run, step, path)
+    clock.mark("checkpoint_state", run.device)
     if run.processes.is_main:
         save_state(path, state)
+        clock.mark("checkpoint_state_write")
         lora.save(path, dtype="fp32", overwrite=True)
+        clock.mark("checkpoint_write")
     kept = run.progress.checkpoints
     kept.append(path)
     keep = run.config.keep_last
@@ -78,10 +85,13 @@ def record_validation(run, step, value):
     progress.validation_points.append([step, value])
     if progress.best is None or value < progress.best["loss"]:
         path = checkpoint_path(run, BEST)
+        run.between_steps.restart()
         lora = lora_of(run, step)  # (by every process: sharded weights are gathered by all)
+        run.between_steps.mark("best_export", run.device)
         if run.processes.is_main:  # (every process measured the same value)
             lora.metadata["validation_loss"] = repr(value)
             lora.save(path, dtype="fp32", overwrite=True)
+            run.between_steps.mark("best_write")
         progress.best, progress.checks_since_best = {"step": step, "loss": value, "path": path}, 0
     else:
         progress.checks_since_best += 1

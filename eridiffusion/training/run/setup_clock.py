@@ -1,5 +1,6 @@
-"""Where a run's time before its first step goes (the summary's `setup_phases`): each phase's
-seconds, its device work waited for, so a slow start names its cause."""
+"""Where a run's time goes outside its steps: before its first step (the summary's `setup_phases`) and in
+what it writes and measures between steps (`between_steps_phases`: checkpoints, validation, the best file),
+each phase's seconds, its device work waited for, so a slow start or a slow checkpoint names its cause."""
 
 import time
 
@@ -12,6 +13,12 @@ class SetupClock:
     def __init__(self) -> None:
         self.last = time.perf_counter()
         self.phases: dict[str, float] = {}
+
+    def restart(self, device: torch.device | None = None) -> None:
+        """Phases from here on (the device's work queued so far, the steps', waited for and left out)."""
+        if device is not None and device.type == "cuda":
+            torch.cuda.synchronize(device)
+        self.last = time.perf_counter()
 
     def mark(self, phase: str, device: torch.device | None = None) -> None:
         """End `phase` (its seconds added to any earlier part of the same phase)."""

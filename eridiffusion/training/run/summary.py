@@ -13,6 +13,7 @@ def run_summary(result, config):
         "setup_seconds": result.setup_seconds,
         "first_step_seconds": result.first_step_seconds,
         "setup_phases": result.setup_phases,
+        "between_steps_phases": result.between_steps_phases,
         "peak_memory_gib": result.peak_memory_gib,
         "processes": len(result.peak_memory_gib_per_process),
         "peak_memory_gib_per_process": result.peak_memory_gib_per_process,

@@ -77,6 +77,7 @@ class TrainResult:
     stopped_early: bool = False  # early_stop_patience ended the run
     setup_seconds: float = 0.0  # from the run's start to its first step: building, evaluating, preparing data
     setup_phases: dict[str, float] = field(default_factory=dict)  # those seconds by phase (setup_clock.py)
+    between_steps_phases: dict[str, float] = field(default_factory=dict)  # checkpoints', validation's seconds
     first_step_seconds: float = 0.0  # the first optimizer step, its CUDA graph capture or compile included
     low_noise: "TrainResult | None" = None  # a two-expert run (experts.py): the low-noise expert's (this: the high's)
     stream_losses: dict | None = None  # audio-video: {"video"/"audio": [evaluation loss before, after]}
@@ -234,8 +235,10 @@ class _Loop:
     def validate(self, done):
         """The validation loss after `done` steps (its one read-back), recorded (checkpoints.py)."""
         assert self.validation is not None  # (cadence: validation is due only with validation images)
+        self.run.between_steps.restart(self.run.device)
         with checkpoints.averaged(self.run):
             value = float(self.validation(self.run.patcher, self.transformer_options))
+        self.run.between_steps.mark("validation_loss")
         point = checkpoints.record_validation(self.run, done, value)
         checkpoints.write_loss_log(self.run)
         return point
@@ -323,6 +326,7 @@ class _Loop:
             setup_seconds=(first.first_started or finished) - self.run.started,
             first_step_seconds=first.first_seconds or 0.0,
             setup_phases=dict(run.setup.phases),
+            between_steps_phases=dict(run.between_steps.phases),
             block_swap=block_swap,
         )
 
