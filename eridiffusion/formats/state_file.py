@@ -78,9 +78,20 @@ def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 def save_state(adapter_path: str, state: dict[str, Any]) -> None:
     """Write `state` (nested dicts, lists, tuples, numbers, strings and tensors) beside the adapter."""
+    write_state(adapter_path, state_content(state))
+
+
+def state_content(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """`state` as a state file's tensors (copies in host memory: the run may change its own from here on) and
+    metadata, for write_state."""
     tensors: dict[str, torch.Tensor] = {}
     metadata = {"format": STATE_FORMAT, "state": json.dumps(_encode(state, tensors))}
-    write_safetensors_atomic(state_path(adapter_path), tensors, metadata, overwrite=True)
+    return tensors, metadata
+
+
+def write_state(adapter_path: str, content: tuple[dict[str, torch.Tensor], dict[str, str]]) -> None:
+    """The state file of state_content's `content` beside the adapter at `adapter_path`."""
+    write_safetensors_atomic(state_path(adapter_path), *content, overwrite=True)
 
 
 def damaged_state_fix(path: str, adapter_path: str) -> str:

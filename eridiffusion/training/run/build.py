@@ -32,6 +32,7 @@ from ..speed.cuda_graphs import release_graph_memory
 from ..speed.fp8_products import Fp8Products
 from ..trained import Trained, TrainedBuilder, TrainedSetup, trained_adapters
 from . import run_state
+from .background_writes import BackgroundWrites
 from .config import TrainConfig
 from .distributed import SINGLE_PROCESS, TrainingProcesses
 from .ema import AdapterEMA
@@ -95,6 +96,7 @@ class TrainingRun:
         self.started = time.perf_counter()
         self.setup = SetupClock()
         self.between_steps = SetupClock()  # (checkpoints, validation: restarted by each)
+        self.writes = BackgroundWrites(self.between_steps.phases)  # (its jobs' seconds among them)
         self.data, self.config, self.run_dir, self.processes = data, config, run_dir, processes
         self.source = trainable_model_clone(model_patcher)
         self.owns_model = self.source.model is not model_patcher.model

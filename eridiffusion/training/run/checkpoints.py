@@ -1,7 +1,8 @@
 """What a run writes as it goes, under its run folder: checkpoints with their training state
 (keep_last drops the oldest), checkpoints/best.safetensors at the lowest validation loss, and
 loss.json. With EMA, every file holds the averaged weights and the trained ones beside as *_raw.
-Rank 0 writes; the other processes wait for it."""
+Rank 0 writes; the other processes wait for it. The checkpoints and the best file are copied to host memory
+here and written on the run's writer thread (background_writes.py) while the steps go on."""
 
 import contextlib
 import os
@@ -9,7 +10,7 @@ import shutil
 
 from ...formats.atomic_file import write_json_atomic
 from ...formats.lora_file import run_metadata
-from ...formats.state_file import save_state, shards_path, state_path
+from ...formats.state_file import shards_path, state_content, state_path, write_state
 from ...formats.trained_file import TrainedFile, check_finite, raw_path
 from . import run_state
 from .build import TrainingRun
@@ -57,25 +58,32 @@ def save_checkpoint(run, step):
         if lora.raw is not None:
             check_finite(lora.raw.tensors, lora.raw.tensors, "fp32", raw_path(path), lora.what)
     clock.mark("checkpoint_check")
-    state = run_state.capture(run, step, path)
+    state = run_state.capture(run, step, path)  # (sharded weights: every process writes its shards here)
+    content = state_content(state) if run.processes.is_main else None
     clock.mark("checkpoint_state", run.device)
-    if run.processes.is_main:
-        save_state(path, state)
-        clock.mark("checkpoint_state_write")
-        lora.save(path, dtype="fp32", overwrite=True)
-        clock.mark("checkpoint_write")
     kept = run.progress.checkpoints
     kept.append(path)
     keep = run.config.keep_last
+    dropped = []
     if keep and len(kept) > keep:
         dropped, kept[:] = kept[:-keep], kept[-keep:]
-        if run.processes.is_main:
-            for file in [f for old in dropped for f in (old, state_path(old), raw_path(old))]:
-                if os.path.exists(file):
-                    os.remove(file)
-            for folder in [shards_path(old) for old in dropped if os.path.isdir(shards_path(old))]:
-                shutil.rmtree(folder)
+    if run.processes.is_main:
+        assert content is not None
+        run.writes.hand_over("checkpoint_write", lambda: _write_checkpoint(path, content, lora, dropped))
+        clock.mark("checkpoint_handed_over")
     run.processes.barrier()
+
+
+def _write_checkpoint(path, state, lora, dropped):
+    """On the writer thread: the training state, then the weights (a checkpoint is whole once both are), then
+    the files of the checkpoints `dropped`."""
+    write_state(path, state)
+    lora.save(path, dtype="fp32", overwrite=True)
+    for file in [f for old in dropped for f in (old, state_path(old), raw_path(old))]:
+        if os.path.exists(file):
+            os.remove(file)
+    for folder in [shards_path(old) for old in dropped if os.path.isdir(shards_path(old))]:
+        shutil.rmtree(folder)
 
 
 def record_validation(run, step, value):
@@ -90,8 +98,8 @@ def record_validation(run, step, value):
         run.between_steps.mark("best_export", run.device)
         if run.processes.is_main:  # (every process measured the same value)
             lora.metadata["validation_loss"] = repr(value)
-            lora.save(path, dtype="fp32", overwrite=True)
-            run.between_steps.mark("best_write")
+            run.writes.hand_over("best_write", lambda: lora.save(path, dtype="fp32", overwrite=True))
+            run.between_steps.mark("best_handed_over")
         progress.best, progress.checks_since_best = {"step": step, "loss": value, "path": path}, 0
     else:
         progress.checks_since_best += 1

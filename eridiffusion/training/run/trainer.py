@@ -199,6 +199,8 @@ class _Loop:
     def __exit__(self, *exc):
         for path in self.paths:
             path.release()  # (a failed run too: its graphs and fp8 weights go now)
+        for run in self.runs:  # the checkpoint being written finishes, also when the run stops on an error
+            run.writes.close(failing=exc[0] is not None)
 
     def stop_asked(self, done):
         """Whether the caller asked to stop before the last step (all processes stop at one step: a
@@ -326,7 +328,7 @@ class _Loop:
             setup_seconds=(first.first_started or finished) - self.run.started,
             first_step_seconds=first.first_seconds or 0.0,
             setup_phases=dict(run.setup.phases),
-            between_steps_phases=dict(run.between_steps.phases),
+            between_steps_phases=run.between_steps.phases,  # (the last write's seconds join it as it ends)
             block_swap=block_swap,
         )
 

@@ -120,19 +120,20 @@ def test_early_stopping_ends_the_run_after_patience_checks_and_best_is_the_check
     with open(tmp_path / "summary.json") as f:
         summary = json.load(f)
     assert (summary["best_step"], summary["stopped_early"], summary["steps"]) == (4, True, 8)
-    # what the checks and writes between the steps took, by phase, summed over the run (the best file written at
-    # 2 and 4 only, each check's loss and each checkpoint's parts)
+    # what the checks and writes between the steps took, by phase, summed over the run: each check's loss, the best
+    # file's copy and its write (at 2 and 4 only), each checkpoint's copies and its write (on the writer thread)
     phases = summary["between_steps_phases"]
-    assert list(phases) == [
+    assert set(phases) == {
         "validation_loss",
         "best_export",
+        "best_handed_over",
         "best_write",
         "checkpoint_export",
         "checkpoint_check",
         "checkpoint_state",
-        "checkpoint_state_write",
+        "checkpoint_handed_over",
         "checkpoint_write",
-    ]
+    }
     assert all(seconds >= 0 for seconds in phases.values()) and phases["checkpoint_write"] > 0
     with open(tmp_path / "loss.json") as f:
         assert json.load(f)["validation"] == [[2, 1.0], [4, 0.8], [6, 0.9], [8, 0.85]]
