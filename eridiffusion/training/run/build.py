@@ -154,6 +154,12 @@ class TrainingRun:
                 weights_dtype=config.precision.torch_dtype,
                 compute_dtype=config.torch_dtype,
                 group=self.processes.devices,
+                originals_in_host_memory=not (
+                    self.preservation is not None
+                    or config.weights_vram_gib > 0
+                    or config.vram_budget_gib > 0
+                    or config.blocks_to_swap > 0
+                ),
             )
         )
         if config.torch_compile:

@@ -29,6 +29,9 @@ class TrainedSetup:
     weights_dtype: torch.dtype = torch.float32  # a model's own trained weights are held in (fine_tune_dtype)
     compute_dtype: torch.dtype = torch.float32  # the model computes in (TrainConfig's dtype)
     group: Any = None  # the processes' device group (torch.distributed) in a run of several, else None
+    # a model's own weights trained: the trained layers' own tensors stay in host memory (their copies compute in
+    # their place), where nothing computes with them each step (no block swap, no preservation loss)
+    originals_in_host_memory: bool = False
 
 
 class Trained(ABC):

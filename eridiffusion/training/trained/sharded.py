@@ -21,6 +21,7 @@ from typing import Any
 import comfy.patcher_extension
 import torch
 
+from ...comfy_compat import load_leaving_out
 from ...errors import EriDiffusionError
 from ...formats.lora_file import loadable_weight_keys
 from ..adapters import AdapterSet
@@ -129,6 +130,8 @@ def sharded_weights(setup: TrainedSetup) -> ShardedWeights:
         root = fully_shard(ShardedRoot(AdapterSet(spec, copies)), mesh=mesh, mp_policy=policy)
     trained = ShardedWeights(root, patcher.model, setup.group)
     root.copies.attach_to(patcher)
+    if setup.originals_in_host_memory:  # (Flux.1-dev: 24 GB of bf16 weights no process computes with)
+        load_leaving_out(patcher, [layer for _, layer in layers])
     _forward_inside(root, patcher)
     return trained
 

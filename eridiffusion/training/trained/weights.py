@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ...comfy_compat import load_leaving_out
 from ...errors import EriDiffusionError
 from ...formats.lora_file import loadable_weight_keys
 from ...formats.model_file import TRAINED_KIND, DiffusionModelFile, diffusion_model_tensors
@@ -28,7 +29,8 @@ NORMS = (torch.nn.GroupNorm, torch.nn.LayerNorm, torch.nn.RMSNorm)
 class LayerCopy(torch.nn.Module):
     """A layer's weight and bias as trainable copies in `dtype` (fp32, or bf16: fine_tune_dtype). In the bypass
     injection (adapters/attach.py) it computes the layer with the copies; at multiplier 0 (bypassed) with the
-    layer's own tensors."""
+    layer's own tensors, brought from host memory for that forward where they were left there (a bypassed
+    forward is rare: the evaluation before training, measured at the run's end)."""
 
     def __init__(self, layer: torch.nn.Module, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
@@ -44,11 +46,15 @@ class LayerCopy(torch.nn.Module):
         return {"weight": self.weight} | ({"bias": self.bias} if self.bias is not None else {})
 
     def forward(self, x: torch.Tensor, base: Any) -> torch.Tensor:
-        if self.multiplier == 0:
-            return base(x)
         layer = self.layer[0]
-        weight = self.weight.to(x.dtype)
-        bias = self.bias.to(x.dtype) if self.bias is not None else None
+        if self.multiplier != 0:
+            own = self.weight, self.bias
+        elif layer.weight.device == x.device:
+            return base(x)
+        else:
+            own = layer.weight, getattr(layer, "bias", None)
+        weight = own[0].to(x.device, x.dtype)
+        bias = own[1].to(x.device, x.dtype) if own[1] is not None else None
         if isinstance(layer, torch.nn.Linear):
             return torch.nn.functional.linear(x, weight, bias)
         if isinstance(layer, CONVS):
@@ -136,6 +142,8 @@ def trained_weights(setup: TrainedSetup) -> TrainedWeights:
         if setup.saved is not None:
             _load_saved(trained, setup.saved, setup.saved_path)
     copies.to(patcher.load_device).attach_to(patcher)
+    if setup.originals_in_host_memory:
+        load_leaving_out(patcher, [layer for _, layer in layers])
     return trained
 
 

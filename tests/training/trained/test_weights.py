@@ -136,6 +136,29 @@ def test_three_steps_then_three_resumed_equal_six_straight(quality_stack, tmp_pa
     assert [k for k in a if not torch.equal(a[k], middle.tensors[k])] != []  # (the last three steps changed some)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="where the weights live: a GPU beside host memory")
+def test_the_trained_layers_own_weights_stay_in_host_memory_and_the_others_load(quality_stack, tmp_path):
+    """Their copies compute in their place: the device holds the copies and the layers not trained, never the
+    trained layers' own weights (a full fine-tune of SDXL: its bf16 UNet, 5 GB, less)."""
+    from eridiffusion.training.run.trainer import TrainingHooks
+
+    model, _, _, data = quality_stack
+    unet = model.model.diffusion_model
+    trained_layers = [m for name, m in unet.named_modules() if "output_blocks" in name and name.endswith(".to_q")]
+    untrained = [m for name, m in unet.named_modules() if "input_blocks" in name and name.endswith(".to_q")]
+    seen = []
+
+    def where(step, *_):
+        seen.append(({m.weight.device.type for m in trained_layers}, {m.weight.device.type for m in untrained}))
+
+    request = RunRequest(model, data, config(steps=2, save_every=0))
+    preflight(request)
+    with torch.inference_mode(False):
+        result = train_run(request, str(tmp_path), TrainingHooks(on_progress=where))
+    assert seen == [({"cpu"}, {"cuda"})] * 2
+    assert result.eval_loss_before > 0  # (measured at the end, the trained layers bypassed: from host memory)
+
+
 def test_algorithm_full_builds_the_weights_kind_and_other_algorithms_adapters(quality_stack):
     model, _, _, data = quality_stack
     assert RunRequest(model, data, config()).builder is trained_weights
