@@ -63,6 +63,7 @@ def whole_checkpoints(folder, names):
         load_state(state_path(path), path)
 
 
+@pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
 def test_the_steps_go_on_while_a_checkpoint_is_written_and_the_run_returns_its_files_whole(
     lora_stack, slow_writes, tmp_path
 ):
@@ -79,6 +80,7 @@ def test_the_steps_go_on_while_a_checkpoint_is_written_and_the_run_returns_its_f
     whole_checkpoints(tmp_path, names)
 
 
+@pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
 def test_a_run_stopped_by_ctrl_c_mid_write_finishes_that_checkpoint(lora_stack, slow_writes, tmp_path):
     reported = []
 
@@ -93,6 +95,7 @@ def test_a_run_stopped_by_ctrl_c_mid_write_finishes_that_checkpoint(lora_stack, 
     whole_checkpoints(tmp_path, ["writes_step000002.safetensors"])
 
 
+@pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
 def test_a_write_that_fails_stops_the_run_naming_the_file(lora_stack, tmp_path, monkeypatch):
     def full_disk(path, content):
         raise EriDiffusionError(f"cannot write {state_path(path)}: No space left on device; the disk is full.")
