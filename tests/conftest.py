@@ -37,6 +37,17 @@ def lora_cli(monkeypatch, capsys):
     return run
 
 
+@pytest.fixture(scope="module")
+def command_line():
+    """One process of the command line for a module's commands that stop early (devkit.command_process):
+    the start of torch and ComfyUI paid once, not by each command."""
+    from devkit.headless import command_process
+
+    process = command_process()
+    yield process
+    process.close()
+
+
 @pytest.fixture(scope="session")
 def comfy_dirs():
     """ComfyUI's output and loras folders for this test session."""

@@ -1,5 +1,6 @@
 """The command line as a user meets it (subprocesses): --print-config, --dry-run, an ai-toolkit file,
-Ctrl-C during a run, --resume auto, TensorBoard."""
+Ctrl-C during a run, --resume auto, TensorBoard. The commands that stop early share one process of the
+command line (conftest's command_line); each run that trains or is interrupted has its own."""
 
 import json
 import os
@@ -24,9 +25,9 @@ def read_json(path):
         return json.load(f)
 
 
-def test_print_config_prints_every_key_of_every_section_with_the_nodes_default(tmp_path):
+def test_print_config_prints_every_key_of_every_section_with_the_nodes_default(tmp_path, command_line):
     config = write_yaml(tmp_path / "short.yaml", "model: tiny-sdxl\ndataset: {folder: photos}\ntrain: {rank: 4}\n")
-    done = run_cli("train", config, "--print-config", cwd=tmp_path)
+    done = command_line.run("train", config, "--print-config", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     printed = yaml.safe_load(done.stdout)
     for section in ("dataset", "cache", "train", "save", "logging"):
@@ -39,8 +40,8 @@ def test_print_config_prints_every_key_of_every_section_with_the_nodes_default(t
     assert printed["model"]["checkpoint"] == "tiny-sdxl"
 
 
-def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path):
-    done = run_cli(
+def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path, command_line):
+    done = command_line.run(
         "train", os.path.join(CONFIGS, "tiny_demo.yaml"), "--dry-run", "--output", tmp_path / "out", cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
@@ -107,10 +108,10 @@ def test_ai_toolkit_config_trains_the_tiny_model_and_warns_once_about_what_it_ig
     assert tiny_demo_lora_load(tmp_path / "output" / "loras" / "headless_ai_toolkit.safetensors", caplog)[0] == []
 
 
-def test_an_ai_toolkit_resolution_list_dry_runs_with_buckets_of_every_size_and_no_warning(tmp_path):
+def test_an_ai_toolkit_resolution_list_dry_runs_with_buckets_of_every_size_and_no_warning(tmp_path, command_line):
     folder = os.path.join(shared_datasets(), "dreambooth_dog")
     text = AI_TOOLKIT.format(folder=folder).replace("resolution: [ 64 ]", "resolution: [ 512, 768, 1024 ]")
-    done = run_cli("train", write_yaml(tmp_path / "sizes.yaml", text), "--dry-run", cwd=tmp_path)
+    done = command_line.run("train", write_yaml(tmp_path / "sizes.yaml", text), "--dry-run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     buckets = [line for line in done.stdout.splitlines() if line.startswith("buckets")]
     assert [line.split(":")[0] for line in buckets] == ["buckets  at 1024", "buckets  at 512", "buckets  at 768"]
@@ -214,11 +215,11 @@ def tensorboard_installed():
 
 
 @pytest.mark.skipif(tensorboard_installed(), reason="tensorboard is installed here")
-def test_tensorboard_asked_for_without_the_package_is_an_error_with_the_fix(tmp_path):
+def test_tensorboard_asked_for_without_the_package_is_an_error_with_the_fix(tmp_path, command_line):
     config = write_yaml(
         tmp_path / "tb.yaml", f"_base_: {os.path.join(CONFIGS, 'tiny_demo.yaml')}\nlogging: {{tensorboard: true}}\n"
     )
-    done = run_cli("train", config, "--output", tmp_path / "out", cwd=tmp_path)
+    done = command_line.run("train", config, "--output", tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 2
     assert "logging.tensorboard is true, but TensorBoard cannot be used here" in done.stderr
     assert "pip install tensorboard" in done.stderr

@@ -1,6 +1,7 @@
 """`train: {method: full_finetune}` from the command line (a subprocess): the same request as LoRATrainer's
 algorithm full, its --dry-run plan naming the weights it trains, the diffusion model saved where UNETLoader
-reads it, and a method the run cannot be refused by the file and key."""
+reads it, and a method the run cannot be refused by the file and key. The commands that stop early share
+one process of the command line (conftest's command_line); the run that trains has its own."""
 
 import json
 import os
@@ -28,18 +29,18 @@ save: {{filename_prefix: fine_tunes/dog, dtype: fp32}}
 FULL = "method: full_finetune, steps: 3, learning_rate: 1.0e-3, dtype: fp32, gradient_checkpointing: false, "
 
 
-def test_dry_run_of_a_full_finetune_prints_the_weights_it_trains_and_writes_nothing(tmp_path):
+def test_dry_run_of_a_full_finetune_prints_the_weights_it_trains_and_writes_nothing(tmp_path, command_line):
     config = write_yaml(tmp_path / "full.yaml", config_text(FULL + "targets: all-linear"))
-    done = run_cli("train", config, "--dry-run", "--output", tmp_path / "out", cwd=tmp_path)
+    done = command_line.run("train", config, "--dry-run", "--output", tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = dict(line.split(None, 1) for line in done.stdout.splitlines())
     assert lines["weights"].startswith("full fine-tune of ") and "trained as fp32 copies" in lines["weights"]
     assert "adapter" not in lines and os.listdir(tmp_path / "out") == []
 
 
-def test_dry_run_of_a_bf16_fine_tune_names_its_copies_and_their_rounding(tmp_path):
+def test_dry_run_of_a_bf16_fine_tune_names_its_copies_and_their_rounding(tmp_path, command_line):
     config = write_yaml(tmp_path / "bf16.yaml", config_text(FULL + "fine_tune_dtype: bf16, targets: all-linear"))
-    done = run_cli("train", config, "--dry-run", "--output", tmp_path / "out", cwd=tmp_path)
+    done = command_line.run("train", config, "--dry-run", "--output", tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = dict(line.split(None, 1) for line in done.stdout.splitlines())
     assert lines["weights"].endswith("trained as bf16 copies (updates rounded stochastically)")
@@ -75,7 +76,7 @@ def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tm
         (FULL + "sharding: fsdp", "sharding fsdp splits the trained weights over the processes of a run that torchrun"),
     ],
 )
-def test_a_full_finetune_the_run_cannot_do_is_refused_by_file_and_key(tmp_path, train, error):
+def test_a_full_finetune_the_run_cannot_do_is_refused_by_file_and_key(tmp_path, train, error, command_line):
     config = write_yaml(tmp_path / "bad.yaml", config_text(train))
-    message, left = refused_train(config, tmp_path / "out", "--dry-run", cwd=tmp_path)
+    message, left = refused_train(config, tmp_path / "out", "--dry-run", cwd=tmp_path, process=command_line)
     assert error in message and left == []

@@ -82,12 +82,13 @@ def test_a_class_no_row_names_trains_generically_through_the_executor_and_its_lo
 
     name = _class_no_row_names()
     stack = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": name, "seed": 0}}
+    # 100 steps: the evaluation loss ended at 0.52 of its start on both hosts on 2026-11-30 (0.41 after 200)
     with caplog.at_level(logging.WARNING):
         outcome = run_training(
             os.path.join(datasets_dir, "dreambooth_dog"),
             f"generic_{name}",
             resolution=64,
-            trainer={"steps": 200, "rank": 8, "alpha": 8.0},
+            trainer={"steps": 100, "rank": 8, "alpha": 8.0},
             save={"filename_prefix": f"generic_{name}/dog"},
             stack=stack,
         )

@@ -6,17 +6,7 @@ import shutil
 
 import pytest
 
-from devkit.headless import command_process
 from devkit.workflow import load_extension
-
-
-@pytest.fixture(scope="module")
-def command_line():
-    """One process of the command line for a module's commands that stop early (devkit.command_process):
-    the start of torch and ComfyUI paid once, not by each command."""
-    process = command_process()
-    yield process
-    process.close()
 
 
 @pytest.fixture(scope="session")
