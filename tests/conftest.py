@@ -18,6 +18,13 @@ from eridiffusion.runtime import start_host_in_temp_dir  # noqa: E402
 
 # each process (the pytest main process, every xdist worker) has its own folders, gone at its exit
 start_host_in_temp_dir(f"eridiffusion-tests-{os.getpid()}-", parent=os.environ.get("PYTEST_TMPDIR"))
+# attention as ComfyUI computes it on a GPU (PyTorch's scaled_dot_product_attention, its choice on CUDA), not its
+# CPU default (sub-quadratic chunks, which no user's training runs on): the qwen_image_edit LoraLoader test
+# 111 -> 66 s on the CPU. ERIDIFFUSION_TEST_ATTENTION=comfyui keeps ComfyUI's own choice.
+if os.environ.get("ERIDIFFUSION_TEST_ATTENTION", "pytorch") == "pytorch":
+    import comfy.cli_args  # noqa: E402  (read by comfy.model_management at its import, below)
+
+    comfy.cli_args.args.use_pytorch_cross_attention = True
 from devkit.stock_comfyui import ProbeInput  # noqa: E402  (imports ComfyUI)
 from devkit.tiny_models import TESTED_HOSTS  # noqa: E402
 
