@@ -1,6 +1,7 @@
 """EriDiffusion's trainer against ComfyUI's built-in TrainLoraNode, side by side in one process,
 on full-size architectures with random weights (nothing downloaded): bf16, by default 1024², batch 1,
-rank 16 (any experiment's _resN, _bsN, _rankN change them: the scaling table).
+rank 16 (any experiment's _resN, _bsN, _rankN change them: the scaling table; _tokN the text tokens, e.g.
+_tok256 for Flux.1 as a graph trains it: ComfyUI's T5 tokenizer pads its prompts to 256, SHAPES gives 512).
 The random weights are saved to a file once and every experiment loads them with ComfyUI's
 UNETLoader code (comfy.sd.load_diffusion_model), as a user's graph does; on a host with dynamic
 VRAM (ComfyUI 0.2x on NVIDIA) that is switched on as ComfyUI's server does by default
@@ -170,11 +171,13 @@ SHAPES["tiny_wan"] = (16, 16, 32, None)  # devkit's tiny Wan stacks (TINY=1 chec
 FRAME_AXIS = {"wan", "tiny_wan", "qwen"}
 
 
-def conditioning(model_name, generator=None, scale=0.5):
-    """One random ComfyUI conditioning as the model's text encoders shape it (zeros: scale 0)."""
+def conditioning(model_name, generator=None, scale=0.5, tokens=None):
+    """One random ComfyUI conditioning as the model's text encoders shape it (zeros: scale 0), of `tokens`
+    text tokens (else the model's SHAPES)."""
     import torch
 
-    _, tokens, width, pooled = SHAPES[model_name]
+    _, default_tokens, width, pooled = SHAPES[model_name]
+    tokens = tokens or default_tokens
     extra = {} if pooled is None else {"pooled_output": torch.randn(1, pooled, generator=generator) * scale}
     return [[torch.randn(1, tokens, width, generator=generator) * scale, extra]]
 
@@ -232,40 +235,44 @@ def random_data(model_name, images=4, resolution=1024, work=None):
     frames = ((work.frames - 1) // 4 + 1,) if model_name in FRAME_AXIS or work.frames > 1 else ()
     samples = []
     for i in range(images):
-        cond = conditioning(model_name, generator)
+        cond = conditioning(model_name, generator, tokens=work.tokens)
         scale = DOWNSCALE.get(model_name, 8)
         latent = torch.randn(channels, *frames, work.resolution // scale, work.width // scale, generator=generator)
         bucket = (work.width, work.resolution)
         samples.append(TrainingSample(f"random_{i}", latent, [cond], bucket, ("random",), frames=work.frames))
-    return TrainingData(samples, conditioning(model_name, scale=0.0), 0.0, 1, work.resolution, "random")
+    return TrainingData(
+        samples, conditioning(model_name, scale=0.0, tokens=work.tokens), 0.0, 1, work.resolution, "random"
+    )
 
 
 class Work:
     """What one step trains on: image height (and width, else square), images or clips per step,
-    adapter rank, frames per clip (1: images)."""
+    adapter rank, frames per clip (1: images), text tokens (None: the model's SHAPES)."""
 
-    def __init__(self, resolution=1024, batch=1, rank=16, frames=1, width=None):
+    def __init__(self, resolution=1024, batch=1, rank=16, frames=1, width=None, tokens=None):
         self.resolution, self.batch, self.rank, self.frames = resolution, batch, rank, frames
-        self.width = width or resolution
+        self.width, self.tokens = width or resolution, tokens
 
     # Wan's 480p clips: 832x480, 33 frames (9 latent frames)
     VIDEO_DEFAULTS = {"wan": {"res": 480, "w": 832, "frames": 33}}
 
     @classmethod
     def of(cls, parts, model_name="sdxl"):
-        """From an experiment name's parts: _resN (height), _wN (width), _framesN, _bsN, _rankN,
+        """From an experiment name's parts: _resN (height), _wN (width), _framesN, _bsN, _rankN, _tokN,
         each defaulting as above (Wan: VIDEO_DEFAULTS)."""
-        defaults = {"res": 1024, "w": None, "frames": 1, "bs": 1, "rank": 16, **cls.VIDEO_DEFAULTS.get(model_name, {})}
+        defaults = {"res": 1024, "w": None, "frames": 1, "bs": 1, "rank": 16, "tok": None}
+        defaults.update(cls.VIDEO_DEFAULTS.get(model_name, {}))
 
         def number(prefix):
             values = [p[len(prefix) :] for p in parts if p.startswith(prefix)]
             return next((int(v) for v in values if v.isdigit()), defaults[prefix])
 
-        return cls(number("res"), number("bs"), number("rank"), number("frames"), number("w"))
+        return cls(number("res"), number("bs"), number("rank"), number("frames"), number("w"), number("tok"))
 
     def record(self):
         video = {"width": self.width, "frames": self.frames} if self.frames > 1 or self.width != self.resolution else {}
-        return {"resolution": self.resolution, "batch": self.batch, "rank": self.rank, **video}
+        text = {"text_tokens": self.tokens} if self.tokens else {}
+        return {"resolution": self.resolution, "batch": self.batch, "rank": self.rank, **video, **text}
 
 
 class SyncStacks:

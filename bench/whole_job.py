@@ -722,6 +722,7 @@ def main():
         "table": table([r for r in rows if "error" not in r]),
     }
     out = os.environ.get("OUT", "/tmp")
+    os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "whole_job.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(summary["table"])

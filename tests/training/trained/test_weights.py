@@ -11,6 +11,7 @@ import comfy.utils
 import pytest
 import torch
 
+from devkit.repeats import no_further_than_a_repeat
 from devkit.stock_comfyui import ProbeInput, merged_tolerance, relative_error
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.formats.model_file import TRAINED_KIND
@@ -130,9 +131,11 @@ def test_three_steps_then_three_resumed_equal_six_straight(quality_stack, tmp_pa
         assert len(whole.losses) == 6 and resumed.losses == whole.losses
         assert resumed.eval_loss_after == whole.eval_loss_after
         assert a.keys() == b.keys() and [k for k in a if not torch.equal(a[k], b[k])] == []
-    else:  # a GPU's backward sums in no fixed order: as close as two runs of the same steps there
-        assert len(whole.losses) == 6 and resumed.losses == pytest.approx(whole.losses, rel=1e-4)
-        assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-3, atol=1e-6) for k in a)
+    else:  # a GPU's backward sums in no fixed order: no further apart than the six steps straight run again
+        again = trained(quality_stack, config(), tmp_path / "again")
+        assert len(whole.losses) == 6
+        no_further_than_a_repeat(resumed.losses, whole.losses, again.losses)
+        no_further_than_a_repeat(b, a, again.lora.tensors)
     assert [k for k in a if not torch.equal(a[k], middle.tensors[k])] != []  # (the last three steps changed some)
 
 
