@@ -1,5 +1,5 @@
 """One Python process of the command line that runs `eridiffusion` commands one after the other (its
-main() once for each), for a test module's commands that stop early: the start of torch and ComfyUI
+main() once for each), for a test module's commands that stop early and its short runs: the start of torch and ComfyUI
 (~4-10 s of each `python -m eridiffusion`) is paid once. `python -m devkit.command_process` reads one
 JSON request a line on stdin ({"argv", "cwd"}) and answers each on the stdout it started with:
 {"returncode", "stdout", "stderr"}."""

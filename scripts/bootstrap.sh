@@ -56,8 +56,10 @@ fi
 echo "[bootstrap] building $venv for ComfyUI $version ($host)" >&2
 rm -rf "$venv"
 "$python" -m venv "$venv"
-# no pip cache: each torch stack is several GB, and a cached copy beside the venv doubles it
-pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir)
+# no pip cache: each torch stack is several GB, and a cached copy beside the venv doubles it. No byte-compiling
+# at install (pip's default compiles every module of every package: ~17,000 files, some 100 s a venv on 2
+# cores); Python compiles the modules a process imports at their first import, once.
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir --no-compile)
 if [ -f "$pins" ] && [ -z "${ERIDIFFUSION_UNPINNED:-}" ]; then
   pinned=("${pip[@]}" -c "$pins")
   torch_stack=$(grep -E '^(torch|torchvision|torchaudio)==' "$pins" | tr '\n' ' ')

@@ -44,10 +44,11 @@ def lora_cli(monkeypatch, capsys):
     return run
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def command_line():
-    """One process of the command line for a module's commands that stop early (devkit.command_process):
-    the start of torch and ComfyUI paid once, not by each command."""
+    """One process of the command line for the commands of a test worker's session (devkit.command_process):
+    those that stop early, and short runs whose test reads their files and output, not a fresh process's own
+    start (its warnings, its signals). The start of torch and ComfyUI is paid once, not by each command."""
     from devkit.headless import command_process
 
     process = command_process()

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from devkit.headless import CONFIGS, graph_prompt, run_cli, write_yaml
+from devkit.headless import CONFIGS, graph_prompt, write_yaml
 from devkit.stock_comfyui import tiny_demo_lora_load
 from devkit.workflow import execution_error, load_extension, run_prompt
 
@@ -21,7 +21,7 @@ SWAPPED = 6
 
 
 @pytest.fixture(scope="module")
-def swapped_demo(tmp_path_factory):
+def swapped_demo(tmp_path_factory, command_line):
     """configs/tiny_demo.yaml at 64 px for 3 steps with 6 of its blocks in CPU memory, sampling at step 3."""
     folder = tmp_path_factory.mktemp("swapped_cli")
     config = write_yaml(
@@ -33,7 +33,7 @@ train: {{steps: {STEPS}, run_name: {RUN_NAME}, gradient_checkpointing: true, blo
 sample: {{every: 3, steps: 2, width: 64, height: 64, prompts: [a photo of sks dog]}}
 """,
     )
-    done = run_cli("train", config, "--output", folder / "out", cwd=folder)
+    done = command_line.run("train", config, "--output", folder / "out", cwd=folder)
     assert done.returncode == 0, done.stderr
     return {"config": config, "folder": folder, "output": folder / "out"}
 
@@ -43,8 +43,8 @@ def read_json(path):
         return json.load(f)
 
 
-def test_the_dry_run_plans_the_blocks_in_cpu_memory(swapped_demo):
-    done = run_cli("train", swapped_demo["config"], "--dry-run", cwd=swapped_demo["folder"])
+def test_the_dry_run_plans_the_blocks_in_cpu_memory(swapped_demo, command_line):
+    done = command_line.run("train", swapped_demo["config"], "--dry-run", cwd=swapped_demo["folder"])
     assert done.returncode == 0, done.stderr
     memory = next(line for line in done.stdout.splitlines() if line.startswith("memory"))
     assert f"blocks_to_swap {SWAPPED} of its " in memory and "weights on the device" in memory

@@ -1,6 +1,7 @@
 """The command line as a user meets it (subprocesses): --print-config, --dry-run, an ai-toolkit file,
 Ctrl-C during a run, --resume auto, TensorBoard. The commands that stop early share one process of the
-command line (conftest's command_line); each run that trains or is interrupted has its own."""
+command line (conftest's command_line), as does the resumed run; the runs interrupted by a signal and the
+ai-toolkit run (whose warnings are checked as a fresh process logs them) have their own."""
 
 import json
 import os
@@ -164,10 +165,10 @@ def test_ctrl_c_stops_at_a_step_boundary_and_leaves_a_loadable_checkpoint_of_tha
     assert f"stopped at step {steps} of 1000" in interrupted["stderr"]
 
 
-def test_resume_auto_continues_the_newest_checkpoint_of_the_run(interrupted):
+def test_resume_auto_continues_the_newest_checkpoint_of_the_run(interrupted, command_line):
     stopped = read_json(interrupted["run_dir"] / "summary.json")["steps"]
     config = write_yaml(interrupted["folder"] / "longer.yaml", f"_base_: long.yaml\ntrain: {{steps: {stopped + 3}}}\n")
-    done = run_cli(
+    done = command_line.run(
         "train", config, "--output", interrupted["folder"] / "out", "--resume", "auto", cwd=interrupted["folder"]
     )
     assert done.returncode == 0, done.stderr

@@ -1,7 +1,7 @@
 """`train: {method: full_finetune}` from the command line (a subprocess): the same request as LoRATrainer's
 algorithm full, its --dry-run plan naming the weights it trains, the diffusion model saved where UNETLoader
 reads it, and a method the run cannot be refused by the file and key. The commands that stop early share
-one process of the command line (conftest's command_line); the run that trains has its own."""
+one process of the command line (conftest's command_line), and so does the run that trains."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import os
 import pytest
 import safetensors
 
-from devkit.headless import refused_train, run_cli, write_yaml
+from devkit.headless import refused_train, write_yaml
 from devkit.paths import shared_datasets
 
 RUN_NAME = "headless_fine_tune"
@@ -47,11 +47,11 @@ def test_dry_run_of_a_bf16_fine_tune_names_its_copies_and_their_rounding(tmp_pat
     assert os.listdir(tmp_path / "out") == []
 
 
-def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tmp_path):
+def test_train_saves_the_fine_tuned_diffusion_model_where_unetloader_reads_it(tmp_path, command_line):
     # (with the fused backward, Adafactor and bf16 weights, as a full fine-tune on a small card runs)
     fused = "fused_backward: true, optimizer: Adafactor, fine_tune_dtype: bf16, "
     config = write_yaml(tmp_path / "full.yaml", config_text(FULL + fused + f"run_name: {RUN_NAME}"))
-    done = run_cli("train", config, "--output", tmp_path / "out", cwd=tmp_path)
+    done = command_line.run("train", config, "--output", tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     path = tmp_path / "out" / "diffusion_models" / "fine_tunes" / "dog.safetensors"
     with safetensors.safe_open(path, "pt") as f:

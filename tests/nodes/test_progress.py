@@ -22,7 +22,7 @@ from eridiffusion.training.run.trainer import TrainingHooks, train_lora
 def stack(dog_dataset, tmp_path_factory):
     model, clip, vae = build_tiny("sd15", seed=0)
     with torch.inference_mode():
-        data = build_training_data(dog_dataset, vae, clip, 128, str(tmp_path_factory.mktemp("cache")))
+        data = build_training_data(dog_dataset, vae, clip, 64, str(tmp_path_factory.mktemp("cache")))
     data.samples = data.samples[:2]
     return model, data
 

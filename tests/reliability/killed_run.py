@@ -1,15 +1,17 @@
-"""The process test_killed_runs.py kills: `python -m tests.reliability.killed_run BASE DATASET RUN_NAME`
-trains a tiny SD1.5 with a checkpoint every step until it is killed. With DATASET "-" it only starts
-a run (what sweeps the temp files killed runs left) and exits."""
+"""The runs test_killed_runs.py kills. `python -m tests.reliability.killed_run BASE` starts torch, ComfyUI (its
+folders under BASE) and the trainer once, then forks one run per request, so each trial pays only its run,
+not the ~20 s of a fresh interpreter's imports. Requests, one a line on stdin, each answered with one line:
+- `start DATASET RUN_NAME LOG`: a child process trains a tiny SD1.5 with a checkpoint every step until it
+  is killed (its stdout and stderr to LOG); with DATASET "-" it only starts a run (what sweeps the temp files
+  killed runs left) and exits. Answers the child's pid.
+- `poll PID`: its exit status if it has exited (a signal's as its negative), else "running".
+- `wait PID`: waits for it to exit; answers its exit status."""
 
 import os
 import sys
 
 
-def main(base, dataset, run_name):
-    from eridiffusion.runtime import start_host
-
-    start_host(base)
+def train(base, dataset, run_name):
     import folder_paths
     import torch
 
@@ -45,5 +47,52 @@ def main(base, dataset, run_name):
         train_lora(model, data, config, run_dir)
 
 
+def status(code):
+    """os.waitpid's status as an exit status: a signal's as its negative."""
+    return -os.WTERMSIG(code) if os.WIFSIGNALED(code) else os.WEXITSTATUS(code)
+
+
+def child(base, dataset, run_name, log):
+    """In the forked process: train, with stdout and stderr to `log`, then leave without the parent's exit
+    handlers."""
+    code = 1
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1), os.dup2(fd, 2), os.close(fd)
+        os.close(0)
+        train(base, dataset, run_name)
+        code = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(base):
+    from eridiffusion.runtime import start_host
+
+    start_host(base)
+    import devkit.tiny_models  # noqa: F401  (what each run imports, imported once before the forks)
+    import eridiffusion.training.run.trainer  # noqa: F401
+
+    for line in sys.stdin:
+        request, *args = line.split()
+        if request == "start":
+            pid = os.fork()
+            if pid == 0:
+                child(base, *args)
+            answer = pid
+        elif request == "poll":
+            pid, code = os.waitpid(int(args[0]), os.WNOHANG)
+            answer = "running" if pid == 0 else status(code)
+        else:
+            answer = status(os.waitpid(int(args[0]), 0)[1])
+        sys.stdout.write(f"{answer}\n")
+        sys.stdout.flush()
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    serve(sys.argv[1])

@@ -180,11 +180,11 @@ def test_the_command_line_starts_without_other_packages_warnings(tmp_path):
     assert "torchaudio" not in done.stderr and "bitsandbytes" not in done.stderr, done.stderr
 
 
-def test_a_file_with_the_runs_name_in_the_output_folder_sends_the_run_to_the_next_name(tmp_path):
+def test_a_file_with_the_runs_name_in_the_output_folder_sends_the_run_to_the_next_name(tmp_path, command_line):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "taken_name").write_text("not a run")
     text = f"train: {{steps: 2, run_name: taken_name}}\n{SHORT_RUN}"
-    done = run_cli("train", config(tmp_path, text), "--output", tmp_path / "out", cwd=tmp_path)
+    done = command_line.run("train", config(tmp_path, text), "--output", tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "taken_name_2" / "summary.json").is_file()
 
@@ -194,10 +194,10 @@ def chattr(flag, path):
 
 
 def test_an_output_folder_made_read_only_after_a_run_cached_its_data_is_named_before_anything_loads(
-    tmp_path, cli_error
+    tmp_path, cli_error, command_line
 ):
     out = tmp_path / "out"
-    first = run_cli(
+    first = command_line.run(
         "train", config(tmp_path, f"train: {{steps: 1, run_name: first}}\n{SHORT_RUN}"), "--output", out, cwd=tmp_path
     )
     assert first.returncode == 0, first.stderr
@@ -246,9 +246,9 @@ def test_every_model_file_is_checked_before_the_first_one_loads(tmp_path, cli_er
     assert left == []
 
 
-def test_a_checkpoint_of_another_model_is_refused_before_any_image_is_encoded(tmp_path, cli_error):
+def test_a_checkpoint_of_another_model_is_refused_before_any_image_is_encoded(tmp_path, cli_error, command_line):
     sd15 = config(tmp_path, f"model: tiny-sd15\ntrain: {{steps: 1, run_name: sd15}}\n{SHORT_RUN}", "sd15.yaml")
-    done = run_cli("train", sd15, "--output", tmp_path / "first", cwd=tmp_path)
+    done = command_line.run("train", sd15, "--output", tmp_path / "first", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     checkpoint = tmp_path / "first" / "sd15" / "checkpoints" / "sd15_step000001.safetensors"
     sdxl = config(tmp_path, "model: tiny-sdxl\ntrain: {steps: 2}\ncache: {cache_folder: cache}\n", "sdxl.yaml")

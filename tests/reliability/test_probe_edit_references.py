@@ -93,7 +93,9 @@ def test_edit_references_for_a_model_that_reads_none_are_refused_through_the_exe
     assert outcome.error == f"EriDiffusion_LoRATrainer: {READS_NONE}"
 
 
-def test_edit_references_for_a_model_that_reads_none_are_refused_headless_before_any_image_is_encoded(photos):
+def test_edit_references_for_a_model_that_reads_none_are_refused_headless_before_any_image_is_encoded(
+    photos, command_line
+):
     from devkit.headless import refused_train, write_yaml
 
     folder = photos(2)
@@ -101,5 +103,5 @@ def test_edit_references_for_a_model_that_reads_none_are_refused_headless_before
     config = write_yaml(
         folder.parent / "run.yaml", f"model: tiny-sd15\ndataset: {{folder: {folder}}}\ntrain: {{steps: 1}}\n"
     )
-    error, left = refused_train(config, folder.parent / "out", cwd=folder.parent)
+    error, left = refused_train(config, folder.parent / "out", cwd=folder.parent, process=command_line)
     assert (error, left) == (READS_NONE, [])  # no latent cache, no run folder

@@ -197,7 +197,9 @@ def test_an_ai_toolkit_sample_prompt_holding_a_line_break_is_refused(tmp_path):
         load_run_config(path)
 
 
-def test_a_sample_guidance_the_model_ignores_is_refused_headless_before_any_image_is_encoded(tmp_path, datasets_dir):
+def test_a_sample_guidance_the_model_ignores_is_refused_headless_before_any_image_is_encoded(
+    tmp_path, datasets_dir, command_line
+):
     from devkit.headless import refused_train
 
     path = write_yaml(
@@ -205,7 +207,7 @@ def test_a_sample_guidance_the_model_ignores_is_refused_headless_before_any_imag
         f"model: tiny-sd15\ndataset: {{folder: {datasets_dir}/dreambooth_dog}}\n"
         "sample: {prompts: ['a dog --g 3'], width: 64, height: 64}\n",
     )
-    error, left = refused_train(path, tmp_path / "out", cwd=tmp_path)
+    error, left = refused_train(path, tmp_path / "out", cwd=tmp_path, process=command_line)
     assert error == (
         "SampleDuringTraining: prompt 'a dog' sets --g 3, but BaseModel has no guidance embedding; use --cfg for "
         "classifier-free guidance."
