@@ -88,8 +88,10 @@ def serve(base):
         elif request == "poll":
             pid, code = os.waitpid(int(args[0]), os.WNOHANG)
             answer = "running" if pid == 0 else status(code)
-        else:
+        elif request == "wait":
             answer = status(os.waitpid(int(args[0]), 0)[1])
+        else:
+            raise ValueError(f"unknown request {line!r}: start, poll or wait")
         sys.stdout.write(f"{answer}\n")
         sys.stdout.flush()
 
