@@ -28,6 +28,7 @@ measured on every rank.
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -97,6 +98,13 @@ def comparisons(results):
     return out
 
 
+class Measured(Exception):
+    """Raised (as ComfyUI's cancel is) before the step after the measured ones: the run ends there as a
+    cancelled run does, writing no final checkpoint and building no result model. (A full fine-tune's
+    final checkpoint is the measurement's size or more: Flux.1-dev's with AdamW's state in fp32 is 48 GB of
+    weights and 96 GB of optimizer shards, beyond the disk of a 2-GPU machine lent here, 128 GB.)"""
+
+
 def tiny_inputs():
     """The tiny SDXL stack and the DreamBooth photos at 64 px, encoded (the CPU smoke run)."""
     import torch
@@ -136,15 +144,21 @@ def worker(name):
     else:
         patcher, data = build(model_name, os.environ.get("WEIGHTS", "bf16")), random_data(model_name, images=8)
     device = "cuda:1" if name == "device" else "auto"
-    times, events = [], []
+    times, events, losses, peaks = [], [], [], []
 
-    def on_progress(step, total, losses, stats):
+    def on_progress(step, total, new, stats):
         if cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             events.append(event)
         else:
             times.append(time.perf_counter())
+        losses.extend(new or [])
+        peaks.append(stats.get("peak_vram_gib", 0.0))
+
+    def check_cancel():  # (before each step: the run ends once the measured steps are done)
+        if len(peaks) == STEPS:
+            raise Measured
 
     stream = float(os.environ.get("STREAM_GIB", "0"))  # weights_vram_gib: graphs cannot replay streamed weights
     checkpointing = stream > 0 or os.environ.get("CKPT", "1" if model_name == "flux" else "0") == "1"
@@ -159,7 +173,7 @@ def worker(name):
     else:
         adapter = AdapterSpec(rank=16, alpha=16.0, targets="attention" if model_name in ("sdxl", "tiny") else "auto")
     config = TrainConfig(
-        steps=STEPS,
+        steps=STEPS + 1,  # (one more than measured: the run stops before it, see Measured)
         learning_rate=1e-4,
         dtype="bf16" if cuda else "fp32",
         batch_size=batch,
@@ -180,10 +194,16 @@ def worker(name):
         for index in range(torch.cuda.device_count()):
             torch.cuda.reset_peak_memory_stats(index)
     run_dir = processes.decided_by_main(lambda: tempfile.mkdtemp(prefix="eridiffusion-bench-run-"))
-    with torch.inference_mode(False):
-        result = train_lora(
-            patcher, data, config, run_dir, hooks=TrainingHooks(on_progress=on_progress), processes=processes
-        )
+    hooks = TrainingHooks(on_progress=on_progress, check_cancel=check_cancel)
+    try:
+        with torch.inference_mode(False):
+            train_lora(patcher, data, config, run_dir, hooks=hooks, processes=processes)
+        raise RuntimeError(f"the run ended before its step {STEPS + 1} without being stopped")
+    except Measured:
+        pass
+    finally:
+        if processes.is_main:
+            shutil.rmtree(run_dir, ignore_errors=True)
     if cuda:
         torch.cuda.synchronize()
         times = [a.elapsed_time(b) / 1000 for a, b in zip(events[WARMUP:], events[WARMUP + 1 :])]
@@ -191,7 +211,7 @@ def worker(name):
         times = [b - a for a, b in zip(times[WARMUP:], times[WARMUP + 1 :])]
     seconds = statistics.median(times)
     per_gpu = [torch.cuda.max_memory_allocated(i) / 2**30 for i in range(torch.cuda.device_count())] if cuda else []
-    gathered = processes.gather({"s_per_step": seconds, "peak_GiB": result.peak_memory_gib})
+    gathered = processes.gather({"s_per_step": seconds, "peak_GiB": peaks[-1]})
     if processes.is_main:
         slowest = max(g["s_per_step"] for g in gathered)  # a step ends when every GPU has finished it
         r = {
@@ -203,7 +223,7 @@ def worker(name):
             "s_per_step_per_process": [g["s_per_step"] for g in gathered],
             "images_per_s": processes.world_size * batch / slowest,
             "peak_GiB_per_process": [g["peak_GiB"] for g in gathered],
-            "losses": result.losses,
+            "losses": losses,
             "gradient_checkpointing": checkpointing,
             "weights": os.environ.get("WEIGHTS", "bf16"),
             "weights_vram_gib": stream,
@@ -234,13 +254,15 @@ def main():
         from bench.train_speed import weights_file
 
         weights_file(model_name)  # once, here: the workers all load it
+    out = os.environ.get("OUT", tempfile.gettempdir())
+    os.makedirs(out, exist_ok=True)
     results = []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
     for name, processes, _ in plan:
         started = time.time()
         done = subprocess.run(worker_command(name, processes), env=env, capture_output=True, text=True, check=False)
         lines = [line[len("RESULT ") :] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-        with open(os.path.join(os.environ.get("OUT", tempfile.gettempdir()), f"multi_gpu_{name}.log"), "w") as f:
+        with open(os.path.join(out, f"multi_gpu_{name}.log"), "w") as f:
             f.write(done.stdout + "\n" + done.stderr)  # (each experiment's whole output, beside the summary)
         r = json.loads(lines[-1]) if lines else {"exp": name, "error": first_error(done.stderr)}
         r["wall_s"] = round(time.time() - started, 1)
@@ -256,7 +278,7 @@ def main():
         "results": results,
         "comparisons": comparisons(results),
     }
-    with open(os.path.join(os.environ.get("OUT", tempfile.gettempdir()), "multi_gpu.json"), "w") as f:
+    with open(os.path.join(out, "multi_gpu.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(json.dumps(summary, indent=1))
 

@@ -6,10 +6,11 @@ import json
 import math
 import os
 import re
+import struct
 import tempfile
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import EriDiffusionError
 
@@ -132,18 +133,62 @@ def sweep_stale_temp_files(folder: str) -> list[str]:
 def write_safetensors_atomic(
     path: str, tensors: dict[str, "torch.Tensor"], metadata: dict[str, str] | None = None, overwrite: bool = False
 ) -> str:
-    """A .safetensors file through write_atomic. The bytes are made in memory and written to our
-    temp file: safetensors' own save_file writes through a temp file of its own (`.tmpXXXXXX`),
-    which a killed process would leave behind where no sweep looks."""
-    import safetensors.torch
-
-    data = safetensors.torch.save(tensors, metadata=metadata)
+    """A .safetensors file through write_atomic, written a tensor at a time (write_safetensors): no copy of
+    the whole file in memory (safetensors.torch.save's bytes are the file's size: 48 GB for Flux.1-dev's
+    weights in fp32), and no temp file of safetensors' own (its save_file writes through `.tmpXXXXXX`,
+    which a killed process would leave behind where no sweep looks)."""
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
-            f.write(data)
+            write_safetensors(f, tensors, metadata)
 
     return write_atomic(path, write, overwrite=overwrite)
+
+
+def write_safetensors(f: BinaryIO, tensors: dict[str, "torch.Tensor"], metadata: dict[str, str] | None) -> None:
+    """`tensors` (and `metadata`) into the open file `f` in the safetensors format, the bytes
+    safetensors.torch.save makes (its layout: the header, then the tensors by element size, largest first,
+    then name), each tensor's bytes written from the tensor itself (a GPU tensor is copied to the CPU
+    alone). A dtype the format names no other way goes through safetensors' own serializer."""
+    import safetensors.torch
+    import torch
+
+    names = _safetensors_dtypes(torch)
+    if any(t.dtype not in names for t in tensors.values()):
+        f.write(safetensors.torch.save(tensors, metadata=metadata))
+        return
+    order = sorted(tensors, key=lambda k: (-tensors[k].element_size(), k))
+    header: dict[str, Any] = {"__metadata__": metadata} if metadata is not None else {}
+    offset = 0
+    for key in order:
+        tensor = tensors[key]
+        end = offset + tensor.numel() * tensor.element_size()
+        header[key] = {"dtype": names[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [offset, end]}
+        offset = end
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)  # (the data starts 8-aligned, as safetensors pads it)
+    f.write(struct.pack("<Q", len(text)) + text)
+    for key in order:
+        tensor = tensors[key].detach().to("cpu").contiguous().reshape(-1)
+        f.write(memoryview(tensor.view(torch.uint8).numpy()))
+
+
+def _safetensors_dtypes(torch: Any) -> dict[Any, str]:
+    """torch dtype -> its name in a safetensors header."""
+    return {
+        torch.float64: "F64",
+        torch.float32: "F32",
+        torch.float16: "F16",
+        torch.bfloat16: "BF16",
+        torch.int64: "I64",
+        torch.int32: "I32",
+        torch.int16: "I16",
+        torch.int8: "I8",
+        torch.uint8: "U8",
+        torch.bool: "BOOL",
+        torch.float8_e4m3fn: "F8_E4M3",
+        torch.float8_e5m2: "F8_E5M2",
+    }
 
 
 def json_safe(value: Any) -> Any:

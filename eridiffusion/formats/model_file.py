@@ -14,7 +14,7 @@ TRAINED_KIND = "eridiffusion_trained"  # the metadata entry naming what a run tr
 
 @dataclass
 class DiffusionModelFile(TrainedFile):
-    """A diffusion model's every tensor under its state-dict name (fp32, CPU), and the metadata."""
+    """A diffusion model's every tensor under its state-dict name (on the CPU, as held), and the metadata."""
 
     source: Any = None  # the BaseModel (ComfyUI's) it is the diffusion model of: its config lays out a checkpoint
 
@@ -33,10 +33,10 @@ def in_fp8(key: str, tensor: torch.Tensor) -> bool:
 
 
 def diffusion_model_tensors(diffusion_model: torch.nn.Module, trained: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """The state dict of `diffusion_model` (a BaseModel's `diffusion_model`) as a file holds it (floats in fp32,
-    on the CPU, each its own copy), with the `trained` tensors ({state-dict name: tensor}) in place of its own."""
-    tensors = {}
-    for key, tensor in diffusion_model.state_dict().items():
-        value = trained.get(key, tensor).detach()
-        tensors[key] = value.to("cpu", torch.float32 if value.is_floating_point() else value.dtype, copy=True)
-    return tensors
+    """The state dict of `diffusion_model` (a BaseModel's `diffusion_model`) as a file holds it (on the CPU, each
+    its own copy in the dtype it is held in: the file's save casts it), with the `trained` tensors ({state-dict
+    name: tensor}) in place of its own."""
+    return {
+        key: trained.get(key, tensor).detach().to("cpu", copy=True)
+        for key, tensor in diffusion_model.state_dict().items()
+    }

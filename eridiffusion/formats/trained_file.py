@@ -13,6 +13,10 @@ from ..errors import EriDiffusionError
 from .atomic_file import write_safetensors_atomic
 
 SAVE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+# A run's checkpoints: each tensor in the dtype it is held in (an adapter's fp32 master weights, a fine-tune's
+# bf16 copies, the frozen rest in the model's own), exact without widening: Flux.1-dev's fine-tune in bf16 is
+# a 24 GB checkpoint, not 48.
+EXACT = "exact"
 # A model saved in fp8: its weight matrices and kernels in float8_e4m3fn, as the fp8 files UNETLoader loads hold
 # them (ComfyUI computes in its compute dtype from them), everything else in bf16.
 FP8 = "fp8_e4m3fn"
@@ -20,9 +24,9 @@ FP8 = "fp8_e4m3fn"
 
 @dataclass
 class TrainedFile:
-    """A trained file's content: tensors under the names its loader reads (fp32, CPU) and the metadata."""
+    """A trained file's content: tensors under the names its loader reads (on the CPU) and the metadata."""
 
-    tensors: dict[str, torch.Tensor]
+    tensors: dict[str, torch.Tensor]  # (each in the dtype it is held in: the saved dtype casts them)
     metadata: dict[str, Any] = field(default_factory=dict)  # a value that is no str is saved as JSON
     raw: "TrainedFile | None" = None  # with EMA (these tensors): the trained weights, saved beside as *_raw
 
@@ -33,8 +37,9 @@ class TrainedFile:
         return not tensor.is_floating_point()
 
     def saved_dtype(self, key: str, tensor: torch.Tensor, dtype: str) -> torch.dtype:
-        """The dtype the tensor `key` is saved in when the file is saved in `dtype` (a SAVE_DTYPES name)."""
-        return SAVE_DTYPES[dtype]
+        """The dtype the tensor `key` is saved in when the file is saved in `dtype` (a SAVE_DTYPES name, or
+        EXACT: its own)."""
+        return tensor.dtype if dtype == EXACT else SAVE_DTYPES[dtype]
 
     def save(self, path: str, dtype: str = "fp16", overwrite: bool = False) -> str:
         """Write the file (and, with `raw`, <name>_raw.safetensors beside it); returns its path."""

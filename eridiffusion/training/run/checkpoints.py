@@ -11,7 +11,7 @@ import shutil
 from ...formats.atomic_file import write_json_atomic
 from ...formats.lora_file import run_metadata
 from ...formats.state_file import shards_path, state_content, state_path, write_state
-from ...formats.trained_file import TrainedFile, check_finite, raw_path
+from ...formats.trained_file import EXACT, TrainedFile, check_finite, raw_path
 from . import run_state
 from .build import TrainingRun
 
@@ -78,7 +78,7 @@ def _write_checkpoint(path, state, lora, dropped):
     """On the writer thread: the training state, then the weights (a checkpoint is whole once both are), then
     the files of the checkpoints `dropped`."""
     write_state(path, state)
-    lora.save(path, dtype="fp32", overwrite=True)
+    lora.save(path, dtype=EXACT, overwrite=True)
     for file in [f for old in dropped for f in (old, state_path(old), raw_path(old))]:
         if os.path.exists(file):
             os.remove(file)
@@ -98,7 +98,7 @@ def record_validation(run, step, value):
         run.between_steps.mark("best_export", run.device)
         if run.processes.is_main:  # (every process measured the same value)
             lora.metadata["validation_loss"] = repr(value)
-            run.writes.hand_over("best_write", lambda: lora.save(path, dtype="fp32", overwrite=True))
+            run.writes.hand_over("best_write", lambda: lora.save(path, dtype=EXACT, overwrite=True))
             run.between_steps.mark("best_handed_over")
         progress.best, progress.checks_since_best = {"step": step, "loss": value, "path": path}, 0
     else:

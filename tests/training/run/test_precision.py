@@ -199,3 +199,17 @@ def test_a_bf16_fine_tune_resumes_close_to_the_run_uninterrupted(lora_stack, tmp
     assert len(resumed.losses) == 6 and resumed.losses[:3] == whole.losses[:3]
     assert resumed.losses[3:] == pytest.approx(whole.losses[3:], abs=1e-4)
     assert {p.dtype for p in resumed.trained.parameters()} == {torch.bfloat16}
+
+
+@pytest.mark.parametrize("lora_stack", ["sd15"], indirect=True)
+def test_a_bf16_fine_tune_s_checkpoint_holds_its_weights_as_trained_in_bf16(lora_stack, tmp_path):
+    """A run's checkpoint holds each tensor in the dtype it is held in (trained_file.EXACT): a bf16
+    fine-tune's trained weights in bf16, bit for bit the run's (not widened to fp32: Flux.1-dev's checkpoint
+    is then 24 GB, not 48), the frozen rest in the model's own dtype."""
+    whole, _ = fine_tune(lora_stack, tmp_path, "bf16", True, save_every=3)
+    saved = load_resume_point(os.path.join(tmp_path, "checkpoints", "precision_step000006.safetensors")).tensors
+    trained = whole.trained.named_tensors()
+    assert trained and all(torch.equal(saved[name], tensor.detach().cpu()) for name, tensor in trained.items())
+    assert {saved[name].dtype for name in trained} == {torch.bfloat16}
+    model_dtypes = {t.dtype for t in lora_stack["model"].model.diffusion_model.state_dict().values()}
+    assert {t.dtype for name, t in saved.items() if name not in trained} == model_dtypes == {torch.float32}
