@@ -171,7 +171,8 @@ def test_a_full_fine_tune_trains_with_8bit_adamw_its_state_in_8_bits(lora_stack,
 def test_a_bf16_fine_tune_resumes_close_to_the_run_uninterrupted(lora_stack, tmp_path):
     """A resumed bf16 run reloads AdamW's state as torch casts it (to bf16, the tensors' dtype), which the
     rounding's hooks step in fp32 again, and draws its rounding afresh: it continues, its losses within 1e-4
-    of the run's uninterrupted (measured: 2e-5)."""
+    of the run's uninterrupted on the CPU (measured: 2e-5), within 5e-4 on a GPU (an H200: 1.4e-4 once in
+    two runs of the GPU suite, under 1e-4 in the other; cuDNN computes the fp32 convolutions in TF32 there)."""
     whole, _ = fine_tune(lora_stack, tmp_path / "whole", "bf16", True, save_every=3)
     middle = load_resume_point(os.path.join(tmp_path / "whole", "checkpoints", "precision_step000003.safetensors"))
     request = RunRequest(
@@ -197,7 +198,8 @@ def test_a_bf16_fine_tune_resumes_close_to_the_run_uninterrupted(lora_stack, tmp
     with torch.inference_mode(False):
         resumed = train_run(request, str(tmp_path / "resumed"))
     assert len(resumed.losses) == 6 and resumed.losses[:3] == whole.losses[:3]
-    assert resumed.losses[3:] == pytest.approx(whole.losses[3:], abs=1e-4)
+    allowed = 1e-4 if lora_stack["model"].load_device.type == "cpu" else 5e-4
+    assert resumed.losses[3:] == pytest.approx(whole.losses[3:], abs=allowed)
     assert {p.dtype for p in resumed.trained.parameters()} == {torch.bfloat16}
 
 
