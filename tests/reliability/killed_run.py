@@ -55,6 +55,13 @@ def status(code):
 def child(base, dataset, run_name, log):
     """In the forked process: train, with stdout and stderr to `log`, then leave without the parent's exit
     handlers."""
+    import time
+
+    from eridiffusion.formats import atomic_file
+
+    # (the server imported it: a fresh process's start, which its sweep of the temp files that runs killed
+    # before it left compares their times with, is this fork's)
+    atomic_file.PROCESS_START = time.time()
     code = 1
     try:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
