@@ -153,7 +153,7 @@ def write_safetensors(f: BinaryIO, tensors: dict[str, "torch.Tensor"], metadata:
     import safetensors.torch
     import torch
 
-    names = _safetensors_dtypes(torch)
+    names = _safetensors_dtypes()
     if any(t.dtype not in names for t in tensors.values()):
         f.write(safetensors.torch.save(tensors, metadata=metadata))
         return
@@ -173,8 +173,10 @@ def write_safetensors(f: BinaryIO, tensors: dict[str, "torch.Tensor"], metadata:
         f.write(memoryview(tensor.view(torch.uint8).numpy()))
 
 
-def _safetensors_dtypes(torch: Any) -> dict[Any, str]:
+def _safetensors_dtypes() -> dict[Any, str]:
     """torch dtype -> its name in a safetensors header."""
+    import torch
+
     return {
         torch.float64: "F64",
         torch.float32: "F32",
