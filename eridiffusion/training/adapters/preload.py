@@ -26,6 +26,17 @@ def preload_adapter_library(module: str = LIBRARY) -> threading.Thread | None:
         return thread
 
 
+def wait_for_preloads() -> None:
+    """Return once every preload started has finished. Before the run imports what the preloaded library
+    shares with others (peft, transformers): two threads importing two modules that import each other
+    make Python raise a _DeadlockError in one of them (seen: the optimizer check's transformers import
+    beside LyCORIS's peft, in a fresh venv whose modules compile as they import)."""
+    with _lock:
+        started = list(_threads.values())
+    for thread in started:
+        thread.join()
+
+
 def _import(module: str) -> None:
     try:
         importlib.import_module(module)

@@ -11,6 +11,7 @@ from ...formats.lora_file import loadable_weight_keys
 from ...formats.state_file import shards_path
 from ..adapters.attach import LINEAR_LIKE_ALGORITHMS, target_layers
 from ..adapters.layer_selection import block_multipliers
+from ..adapters.preload import wait_for_preloads
 from ..memory import check_vram_budget
 from ..model.families import family_of, resolve_targets
 from ..model.inputs import check_takes_start_image
@@ -35,6 +36,7 @@ def preflight(request: RunRequest, checks: tuple | None = None) -> None:
     """Raise the EriDiffusionError of the first thing the run `request` cannot do: CHECKS in order, or
     `checks` of them (SETTINGS_CHECKS: those that need neither the models nor the data, which the command
     line asks before it loads any model)."""
+    wait_for_preloads()  # (its checks import what a preload may be importing: not from two threads at once)
     for check in CHECKS if checks is None else checks:
         check(request)
 
