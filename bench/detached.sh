@@ -5,6 +5,8 @@
 #     bash bench/detached.sh fsdp env SINGLE=fit ALGORITHM=full SHARDING=fsdp MODEL=flux PLAN=2x1,1x1 \
 #       bash bench/gpu_host.sh python3 bench/multi_gpu.py
 # NAME's folder is /tmp/detached/NAME (a new machine starts without it: the command starts again there).
+# The command runs in a copy of the tree made at its start (NAME's folder's tree/): each call re-sends the
+# working tree over the repository, which would change the files under a command still running.
 set -uo pipefail
 name=${1:?a name, then the command}
 shift
@@ -13,6 +15,11 @@ limit=${LIMIT:-580}
 mkdir -p "$dir/out"
 if [ ! -f "$dir/started" ]; then
   touch "$dir/started"
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  COMMIT=${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+  export COMMIT
+  mkdir -p "$dir/tree" && (cd "$root" && tar --exclude=./.git --exclude='./.venv*' --exclude=./.hosts --exclude=./.mypy_cache -cf - .) | tar -xf - -C "$dir/tree"
+  cd "$dir/tree" || exit 1
   # shellcheck disable=SC2016  # ($0 and $@ are the inner shell's: the folder and the command)
   OUT="$dir/out" PYTHONUNBUFFERED=1 setsid nohup bash -c '"$@"; echo $? > "$0/exit"' "$dir" "$@" \
     >"$dir/run.log" 2>&1 </dev/null &

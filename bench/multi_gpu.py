@@ -22,7 +22,9 @@ process the settings a one-GPU fine-tune fits with (Adafactor, bf16 weights with
 fused backward: 4 bytes a weight), the baseline the sharded experiments are compared against.
 An experiment GxB is G processes (GPUs) x batch B per process;
 images/s = G x B / (s/step), s/step the median of CUDA-event times between steps after WARMUP steps,
-measured on every rank.
+measured on every rank. PROFILE=1 writes torch.profiler's tables of two steps after the warm-up of each
+experiment's rank 0 ($OUT/profile_GxB.txt: by device time, by host time, and the kernels' time, NCCL's
+beside the rest).
 """
 
 import json
@@ -98,6 +100,49 @@ def comparisons(results):
     return out
 
 
+class StepProfiler:
+    """torch.profiler over the two steps after the warm-up, its tables written to $OUT/profile_{name}.txt."""
+
+    def __init__(self, name):
+        import torch
+
+        self.name, self.first = name, WARMUP + 1
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.profile = torch.profiler.profile(activities=activities)
+
+    def at_step(self, step):
+        """Called as step `step` ends: starts before the first profiled step, stops after the second."""
+        if step == self.first - 1:
+            self.profile.start()
+        elif step == self.first + 1:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.profile.stop()
+            self.write()
+
+    def write(self):
+        events = self.profile.key_averages()
+        device_key = "device_time_total" if hasattr(events[0], "device_time_total") else "cuda_time_total"
+        busy = {"nccl": 0.0, "other": 0.0}  # the kernels' own time (ms), NCCL's beside the rest
+        for e in events:
+            if e.device_type.name == "CUDA":
+                busy["nccl" if "nccl" in e.key.lower() else "other"] += e.self_device_time_total / 1000
+        out = os.environ.get("OUT", tempfile.gettempdir())
+        with open(os.path.join(out, f"profile_{self.name}.txt"), "w") as f:
+            f.write(f"two steps; kernel time (ms): { {k: round(v, 1) for k, v in busy.items()} }\n\n")
+            f.write(events.table(sort_by=device_key, row_limit=45, max_name_column_width=70) + "\n\n")
+            f.write(events.table(sort_by="self_cpu_time_total", row_limit=35, max_name_column_width=70) + "\n")
+
+
+def step_profiler(name, is_main):
+    """A StepProfiler on rank 0 where PROFILE is set, else None."""
+    return StepProfiler(name) if is_main and os.environ.get("PROFILE") else None
+
+
 class Measured(Exception):
     """Raised (as ComfyUI's cancel is) before the step after the measured ones: the run ends there as a
     cancelled run does, writing no final checkpoint and building no result model. (A full fine-tune's
@@ -145,8 +190,11 @@ def worker(name):
         patcher, data = build(model_name, os.environ.get("WEIGHTS", "bf16")), random_data(model_name, images=8)
     device = "cuda:1" if name == "device" else "auto"
     times, events, losses, peaks = [], [], [], []
+    profiler = step_profiler(name, processes.is_main)
 
     def on_progress(step, total, new, stats):
+        if profiler is not None:
+            profiler.at_step(step)
         if cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
