@@ -37,8 +37,10 @@ the host's plain PyTorch, not fused), _cpuencodings (the trained text encoders' 
 on ComfyUI's intermediate device, the CPU, and the pooled output through the host's extra_conds:
 SpeedPaths.encodings_on_device off), _layercasts (no ComputeCopies: each
 adapted layer casts its fp32 LoRA weights to bf16 and their gradients back), _te (the text
-encoders trained too, text_encoder_lr 1e-5: SDXL's full-size CLIP-L
-and CLIP-G, random weights, bf16); model: sdxl, flux, wan (Wan 2.1 14B text-to-video on 480p clips of
+encoders trained too, text_encoder_lr 1e-5: the model's full-size text encoders, random weights, bf16:
+SDXL's CLIP-L and CLIP-G, Flux.1's CLIP-L (and T5-XXL, loaded), Qwen-Image's Qwen2.5-VL 7B; _te-NAMES
+trains those of AdapterSpec's text_encoders, without underscores, '+' between: _te-t5xxl, _te-clipl+t5xxl);
+model: sdxl, flux, wan (Wan 2.1 14B text-to-video on 480p clips of
 33 frames; _wN, _framesN change them), qwen (Qwen-Image 20B text-to-image), flux2 (Flux.2 dev 32B: its file
 in fp8, FP8_FILES), klein (Flux.2 klein 9B). Each result names its
 resolution, batch and rank and its images/s (clips/s); ours is compared with the fastest built-in of
@@ -183,8 +185,12 @@ def conditioning(model_name, generator=None, scale=0.5, tokens=None):
 
 
 # The text encoders of each model, by the attribute of ComfyUI's CLIP model that holds each and
-# the CLIPType their files load as (SDXL: CLIP-L and CLIP-G; Flux.1: CLIP-L and T5-XXL).
-TEXT_ENCODERS = {"sdxl": (("clip_l", "clip_g"), "STABLE_DIFFUSION"), "flux": (("clip_l", "t5xxl"), "FLUX")}
+# the CLIPType their files load as (SDXL: CLIP-L and CLIP-G; Flux.1: CLIP-L and T5-XXL; Qwen-Image: Qwen2.5-VL 7B).
+TEXT_ENCODERS = {
+    "sdxl": (("clip_l", "clip_g"), "STABLE_DIFFUSION"),
+    "flux": (("clip_l", "t5xxl"), "FLUX"),
+    "qwen": (("qwen25_7b",), "QWEN_IMAGE"),
+}
 
 
 def clip_files(model_name):
@@ -210,6 +216,17 @@ def clip_files(model_name):
             os.replace(path + ".tmp", path)
         del clip
     return paths
+
+
+def encoders_named(model_name, names):
+    """AdapterSpec's text_encoders of a plan's _te-NAMES ('+' between names written without underscores)."""
+    known = {name.replace("_", ""): name for name in TEXT_ENCODERS[model_name][0]}
+    wanted = [n for n in names.split("+") if n]
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        have = ", ".join(known)
+        raise SystemExit(f"_te-{names}: {model_name} has the text encoders {have}, not {', '.join(unknown)}")
+    return ",".join(known[n] for n in wanted)
 
 
 def full_size_clip(model_name):
@@ -338,6 +355,7 @@ def ours(
     bf16_copies=False,
     every_weight=False,
     base_quantization="none",
+    text_encoders="",
 ):
     import torch
 
@@ -414,6 +432,7 @@ def ours(
             targets=targets,
             conv_rank=work.rank if every_weight else 0,
             train_norms_and_biases=every_weight,
+            text_encoders=text_encoders,
         ),
         log_every=steps,
         eval_images=1,
@@ -500,7 +519,7 @@ def dense_bf16_peak():
     return next((peak for key, peak in DENSE_BF16_PEAK.items() if key in name), None)
 
 
-def step_flops(patcher, model_name, targets, work=Work(), clip=None):
+def step_flops(patcher, model_name, targets, work=Work(), clip=None, text_encoders=""):
     """The FLOPs of one eager training step without checkpointing: a 2-step run's count less a 1-step
     run's (the evaluations and setup count alike in both)."""
     import torch
@@ -519,7 +538,7 @@ def step_flops(patcher, model_name, targets, work=Work(), clip=None):
             gradient_checkpointing=False,
             cuda_graphs="off",
             text_encoder_lr=1e-5 if clip is not None else 0.0,
-            adapter=AdapterSpec(rank=work.rank, alpha=float(work.rank), targets=targets),
+            adapter=AdapterSpec(rank=work.rank, alpha=float(work.rank), targets=targets, text_encoders=text_encoders),
             log_every=steps,
             eval_images=1,
             eval_timesteps=1,
@@ -657,6 +676,8 @@ def main():
         cap = next((float(p[3:]) for p in parts if p.startswith("cap")), None)
         stream = next((float(p[6:]) for p in parts if p.startswith("stream")), 0.0)
         work = Work.of(parts, model_name)
+        te = next((p for p in reversed(parts) if p == "te" or p.startswith("te-")), None)  # encoders trained
+        text_encoders = encoders_named(model_name, te[3:]) if te else ""
         started = time.time()
         patcher = None
         try:
@@ -676,7 +697,8 @@ def main():
                     optimizer=next((o for o in ("AdamW8bit", "Adafactor") if o.lower() in parts), "AdamW"),
                     weights_vram_gib=stream,
                     torch_compile="compile" in parts,
-                    clip=full_size_clip(model_name) if "te" in parts else None,
+                    clip=full_size_clip(model_name) if te else None,
+                    text_encoders=text_encoders,
                     fp8_compute="fp8compute" in parts,
                     fp8_min_macs=next((int(float(p[7:])) for p in parts if p.startswith("minmacs")), None),
                     fused_rope="plainrope" not in parts,
@@ -707,12 +729,12 @@ def main():
             if "s_per_step" in r:
                 r["images_per_s"] = work.batch / r["s_per_step"]
                 targets = "all-linear" if "alllinear" in parts else ("attention" if model_name == "sdxl" else "auto")
-                key = (model_name, *work.record().items(), targets, "te" in parts)
+                key = (model_name, *work.record().items(), targets, te)
                 if key not in flops_of and os.environ.get("MFU", "1") == "1":
                     torch.cuda.set_per_process_memory_fraction(1.0)
-                    clip = full_size_clip(model_name) if "te" in parts else None
+                    clip = full_size_clip(model_name) if te else None
                     try:  # (an eager step without checkpointing: Wan's runs out of memory; the row keeps its time)
-                        flops_of[key] = step_flops(patcher, model_name, targets, work, clip)
+                        flops_of[key] = step_flops(patcher, model_name, targets, work, clip, text_encoders)
                     except torch.OutOfMemoryError as error:
                         r["mfu_error"] = repr(error)[:200]
                         gc.collect()
