@@ -287,6 +287,16 @@ def worker(name):
     processes.close()
 
 
+def topology():
+    """How the machine's GPUs are linked (`nvidia-smi topo -m`'s matrix), or None without nvidia-smi: the
+    sharded runs' gathers and reduce-scatters are as fast as the links."""
+    try:
+        done = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return re.sub(r"\x1b\[[0-9;]*m", "", done.stdout).split("\n\nLegend")[0] if done.returncode == 0 else None
+
+
 def main():
     plan = experiments(os.environ.get("PLAN", "1x1,2x1,1x2"))
     if "--plan" in sys.argv:
@@ -322,6 +332,7 @@ def main():
         "gpus": torch.cuda.device_count(),
         "torch": torch.__version__,
         "model": model_name,
+        "topology": topology(),
         "steps": STEPS,
         "results": results,
         "comparisons": comparisons(results),
