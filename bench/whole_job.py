@@ -34,7 +34,11 @@ each synchronised, which costs the steps about one launch gap per 0.25 s) plus t
 files it writes (checkpoints, sample images), the built-in's steps from its ComfyUI progress bar
 (it reads each step's loss back, so its steps are synchronous anyway). The step time is the median
 over the intervals between events that hold nothing but steps; a checkpoint's start inside an
-interval is placed at that median pace. Writes $OUT/whole_job.json and prints `RESULT {json}` lines.
+interval is placed at that median pace. Memory: at each node's start and at the run's end the server reads
+the process's peak of GPU memory allocated and resets it, so each node has its own peak (`nodes`), and each
+phase the highest of its nodes' (`peak_GiB_by_phase`: models loaded, caching, trainer, saving, final image);
+the trainer resets the peak itself once its setup is done, so its node's is that of its steps, samples,
+validation and checkpoints. Writes $OUT/whole_job.json and prints `RESULT {json}` lines.
 
     COMFYUI_PATH=<0.28 tree> MODEL=sdxl STEPS=1000 JOBS=ours,builtin python bench/whole_job.py
 TINY=1: the tiny random-weight SDXL of TinyDemoModel (replacing the loader) on the CPU at 256²,
@@ -89,11 +93,23 @@ def sync():
         torch.cuda.synchronize()
 
 
+def read_and_reset_peak():
+    """The peak of GPU memory allocated since the last reset (bytes; None without a GPU), then reset."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    peak = torch.cuda.max_memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    return peak
+
+
 class TimedServer:
     """What ComfyUI's executor and nodes need of its PromptServer, stamping each event as it comes
     (perf_counter, after a CUDA synchronize except for the progress bar's own events)."""
 
     UNSYNCED = ("progress", "progress_state")
+    BOUNDARIES = ("executing", "execution_success", "execution_error")  # where a node's peak memory is read
 
     def __init__(self):
         self.client_id = None
@@ -101,10 +117,13 @@ class TimedServer:
         self.last_prompt_id = None
         self.sockets_metadata = {}
         self.events = []
+        self.peaks = {}  # {index in events: the process's peak GPU bytes since the boundary before}
 
     def send_sync(self, event, data, sid=None):
         if event not in self.UNSYNCED:
             sync()
+        if event in self.BOUNDARIES:
+            self.peaks[len(self.events)] = read_and_reset_peak()
         self.events.append((time.perf_counter(), event, data))
 
     def send_progress_text(self, text, node_id, sid=None):
@@ -452,6 +471,29 @@ def node_spans(events, prompt, queued):
     return spans, end - queued
 
 
+def node_peaks(events, peaks):
+    """{node id: GiB}: the process's peak GPU memory while each node ran (from its `executing` event to the
+    next boundary, where TimedServer read and reset it); {} without a GPU."""
+    bounds = [i for i in sorted(peaks) if peaks[i] is not None]
+    found = {}
+    for start, end in zip(bounds, bounds[1:]):
+        _, event, data = events[start]
+        if event == "executing" and data.get("node"):
+            found[data["node"]] = peaks[end] / 2**30
+    return found
+
+
+def peaks_by_phase(spans, peaks):
+    """{phase: GiB}: the highest node peak of each phase of the job (None where no node of it ran or no GPU)."""
+    phases = {"models_loaded": LOADERS, "caching": CACHING, "trainer": TRAINERS, "saving": SAVING}
+    phases["final_image"] = FINAL_IMAGE
+    found = {}
+    for phase, classes in phases.items():
+        values = [peaks[node] for node, kind, _, _ in spans if kind in classes and node in peaks]
+        found[phase] = max(values) if values else None
+    return found
+
+
 def duration(spans, classes):
     return sum(end - start for _, kind, start, end in spans if kind in classes)
 
@@ -525,6 +567,7 @@ def run_job(job, timed, loaders, base_dir):
     else:
         prompt, settings = builtin_prompt(loaders, our_prompt(loaders)[0])
     timed.events.clear()
+    timed.peaks.clear()
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     offset = time.time() - time.perf_counter()
@@ -535,6 +578,7 @@ def run_job(job, timed, loaders, base_dir):
         raise RuntimeError(f"the {job} job failed: {execution_error(executor)}")
     events = list(timed.events)
     spans, total = node_spans(events, prompt, queued)
+    peaks = node_peaks(events, dict(timed.peaks))
     trainer_id, _, trainer_start, trainer_end = next(s for s in spans if s[1] in TRAINERS)
     first_start = spans[0][2]
     images = 24 if job == "ours" else 20
@@ -595,7 +639,7 @@ def run_job(job, timed, loaders, base_dir):
             checkpoints_s=None,
             not_offered="ComfyUI 0.28's TrainLoraNode renders no samples, measures no validation loss and "
             "writes no checkpoints during training; its LoRA is written once, by SaveLoRA",
-            peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
+            peak_memory_gib=max(peaks.values(), default=None),  # (TimedServer resets the peak at each node)
         )
     row["save_lora_s"] = duration(spans, SAVING)
     row["final_image_s"] = duration(spans, FINAL_IMAGE)
@@ -603,7 +647,10 @@ def run_job(job, timed, loaders, base_dir):
     accounted = ("queue_to_models_loaded_s", "caching_s", "trainer_s", "save_lora_s", "final_image_s")
     row["other_nodes_s"] = total - sum(row[k] for k in accounted)
     row["total_s"] = total
-    row["nodes"] = [{"id": i, "class": kind, "s": round(end - start, 4)} for i, kind, start, end in spans]
+    row["nodes"] = [
+        {"id": i, "class": kind, "s": round(end - start, 4), "peak_GiB": peaks.get(i)} for i, kind, start, end in spans
+    ]
+    row["peak_GiB_by_phase"] = peaks_by_phase(spans, peaks)
     comfy.model_management.unload_all_models()
     comfy.model_management.soft_empty_cache()
     return row
