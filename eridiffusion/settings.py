@@ -6,6 +6,7 @@ option groups and the command line's config sections are derived from these decl
 import dataclasses
 import difflib
 import math
+import re
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class SettingInfo:
     optional: bool = False  # added to its node after it shipped: workflows saved before it still validate
     path: bool = False  # a file or folder: relative in a config file means relative to that file
     seed: bool = False  # a random seed: its widget keeps the value (no "control after generate")
+    regex: bool = False  # text that must be a regular expression (checked with the rest, before any loading)
 
     def options(self) -> tuple | None:
         """The allowed values, or None for any value of the type."""
@@ -121,6 +123,14 @@ def check_value(s: Setting, value: Any, where: str) -> Any:
             f"{where} '{_shown(value, quoted=False)}' unknown; choose one of {', '.join(map(str, choices))}"
             f"{hinted_end(str(value), choices)}"
         )
+    if s.info.regex and value:
+        try:
+            re.compile(value)
+        except re.error as error:
+            raise EriDiffusionError(
+                f"{where} {_shown(value)} is not a regular expression ({error}): write a character it treats "
+                f"as special (. ( [ * + ? | \\) with a backslash before it, e.g. '\\.' for a dot. {s.info.help}"
+            ) from None
     low, high = s.info.minimum, s.info.maximum
     if (low is not None and value < low) or (high is not None and value > high):
         raise EriDiffusionError(f"{where} must be {_bounds(low, high)} (got {_shown(value)}). {s.info.help}")

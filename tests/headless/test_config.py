@@ -66,6 +66,10 @@ def test_values_outside_the_node_inputs_bounds_are_an_error_naming_the_key(tmp_p
         r"AdamW\?",
     ):
         load_run_config(top)
+    # a layer pattern that is no regular expression, wherever it is written (the adapter's section)
+    top = write_yaml(tmp_path / "top.yaml", "model: tiny-sdxl\ndataset: {folder: x}\ntrain: {exclude: 'ff.net['}\n")
+    with pytest.raises(EriDiffusionError, match=r"top.yaml: train.exclude 'ff.net\[' is not a regular expression"):
+        load_run_config(top)
 
 
 def test_every_node_input_is_a_key_of_its_section_with_the_nodes_default(tmp_path):

@@ -128,6 +128,7 @@ class AdapterSpec:
         "Regular expression: of the layers `targets` picks, adapt only those whose name matches (searched), "
         "e.g. 'attn2' (SD cross-attention) or 'output_blocks|middle_block'. Empty: all of them.",
         group="adapter",
+        regex=True,
         optional=True,
     )
     exclude: str = setting(
@@ -135,6 +136,7 @@ class AdapterSpec:
         "Regular expression: leave out the targeted layers whose name matches, e.g. 'ff\\.net' or "
         "'single_blocks\\.(3[0-7])\\.'. Empty: none.",
         group="adapter",
+        regex=True,
         optional=True,
     )
     train_norms_and_biases: bool = setting(

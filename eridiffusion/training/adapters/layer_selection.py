@@ -18,17 +18,6 @@ SUFFIXES = ("_blocks", "_block", "_layers")  # a key may leave these off a block
 _KEY = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\.(?P<first>\d+)(?:-(?P<last>\d+)?)?)?$")
 
 
-def compiled(pattern, setting, names):
-    """`pattern` as a regular expression; an error naming the setting and some layer `names` if it is not one."""
-    try:
-        return re.compile(pattern)
-    except re.error as error:
-        raise EriDiffusionError(
-            f"{setting} {pattern!r} is not a regular expression ({error}); it is matched (re.search) against "
-            f"layer names such as {example_names(names)}."
-        ) from None
-
-
 def example_names(names, count=4):
     """A few of `names`, spread over them, for error messages."""
     names = sorted(names)
@@ -43,11 +32,11 @@ def select_layers(layers, include, exclude):
     expressions searched in the name; empty: no condition)."""
     names = [name for name, _ in layers]
     chosen = layers
-    if include:
-        wanted = compiled(include, "include", names)
+    if include:  # (AdapterSpec's settings check has compiled both)
+        wanted = re.compile(include)
         chosen = [(name, module) for name, module in chosen if wanted.search(name)]
     if exclude:
-        unwanted = compiled(exclude, "exclude", names)
+        unwanted = re.compile(exclude)
         chosen = [(name, module) for name, module in chosen if not unwanted.search(name)]
     if not chosen:
         raise EriDiffusionError(

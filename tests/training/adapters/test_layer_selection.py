@@ -87,14 +87,9 @@ def test_block_learning_rates_become_the_optimizer_s_parameter_groups(stack, tmp
     assert len(run.optimizer.param_groups) == 4
 
 
-def test_bad_patterns_and_empty_selections_are_errors_listing_layer_names(stack, tmp_path):
+def test_bad_patterns_and_empty_selections_are_errors_naming_the_setting_or_listing_layer_names(stack, tmp_path):
     model, data = stack
     for bad, message, listed in (
-        (
-            config(include="attn2("),
-            r"include 'attn2\(' is not a regular expression .* names such as ",
-            "diffusion_model.",
-        ),
         (
             config(include="nothing_like_this"),
             r"leave none of the \d+ targeted layers; their names ",
@@ -111,6 +106,10 @@ def test_bad_patterns_and_empty_selections_are_errors_listing_layer_names(stack,
         assert listed in str(error.value)
     with pytest.raises(EriDiffusionError, match="block_lr entry 'input=0.5' is not block:multiplier"):
         config(block_lr="input=0.5")
+    # a pattern that is no regular expression: refused with the settings, before any model is touched
+    for setting in ("include", "exclude"):
+        with pytest.raises(EriDiffusionError, match=rf"adapter: {setting} 'attn2\(' is not a regular expression"):
+            config(**{setting: "attn2("})
 
 
 def test_block_lr_keys_name_a_block_list_with_an_optional_index_range():
