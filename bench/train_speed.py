@@ -185,12 +185,27 @@ def conditioning(model_name, generator=None, scale=0.5, tokens=None):
 
 
 # The text encoders of each model, by the attribute of ComfyUI's CLIP model that holds each and
-# the CLIPType their files load as (SDXL: CLIP-L and CLIP-G; Flux.1: CLIP-L and T5-XXL; Qwen-Image: Qwen2.5-VL 7B).
+# the CLIPType their files load as (SDXL: CLIP-L and CLIP-G; Flux.1: CLIP-L and T5-XXL; Qwen-Image: Qwen2.5-VL 7B;
+# Flux.2-klein 9B: Qwen3-8B).
 TEXT_ENCODERS = {
     "sdxl": (("clip_l", "clip_g"), "STABLE_DIFFUSION"),
     "flux": (("clip_l", "t5xxl"), "FLUX"),
     "qwen": (("qwen25_7b",), "QWEN_IMAGE"),
+    "klein": (("qwen3_8b",), "FLUX2"),
 }
+
+
+def clip_target(model_name):
+    """The ClipTarget of the model's text encoders, as its detected config gives it. Flux.2's config picks
+    its encoder from a checkpoint's text-encoder keys (none: dev's Mistral), so klein 9B's is named to it
+    by the key of its Qwen3-8B's final norm (bf16: the dtype the encoder is built in)."""
+    config = model_config(model_name)
+    if model_name != "klein":
+        return config.clip_target()
+    import torch
+
+    norm = f"{config.text_encoder_key_prefix[0]}qwen3_8b.transformer.model.norm.weight"
+    return config.clip_target({norm: torch.zeros(1, dtype=torch.bfloat16)})
 
 
 def clip_files(model_name):
@@ -208,7 +223,7 @@ def clip_files(model_name):
     if not all(os.path.exists(path) for path in paths):
         from eridiffusion.tiny_models import text_encoder
 
-        clip = text_encoder(model_config(model_name).clip_target(), torch.Generator().manual_seed(2), {})
+        clip = text_encoder(clip_target(model_name), torch.Generator().manual_seed(2), {})
         for path, name in zip(paths, names):
             encoder = getattr(clip.cond_stage_model, name)
             state = {k: v.to(torch.bfloat16).contiguous() for k, v in encoder.transformer.state_dict().items()}

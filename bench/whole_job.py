@@ -43,6 +43,18 @@ validation and checkpoints. Writes $OUT/whole_job.json and prints `RESULT {json}
     COMFYUI_PATH=<0.28 tree> MODEL=sdxl STEPS=1000 JOBS=ours,builtin python bench/whole_job.py
 TINY=1: the tiny random-weight SDXL of TinyDemoModel (replacing the loader) on the CPU at 256²,
 8 sampling steps, to check the script end to end (STEPS default 40 there).
+
+MODEL=klein (issue 43's whole job inside a budget): example_workflows/flux2_klein_lora.json itself, its
+three loaders given Flux.2-klein 9B's files (the diffusion model of bench/train_speed.py's klein rows,
+its Qwen3-8B text encoder for CLIPLoader type flux2, and a Flux.2 VAE: 32 channels, batch-normed 2x2
+patches), its samples and test image through its own CFGGuider/Flux2Scheduler/SamplerCustomAdvanced at
+cfg 5, 20 steps; ours only. CAP=N runs the job as on an N GiB card (emulate_card: torch's allocator
+capped, ComfyUI's loaders told the rest is reserved, dynamic VRAM off since it allocates beside torch)
+with LoRATrainer's vram_budget_gib N; each node's and phase's highest GPU memory in use as the driver
+counts it (nvidia-smi every 100 ms: `device_used_GiB_by_phase`, the CUDA context included) stands
+beside torch's peaks. TINY=1 MODEL=klein: devkit's tiny klein 9B stack (real TAEF2) at 128² on the CPU.
+
+    MODEL=klein CAP=12 STEPS=200 JOBS=ours bash bench/gpu_host.sh python3 bench/whole_job.py
 """
 
 import json
@@ -63,26 +75,46 @@ from devkit.dynamic_vram import enable_dynamic_vram, load_aimdo  # noqa: E402
 
 TINY = os.environ.get("TINY") == "1"
 MODEL = os.environ.get("MODEL", "sdxl")
+# Each model's job: the shipped example it runs, the samples' and final image's sampling steps and cfg, and
+# whether ours checkpoints activations (the built-in runs SDXL and Flux only: the klein example draws
+# through SamplerCustomAdvanced, which its row has no place for).
+JOB_MODELS = {
+    "sdxl": ("sdxl_lora.json", 25, 7.0, False),
+    "flux": ("sdxl_lora.json", 20, 1.0, True),
+    "klein": ("flux2_klein_lora.json", 20, 5.0, True),
+}
+if MODEL not in JOB_MODELS:
+    raise SystemExit(f"MODEL={MODEL}: the whole job runs {', '.join(JOB_MODELS)}")
+EXAMPLE, FULL_SAMPLING_STEPS, CFG, CHECKPOINTING_DEFAULT = JOB_MODELS[MODEL]
 STEPS = int(os.environ.get("STEPS", 40 if TINY else 1000))
-JOBS = [job for job in os.environ.get("JOBS", "ours,builtin").split(",") if job]
-RESOLUTION = 256 if TINY else 1024
+JOBS = [job for job in os.environ.get("JOBS", "ours,builtin" if MODEL != "klein" else "ours").split(",") if job]
+# TINY klein: the tiny stack's TAEF2 decodes at 8x what the example's Flux.2 latents lay out at 16x
+RESOLUTION = (128 if MODEL == "klein" else 256) if TINY else 1024
 SAMPLE_EVERY, CHECKPOINT_EVERY, VALIDATE_EVERY = max(1, STEPS // 4), max(1, STEPS // 4), max(1, STEPS // 10)
-SAMPLING_STEPS = 8 if TINY else {"sdxl": 25, "flux": 20}[MODEL]
-CFG = 1.0 if MODEL == "flux" else 7.0
-CHECKPOINTING = os.environ.get("CHECKPOINTING", "1" if MODEL == "flux" else "0") == "1"
+SAMPLING_STEPS = 8 if TINY else FULL_SAMPLING_STEPS
+CHECKPOINTING = os.environ.get("CHECKPOINTING", "1" if CHECKPOINTING_DEFAULT else "0") == "1"
 BUILTIN_CHECKPOINTING = MODEL == "flux"  # its best measured settings (bench/train_speed.py)
+# CAP=N: the whole job as on a card of N GiB (emulate_card), with LoRATrainer's vram_budget_gib N
+CAP = float(os.environ.get("CAP", "0"))
+if CAP:
+    # ComfyUI's dynamic VRAM allocates beside torch's allocator, which the cap is set on: off under a cap
+    os.environ["DYNAMIC_VRAM"] = "0"
 RANK, LEARNING_RATE = 16, 1e-4
 
 VALIDATION_PHOTOS = [("dreambooth_dog", "04"), ("dreambooth_cat", "04"), ("dreambooth_backpack", "04")]
 VALIDATION_PHOTOS.append(("dreambooth_backpack", "05"))
 MIRRORED = 8  # of the 12 training photos, the first 8 are also trained on mirrored: 20 in all
 VALIDATION_FRACTION = 0.15  # LoadDataset's widget: round(24 * 0.15) = 4 names held back
-LOADERS = ("CheckpointLoaderSimple", "UNETLoader", "DualCLIPLoader", "VAELoader", "WholeJobBench_TinySDXL")
+LOADERS = ("CheckpointLoaderSimple", "UNETLoader", "DualCLIPLoader", "CLIPLoader", "VAELoader")
+LOADERS += ("WholeJobBench_TinySDXL", "EriDiffusionTest_TinyFamilyStack")
 CACHING = ("EriDiffusion_LoadDataset", "EriDiffusion_CacheLatents", "LoadImageTextDataSetFromFolder")
 CACHING += ("MakeTrainingDataset",)
 TRAINERS = ("EriDiffusion_LoRATrainer", "TrainLoraNode")
 SAVING = ("EriDiffusion_SaveLoRA", "SaveLoRA")
 FINAL_IMAGE = ("CLIPTextEncode", "EmptyLatentImage", "KSampler", "VAEDecode", "SaveImage", "LoraModelLoader")
+FINAL_IMAGE += ("EmptyFlux2LatentImage", "RandomNoise", "KSamplerSelect", "Flux2Scheduler", "CFGGuider")
+FINAL_IMAGE += ("SamplerCustomAdvanced",)
+FINAL_SAMPLERS = ("KSampler", "SamplerCustomAdvanced")
 OUR_FOLDER, BUILTIN_FOLDER = "whole_job_photos", "whole_job_photos_builtin"
 
 
@@ -102,6 +134,62 @@ def read_and_reset_peak():
     peak = torch.cuda.max_memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     return peak
+
+
+def emulate_card(cap_gib):
+    """The process as on a card of `cap_gib` GiB: torch's allocator capped there
+    (set_per_process_memory_fraction), and ComfyUI's model management told that the rest of the GPU is
+    reserved (what its --reserve-vram sets), so that its loaders place the text encoder, the VAE and the
+    sampled model as they would on such a card (partly loaded where they do not fit) instead of as on
+    the whole GPU. Returns the GiB reserved."""
+    import comfy.model_management as mm
+    import torch
+
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    if cap_gib * 2**30 >= total:
+        raise SystemExit(f"CAP={cap_gib:g}: this GPU has {total / 2**30:.1f} GiB")
+    torch.cuda.set_per_process_memory_fraction(cap_gib * 2**30 / total)
+    mm.EXTRA_RESERVED_VRAM += total - int(cap_gib * 2**30)
+    return (total - cap_gib * 2**30) / 2**30
+
+
+class DeviceMemory:
+    """The GPU's memory in use as the driver counts it (nvidia-smi, every 100 ms, read on a thread of
+    its own): the whole process's, its CUDA context and any allocator beside torch's included, which
+    torch's own peak does not see. Without nvidia-smi or a GPU: no samples."""
+
+    def __init__(self):
+        import threading
+
+        import torch
+
+        self.samples = []  # [(perf_counter, GiB)]
+        self.process = None
+        if not torch.cuda.is_available() or shutil.which("nvidia-smi") is None:
+            return
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0]
+        gpu = visible or str(torch.cuda.current_device())
+        query = ["nvidia-smi", "-i", gpu, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-lms", "100"]
+        self.process = subprocess.Popen(query, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            if line.strip().isdigit():
+                self.samples.append((time.perf_counter(), int(line) / 1024))
+
+    def node_peaks(self, spans, queued):
+        """{node id: the highest GiB sampled while it ran} ({} without samples)."""
+        found = {}
+        for node, _, start, end in spans:
+            values = [gib for t, gib in self.samples if start <= t - queued <= end]
+            if values:
+                found[node] = max(values)
+        return found
+
+    def stop(self):
+        if self.process is not None:
+            self.process.terminate()
 
 
 class TimedServer:
@@ -217,8 +305,9 @@ def prepare_photos(input_dir):
 
 
 def vae_file(model_name):
-    """The model's VAE at full size (SD/SDXL: 4 latent channels; Flux.1: 16 and no quant convs),
-    random weights, saved once as a bf16 VAELoader file."""
+    """The model's VAE at full size (SD/SDXL: 4 latent channels; Flux.1: 16 and no quant convs; Flux.2: 32,
+    with quant convs and the batch norm over its 2x2-patched latents that ComfyUI's VAE loader reads as
+    Flux.2's), random weights, saved once as a bf16 VAELoader file."""
     import safetensors.torch
     import torch
 
@@ -229,9 +318,11 @@ def vae_file(model_name):
 
     from eridiffusion.tiny_models import init_weights
 
-    channels = 16 if model_name == "flux" else 4
+    channels = {"flux": 16, "klein": 32}.get(model_name, 4)
     ddconfig = {"double_z": True, "z_channels": channels, "resolution": 256, "in_channels": 3, "out_ch": 3}
     ddconfig.update({"ch": 128, "ch_mult": [1, 2, 4, 4], "num_res_blocks": 2, "attn_resolutions": [], "dropout": 0.0})
+    if model_name == "klein":
+        ddconfig["batch_norm_latent"] = True
     if model_name == "flux":
         module = AutoencodingEngine(
             regularizer_config={"target": "comfy.ldm.models.autoencoder.DiagonalGaussianRegularizer"},
@@ -241,6 +332,9 @@ def vae_file(model_name):
     else:
         module = AutoencoderKL(ddconfig=ddconfig, embed_dim=channels)
     init_weights(module, torch.Generator().manual_seed(3))
+    if getattr(module, "bn", None) is not None:  # statistics a decode can divide by
+        module.bn.running_mean.zero_()
+        module.bn.running_var.fill_(1.0)
     state = {k: v.to(torch.bfloat16).contiguous() for k, v in module.state_dict().items()}
     safetensors.torch.save_file(state, path + ".tmp")
     os.replace(path + ".tmp", path)
@@ -305,10 +399,24 @@ def link_models(base_dir):
         return name
 
     if TINY:
-        return {"all": (TinyStack.NODE, {"seed": 0})}
+        return {"family": "flux2_klein_9b"} if MODEL == "klein" else {"all": (TinyStack.NODE, {"seed": 0})}
     if MODEL == "sdxl":
         name = place("checkpoints", checkpoint_file(), "sdxl_random.safetensors")
         return {"all": ("CheckpointLoaderSimple", {"ckpt_name": name})}
+    if MODEL == "klein":  # the example's own three loaders, given klein 9B's files
+        (qwen3_8b,) = clip_files("klein")
+        unet = place("diffusion_models", diffusion_model_file("klein"), "flux2_klein_9b_random.safetensors")
+        return {
+            "by_class": {
+                "UNETLoader": {"unet_name": unet, "weight_dtype": "default"},
+                "CLIPLoader": {
+                    "clip_name": place("text_encoders", qwen3_8b, "qwen_3_8b_random.safetensors"),
+                    "type": "flux2",
+                    "device": "default",
+                },
+                "VAELoader": {"vae_name": place("vae", vae_file("klein"), "flux2_vae_random.safetensors")},
+            }
+        }
     clip_l, t5 = clip_files("flux")
     return {
         0: (
@@ -332,7 +440,18 @@ def link_models(base_dir):
 
 def with_loaders(prompt, loaders, loader_id):
     """`prompt` with its node `loader_id` (MODEL, CLIP, VAE at slots 0, 1, 2) replaced by `loaders`:
-    one node for all three, or one per slot (links rewired)."""
+    one node for all three, or one per slot (links rewired); or with its own loader nodes given other
+    inputs ("by_class"), or replaced by a tiny family's stack ("family", devkit's executor-test node)."""
+    if "family" in loaders:
+        from devkit import tiny_family_node
+        from devkit.workflow import with_family_stack
+
+        tiny_family_node.register()
+        return with_family_stack(prompt, loaders["family"])
+    if "by_class" in loaders:
+        for node in prompt.values():
+            node["inputs"].update(loaders["by_class"].get(node["class_type"], {}))
+        return prompt
     if "all" in loaders:
         kind, inputs = loaders["all"]
         prompt[loader_id] = {"class_type": kind, "inputs": dict(inputs)}
@@ -353,25 +472,26 @@ def with_loaders(prompt, loaders, loader_id):
 
 
 def example_workflow():
-    """example_workflows/sdxl_lora.json as devkit.example_workflows renders it from this host's node
+    """The model's example workflow (EXAMPLE) as devkit.example_workflows renders it from this host's node
     definitions (the committed file is that render when it is current: example_file_current)."""
-    from devkit.example_workflows import EXAMPLES, to_ui
+    from devkit.example_workflows import ALL_EXAMPLES, to_ui
 
-    return to_ui(EXAMPLES["sdxl_lora.json"]())
+    return to_ui(ALL_EXAMPLES[EXAMPLE]())
 
 
 def example_file_current():
     from devkit.example_workflows import load_example
 
-    return load_example("sdxl_lora.json") == json.loads(json.dumps(example_workflow()))
+    return load_example(EXAMPLE) == json.loads(json.dumps(example_workflow()))
 
 
 def our_prompt(loaders):
-    """example_workflows/sdxl_lora.json as an API prompt, the job's values put on its widgets."""
+    """The model's example workflow as an API prompt, the job's values put on its widgets."""
     from devkit.workflow import set_training_settings, substitute, ui_to_api
 
     prompt = ui_to_api(example_workflow())
     sampling = {"steps": SAMPLING_STEPS, "cfg": CFG}
+    size = {"width": RESOLUTION, "height": RESOLUTION}
     prompt = substitute(
         prompt,
         overrides={
@@ -383,11 +503,15 @@ def our_prompt(loaders):
                 "height": RESOLUTION,
                 **sampling,
             },
-            "EmptyLatentImage": {"width": RESOLUTION, "height": RESOLUTION},
+            "EmptyLatentImage": size,
             "KSampler": sampling,
+            # the klein example's test image (SamplerCustomAdvanced)
+            "EmptyFlux2LatentImage": size,
+            "Flux2Scheduler": {"steps": SAMPLING_STEPS, **size},
+            "CFGGuider": {"cfg": CFG},
         },
     )
-    loader_id = next(i for i, n in prompt.items() if n["class_type"] == "CheckpointLoaderSimple")
+    loader_id = next((i for i, n in prompt.items() if n["class_type"] == "CheckpointLoaderSimple"), None)
     prompt = with_loaders(prompt, loaders, loader_id)
     settings = {
         "steps": STEPS,
@@ -395,6 +519,8 @@ def our_prompt(loaders):
         "validate_every": VALIDATE_EVERY,
         "gradient_checkpointing": CHECKPOINTING,
     }
+    if CAP:
+        settings["vram_budget_gib"] = CAP
     return set_training_settings(prompt, settings), settings
 
 
@@ -554,7 +680,7 @@ def our_trainer_phases(points, start, end, run_dir, queued, offset, steps):
     return phases
 
 
-def run_job(job, timed, loaders, base_dir):
+def run_job(job, timed, device, loaders, base_dir):
     """One job through the executor; its row."""
     import comfy.model_management
     import folder_paths
@@ -643,14 +769,17 @@ def run_job(job, timed, loaders, base_dir):
         )
     row["save_lora_s"] = duration(spans, SAVING)
     row["final_image_s"] = duration(spans, FINAL_IMAGE)
-    row["final_image_sampler_s"] = duration(spans, ("KSampler",))
+    row["final_image_sampler_s"] = duration(spans, FINAL_SAMPLERS)
     accounted = ("queue_to_models_loaded_s", "caching_s", "trainer_s", "save_lora_s", "final_image_s")
     row["other_nodes_s"] = total - sum(row[k] for k in accounted)
     row["total_s"] = total
+    used = device.node_peaks(spans, queued)
     row["nodes"] = [
-        {"id": i, "class": kind, "s": round(end - start, 4), "peak_GiB": peaks.get(i)} for i, kind, start, end in spans
+        {"id": i, "class": kind, "s": round(end - start, 4), "peak_GiB": peaks.get(i), "device_used_GiB": used.get(i)}
+        for i, kind, start, end in spans
     ]
     row["peak_GiB_by_phase"] = peaks_by_phase(spans, peaks)
+    row["device_used_GiB_by_phase"] = peaks_by_phase(spans, used)
     comfy.model_management.unload_all_models()
     comfy.model_management.soft_empty_cache()
     return row
@@ -717,8 +846,15 @@ def main():
     nodes = load_extension()
     nodes[TinyStack.NODE] = TinyStack
     timed = install_server()
-    if TINY and MODEL != "sdxl":
-        raise SystemExit("TINY=1 runs the tiny SDXL only (MODEL=sdxl)")
+    if TINY and MODEL == "flux":
+        raise SystemExit("TINY=1 runs the tiny SDXL (MODEL=sdxl) and the tiny klein 9B (MODEL=klein)")
+    if MODEL == "klein" and "builtin" in JOBS:
+        raise SystemExit(
+            "JOBS=builtin: the built-in's job is SDXL's and Flux's (the klein example samples through "
+            "SamplerCustomAdvanced, which its job has no place for); JOBS=ours"
+        )
+    if CAP and not torch.cuda.is_available():
+        raise SystemExit(f"CAP={CAP:g} emulates a smaller GPU: it needs one")
     model_config(MODEL)  # the architecture this host detects (fails early on an unknown model)
     started = time.time()
     # the model files are written before dynamic VRAM is on: ComfyUI's checkpoint save cannot read the
@@ -727,10 +863,12 @@ def main():
     photos = prepare_photos(os.path.join(base_dir, "input"))
     files_s = time.time() - started
     dynamic_vram = enable_dynamic_vram()
+    reserved = emulate_card(CAP) if CAP else None
+    device = DeviceMemory()
     rows = []
     for job in JOBS:
         try:
-            row = run_job(job, timed, loaders, base_dir)
+            row = run_job(job, timed, device, loaders, base_dir)
         except Exception as error:  # one failure must not hide the other job's figures
             import traceback
 
@@ -738,10 +876,15 @@ def main():
             row = {"job": job, "error": repr(error)[:500]}
         rows.append(row)
         print("RESULT", json.dumps(row), flush=True)
+    device.stop()
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     summary = {
         "date": time.strftime("%Y-%m-%d"),
-        "model": MODEL if not TINY else "tiny sdxl (TinyDemoModel, CPU check)",
+        "model": MODEL if not TINY else f"tiny {MODEL} (devkit's tiny stack, CPU check)",
+        "example": EXAMPLE,
+        "cap_GiB": CAP or None,
+        "reserved_for_comfyui_GiB": reserved,
+        "device_memory_samples": len(device.samples),
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__,
         "comfyui": host_version(),
