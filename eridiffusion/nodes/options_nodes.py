@@ -7,6 +7,8 @@ from typing import Any
 
 from comfy_api.latest import io
 
+from ..errors import EriDiffusionError
+from ..settings import check_value
 from ..training.run.config import training_settings
 from . import sockets
 from .setting_inputs import SettingValues, inputs_for
@@ -46,6 +48,20 @@ class TrainerOptionsNode(io.ComfyNode):
     def execute(cls, **values: Any) -> io.NodeOutput:
         return io.NodeOutput(SettingValues(values))
 
+    @classmethod
+    def refusal(cls, **values: Any) -> bool | str:
+        """For a validate_inputs: True, or why the first of `values` its setting's declaration refuses (None: a
+        value not given here, which the trainer checks with the rest)."""
+        settings = training_settings()
+        for name, value in values.items():
+            if value is None:
+                continue
+            try:
+                check_value(settings[name], value, f"{cls.DISPLAY_NAME}: {name}")
+            except EriDiffusionError as error:
+                return str(error)
+        return True
+
 
 class AdapterOptionsNode(TrainerOptionsNode):
     NODE_ID, DISPLAY_NAME = "EriDiffusion_AdapterOptions", "AdapterOptions"
@@ -55,6 +71,12 @@ class AdapterOptionsNode(TrainerOptionsNode):
     )
     GROUP = "adapter"
     SOCKET, TRAINER_INPUT = sockets.AdapterOptions, "adapter_options"
+
+    @classmethod
+    def validate_inputs(cls, include: str | None = None, exclude: str | None = None) -> bool | str:
+        """ComfyUI asks this when the prompt is queued, before any node runs: a pattern that is no regular
+        expression is flagged on this node, not found once the model has loaded."""
+        return cls.refusal(include=include, exclude=exclude)
 
 
 class OptimizerOptionsNode(TrainerOptionsNode):

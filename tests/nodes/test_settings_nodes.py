@@ -93,6 +93,21 @@ def test_a_value_outside_a_setting_s_bounds_names_the_setting_and_its_range():
     )
 
 
+def test_a_pattern_that_is_no_regular_expression_is_flagged_on_adapter_options_when_queued(
+    registered, datasets_dir, comfy_dirs
+):
+    """ComfyUI asks AdapterOptions' validate_inputs before any node runs: nothing loads or trains."""
+    import os
+
+    from devkit.workflow import run_training
+
+    for setting in ("include", "exclude"):
+        with pytest.raises(RuntimeError) as rejected:
+            run_training(os.path.join(datasets_dir, "dreambooth_dog"), f"bad_{setting}", trainer={setting: "attn2("})
+        assert f"AdapterOptions: {setting} 'attn2(' is not a regular expression (missing )" in str(rejected.value)
+        assert not os.path.exists(os.path.join(comfy_dirs["output"], f"bad_{setting}"))
+
+
 def test_registering_the_nodes_imports_no_test_support_module_and_warns_of_nothing():
     """A fresh interpreter loads EriDiffusion as ComfyUI does (comfy_entrypoint + the node list):
     nothing under tests/ or the tiny families of the test support is imported, nor the training
