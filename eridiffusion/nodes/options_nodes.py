@@ -9,6 +9,7 @@ from comfy_api.latest import io
 
 from ..errors import EriDiffusionError
 from ..settings import check_value
+from ..training.adapters.layer_selection import parse_block_lr
 from ..training.run.config import training_settings
 from . import sockets
 from .setting_inputs import SettingValues, inputs_for
@@ -87,6 +88,16 @@ class OptimizerOptionsNode(TrainerOptionsNode):
     )
     GROUP = "optimizer"
     SOCKET, TRAINER_INPUT = sockets.OptimizerOptions, "optimizer_options"
+
+    @classmethod
+    def validate_inputs(cls, block_lr: str | None = None) -> bool | str:
+        """ComfyUI asks this when the prompt is queued, before any node runs: per-block rates that do not
+        parse are flagged on this node."""
+        try:
+            parse_block_lr(block_lr or "")
+        except EriDiffusionError as error:
+            return f"{cls.DISPLAY_NAME}: {error}"
+        return True
 
 
 class MemoryOptionsNode(TrainerOptionsNode):

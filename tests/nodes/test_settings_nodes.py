@@ -93,7 +93,7 @@ def test_a_value_outside_a_setting_s_bounds_names_the_setting_and_its_range():
     )
 
 
-def test_a_pattern_that_is_no_regular_expression_is_flagged_on_adapter_options_when_queued(
+def test_a_pattern_or_block_rates_that_do_not_parse_are_flagged_on_their_options_node_when_queued(
     registered, datasets_dir, comfy_dirs
 ):
     """ComfyUI asks AdapterOptions' validate_inputs before any node runs: nothing loads or trains."""
@@ -106,6 +106,9 @@ def test_a_pattern_that_is_no_regular_expression_is_flagged_on_adapter_options_w
             run_training(os.path.join(datasets_dir, "dreambooth_dog"), f"bad_{setting}", trainer={setting: "attn2("})
         assert f"AdapterOptions: {setting} 'attn2(' is not a regular expression (missing )" in str(rejected.value)
         assert not os.path.exists(os.path.join(comfy_dirs["output"], f"bad_{setting}"))
+    with pytest.raises(RuntimeError) as rejected:  # OptimizerOptions' per-block rates, the same way
+        run_training(os.path.join(datasets_dir, "dreambooth_dog"), "bad_block_lr", trainer={"block_lr": "input=0.5"})
+    assert "OptimizerOptions: block_lr entry 'input=0.5' is not block:multiplier" in str(rejected.value)
 
 
 def test_registering_the_nodes_imports_no_test_support_module_and_warns_of_nothing():
