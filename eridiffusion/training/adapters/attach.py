@@ -68,6 +68,7 @@ TARGET_PRESETS = {
     "all-linear": lambda name, module, modules_by_name: True,
 }
 AUTO_TARGETS = "auto"  # the model family's default preset (training/model/families.py)
+LAYER_PATTERN = {"group": "adapter", "regex": True, "optional": True}  # include's and exclude's declaration
 
 
 def _is_resnet_conv(name, module, modules_by_name):
@@ -127,17 +128,13 @@ class AdapterSpec:
         "",
         "Regular expression: of the layers `targets` picks, adapt only those whose name matches (searched), "
         "e.g. 'attn2' (SD cross-attention) or 'output_blocks|middle_block'. Empty: all of them.",
-        group="adapter",
-        regex=True,
-        optional=True,
+        **LAYER_PATTERN,
     )
     exclude: str = setting(
         "",
         "Regular expression: leave out the targeted layers whose name matches, e.g. 'ff\\.net' or "
         "'single_blocks\\.(3[0-7])\\.'. Empty: none.",
-        group="adapter",
-        regex=True,
-        optional=True,
+        **LAYER_PATTERN,
     )
     train_norms_and_biases: bool = setting(
         False,
