@@ -26,6 +26,7 @@ from .autograd_weights import frozen_weights_injection
 # reads images, not the prompt, and stays frozen.
 BLOCK_LISTS = r"text_model\.encoder\.layers|encoder\.block|model\.layers|bert\.encoder\.layer"
 TEXT_BLOCKS = re.compile(rf"^([^.]+)\.transformer\.(?:{BLOCK_LISTS})\.\d+\.")
+TEXT_BLOCK_MODULE = re.compile(rf"^([^.]+)\.transformer\.(?:{BLOCK_LISTS})\.\d+$")
 
 
 def encoder_names(prefixes):
@@ -112,6 +113,7 @@ class TextEncoderTraining:
         self.prefixes = loadable_clip_keys(self.clip.cond_stage_model)
         frozen_weights_injection(self.clip.patcher)
         layers = text_encoder_layers(self.prefixes, spec.text_encoders)
+        self.trained_encoders = {key.split(".", 1)[0] for key in layers}
         self.used_keys = set()
         if tensors is None:
             self.adapters = attach_adapters(self.clip.patcher, spec, layers, seed=seed + 7919, prefix="")
@@ -123,6 +125,16 @@ class TextEncoderTraining:
         self.graphed = None  # speed/graphed_text_encoder.GraphedEncoders, when the step path replays graphs
         self.encodings_on_device = encodings_on_device  # (SpeedPaths.encodings_on_device)
         self.clip.load_model = self._load_model  # (this clone's own attribute)
+
+    def trained_blocks(self):
+        """The blocks of the trained encoders' transformers (what gradient checkpointing recomputes: without
+        it, backward keeps every layer's activations and the weights ComfyUI casts to the encoder's
+        compute dtype for each product, fp32 for most encoders, twice the bf16 weights)."""
+        return [
+            module
+            for name, module in self.clip.cond_stage_model.named_modules()
+            if (m := TEXT_BLOCK_MODULE.match(name)) and m.group(1) in self.trained_encoders
+        ]
 
     def _load_model(self, *args, **kwargs):
         """CLIP.load_model for the training clone, which ComfyUI's encoding calls every time: loading

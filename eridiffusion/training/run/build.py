@@ -170,6 +170,9 @@ class TrainingRun:
         )
         if config.gradient_checkpointing:
             checkpointing_injection(self.patcher, copy_saved=self.family.copies_saved_activations)
+            if trained.text_encoder is not None:  # (the trained encoders' blocks, too)
+                encoder = trained.text_encoder
+                checkpointing_injection(encoder.clip.patcher, blocks=encoder.trained_blocks())
         self.setup.mark("trained_built", self.device)
         return trained
 

@@ -1,7 +1,8 @@
 """Gradient checkpointing of a ComfyUI diffusion model's blocks, switched on per model clone.
 
-Each block of the model's top-level block lists (UNet resnets and transformers, DiT blocks)
-recomputes its activations in backward instead of storing them. Installed through
+Each block of the model's top-level block lists (UNet resnets and transformers, DiT blocks), or of a
+trained text encoder's transformer (model/text_encoder.py), recomputes its activations in backward
+instead of storing them. Installed through
 ComfyUI's injection mechanism, so the shared modules are restored when the clone unpatches.
 """
 
@@ -45,11 +46,12 @@ class _CheckpointedForward(SwappedForward):
             return self.base(*args, **kwargs)
 
 
-def checkpointing_injection(patcher, copy_saved=False):
+def checkpointing_injection(patcher, copy_saved=False, blocks=None):
     """Checkpoint the blocks of `patcher`'s model whenever it is patched; `copy_saved`: the
     recomputed blocks also save copies of their activations (families whose forward writes in
-    place into saved tensors)."""
-    blocks = model_blocks(patcher.model.diffusion_model)
+    place into saved tensors). `blocks`: the modules to checkpoint (else the diffusion model's)."""
+    if blocks is None:
+        blocks = model_blocks(patcher.model.diffusion_model)
 
     def inject(model_patcher):
         for block in blocks:
