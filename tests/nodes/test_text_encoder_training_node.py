@@ -59,3 +59,37 @@ def test_t5_trained_alone_through_the_executor_saves_its_blocks_alone_and_loralo
         _, loaded = nodes.LoraLoader().load_lora(model, clip, path, 1.0, 1.0)
     assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]
     assert relative_error(encoding(loaded), encoding(clip)) > 1e-3  # (its conditioning reproduced: the families test)
+
+
+@pytest.mark.parametrize("family", family_params(["qwen_image_edit"]))
+def test_qwen_image_edits_encoder_trains_on_pictures_prompts_through_the_executor(
+    family, registered, datasets_dir, tmp_path, comfy_dirs, caplog
+):
+    # edit pairs whose instructions the encoder reads shown their references (CacheLatents encodes them as
+    # TextEncodeQwenImageEditPlus does), the encoder trained beside the diffusion model
+    import folder_paths
+    import nodes
+
+    from devkit.edit_pairs import make_edit_pairs
+
+    photos = os.path.join(datasets_dir, "dreambooth_dog")
+    folder = make_edit_pairs(photos, str(tmp_path / "pairs"), ("00", "01", "02", "03"), 1)
+    settings = {**QUICK, "steps": 6, "rank": 8, "alpha": 8.0, "targets": "all-linear", "run_name": "qwen_edit_te"}
+    settings.update(text_encoder_lr=3e-2, text_encoders="qwen25_7b")
+    stack = {"class_type": tiny_family_node.NODE_NAME, "inputs": {"family": family, "seed": 0}}
+    prompt = training_prompt(
+        folder, settings, stack=stack, train_text_encoder=True, save={"filename_prefix": "qwen_edit_te/lora"}
+    )
+    executor, _ = run_prompt(prompt)
+    outcome = Outcome(executor, os.path.join(folder_paths.get_output_directory(), "qwen_edit_te"))
+    assert outcome.success, outcome.error
+    path = os.path.join("qwen_edit_te", "lora.safetensors")
+    keys = safetensors.torch.load_file(os.path.join(comfy_dirs["loras"], path)).keys()
+    encoder_keys = [k for k in keys if k.startswith("text_encoders.qwen25_7b.transformer.model.layers.")]
+    assert encoder_keys and len(encoder_keys) < len(keys)  # the encoder's blocks beside the diffusion model's
+    assert not [k for k in keys if ".visual." in k]
+    model, clip, _ = build_tiny(family, seed=0)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        nodes.LoraLoader().load_lora(model, clip, path, 1.0, 1.0)
+    assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage()]

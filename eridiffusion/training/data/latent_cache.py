@@ -20,7 +20,7 @@ from .audio import audio_latent_frames, waveform_for_vae
 from .buckets import bucket_for, crop_to_bucket, fit_to_bucket
 from .clip_audio import clip_audio, encoded_audio
 from .media import VideoOptions, media_sha256, mirrored, open_image_rgb, read_clip
-from .picture_prompts import encode_picture_prompt, reads_images
+from .picture_prompts import encode_picture_prompt, reads_images, shown_picture
 from .start_image import as_tensors, from_tensors, start_image_node, start_values
 
 CACHE_FORMAT = 1  # bump when the stored content changes meaning
@@ -300,8 +300,7 @@ class LatentCache:
         path = self._path("text", "picture", text, digests, *(["mirror"] if mirror else []), self.clip_id)
 
         def encode():
-            pictures = [_pixels([mirrored(open_image_rgb(image), mirror)]) for image in images]
-            return encode_picture_prompt(self.clip, text, pictures)
+            return encode_picture_prompt(self.clip, text, [shown_picture(image, mirror) for image in images])
 
         return self._text(path, text, encode)
 

@@ -100,6 +100,7 @@ class TrainingSample:
     mask: torch.Tensor | None = None  # (1, h, w) loss mask on the latent grid in [0, 1] (white = 1), CPU
     mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
     picture_prompt: bool = False  # captions encoded shown the reference images (Qwen-Image-Edit)
+    shown_pictures: tuple[str, ...] = ()  # picture prompts: the reference images' paths (a trained encoder's)
     # inpainting models: (masked image latent (C, h, w), mask (1, H, W) pixels)
     inpaint: tuple[torch.Tensor, torch.Tensor] | None = None
     # what a host node sets on the sample's conditioning: an image-to-video start image's concat_latent_image
@@ -143,7 +144,6 @@ class DataFacts:
     references: bool  # edit references beside the targets
     inpaint: bool  # masked images for an inpainting model (CacheLatents' inpaint)
     audio: bool  # clips' sound encoded beside their frames
-    picture_prompts: bool  # captions encoded shown the reference images (Qwen-Image-Edit)
     # image-to-video: a sample conditioned on its start image (the command line encodes one on demand)
     start_image_sample: Callable[[], TrainingSample | None] = lambda: None
 
@@ -167,7 +167,6 @@ class DataFacts:
             references=any(s.reference_latents for s in samples),
             inpaint=any(s.inpaint is not None for s in samples),
             audio=any(s.audio_latent is not None for s in samples),
-            picture_prompts=any(s.picture_prompt for s in samples),
             start_image_sample=lambda: start,
         )
 
@@ -251,7 +250,6 @@ def training_data_facts(dataset, vae, clip, resolution, cache_folder, **options)
         references=references,
         inpaint=cache.inpaint,
         audio=media["audio_vae"] is not None,
-        picture_prompts=cache.shows_pictures(references),
         start_image_sample=start_image_sample,
     )
 
@@ -370,6 +368,7 @@ def _sample_of(
         mask_on_latent_grid(record, bucket, latent.shape[-2:], mirror) if record.mask else None,
         mirrored=mirror,
         picture_prompt=cache.shows_pictures(record.references),
+        shown_pictures=tuple(record.references) if cache.shows_pictures(record.references) else (),
         inpaint=inpaint_inputs(cache, record, bucket, mirror) if cache.inpaint else None,
         conditioning_values={
             **(cache.start_values(record, video, bucket, mirror, clip_vision) if start_image else {}),

@@ -68,6 +68,7 @@ class PreparedData:
         self.base_model, self.device, self.options = base_model, device, options or {}
         self.latents, self.inputs, self.empty_inputs, self.captions, self.sizes = [], [], [], [], []
         self.references = []  # edit pairs: each sample's reference latents (VAE space)
+        self.shown = []  # picture prompts: (reference paths, mirrored) the encoder is shown; else None
         self.conditioning_values = []  # what host nodes set on each sample's conditioning (TrainingSample's)
         self.shapes = []  # each sample's latent shape as the model patchifies it (audio-video: the video's)
         self.masks = []  # per latent position: mask_floor + (1 - mask_floor) · mask; None without a mask
@@ -85,6 +86,8 @@ class PreparedData:
             self.captions.append(list(sample.captions))
             self.sizes.append(sample.bucket)
             self.references.append(sample.reference_latents)
+            picture_prompt = getattr(sample, "picture_prompt", False)
+            self.shown.append((sample.shown_pictures, sample.mirrored) if picture_prompt else None)
             self.conditioning_values.append(sample_values(sample, layout))
             if cached_inputs:
                 # Reused every step, so built without autograd: some extra_conds run model layers
@@ -131,5 +134,8 @@ class PreparedData:
         """Model inputs of sample `index` with caption `variant` (None: the empty caption)."""
         if text_encoder is None:
             return self.empty_inputs[index] if variant is None else self.inputs[index][variant]
-        text = "" if variant is None else self.captions[index][variant]
-        return self._inputs(index, text_encoder.conditioning(text), text_encoder.encodings_on_device)
+        if variant is None:  # (caption dropout's empty prompt is encoded plain, as the cache's)
+            conditioning = text_encoder.conditioning("")
+        else:
+            conditioning = text_encoder.conditioning(self.captions[index][variant], self.shown[index])
+        return self._inputs(index, conditioning, text_encoder.encodings_on_device)

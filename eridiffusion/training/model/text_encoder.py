@@ -8,13 +8,18 @@ the encoders' transformers replay from graphs (speed/graphed_text_encoder.py).
 
 import contextlib
 import dataclasses
+import hashlib
 import re
+
+import comfy.patcher_extension
+import torch
 
 from ...comfy_compat import encodings_kept_on, trainable_clip_clone
 from ...errors import EriDiffusionError
 from ...formats.lora_file import loadable_clip_keys
 from ..adapters import attach_adapters
 from ..adapters.from_tensors import adapters_from_tensors
+from ..data.picture_prompts import encode_picture_prompt, shown_picture
 from . import loading as model_loading
 from .autograd_inplace import OutOfPlaceAugmentedAssignments
 from .autograd_weights import frozen_weights_injection
@@ -122,6 +127,8 @@ class TextEncoderTraining:
             self.adapters, self.used_keys = adapters_from_tensors(self.clip.patcher.model, tensors, spec, allowed, path)
             self.adapters.to(self.clip.patcher.load_device).attach_to(self.clip.patcher)
         self.tokens = {}
+        self.pictures = {}  # picture prompts' IMAGEs, by (path, mirrored)
+        kept_vision_tokens(self.clip.patcher)
         self.graphed = None  # speed/graphed_text_encoder.GraphedEncoders, when the step path replays graphs
         self.encodings_on_device = encodings_on_device  # (SpeedPaths.encodings_on_device)
         self.clip.load_model = self._load_model  # (this clone's own attribute)
@@ -149,16 +156,28 @@ class TextEncoderTraining:
         if self.graphed is not None:
             self.graphed.micro_batch_starts()
 
-    def conditioning(self, text):
-        """ComfyUI conditioning of `text` through the adapted encoder, with gradients."""
+    def conditioning(self, text, shown=None):
+        """ComfyUI conditioning of `text` through the adapted encoder, with gradients; `shown`: a picture
+        prompt's (reference image paths, mirrored), encoded as TextEncodeQwenImageEditPlus encodes it (the
+        cache's picture_conditioning), the pictures' vision tokens computed once and kept."""
+        device = self.clip.patcher.load_device
+        # CLIP's layers add their residuals in place; the encoding stays on the GPU (no wait for it)
+        on_device = encodings_kept_on(device) if self.encodings_on_device else contextlib.nullcontext()
+        if shown is not None:  # (eagerly: the pictures' tokens change the encoder's input lengths)
+            with OutOfPlaceAugmentedAssignments(), on_device:
+                return encode_picture_prompt(self.clip, text, [self._picture(p, shown[1]) for p in shown[0]])
         if text not in self.tokens:
             self.tokens[text] = self.clip.tokenize(text)
         graphs = self.graphed.active() if self.graphed is not None else contextlib.nullcontext()
-        # CLIP's layers add their residuals in place; the encoding stays on the GPU (no wait for it)
-        device = self.clip.patcher.load_device
-        on_device = encodings_kept_on(device) if self.encodings_on_device else contextlib.nullcontext()
         with OutOfPlaceAugmentedAssignments(), graphs, on_device:
             return self.clip.encode_from_tokens_scheduled(self.tokens[text], show_pbar=False)
+
+    def _picture(self, path, mirror):
+        """The IMAGE a picture prompt shows of `path`, read once (8 bits a channel)."""
+        key = (path, mirror)
+        if key not in self.pictures:
+            self.pictures[key] = (shown_picture(path, mirror) * 255).round().to(torch.uint8)
+        return self.pictures[key].float() / 255
 
     def result_clip(self):
         """A clone of the input CLIP with the trained adapters attached."""
@@ -170,3 +189,40 @@ class TextEncoderTraining:
     def unload(self):
         self.graphed = None
         model_loading.unload(self.clip.patcher)
+
+
+VISION_KEY = "eridiffusion_kept_vision_tokens"
+
+
+def kept_vision_tokens(patcher):
+    """While `patcher` (a text encoder's training clone) is patched, each vision-language encoder's
+    vision tower (frozen: its adapters train the text blocks alone) computes a picture's tokens once:
+    its `preprocess_embed` keeps what it returned, keyed by the picture's pixels."""
+    kept: dict = {}
+    encoders = [m for m in patcher.model.modules() if "preprocess_embed" in type(m).__dict__]
+
+    def inject(model_patcher):
+        for encoder in encoders:
+            encoder.preprocess_embed = _KeptEmbeds(encoder.preprocess_embed, kept)
+
+    def eject(model_patcher):
+        for encoder in encoders:
+            encoder.__dict__.pop("preprocess_embed", None)
+
+    patcher.set_injections(VISION_KEY, [comfy.patcher_extension.PatcherInjection(inject, eject)])
+
+
+class _KeptEmbeds:
+    def __init__(self, base, kept):
+        self.base, self.kept = base, kept
+
+    def __call__(self, embed, device):
+        data = embed.get("data")
+        if embed.get("type") != "image" or not isinstance(data, torch.Tensor):
+            return self.base(embed, device)
+        pixels = data.detach().to("cpu", torch.float32).contiguous()
+        key = (id(self.base.__self__), tuple(pixels.shape), hashlib.blake2b(pixels.numpy().tobytes()).hexdigest())
+        if key not in self.kept:
+            with torch.no_grad():
+                self.kept[key] = self.base(embed, device)
+        return self.kept[key]

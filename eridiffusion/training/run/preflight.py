@@ -68,11 +68,6 @@ def check_data_and_inputs(request: RunRequest) -> None:
         )
     if config.text_encoder_lr > 0:
         check_text_encoders(clip, config.adapter.text_encoders)
-    if config.text_encoder_lr > 0 and facts.picture_prompts:
-        raise EriDiffusionError(
-            "text_encoder_lr > 0 trains the text encoder, but these captions are encoded shown their reference "
-            "images (Qwen-Image-Edit), which a trained text encoder does not re-encode; set text_encoder_lr to 0."
-        )
     if config.preservation_prompt.strip() and clip is None:
         raise EriDiffusionError(
             "preservation_prompt needs the text encoder to encode the class phrase: connect the graph's "
