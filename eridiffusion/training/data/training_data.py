@@ -101,8 +101,7 @@ class TrainingSample:
     mirrored: bool = False  # the flipped copy of its image (LoadDataset's flip)
     picture_prompt: bool = False  # captions encoded shown the reference images (Qwen-Image-Edit)
     shown_pictures: tuple[str, ...] = ()  # picture prompts: the reference images' paths (a trained encoder's)
-    # inpainting models: (masked image latent (C, h, w), mask (1, H, W) pixels)
-    inpaint: tuple[torch.Tensor, torch.Tensor] | None = None
+    inpaint: tuple[torch.Tensor, torch.Tensor] | None = None  # inpainting: masked latent (C, h, w), mask (1, H, W)
     # what a host node sets on the sample's conditioning: an image-to-video start image's concat_latent_image
     # and concat_mask (start_image.py; VAE space, CPU), an audio-video clip's frame_rate (as LTXVConditioning)
     conditioning_values: dict[str, Any] = field(default_factory=dict)
@@ -144,6 +143,7 @@ class DataFacts:
     references: bool  # edit references beside the targets
     inpaint: bool  # masked images for an inpainting model (CacheLatents' inpaint)
     audio: bool  # clips' sound encoded beside their frames
+    shown_pictures: tuple[str, ...]  # picture prompts' reference images (a trained encoder reads them each step)
     # image-to-video: a sample conditioned on its start image (the command line encodes one on demand)
     start_image_sample: Callable[[], TrainingSample | None] = lambda: None
 
@@ -167,6 +167,7 @@ class DataFacts:
             references=any(s.reference_latents for s in samples),
             inpaint=any(s.inpaint is not None for s in samples),
             audio=any(s.audio_latent is not None for s in samples),
+            shown_pictures=tuple(sorted({path for s in samples for path in s.shown_pictures})),
             start_image_sample=lambda: start,
         )
 
@@ -234,7 +235,6 @@ def training_data_facts(dataset, vae, clip, resolution, cache_folder, **options)
     would encode, its inputs checked, nothing encoded: a start image's sample is encoded when asked for."""
     cache, entries, media = _cache_entries(dataset, vae, clip, resolution, cache_folder, **options)
     records = dataset.records
-    references = any(record.references for record in records)
 
     def start_image_sample():
         if not (media["start_image"] and entries[0]):
@@ -247,9 +247,10 @@ def training_data_facts(dataset, vae, clip, resolution, cache_folder, **options)
         masked=tuple((r.path, r.mask_coverage) for r in records if r.mask),
         validation=bool(entries[1]),
         class_samples=len(entries[2]),
-        references=references,
+        references=any(record.references for record in records),
         inpaint=cache.inpaint,
         audio=media["audio_vae"] is not None,
+        shown_pictures=tuple(sorted({p for r in records if cache.shows_pictures(r.references) for p in r.references})),
         start_image_sample=start_image_sample,
     )
 

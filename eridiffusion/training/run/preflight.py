@@ -68,6 +68,13 @@ def check_data_and_inputs(request: RunRequest) -> None:
         )
     if config.text_encoder_lr > 0:
         check_text_encoders(clip, config.adapter.text_encoders)
+        missing = [path for path in facts.shown_pictures if not os.path.isfile(path)]
+        if missing:
+            raise EriDiffusionError(
+                f"{missing[0]} is gone ({len(missing)} of the reference images missing): the trained text encoder "
+                "is shown each caption's reference images every step, read from their files; put them back, or "
+                "run CacheLatents again on the dataset as it is now (or set text_encoder_lr to 0)."
+            )
     if config.preservation_prompt.strip() and clip is None:
         raise EriDiffusionError(
             "preservation_prompt needs the text encoder to encode the class phrase: connect the graph's "

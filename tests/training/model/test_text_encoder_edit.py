@@ -15,6 +15,7 @@ import torch
 from devkit.edit_pairs import INSTRUCTION, make_edit_pairs
 from devkit.stock_comfyui import merged_tolerance, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
+from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.data.dataset import load_dataset
 from eridiffusion.training.data.picture_prompts import encode_picture_prompt, shown_picture
 from eridiffusion.training.data.training_data import build_training_data
@@ -84,3 +85,17 @@ def test_stock_loraloader_loads_every_key_and_reproduces_the_trained_picture_pro
 def test_the_input_clip_encodes_the_picture_prompt_bit_identically_after_training(edit_run):
     after = picture_prompt(edit_run["clip"], edit_run["reference"])
     assert torch.equal(after[0][0], edit_run["before"][0][0])
+
+
+@pytest.mark.parametrize("name", family_params(["qwen_image_edit"]))
+def test_a_reference_image_gone_since_caching_is_refused_naming_it_before_training(name, datasets_dir, tmp_path):
+    folder = make_edit_pairs(os.path.join(datasets_dir, "dreambooth_dog"), str(tmp_path / "pairs"), ("00", "01"), 1)
+    model, clip, vae = build_tiny(name, seed=0)
+    with torch.inference_mode():
+        data = build_training_data(load_dataset(folder), vae, clip, TINY_FAMILIES[name].resolution, str(tmp_path))
+    gone = os.path.join(folder, "control", "01.png")
+    os.remove(gone)
+    with pytest.raises(EriDiffusionError) as error, torch.inference_mode(False):
+        train_lora(model, data, te_config("qwen25_7b", steps=2), str(tmp_path / "run"), clip=clip)
+    assert str(error.value).startswith(f"{gone} is gone (1 of the reference images missing)")
+    assert not os.path.exists(tmp_path / "run")  # refused before the run began
