@@ -41,6 +41,13 @@ def refused_train(config, output, *args, cwd, process=None):
     return errors[0][len("eridiffusion: error: ") :], sorted(os.listdir(output)) if os.path.isdir(output) else []
 
 
+def named_in(config, error):
+    """`error` (a refusal of the command line) less the config file's name it must start with: a refusal of
+    the config's values names the file."""
+    assert error.startswith(f"{config}: "), error
+    return error[len(f"{config}: ") :]
+
+
 def command_process():
     """A devkit.command_process.CommandProcess with this test's environment (cli_env)."""
     from devkit.command_process import CommandProcess

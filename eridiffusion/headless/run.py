@@ -7,6 +7,7 @@ run folder, writes files and talks to the terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -61,6 +62,16 @@ class Inputs:
     clip_vision: Any = None  # image-to-video's image encoder (model.clip_vision)
 
 
+@contextlib.contextmanager
+def refused_in(config: RunConfig, section=""):
+    """A refusal raised inside names the config file and, where one section's values are refused, the section
+    (the node checks them as it checks a graph's widgets, knowing no file)."""
+    try:
+        yield
+    except EriDiffusionError as error:
+        raise EriDiffusionError(f"{config.path}: {section + ': ' if section else ''}{error}") from None
+
+
 def load_inputs(config: RunConfig) -> Inputs:
     """The datasets (LoadDataset) and the sample prompts' images, then the model: a dataset or a prompt
     line LoadDataset or SampleDuringTraining would refuse is named before any model file is read."""
@@ -70,13 +81,16 @@ def load_inputs(config: RunConfig) -> Inputs:
 
     with torch.inference_mode():  # as ComfyUI's executor runs every node
 
-        def dataset(values):
-            return LoadDataset.execute(**values).result[0] if values is not None else None
+        def dataset(values, section):
+            with refused_in(config, section):
+                return LoadDataset.execute(**values).result[0] if values is not None else None
 
-        training = LoadDataset.execute(**config.dataset).result[0]
-        validation, regularization = dataset(config.validation_dataset), dataset(config.regularization_dataset)
+        training = dataset(config.dataset, "dataset")
+        validation = dataset(config.validation_dataset, "validation_dataset")
+        regularization = dataset(config.regularization_dataset, "regularization_dataset")
         if config.sample is not None:  # the prompt lines' images, relative to the config file
-            SamplerSettings(**config.sample).prompt_specs(os.path.dirname(config.path))
+            with refused_in(config, "sample"):
+                SamplerSettings(**config.sample).prompt_specs(os.path.dirname(config.path))
         model, clip, vae = load_models(config.model)
         family = model_family(model, config.model)
         extra = [load(config.model) for load in (load_low_noise_model, load_audio_vae, load_clip_vision)]
@@ -192,13 +206,15 @@ def requested_run(config: RunConfig, resume, output, processes=SINGLE_PROCESS) -
     from ..training.run.preflight import SETTINGS_CHECKS, preflight
     from ..training.run.request import RunRequest
 
-    preflight(RunRequest(None, None, settings, resume=point, processes=processes), SETTINGS_CHECKS)  # no model yet
+    with refused_in(config):
+        preflight(RunRequest(None, None, settings, resume=point, processes=processes), SETTINGS_CHECKS)  # no model
     inputs = load_inputs(config)
     samples = sample_settings(config, inputs)
-    with torch.inference_mode():
+    with torch.inference_mode(), refused_in(config, "cache"):
         facts = training_data_facts(**cache_arguments(config, inputs))
     request = RunRequest(inputs.model, facts, settings, inputs.clip, point, samples, processes, inputs.low_noise_model)
-    preflight(request)
+    with refused_in(config):
+        preflight(request)
     return request, inputs
 
 
@@ -228,8 +244,9 @@ def check_save_target(config):
         from ..training.run.experts import EXPERTS
 
         names = [f"{prefix}_{expert}" for expert in EXPERTS]
-    for name in names:
-        lora_path_for(name, loras, config.save["overwrite"])
+    with refused_in(config, "save"):
+        for name in names:
+            lora_path_for(name, loras, config.save["overwrite"])
 
 
 def save_outputs(config, result):

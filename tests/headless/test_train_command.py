@@ -129,3 +129,21 @@ def test_a_config_refused_before_any_model_loads_imports_none_of_comfyuis_models
     )
     assert done.returncode == 2 and error in done.stderr, done.stderr
     assert set(ast.literal_eval(done.stdout.strip().splitlines()[-1])) <= LIGHT_HOST_MODULES
+
+
+@pytest.mark.parametrize(
+    "text, named",
+    [
+        ("dataset: {folder: a_file.txt}\n", "dataset: dataset folder {tmp}/a_file.txt is a file, not a folder"),
+        ("save: {filename_prefix: ../x}\n", "save: SaveLoRA filename_prefix '../x' must be a relative name"),
+        ("train: {text_encoder_lr: 1.0e-4, text_encoders: t5xxl}\n", "text_encoders names 't5xxl', which the"),
+    ],
+    ids=["dataset folder", "save prefix", "text encoder"],
+)
+def test_a_refused_value_names_the_config_file_and_its_section(text, named, tmp_path):
+    # the nodes' own refusals (LoadDataset's, SaveLoRA's, the preflight's) know no file: the command line adds it
+    (tmp_path / "a_file.txt").write_text("")
+    config = write_yaml(tmp_path / "run.yaml", f"_base_: {os.path.join(CONFIGS, 'tiny_demo.yaml')}\n{text}")
+    done = run_cli("train", config, "--dry-run", "--output", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert f"eridiffusion: error: {config}: {named.format(tmp=tmp_path)}" in done.stderr, done.stderr

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from devkit.headless import CONFIGS, refused_train, run_cli, write_yaml
+from devkit.headless import CONFIGS, named_in, refused_train, run_cli, write_yaml
 from devkit.workflow import training_prompt
 
 pytestmark = pytest.mark.one_host("refusals made before any model loads")
@@ -40,8 +40,9 @@ ESCAPING = "SaveLoRA filename_prefix '../x' must be a relative name inside model
 
 @pytest.mark.parametrize("mode", [["--dry-run"], []], ids=["dry run", "train"])
 def test_a_save_prefix_leaving_models_loras_is_refused_before_anything_loads(mode, tmp_path, cli_error):
-    error, left = cli_error(config(tmp_path, "save: {filename_prefix: ../x}\n"), *mode)
-    assert error.startswith(ESCAPING)
+    path = config(tmp_path, "save: {filename_prefix: ../x}\n")
+    error, left = cli_error(path, *mode)
+    assert named_in(path, error).startswith(f"save: {ESCAPING}")
     assert left == []  # no run folder, no latent cache
 
 
@@ -254,7 +255,7 @@ def test_a_checkpoint_of_another_model_is_refused_before_any_image_is_encoded(tm
     sdxl = config(tmp_path, "model: tiny-sdxl\ntrain: {steps: 2}\ncache: {cache_folder: cache}\n", "sdxl.yaml")
     for mode in (["--dry-run"], []):
         error, left = cli_error(sdxl, "--resume", checkpoint, *mode)
-        assert error.startswith(f"{checkpoint} holds weights for layers this run does not train (")
+        assert named_in(sdxl, error).startswith(f"{checkpoint} holds weights for layers this run does not train (")
         assert error.endswith("Resume from a checkpoint of this model, or start a new run.")
         assert left == [] and not (tmp_path / "cache").exists()
 

@@ -8,7 +8,7 @@ import os
 import pytest
 from PIL import Image
 
-from devkit.headless import CONFIGS, refused_train, write_yaml
+from devkit.headless import CONFIGS, named_in, refused_train, write_yaml
 from devkit.workflow import QUICK, run_named, run_training, training_prompt, with_sampler
 from eridiffusion.training.data.dataset import load_dataset
 
@@ -21,7 +21,7 @@ def test_inpaint_on_a_model_without_inpainting_inputs_is_refused_before_any_imag
 ):
     config = write_yaml(tmp_path / "run.yaml", f"_base_: {TINY}\nmodel: tiny-sd15\ncache: {{inpaint: true}}\n")
     error, left = refused_train(config, tmp_path / "out", *mode, cwd=tmp_path, process=command_line)
-    assert error == (
+    assert named_in(config, error) == (
         "CacheLatents' inpaint is on (masked images), but SD15 has no inpainting inputs to read them; turn inpaint "
         "off (masks/ then weigh the loss), or train an inpainting model (Flux Fill)."
     )

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from devkit.headless import CONFIGS, refused_train, write_yaml
+from devkit.headless import CONFIGS, named_in, refused_train, write_yaml
 
 pytestmark = pytest.mark.one_host("the preflight's refusals")
 
@@ -18,13 +18,13 @@ MODES = pytest.mark.parametrize("mode", [["--dry-run"], []], ids=["dry run", "tr
 @pytest.fixture
 def refused(tmp_path, command_line):
     """(settings over tiny_demo.yaml, mode) -> the error line `train` refuses them with (run by the module's
-    one command process), once it is checked that no run folder was left."""
+    one command process), after the config file's name, once it is checked that no run folder was left."""
 
     def refusal(text, mode):
         config = write_yaml(tmp_path / "run.yaml", f"_base_: {TINY}\n{text}")
         error, left = refused_train(config, tmp_path / "out", *mode, cwd=tmp_path, process=command_line)
         assert [name for name in left if name != "loras"] == []  # no run folder
-        return error
+        return named_in(config, error)
 
     return refusal
 

@@ -150,7 +150,8 @@ def test_a_missing_sample_reference_is_named_before_the_model_is_looked_at(tmp_p
     )
     with pytest.raises(EriDiffusionError) as raised:
         load_inputs(load_run_config(path))
-    assert str(raised.value).startswith(f"{LINE}: --ref: no image file {tmp_path / 'nope.png'}; give a path")
+    named = f"{path}: sample: {LINE}: --ref: no image file {tmp_path / 'nope.png'}; give a path"
+    assert str(raised.value).startswith(named)
 
 
 AI_TOOLKIT = """\
@@ -200,7 +201,7 @@ def test_an_ai_toolkit_sample_prompt_holding_a_line_break_is_refused(tmp_path):
 def test_a_sample_guidance_the_model_ignores_is_refused_headless_before_any_image_is_encoded(
     tmp_path, datasets_dir, command_line
 ):
-    from devkit.headless import refused_train
+    from devkit.headless import named_in, refused_train
 
     path = write_yaml(
         tmp_path / "run.yaml",
@@ -208,7 +209,7 @@ def test_a_sample_guidance_the_model_ignores_is_refused_headless_before_any_imag
         "sample: {prompts: ['a dog --g 3'], width: 64, height: 64}\n",
     )
     error, left = refused_train(path, tmp_path / "out", cwd=tmp_path, process=command_line)
-    assert error == (
+    assert named_in(path, error) == (
         "SampleDuringTraining: prompt 'a dog' sets --g 3, but BaseModel has no guidance embedding; use --cfg for "
         "classifier-free guidance."
     )
