@@ -10,17 +10,19 @@ import comfy.utils
 import torch
 
 
-def load_with_stock_comfyui(model, path, strength, caplog):
-    """ComfyUI's own LoRA loading path (what LoraLoader does), collecting its key warnings."""
+def load_with_stock_comfyui(model, path, strength, caplog, clip=None, clip_strength=0.0):
+    """ComfyUI's own LoRA loading path (what LoraLoader does), collecting its key warnings: (the patched
+    model, its key warnings), or with `clip` (the patched model, the patched CLIP, its key warnings)."""
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        patched, _ = comfy.sd.load_lora_for_models(model, None, comfy.utils.load_torch_file(path), strength, 0)
+        lora = comfy.utils.load_torch_file(path)
+        patched, patched_clip = comfy.sd.load_lora_for_models(model, clip, lora, strength, clip_strength)
     unmatched = [
         r.getMessage()
         for r in caplog.records
         if "lora key not loaded" in r.getMessage() or "NOT LOADED" in r.getMessage()
     ]
-    return patched, unmatched
+    return (patched, unmatched) if clip is None else (patched, patched_clip, unmatched)
 
 
 def merged_tolerance(patcher, on_the_cpu=1e-4, on_a_gpu=3e-3):

@@ -4,16 +4,13 @@ its pictures through the adapted encoder, the vision tower computing each pictur
 loads in stock LoraLoader with every key and reproduces the trained CLIP's picture prompt; the input
 CLIP is untouched."""
 
-import logging
 import os
 
-import comfy.sd
-import comfy.utils
 import pytest
 import torch
 
 from devkit.edit_pairs import INSTRUCTION, make_edit_pairs
-from devkit.stock_comfyui import merged_tolerance, relative_error
+from devkit.stock_comfyui import load_with_stock_comfyui, merged_tolerance, relative_error
 from devkit.tiny_models import TINY_FAMILIES, build_tiny, family_params
 from eridiffusion.errors import EriDiffusionError
 from eridiffusion.training.data.dataset import load_dataset
@@ -70,12 +67,8 @@ def test_every_step_encodes_the_pictures_whose_tokens_the_vision_tower_computes_
 
 def test_stock_loraloader_loads_every_key_and_reproduces_the_trained_picture_prompt(edit_run, tmp_path, caplog):
     path = edit_run["result"].lora.save(str(tmp_path / "te_edit.safetensors"), dtype="fp32")
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        _, clip = comfy.sd.load_lora_for_models(
-            edit_run["model"], edit_run["clip"], comfy.utils.load_torch_file(path), 1.0, 1.0
-        )
-    assert not [r for r in caplog.records if "lora key not loaded" in r.getMessage() or "NOT LOADED" in r.getMessage()]
+    _, clip, unmatched = load_with_stock_comfyui(edit_run["model"], path, 1.0, caplog, edit_run["clip"], 1.0)
+    assert unmatched == []
     ours = picture_prompt(edit_run["result"].clip, edit_run["reference"])
     theirs = picture_prompt(clip, edit_run["reference"])
     assert relative_error(theirs[0][0], ours[0][0]) < merged_tolerance(clip.patcher)
