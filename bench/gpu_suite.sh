@@ -15,7 +15,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 part=${1:?which part: graphs, files, runs, trainer or all}
 shift
 graphs="tests/training/speed tests/training/memory tests/training/model/test_model_loading.py
-  tests/training/model/test_text_encoder.py tests/training/model/test_text_encoder_fp8.py"
+  tests/training/model/test_text_encoder.py tests/training/model/test_text_encoder_fp8.py
+  tests/training/model/test_text_encoder_checkpointing.py tests/training/model/test_text_encoder_edit.py"
 files="tests/training/adapters tests/training/run/test_trained.py tests/nodes/test_trainer_node.py
   tests/nodes/test_family_training_node.py tests/reliability/test_gpu_memory.py tests/test_comfy_compat.py
   tests/training/run/test_fused_backward.py tests/formats/test_checkpoint_file.py"
