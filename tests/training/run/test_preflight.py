@@ -135,5 +135,5 @@ def test_a_refusal_added_to_the_preflight_fires_in_the_graph_in_dry_run_and_in_t
     for args in (["--dry-run"], []):
         output = tmp_path / f"out{len(args)}"
         status, err = cli_in_this_process(config, "--output", output, *args)
-        assert status == 2 and f"eridiffusion: error: {PROBE} (SDXL, 5 samples)" in err, err
+        assert status == 2 and f"eridiffusion: error: {config}: {PROBE} (SDXL, 5 samples)" in err, err
         assert [name for name in os.listdir(output) if name != "loras"] == []
