@@ -45,8 +45,18 @@ def evaluation_loss(patcher, data, config, seed=1234, text_encoder=None, noise_r
             x0 = latent[None].expand(len(sigmas), *latent.shape)
             noise = torch.randn(x0.shape, generator=generator).to(device)
             x_t = objective.noisy_latent(x0, noise, sigmas)
-            denoised = prediction(base, transformer_options, x_t, sigmas, batch_inputs([inputs] * len(sigmas)))
             mask = None if stream is None else prepared.stream_mask(index, stream)
-            total += float(objective.loss(denoised, x0, sigmas, mask).sum())
+            for part in timestep_parts(config, len(sigmas)):
+                batch = batch_inputs([inputs] * (part.stop - part.start))
+                denoised = prediction(base, transformer_options, x_t[part], sigmas[part], batch)
+                total += float(objective.loss(denoised, x0[part], sigmas[part], mask).sum())
             count += len(sigmas)
     return total / count
+
+
+def timestep_parts(config, count):
+    """The slices of an evaluation's `count` timesteps that run as one batch: all at once, or, under a VRAM
+    budget or block swap (whose plan holds the activations of the training batch, not of `count` images), a
+    training batch's worth at a time."""
+    size = config.batch_size if config.vram_budget_gib > 0 or config.blocks_to_swap > 0 else count
+    return [slice(start, min(start + size, count)) for start in range(0, count, size)]

@@ -8,6 +8,7 @@ from ..model import loading as model_loading
 from ..model.forward import prediction
 from ..model.inputs import batch_inputs
 from ..model.prepared_data import PreparedData
+from .evaluation import timestep_parts
 
 
 class ValidationLoss:
@@ -42,13 +43,9 @@ class ValidationLoss:
                 x0 = latent[None].expand(count, *latent.shape)
                 noise = torch.randn(x0.shape, generator=generator, device=self.device)
                 x_t = self.objective.noisy_latent(x0, noise, self.sigmas)
-                denoised = prediction(
-                    self.base,
-                    transformer_options,
-                    x_t,
-                    self.sigmas,
-                    batch_inputs([inputs] * count),
-                )
                 mask = self.prepared.mask_weights([index])  # (masked images: the loss where they learn)
-                total += self.objective.loss(denoised, x0, self.sigmas, mask).sum()
+                for part in timestep_parts(self.config, count):
+                    batch = batch_inputs([inputs] * (part.stop - part.start))
+                    denoised = prediction(self.base, transformer_options, x_t[part], self.sigmas[part], batch)
+                    total += self.objective.loss(denoised, x0[part], self.sigmas[part], mask).sum()
         return total / (count * len(self.prepared.latents))
