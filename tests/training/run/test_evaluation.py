@@ -33,9 +33,7 @@ def batches_seen(model, measure):
 
 
 @pytest.mark.parametrize("setting", sorted(BUDGETS))
-def test_under_a_budget_the_evaluation_runs_a_training_batch_at_a_time_and_gives_the_same_loss(
-    setting, quality_stack
-):
+def test_under_a_budget_the_evaluation_runs_a_training_batch_at_a_time_and_gives_the_same_loss(setting, quality_stack):
     model, _, _, data = quality_stack
     config = BUDGETS[setting]
     plain_batches, plain = batches_seen(model, lambda: evaluation_loss(model, data, PLAIN))
