@@ -14,6 +14,8 @@ from eridiffusion.training.run.evaluation import evaluation_loss
 from eridiffusion.training.run.validation import ValidationLoss
 
 PLAIN = TrainConfig(dtype="fp32", eval_timesteps=8, eval_images=2)
+# the same products in other batches: equal on the CPU, to a GPU's batched kernels' rounding there (3e-5)
+SAME = 1e-4 if torch.cuda.is_available() else 1e-5
 BUDGETS = {
     "vram_budget_gib": TrainConfig(dtype="fp32", eval_timesteps=8, eval_images=2, vram_budget_gib=6.0),
     "blocks_to_swap": TrainConfig(dtype="fp32", eval_timesteps=8, eval_images=2, blocks_to_swap=2, batch_size=3),
@@ -42,7 +44,7 @@ def test_under_a_budget_the_evaluation_runs_a_training_batch_at_a_time_and_gives
     size = config.batch_size
     per_image = [size] * (8 // size) + ([8 % size] if 8 % size else [])
     assert budget_batches == per_image * 2
-    assert budgeted == pytest.approx(plain, rel=1e-5)
+    assert budgeted == pytest.approx(plain, rel=SAME)
 
 
 def test_under_a_budget_the_validation_loss_runs_a_training_batch_at_a_time_and_gives_the_same_loss(quality_stack):
@@ -60,4 +62,4 @@ def test_under_a_budget_the_validation_loss_runs_a_training_batch_at_a_time_and_
     budget_batches, budgeted = batches_seen(model, validation(BUDGETS["vram_budget_gib"]))
     assert plain_batches == [8] * len(data.validation.samples)
     assert budget_batches == [1] * 8 * len(data.validation.samples)
-    assert budgeted == pytest.approx(plain, rel=1e-5)
+    assert budgeted == pytest.approx(plain, rel=SAME)
