@@ -17,7 +17,8 @@ $OUT/memory_frontier.json.
     OUT=... ROWS=qwen:24:16 MODES=eager,graphed python bench/memory_frontier.py
     OUT=... ROWS=qwen:24fp8,flux2:24fp8:24nf4,klein:12 python bench/memory_frontier.py
     OUT=... UNCAPPED=0 ROWS=flux2:24fp8 python bench/memory_frontier.py   # the capped rows alone
-A cap may name the capped row's base weights: 24fp8 (UNETLoader's float8_e4m3fn), 24nf4 / 24int8
+A cap may name the capped row's base weights: 24fp8 (UNETLoader's float8_e4m3fn), 24fp8_scaled (the model's file
+as an fp8_scaled checkpoint, train_speed.fp8_scaled_file, loaded as UNETLoader loads it), 24nf4 / 24int8
 (MemoryOptions' base_quantization); the uncapped row is bf16. Models as bench/train_speed.py's: sdxl, flux,
 wan, qwen, flux2 (Flux.2 dev 32B), klein (Flux.2 klein 9B).
 """
@@ -61,7 +62,8 @@ def host_bytes(gib):
 
 def run_row(model_name, cap, graphs=False, base="bf16"):
     """One training run of bench/train_speed.ours: uncapped (cap None) or capped with the budget, on base
-    weights `base`: bf16, fp8 (UNETLoader's weight_dtype float8_e4m3fn) or nf4 / int8 (base_quantization)."""
+    weights `base`: bf16, fp8 (UNETLoader's weight_dtype float8_e4m3fn), fp8_scaled (an fp8_scaled checkpoint)
+    or nf4 / int8 (base_quantization)."""
     import torch
 
     total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
@@ -71,7 +73,7 @@ def run_row(model_name, cap, graphs=False, base="bf16"):
     started = time.time()
     patcher = None
     try:
-        patcher = train_speed.build(model_name, "fp8" if base == "fp8" else "bf16")
+        patcher = train_speed.build(model_name, base if base in ("fp8", "fp8_scaled") else "bf16")
         torch.cuda.reset_peak_memory_stats()
         if cap:
             torch.cuda.set_per_process_memory_fraction(cap / total_gib)
@@ -105,9 +107,9 @@ def run_row(model_name, cap, graphs=False, base="bf16"):
 
 def cap_and_base(spec):
     """A ROWS cap: "24" (24 GiB, the bf16 base), "24fp8", "16nf4", "12int8" (that base for the capped row)."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)(fp8|nf4|int8)?", spec)
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(fp8_scaled|fp8|nf4|int8)?", spec)
     if match is None:
-        raise SystemExit(f"ROWS cap {spec!r}: GiB, then fp8, nf4, int8 or nothing (bf16), e.g. 24fp8")
+        raise SystemExit(f"ROWS cap {spec!r}: GiB, then fp8, fp8_scaled, nf4, int8 or nothing (bf16), e.g. 24fp8")
     return float(match[1]), match[2] or "bf16"
 
 

@@ -142,11 +142,35 @@ def weights_file(model_name):
     return path
 
 
+def fp8_scaled_file(model_name):
+    """The model's file (weights_file) as an fp8_scaled checkpoint (ComfyUI 0.28's mixed-precision format, as
+    Comfy-Org ships Qwen-Image's, Flux.2's and Wan's): the matrices of its blocks float8_e4m3fn with a per-tensor
+    `weight_scale` and a `comfy_quant` entry, the rest as the file holds it. Written once per machine."""
+    path = os.path.join(tempfile.gettempdir(), f"eridiffusion_bench_{model_name}_fp8_scaled.safetensors")
+    if os.path.exists(path):
+        return path
+    import safetensors
+    import safetensors.torch
+
+    from devkit.quantized_bases import fp8_scaled
+
+    with safetensors.safe_open(weights_file(model_name), "pt") as f:
+        state = {k: f.get_tensor(k) for k in f.keys()}
+    matrices = [k for k, v in state.items() if k.endswith(".weight") and v.dim() == 2 and "blocks." in k]
+    layers = [k[: -len(".weight")] for k in matrices]
+    safetensors.torch.save_file(fp8_scaled(state, layers), path + ".tmp")
+    os.replace(path + ".tmp", path)
+    return path
+
+
 def build(model_name, weight_dtype_name="bf16"):
-    """The model loaded from its file as UNETLoader loads it (weight_dtype fp8: float8_e4m3fn)."""
+    """The model loaded from its file as UNETLoader loads it (weight_dtype fp8: float8_e4m3fn; fp8_scaled: the
+    fp8_scaled checkpoint of fp8_scaled_file at UNETLoader's default weight_dtype)."""
     import comfy.sd
     import torch
 
+    if weight_dtype_name == "fp8_scaled":
+        return comfy.sd.load_diffusion_model(fp8_scaled_file(model_name), model_options={})
     dtype = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[weight_dtype_name]
     return comfy.sd.load_diffusion_model(weights_file(model_name), model_options={"dtype": dtype})
 

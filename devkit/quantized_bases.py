@@ -39,7 +39,12 @@ def products_in_full_precision(patcher):
 def fp8_scaled_state_dict(diffusion_model, layers):
     """The state dict of `diffusion_model` with the Linear `layers` (names) stored as an fp8_scaled file
     stores them: float8_e4m3fn weights, a per-tensor float32 `weight_scale`, and a `comfy_quant` entry."""
-    state = dict(diffusion_model.state_dict())
+    return fp8_scaled(dict(diffusion_model.state_dict()), layers)
+
+
+def fp8_scaled(state, layers):
+    """`state` (a dict of tensors, changed in place and returned) with the Linear `layers` (names) stored as
+    an fp8_scaled file stores them."""
     quant = torch.tensor(list(json.dumps({"format": "float8_e4m3fn"}).encode()), dtype=torch.uint8)
     for name in layers:
         weight = state[f"{name}.weight"].float()
